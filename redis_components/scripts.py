@@ -1,0 +1,106 @@
+"""Lua scripts: loaded once from ``lua/*.lua`` and run with EVALSHA.
+
+Each script file starts with a header that states its contract::
+
+    -- KEYS: 1) the lock key  2) ...
+    -- ARGV: 1) the owner token  2) ...
+    -- Returns: 1 when ..., 0 when ...
+
+Scripts receive every key through ``KEYS`` (never built inside Lua), so they work
+on Redis Cluster when their keys share a hash tag. A script is sent with EVALSHA;
+if the server does not know it yet (``NOSCRIPT``: first use, a restart, a failover
+or ``SCRIPT FLUSH``) it is loaded and the call repeated, which is safe because a
+script that was not found did not run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+LUA_DIR = resources.files("redis_components") / "lua"
+HEADER_FIELDS = ("-- KEYS:", "-- ARGV:", "-- Returns:")
+
+Arg = str | int | float | bytes
+
+
+class Script:
+    """One Lua script, identified by its SHA1, runnable on sync and async clients."""
+
+    def __init__(self, name: str, source: str) -> None:
+        lines = source.splitlines()
+        for field in HEADER_FIELDS:
+            if not any(line.startswith(field) for line in lines[:20]):
+                raise ValueError(f"lua/{name}.lua: the header has no {field!r} line")
+        self.name = name
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"<Script {self.name} {self.sha[:8]}>"
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Arg] = ()) -> Any:
+        """Run the script on a (sync) redis-py client."""
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(self.source)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def run_async(self, client: Any, keys: Sequence[str], args: Sequence[Arg] = ()) -> Any:
+        """Run the script on a ``redis.asyncio`` client."""
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.source)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+Call = tuple[Script, Sequence[str], Sequence[Arg]]
+
+
+def run_many(client: Any, calls: Sequence[Call]) -> list[Any]:
+    """Run several scripts in one pipeline round trip (not a transaction).
+
+    The results come back in order; an error raised by a script is returned in its
+    place, as redis-py does with ``raise_on_error=False``. Calls refused with
+    NOSCRIPT did not run, so they alone are repeated after loading their scripts.
+    """
+    if not calls:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for script, keys, args in calls:
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    results: list[Any] = pipe.execute(raise_on_error=False)
+    missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+    if missing:
+        for script in {calls[i][0] for i in missing}:
+            client.script_load(script.source)
+        pipe = client.pipeline(transaction=False)
+        for i in missing:
+            script, keys, args = calls[i]
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        for i, result in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+            results[i] = result
+    return results
+
+
+@cache
+def load(name: str) -> Script:
+    """The script in ``lua/<name>.lua`` (read once per process)."""
+    source = (LUA_DIR / f"{name}.lua").read_text("utf-8")
+    return Script(name, source)
+
+
+def available() -> list[str]:
+    """The names of every script shipped in ``lua/``."""
+    return sorted(
+        entry.name.removesuffix(".lua")
+        for entry in LUA_DIR.iterdir()
+        if entry.name.endswith(".lua")
+    )

@@ -1,0 +1,60 @@
+"""Settings for the test suite.
+
+CACHES points at the redis-server that conftest.py starts for the session: its URL
+arrives in RC_TEST_REDIS_URL (set before Django loads these settings). Without it,
+the placeholder is a unix socket that does not exist, so nothing can reach a Redis
+the suite did not start.
+"""
+
+from __future__ import annotations
+
+import os
+
+NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock"
+
+
+def caches(url: str, unix_url: str | None = None) -> dict[str, dict[str, object]]:
+    """A bytes client on the server's TCP port, and a decoding client beside it.
+
+    django-redis keeps one connection pool per URL, so the decoding client needs a
+    URL of its own: the unix socket when there is one, else a client name.
+    """
+    decoded_url = unix_url or f"{url}?client_name=rc-decoded"
+    return {
+        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+        "decoded": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": decoded_url,
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True}},
+        },
+    }
+
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "redis_components",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+CACHES = caches(
+    os.environ.get("RC_TEST_REDIS_URL", NOT_STARTED), os.environ.get("RC_TEST_REDIS_UNIX_URL")
+)
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

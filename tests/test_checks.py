@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from redis_components.checks import check_settings
+
+REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+
+
+def ids(**overrides: Any) -> list[str]:
+    with override_settings(**overrides):
+        return [message.id or "" for message in check_settings()]
+
+
+def test_valid_settings_pass() -> None:
+    assert ids(REDIS_COMPONENTS={"CACHE_ALIAS": "default", "KEY_PREFIX": "shop:rc"}) == []
+
+
+def test_e001_setting_not_a_dict() -> None:
+    assert ids(REDIS_COMPONENTS=["CACHE_ALIAS"]) == ["redis_components.E001"]
+
+
+def test_w001_unknown_key_suggests_the_valid_one() -> None:
+    with override_settings(REDIS_COMPONENTS={"CACHE_ALIASS": "default"}):
+        [message] = check_settings()
+    assert message.id == "redis_components.W001"
+    assert "Did you mean 'CACHE_ALIAS'?" in (message.hint or "")
+    assert "KEY_PREFIX" in (message.hint or "")
+
+
+def test_e003_cache_alias_not_in_caches() -> None:
+    assert ids(REDIS_COMPONENTS={"CACHE_ALIAS": "nope"}) == ["redis_components.E003"]
+
+
+def test_e004_cache_is_not_django_redis() -> None:
+    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert ids(CACHES=caches) == ["redis_components.E004"]
+
+
+def test_e007_shard_client_is_refused() -> None:
+    cache = {**REDIS_CACHE, "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"}}
+    assert ids(CACHES={"default": cache}) == ["redis_components.E007"]
+
+
+@pytest.mark.parametrize("value", [0, -1, "10", True, None])
+def test_e005_bad_numeric_values(value: object) -> None:
+    from redis_components.conf import DEFAULTS
+
+    numeric = [
+        name
+        for name, default in DEFAULTS.items()
+        if isinstance(default, (int, float)) and not isinstance(default, bool)
+    ]
+    if not numeric:
+        pytest.skip("no numeric setting is defined yet")
+    assert ids(REDIS_COMPONENTS={numeric[0]: value}) == ["redis_components.E005"]
+
+
+@pytest.mark.parametrize("prefix", ["", "rc{x}", "has space", "x" * 65, 7])
+def test_e006_bad_key_prefix(prefix: object) -> None:
+    assert ids(REDIS_COMPONENTS={"KEY_PREFIX": prefix}) == ["redis_components.E006"]
+
+
+def test_manage_check_prints_each_id(tmp_path: Path) -> None:
+    (tmp_path / "broken_settings.py").write_text(
+        textwrap.dedent(
+            """
+            SECRET_KEY = "x"
+            INSTALLED_APPS = ["redis_components"]
+            CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+            REDIS_COMPONENTS = {"KEY_PREFIX": "a b", "CACHE_ALIASS": "default"}
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "check", "--settings", "broken_settings"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    for check_id in ("E004", "E006", "W001"):
+        assert f"redis_components.{check_id}" in result.stderr
+    assert "needs a django-redis cache" in result.stderr

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+from redis.crc import key_slot
+
+from redis_components.exceptions import InvalidInput
+from redis_components.keys import escape, key, validate_name
+
+
+def test_key_layout_and_prefix_from_settings() -> None:
+    assert key("lock", "order:42") == "rc:lock:{order:42}"
+    assert key("lock", "order:42", "fence") == "rc:lock:{order:42}:fence"
+    with override_settings(REDIS_COMPONENTS={"KEY_PREFIX": "shop"}):
+        assert key("chat", "7", "msgs") == "shop:chat:{7}:msgs"
+
+
+@pytest.mark.parametrize("name", ["a}b", "}", "{", "{}", "}{", "%7D", "Zoë 🎉", "名前"])
+def test_all_keys_of_a_name_share_one_cluster_slot(name: str) -> None:
+    slots = {key_slot(key("lock", name, *parts).encode()) for parts in [(), ("fence",), ("q",)]}
+    assert len(slots) == 1
+
+
+def test_escaping_keeps_names_distinct() -> None:
+    names = ["a}", "a%7D", "a%257D", "a{", "a"]
+    assert len({escape(name) for name in names}) == len(names)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "must not be empty"),
+        ("x" * 1001, "at most 1000"),
+        ("a\nb", "control character"),
+        ("a\x00b", "control character"),
+        (42, "must be a string"),
+        (None, "must be a string"),
+    ],
+)
+def test_bad_names_are_refused_with_the_field(value: object, problem: str) -> None:
+    with pytest.raises(InvalidInput, match=problem) as info:
+        validate_name(value, field="lock name")
+    assert info.value.field == "lock name"
+    assert str(info.value).startswith("lock name: ")
+
+
+def test_any_unicode_name_is_fine() -> None:
+    assert validate_name("Ærwyn 王 🎉") == "Ærwyn 王 🎉"
+    assert validate_name("x" * 1000) == "x" * 1000

@@ -17,6 +17,7 @@ from .exceptions import (
     LockNotOwned,
     MessagingError,
     NotAMember,
+    QueueFull,
     RedisComponentsError,
     SemaphoreError,
     SemaphoreNotAcquired,
@@ -25,6 +26,7 @@ from .exceptions import (
     TaskNotRegistered,
     TaskSerializationError,
 )
+from .queues import Retry, Task, current_task, defer, task
 
 __version__ = "0.1.0"
 
@@ -38,13 +40,19 @@ __all__ = [
     "LockNotOwned",
     "MessagingError",
     "NotAMember",
+    "QueueFull",
     "RedisComponentsError",
+    "Retry",
     "SemaphoreError",
     "SemaphoreNotAcquired",
     "SemaphoreNotOwned",
+    "Task",
     "TaskError",
     "TaskNotRegistered",
     "TaskSerializationError",
     "__version__",
+    "current_task",
+    "defer",
     "get_client",
+    "task",
 ]

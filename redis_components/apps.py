@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 from django.core import checks
+from django.utils.module_loading import autodiscover_modules
 
 
 class RedisComponentsConfig(AppConfig):
@@ -12,3 +13,6 @@ class RedisComponentsConfig(AppConfig):
         from .checks import check_settings
 
         checks.register(check_settings)
+        # Import every installed app's tasks.py, so that web processes and workers know
+        # the same task names (@task registers a task when its module is imported).
+        autodiscover_modules("tasks")

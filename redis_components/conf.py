@@ -19,6 +19,20 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_ALIAS": "default",
     # The first part of every key: "<KEY_PREFIX>:<component>:{<name>}[:<part>]".
     "KEY_PREFIX": "rc",
+    # Task queues (queues.py, worker.py).
+    # A worker renews a lease of 1.5 x this twice per interval; the tasks of a worker
+    # whose lease ran out are back on their queues within 2 x this.
+    "TASK_HEARTBEAT_INTERVAL": 3.0,
+    # A failed task is retried after about TASK_RETRY_BACKOFF * 2**retry seconds
+    # (jittered), at most TASK_RETRY_BACKOFF_MAX.
+    "TASK_RETRY_BACKOFF": 2.0,
+    "TASK_RETRY_BACKOFF_MAX": 600.0,
+    # A task found in the in-progress list of this many dead workers is dead-lettered.
+    "TASK_MAX_CRASHES": 3,
+    # Each queue's dead-letter list keeps at most this many (the newest) entries.
+    "TASK_DEAD_LETTER_MAX": 10_000,
+    # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
+    "TASK_QUEUE_LIMITS": {},
 }
 
 
@@ -41,6 +55,31 @@ class Settings:
     @property
     def KEY_PREFIX(self) -> str:
         return str(self.get("KEY_PREFIX"))
+
+    @property
+    def TASK_HEARTBEAT_INTERVAL(self) -> float:
+        return float(self.get("TASK_HEARTBEAT_INTERVAL"))
+
+    @property
+    def TASK_RETRY_BACKOFF(self) -> float:
+        return float(self.get("TASK_RETRY_BACKOFF"))
+
+    @property
+    def TASK_RETRY_BACKOFF_MAX(self) -> float:
+        return float(self.get("TASK_RETRY_BACKOFF_MAX"))
+
+    @property
+    def TASK_MAX_CRASHES(self) -> int:
+        return int(self.get("TASK_MAX_CRASHES"))
+
+    @property
+    def TASK_DEAD_LETTER_MAX(self) -> int:
+        return int(self.get("TASK_DEAD_LETTER_MAX"))
+
+    @property
+    def TASK_QUEUE_LIMITS(self) -> dict[str, int]:
+        value = self.get("TASK_QUEUE_LIMITS")
+        return dict(value) if isinstance(value, dict) else {}
 
 
 conf = Settings()

@@ -80,6 +80,18 @@ class TaskSerializationError(TaskError, ValueError):
     """The task's arguments cannot be encoded as JSON."""
 
 
+class QueueFull(TaskError):
+    """The queue holds its maximum number of waiting tasks; nothing was enqueued.
+
+    ``queue`` names the queue and ``limit`` is its maximum length.
+    """
+
+    def __init__(self, queue: str, limit: int) -> None:
+        self.queue = queue
+        self.limit = limit
+        super().__init__(f"queue {queue!r} is full ({limit} waiting tasks); nothing was enqueued")
+
+
 class MessagingError(RedisComponentsError):
     """Base class of messaging errors."""
 

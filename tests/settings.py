@@ -8,6 +8,7 @@ the suite did not start.
 
 from __future__ import annotations
 
+import json
 import os
 
 NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock"
@@ -40,6 +41,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "redis_components",
+    "tests",  # tests/tasks.py: the tasks that worker processes started by tests run
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -58,3 +60,5 @@ TEMPLATES = [
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+# Subprocesses started by tests (workers) get their REDIS_COMPONENTS through this.
+REDIS_COMPONENTS = json.loads(os.environ.get("RC_TEST_REDIS_COMPONENTS", "{}"))

@@ -1,0 +1,67 @@
+"""Tasks for the worker tests; worker processes find them by autodiscovery.
+
+They record what happened in Redis under ``test:`` keys, so a test can see what a
+worker process did.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from redis_components import Retry, current_task, task
+from redis_components.connection import get_client
+
+
+@task(queue="test")
+def record(label: str, pause: float = 0.0) -> None:
+    """Count a run of ``label`` (several runs mean duplicates), after ``pause`` seconds."""
+    if pause:
+        time.sleep(pause)
+    client = get_client()
+    pipe = client.pipeline(transaction=True)
+    pipe.hincrby("test:runs", label, 1)
+    pipe.rpush("test:order", label)
+    pipe.execute()
+
+
+@task(queue="test")
+def record_time(label: str) -> None:
+    """Record the server's clock (ms) when the task starts."""
+    client = get_client()
+    seconds, micros = client.time()
+    client.hset("test:started", label, int(seconds) * 1000 + int(micros) // 1000)
+
+
+@task(queue="test")
+def slow(label: str, seconds: float) -> None:
+    """Mark the start, sleep, mark the end."""
+    client = get_client()
+    client.set(f"test:{label}:started", os.getpid())
+    time.sleep(seconds)
+    client.set(f"test:{label}:finished", os.getpid())
+
+
+@task(queue="test", max_retries=2, retry_backoff=0.01)
+def fail(label: str) -> None:
+    """Fail every time, counting the attempts."""
+    get_client().hincrby("test:runs", label, 1)
+    raise ValueError(f"{label} failed on purpose")
+
+
+@task(queue="test", max_retries=5)
+def retry_once(label: str) -> None:
+    """Ask for one retry after 10 ms, then succeed."""
+    running = current_task()
+    assert running is not None
+    get_client().hincrby("test:runs", label, 1)
+    if running.message.retries == 0:
+        raise Retry(delay=0.01, reason="not yet")
+
+
+@task(queue="test")
+def crash(label: str) -> None:
+    """Kill the worker process running it, as a segfault would."""
+    get_client().hincrby("test:runs", label, 1)
+    os.kill(os.getpid(), signal.SIGKILL)

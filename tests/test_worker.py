@@ -1,0 +1,294 @@
+"""The worker loop, run in the test process (worker processes: test_rc_worker.py)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+import redis
+from django.test import override_settings
+
+from redis_components import defer, task
+from redis_components.queues import (
+    Message,
+    dead_key,
+    dead_letters,
+    delayed_key,
+    leases_key,
+    queue_stats,
+    ready_key,
+    requeue_dead,
+    running_key,
+    wake_channel,
+    workers,
+    workers_key,
+)
+from redis_components.worker import Worker, recover_worker, server_warnings
+from tests import tasks
+from tests.processes import run_processes
+
+
+def record_in(queue: str) -> Callable[[str], None]:
+    def record(label: str) -> None:
+        tasks.record(label)
+
+    return task(name=f"tests.test_worker.record_{queue}", queue=queue)(record)
+
+
+high, low = record_in("high"), record_in("low")
+
+
+def order(r: redis.Redis) -> list[str]:
+    return [label.decode() for label in r.lrange("test:order", 0, -1)]
+
+
+def runs(r: redis.Redis) -> dict[str, int]:
+    return {label.decode(): int(count) for label, count in r.hgetall("test:runs").items()}
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait for ``condition`` (a liveness bound, far above the expected time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+@contextmanager
+def running_worker(queues: list[str], **options: object) -> Iterator[Worker]:
+    """A worker looping in a thread until the block ends."""
+    worker = Worker(queues, **options)  # type: ignore[arg-type]
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def subscribed(r: redis.Redis, queue: str) -> bool:
+    [(_, count)] = r.pubsub_numsub(wake_channel(queue))
+    return int(count) > 0
+
+
+def test_fifo_within_a_queue(redis_mode: str, r: redis.Redis) -> None:
+    labels = [f"t{i}" for i in range(30)]
+    for label in labels:
+        tasks.record.enqueue(label)
+    assert Worker(["test"], burst=True).run() == 30
+    assert order(r) == labels
+    assert r.keys("rc:queue:{tasks}:running:*") == []
+
+
+def test_priority_order_across_queues(r: redis.Redis) -> None:
+    for i in range(5):
+        low.enqueue(f"low{i}")
+    for i in range(5):
+        high.enqueue(f"high{i}")
+    Worker(["high", "low"], burst=True).run()
+    assert order(r) == [f"high{i}" for i in range(5)] + [f"low{i}" for i in range(5)]
+
+
+def test_a_due_delayed_task_in_a_higher_queue_runs_first(r: redis.Redis) -> None:
+    low.enqueue("low")
+    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
+    high.enqueue_at(past, "high (was delayed)")
+    Worker(["high", "low"], burst=True).run()
+    assert order(r) == ["high (was delayed)", "low"]
+
+
+def test_delayed_tasks_run_at_their_time_not_before(r: redis.Redis) -> None:
+    labels = ["a", "b", "c"]
+    for i, label in enumerate(labels):
+        tasks.record_time.enqueue_in(0.1 + 0.1 * i, label)
+    due = {
+        Message.decode(raw).args[0]: int(score)
+        for raw, score in r.zrange(delayed_key("test"), 0, -1, withscores=True)
+    }
+    with running_worker(["test"]):
+        wait_until(lambda: r.hlen("test:started") == 3)
+    started = {label.decode(): int(ms) for label, ms in r.hgetall("test:started").items()}
+    assert all(started[label] >= due[label] for label in labels), (started, due)
+
+
+def test_an_idle_worker_is_woken_for_each_task(r: redis.Redis) -> None:
+    # A lost wake-up would leave a task waiting for the 60 s safety net.
+    with (
+        override_settings(REDIS_COMPONENTS={"TASK_HEARTBEAT_INTERVAL": 60.0}),
+        running_worker(["test"]),
+    ):
+        wait_until(lambda: subscribed(r, "test"))
+        for i in range(20):
+            tasks.record.enqueue(f"t{i}")
+            wait_until(lambda i=i: r.llen("test:order") == i + 1)
+        # A delayed task added while the worker sleeps with no due time wakes it too.
+        tasks.record.enqueue_in(0.05, "delayed")
+        wait_until(lambda: r.llen("test:order") == 21)
+
+
+def test_concurrent_schedulers_move_each_due_task_exactly_once(r: redis.Redis) -> None:
+    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
+    labels = [f"t{i}" for i in range(400)]
+    for label in labels:
+        tasks.record.enqueue_at(past, label)
+
+    def burst() -> None:
+        Worker(["test"], burst=True).run()
+
+    run_processes(burst, [()] * 4)
+    assert runs(r) == dict.fromkeys(labels, 1)
+    assert r.zcard(delayed_key("test")) == 0
+
+
+def test_failures_retry_with_backoff_then_dead_letter_with_traceback(r: redis.Redis) -> None:
+    tasks.fail.enqueue("f")
+    with running_worker(["test"]):
+        wait_until(lambda: r.llen(dead_key("test")) == 1)
+    assert runs(r) == {"f": 3}  # the first run and fail's max_retries=2 retries
+    [letter] = dead_letters("test")
+    assert letter.reason == "failed"
+    assert letter.error == "ValueError: f failed on purpose"
+    assert "Traceback" in letter.traceback
+    assert 'raise ValueError(f"{label} failed on purpose")' in letter.traceback
+    assert Message.decode(letter.task).retries == 2
+
+    assert requeue_dead("test") == 1
+    with running_worker(["test"]):
+        wait_until(lambda: r.llen(dead_key("test")) == 1)
+    assert runs(r) == {"f": 6}
+
+
+def test_retry_exception_reschedules_without_dead_letter(r: redis.Redis) -> None:
+    tasks.retry_once.enqueue("r")
+    with running_worker(["test"]):
+        wait_until(lambda: runs(r).get("r") == 2 and not r.keys("rc:queue:{tasks}:running:*"))
+    assert r.llen(dead_key("test")) == 0
+    assert r.zcard(delayed_key("test")) == 0
+
+
+def test_unknown_and_undecodable_tasks_are_dead_lettered_and_the_worker_goes_on(
+    redis_mode: str, r: redis.Redis
+) -> None:
+    stranger = Message("id1", "nobody.knows", "test", [], {}).encode()
+    r.rpush(ready_key("test"), stranger, "not json", '{"id": 3}')
+    tasks.record.enqueue("after")
+    assert Worker(["test"], burst=True).run() == 1
+    assert order(r) == ["after"]
+    unknown, not_json, bad_shape = dead_letters("test")
+    assert (unknown.reason, unknown.task) == ("unknown task", stranger)
+    assert "nobody.knows" in unknown.error
+    assert (not_json.reason, not_json.task) == ("undecodable", "not json")
+    assert bad_shape.reason == "undecodable"
+    assert "'id' must be a str" in bad_shape.error
+
+
+def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> None:
+    class Busy:
+        names = ("item:1",)
+        retry_after = 0.01
+
+    @task(name="tests.test_worker.deferring", queue="test")
+    def deferring() -> None:
+        if r.hincrby("test:runs", "deferring", 1) < 3:
+            defer()(Busy())
+
+    deferring.enqueue()
+    with running_worker(["test"]):
+        wait_until(lambda: runs(r).get("deferring") == 3)
+    assert r.llen(dead_key("test")) == 0
+    with running_worker(["test"], burst=True):
+        pass
+    assert runs(r) == {"deferring": 3}
+
+
+def test_a_dead_workers_tasks_are_recovered_by_a_live_one(r: redis.Redis) -> None:
+    with override_settings(REDIS_COMPONENTS={"TASK_HEARTBEAT_INTERVAL": 0.2}):
+        dead = Worker(["test"], worker_id="ghost.1.1.abc")
+        dead._beat()  # registered, then never heard of again
+        tasks.record.enqueue("orphan")
+        r.lmove(ready_key("test"), running_key(dead.id, "test"), "LEFT", "RIGHT")
+        assert [w.id for w in workers()] == [dead.id]
+        with running_worker(["test"]) as live:
+            wait_until(lambda: runs(r) == {"orphan": 1})
+            assert [w.id for w in workers()] == [live.id]
+    assert r.hgetall("rc:queue:{tasks}:crashes") == {}  # cleared when the task finished
+
+
+def test_a_task_found_after_too_many_crashes_is_dead_lettered(r: redis.Redis) -> None:
+    tasks.record.enqueue("poison")
+    with override_settings(REDIS_COMPONENTS={"TASK_MAX_CRASHES": 2}):
+        for attempt in range(2):
+            ghost = Worker(["test"], worker_id=f"ghost.1.{attempt}.abc")
+            ghost._beat()
+            assert ghost._fetch(take=True).payload is not None
+            result = recover_worker(
+                ghost._client, ghost.id, ["test"], only_if_expired=False, max_crashes=2
+            )
+            assert result == ((1, 0) if attempt == 0 else (0, 1))
+    [letter] = dead_letters("test")
+    assert (letter.reason, Message.decode(letter.task).args) == ("crashed", ["poison"])
+    assert "died while running it 2 times" in letter.error
+    assert r.llen(ready_key("test")) == 0
+
+
+def test_recovery_skips_a_worker_whose_lease_is_alive(r: redis.Redis) -> None:
+    worker = Worker(["test"])
+    worker._beat()
+    tasks.record.enqueue("held")
+    worker._fetch(take=True)
+    assert recover_worker(r, worker.id, ["test"], only_if_expired=True, max_crashes=3) is None
+    assert r.llen(running_key(worker.id, "test")) == 1
+
+
+def test_an_unregistered_worker_is_given_nothing_until_it_registers(r: redis.Redis) -> None:
+    tasks.record.enqueue("x")
+    worker = Worker(["test"], burst=True)
+    assert worker._fetch(take=True).position == -1
+    assert r.llen(ready_key("test")) == 1
+    # Its loop registers again and goes on.
+    assert worker.run() == 1
+
+
+def test_in_progress_counts_and_live_workers(redis_mode: str, r: redis.Redis) -> None:
+    worker = Worker(["test", "other"])
+    worker._beat()
+    tasks.record.enqueue("a")
+    tasks.record.enqueue("b")
+    worker._fetch(take=True)
+    [other, test] = queue_stats(["other", "test"])
+    assert (test.ready, test.in_progress, other.in_progress) == (1, 1, 0)
+    [info] = workers()
+    assert (info.id, info.queues) == (worker.id, ["test", "other"])
+    assert 0 < info.lease_left <= 1.5 * worker.heartbeat_interval
+    assert json.loads(r.hget(workers_key(), worker.id) or "{}")["queues"] == ["test", "other"]
+    assert r.zscore(leases_key(), worker.id) is not None
+
+
+def test_server_warnings_name_eviction_and_no_persistence(r: redis.Redis) -> None:
+    assert any("keeps nothing on disk" in warning for warning in server_warnings(r))
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert any("'allkeys-lru'" in warning for warning in server_warnings(r))
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("appendonly", "yes")
+    try:
+        assert server_warnings(r) == []
+    finally:
+        r.config_set("appendonly", "no")
+
+
+def test_bad_worker_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least one queue"):
+        Worker([])
+    with pytest.raises(ValueError, match="not a string"):
+        Worker("test")
+    with pytest.raises(ValueError, match="max_tasks"):
+        Worker(["test"], max_tasks=0)

@@ -16,14 +16,14 @@ from redis_components.connection import get_client
 
 @task(queue="test")
 def record(label: str, pause: float = 0.0) -> None:
-    """Count a run of ``label`` (several runs mean duplicates), after ``pause`` seconds."""
-    if pause:
-        time.sleep(pause)
+    """Count a run of ``label`` (several runs mean duplicates), then sleep ``pause`` seconds."""
     client = get_client()
     pipe = client.pipeline(transaction=True)
     pipe.hincrby("test:runs", label, 1)
     pipe.rpush("test:order", label)
     pipe.execute()
+    if pause:
+        time.sleep(pause)
 
 
 @task(queue="test")

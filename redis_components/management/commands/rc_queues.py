@@ -1,0 +1,115 @@
+"""``manage.py rc_queues``: look at the task queues, requeue dead letters, purge a queue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...exceptions import InvalidInput
+from ...queues import purge, queue_names, queue_stats, requeue_dead, validate_queue, workers
+
+
+class Command(BaseCommand):
+    help = (
+        "Show each task queue's ready, delayed, in-progress and dead task counts and the "
+        "registered workers; or requeue dead letters; or purge a queue."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        action = parser.add_mutually_exclusive_group()
+        action.add_argument(
+            "--requeue-dead",
+            nargs="?",
+            const="",
+            metavar="QUEUE",
+            help="Put the dead letters of QUEUE (default: of every queue) back on their "
+            "queue, with fresh retries.",
+        )
+        action.add_argument(
+            "--purge",
+            metavar="QUEUE",
+            help="Delete the ready, delayed and dead tasks of QUEUE (tasks in progress finish).",
+        )
+        parser.add_argument(
+            "--yes", action="store_true", help="Purge without asking for confirmation."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            if options["requeue_dead"] is not None:
+                self.requeue(options["requeue_dead"])
+            elif options["purge"] is not None:
+                self.purge(options["purge"], options["yes"])
+            else:
+                self.show()
+        except InvalidInput as error:
+            raise CommandError(str(error)) from None
+
+    def show(self) -> None:
+        rows: list[tuple[str, ...]] = [
+            ("queue", "ready", "delayed", "in progress", "dead", "limit")
+        ]
+        for stats in queue_stats():
+            rows.append(
+                (
+                    stats.name,
+                    str(stats.ready),
+                    str(stats.delayed),
+                    str(stats.in_progress),
+                    str(stats.dead),
+                    str(stats.limit) if stats.limit else "-",
+                )
+            )
+        if len(rows) == 1:
+            self.stdout.write("No queues yet.")
+        else:
+            self.write_table(rows)
+        registered = workers()
+        self.stdout.write(f"\nWorkers: {len(registered)}")
+        if registered:
+            table: list[tuple[str, ...]] = [("id", "pid", "queues", "up", "lease")]
+            for worker in registered:
+                lease = (
+                    f"{worker.lease_left:.1f} s left"
+                    if worker.lease_left >= 0
+                    else "expired (being recovered)"
+                )
+                up = f"{time.time() - worker.started_at:.0f} s" if worker.started_at else "?"
+                table.append((worker.id, str(worker.pid), ", ".join(worker.queues), up, lease))
+            self.write_table(table)
+
+    def write_table(self, rows: Sequence[Sequence[str]]) -> None:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            cells = [
+                cell.ljust(width) if i == 0 or not cell[:1].isdigit() else cell.rjust(width)
+                for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+            ]
+            self.stdout.write("  ".join(cells).rstrip())
+
+    def requeue(self, queue: str) -> None:
+        names = [validate_queue(queue)] if queue else queue_names()
+        for name in names:
+            moved = requeue_dead(name)
+            if moved or queue:
+                self.stdout.write(f"{name}: requeued {moved} dead tasks")
+
+    def purge(self, queue: str, yes: bool) -> None:
+        [stats] = queue_stats([validate_queue(queue)])
+        waiting = stats.ready + stats.delayed + stats.dead
+        if not yes:
+            question = (
+                f"Delete {stats.ready} ready, {stats.delayed} delayed and {stats.dead} dead "
+                f"tasks of queue {queue!r}? [y/N] "
+            )
+            try:
+                answer = input(question)
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                raise CommandError("Nothing was deleted.")
+        deleted = purge(queue)
+        self.stdout.write(f"{queue}: deleted {deleted} tasks (there were {waiting} a moment ago)")

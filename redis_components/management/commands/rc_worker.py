@@ -1,0 +1,127 @@
+"""``manage.py rc_worker``: run task workers (see ``redis_components.worker``)."""
+
+from __future__ import annotations
+
+import logging
+from argparse import ArgumentTypeError, RawDescriptionHelpFormatter
+from typing import Any
+
+import redis
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import conf
+from ...connection import get_client
+from ...exceptions import InvalidInput
+from ...queues import DEFAULT_QUEUE, registered_tasks
+from ...worker import Supervisor, server_warnings
+
+logger = logging.getLogger("redis_components.worker")
+
+HELP = """Run task workers: processes that take tasks from Redis queues and run them.
+
+Queues are served in the order given: a ready task in an earlier queue always runs
+before one in a later queue. Delivery is at least once: a task is held in the
+worker's in-progress list in Redis while it runs, and if the worker dies (kill -9,
+a crash, a lost machine) its tasks go back on their queue within about twice
+TASK_HEARTBEAT_INTERVAL. So a task may run twice after a crash, never zero times.
+
+Ctrl-C or SIGTERM: each worker finishes its current task, then exits.
+A second Ctrl-C or SIGTERM: stop at once (the running tasks go back on their queue).
+"""
+
+
+def positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = HELP
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.formatter_class = RawDescriptionHelpFormatter  # keep the paragraphs above
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "queues",
+            nargs="*",
+            metavar="QUEUE",
+            help="Queues to serve, highest priority first. Default: every queue that a "
+            "registered task uses, in alphabetical order.",
+        )
+        parser.add_argument(
+            "-c",
+            "--concurrency",
+            type=positive,
+            default=1,
+            help="Number of worker processes, each running one task at a time (default 1).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit when no task is ready (delayed tasks not yet due are left).",
+        )
+        parser.add_argument(
+            "--max-tasks",
+            type=positive,
+            metavar="N",
+            help="Each worker process exits after running N tasks.",
+        )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="Do not move due delayed tasks to their queues (another worker must).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        tasks = registered_tasks()
+        queues = options["queues"] or sorted({t.queue for t in tasks.values()} or {DEFAULT_QUEUE})
+        try:
+            supervisor = Supervisor(
+                queues,
+                concurrency=options["concurrency"],
+                scheduler=not options["no_scheduler"],
+                burst=options["burst"],
+                max_tasks=options["max_tasks"],
+            )
+        except InvalidInput as error:
+            raise CommandError(str(error)) from None
+        logger.info(
+            "rc_worker: %d process%s serving %s (in this priority order); heartbeat every "
+            "%.3g s; delayed tasks %s",
+            supervisor.concurrency,
+            "" if supervisor.concurrency == 1 else "es",
+            ", ".join(supervisor.queues),
+            conf.TASK_HEARTBEAT_INTERVAL,
+            "moved by these workers"
+            if not options["no_scheduler"]
+            else "not moved (--no-scheduler)",
+        )
+        logger.info("Registered tasks: %s", ", ".join(sorted(tasks)) or "none")
+        try:
+            for warning in server_warnings(get_client()):
+                logger.warning(warning)
+        except redis.exceptions.RedisError as error:
+            logger.warning("Cannot reach Redis yet (%s); the workers will keep trying", error)
+        supervisor.run()
+
+
+def configure_logging(verbosity: int) -> None:
+    """Log to stderr unless the project configured logging for redis_components."""
+    package = logging.getLogger("redis_components")
+    if package.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s [%(processName)s %(process)d] %(message)s")
+    )
+    package.addHandler(handler)
+    package.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))

@@ -1,0 +1,239 @@
+"""``manage.py rc_worker`` as a real process tree: kills, signals, Redis restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redis_components.embedded import EmbeddedRedis
+from redis_components.queues import Message, dead_letters, ready_key, running_key, workers
+from tests import tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    """``python -m django rc_worker ...`` in its own process group, output in a file."""
+
+    def __init__(self, tmp_path: Path, args: list[str], settings: dict[str, object]) -> None:
+        self.log = tmp_path / f"worker-{time.monotonic_ns()}.log"
+        env = {**os.environ, "RC_TEST_REDIS_COMPONENTS": json.dumps(settings)}
+        with open(self.log, "wb") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "django", "rc_worker", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def kill_all(self) -> None:
+        """SIGKILL the supervisor and every worker process at once."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise AssertionError(f"rc_worker did not exit; its output:\n{self.output()}") from None
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, **settings: object) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path, list(args), settings)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.kill_all()
+
+
+def wait_until(
+    condition: Callable[[], object], what: Callable[[], str], timeout: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out; {what()}"
+        time.sleep(0.01)
+
+
+def runs(r: redis.Redis) -> dict[str, int]:
+    return {label.decode(): int(count) for label, count in r.hgetall("test:runs").items()}
+
+
+def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    labels = [f"t{i}" for i in range(1000)]
+    for label in labels:
+        tasks.record.enqueue(label, pause=0.003)
+    settings = {"TASK_HEARTBEAT_INTERVAL": 1.0, "TASK_MAX_CRASHES": 100}
+    in_flight = 0
+    killed: set[str] = set()
+    for progress in (150, 400, 650):
+        worker = start_worker("test", "--concurrency", "2", **settings)
+        wait_until(lambda p=progress: r.hlen("test:runs") >= p, worker.output)
+        worker.kill_all()
+        assert r.hlen("test:runs") < len(labels), "the run ended before the kill"
+        # What the workers killed now held is all that may run twice (workers killed
+        # earlier may still be waiting for recovery: their tasks are counted already).
+        victims = {w.id for w in workers()} - killed
+        in_flight += sum(r.llen(running_key(worker_id, "test")) for worker_id in victims)
+        killed |= victims
+    worker = start_worker("test", "--concurrency", "2", **settings)
+
+    def settled() -> bool:
+        recovered = not killed & {w.id for w in workers()}
+        return recovered and r.llen(ready_key("test")) == 0 and r.hlen("test:runs") == len(labels)
+
+    wait_until(settled, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+    counts = runs(r)
+    assert set(counts) == set(labels)  # every task ran at least once
+    duplicates = sum(counts.values()) - len(labels)
+    assert duplicates <= in_flight, (duplicates, in_flight)
+    assert r.keys("rc:queue:{tasks}:running:*") == []
+    assert workers() == []
+    assert dead_letters("test") == []
+
+
+def test_sigterm_lets_the_running_task_finish(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    tasks.slow.enqueue("s", 1.0)
+    worker = start_worker("test")
+    wait_until(lambda: r.exists("test:s:started"), worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert r.exists("test:s:finished")
+    assert r.llen(ready_key("test")) == 0
+    assert r.keys("rc:queue:{tasks}:running:*") == []
+    assert workers() == []
+    assert "signal again to stop at once" in worker.output()
+
+
+def test_a_second_signal_stops_at_once_and_puts_the_task_back(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    tasks.slow.enqueue("s", 60.0)
+    worker = start_worker("test")
+    wait_until(lambda: r.exists("test:s:started"), worker.output)
+    worker.signal(signal.SIGINT)
+    time.sleep(0.1)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert not r.exists("test:s:finished")
+    [payload] = r.lrange(ready_key("test"), 0, -1)
+    assert json.loads(payload)["args"] == ["s", 60.0]
+    assert r.hgetall("rc:queue:{tasks}:crashes") == {}  # a stop is not a crash
+    assert workers() == []
+    assert "put back 1 of its tasks" in worker.output()
+
+
+def test_a_task_that_kills_its_worker_is_dead_lettered_after_repeated_crashes(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    tasks.crash.enqueue("c")
+    tasks.record.enqueue("after")
+    worker = start_worker("test", TASK_MAX_CRASHES=2)
+    wait_until(lambda: runs(r).get("after") == 1, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert runs(r) == {"c": 2, "after": 1}
+    [letter] = dead_letters("test")
+    assert letter.reason == "crashed"
+    assert json.loads(letter.task)["task"] == "tests.tasks.crash"
+    output = worker.output()
+    assert output.count("died (signal 9)") == 2
+    assert "dead-lettered 1" in output
+
+
+def test_burst_and_max_tasks_end_the_command(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    for i in range(5):
+        tasks.record.enqueue(f"t{i}")
+    assert start_worker("test", "--max-tasks", "2").wait() == 0
+    assert r.llen("test:order") == 2
+    assert start_worker("test", "--burst", "-c", "2").wait() == 0
+    assert r.llen("test:order") == 5
+    assert workers() == []
+
+
+def test_the_worker_survives_a_redis_restart(
+    tmp_path: Path, start_worker: Callable[..., WorkerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "redis"
+    server = EmbeddedRedis(directory=directory, persistent=True).start()
+    try:
+        monkeypatch.setenv("RC_TEST_REDIS_URL", server.url)
+        client = server.client()
+        worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
+        push = redis.Redis.from_url(server.url)
+
+        def enqueue(label: str) -> None:
+            # The session's CACHES point at the other server: push the task directly.
+            message = Message("id-" + label, "tests.tasks.record", "test", [label], {})
+            push.rpush(ready_key("test"), message.encode())
+
+        enqueue("before")
+        wait_until(lambda: client.hlen("test:runs") == 1, worker.output)
+        port = server.port
+        server.stop()
+        time.sleep(0.5)
+        server = EmbeddedRedis(directory=directory, persistent=True, port=port).start()
+        client = server.client()
+        enqueue("after")
+        wait_until(lambda: client.hlen("test:runs") == 2, worker.output)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+        output = worker.output()
+        assert "lost Redis" in output
+        assert "reached Redis again" in output
+        assert {k.decode() for k in client.hkeys("test:runs")} == {"before", "after"}
+    finally:
+        server.stop()
+
+
+def test_help_explains_the_guarantees() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "rc_worker", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "may run twice after a crash, never zero times" in result.stdout
+    assert "--concurrency" in result.stdout
+    assert "highest priority first" in result.stdout
+
+
+def test_bad_queue_names_are_refused(start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("ok", "")
+    assert worker.wait() == 1
+    assert "queues: must not be empty" in worker.output()

@@ -48,6 +48,7 @@ def check_settings(
     merged = {**DEFAULTS, **value}
     errors += _check_cache(merged["CACHE_ALIAS"])
     errors += _check_numbers(value)
+    errors += _check_queue_limits(merged["TASK_QUEUE_LIMITS"])
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):
         errors.append(
@@ -113,3 +114,25 @@ def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
                 )
             )
     return errors
+
+
+def _check_queue_limits(limits: object) -> list[CheckMessage]:
+    """TASK_QUEUE_LIMITS maps queue names to positive integers."""
+    valid = isinstance(limits, dict) and all(
+        isinstance(name, str)
+        and name
+        and isinstance(limit, int)
+        and not isinstance(limit, bool)
+        and limit > 0
+        for name, limit in limits.items()
+    )
+    if valid:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['TASK_QUEUE_LIMITS'] is {limits!r}; it must map queue names to "
+            "positive integers (the most tasks each queue may hold).",
+            hint="For example: {'emails': 10000}. Leave a queue out to leave it unbounded.",
+            id="redis_components.E008",
+        )
+    ]

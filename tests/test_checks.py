@@ -90,3 +90,12 @@ def test_manage_check_prints_each_id(tmp_path: Path) -> None:
     for check_id in ("E004", "E006", "W001"):
         assert f"redis_components.{check_id}" in result.stderr
     assert "needs a django-redis cache" in result.stderr
+
+
+@pytest.mark.parametrize("limits", [[1], {"q": 0}, {"q": "10"}, {"q": True}, {"": 5}, {1: 5}])
+def test_e008_bad_queue_limits(limits: object) -> None:
+    assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": limits}) == ["redis_components.E008"]
+
+
+def test_queue_limits_pass() -> None:
+    assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": {"emails": 10, "é": 1}}) == []

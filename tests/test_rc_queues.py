@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import redis
+from django.core.management import CommandError, call_command
+
+from redis_components.queues import Message, dead_key, ready_key
+from redis_components.worker import Worker
+from tests import tasks
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("rc_queues", *args, stdout=out)
+    return out.getvalue()
+
+
+def bury(r: redis.Redis, queue: str, label: str) -> None:
+    payload = Message(label, "tests.tasks.record", queue, [label], {}, retries=3).encode()
+    r.rpush(dead_key(queue), json.dumps({"task": payload, "queue": queue, "reason": "failed"}))
+
+
+def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Redis) -> None:
+    tasks.record.enqueue("a")
+    tasks.record.enqueue_in(60, "b")
+    bury(r, "mail", "m")
+    worker = Worker(["test", "mail"])
+    worker._beat()
+    lines = run().splitlines()
+    assert lines[0].split() == ["queue", "ready", "delayed", "in", "progress", "dead", "limit"]
+    table = lines[1 : lines.index("")]
+    rows = {line.split()[0]: line.split()[1:] for line in table}
+    assert rows["test"] == ["1", "1", "0", "0", "-"]
+    assert rows["mail"] == ["0", "0", "0", "1", "-"]
+    assert "Workers: 1" in lines
+    assert any(worker.id in line and "test, mail" in line and "s left" in line for line in lines)
+
+
+def test_no_queues_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("redis_components.queues._registry", {})
+    assert run() == "No queues yet.\n\nWorkers: 0\n"
+
+
+def test_requeue_dead_of_one_queue_or_all(r: redis.Redis) -> None:
+    bury(r, "test", "a")
+    bury(r, "mail", "b")
+    assert run("--requeue-dead", "test") == "test: requeued 1 dead tasks\n"
+    assert r.llen(ready_key("test")) == 1
+    assert Message.decode(r.lindex(ready_key("test"), 0) or b"").retries == 0
+    assert r.llen(dead_key("mail")) == 1
+    r.sadd("rc:queue:{tasks}:queues", "mail")
+    assert "mail: requeued 1 dead tasks" in run("--requeue-dead")
+    assert r.llen(dead_key("mail")) == 0
+
+
+def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks.record.enqueue("a")
+    monkeypatch.setattr("builtins.input", lambda question: "n")
+    with pytest.raises(CommandError, match="Nothing was deleted"):
+        run("--purge", "test")
+    assert r.llen(ready_key("test")) == 1
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "y")
+    assert run("--purge", "test") == "test: deleted 1 tasks (there were 1 a moment ago)\n"
+    assert asked == ["Delete 1 ready, 0 delayed and 0 dead tasks of queue 'test'? [y/N] "]
+    tasks.record.enqueue("b")
+    assert "deleted 1 tasks" in run("--purge", "test", "--yes")
+    assert r.llen(ready_key("test")) == 0
+
+
+def test_bad_queue_names_are_refused() -> None:
+    with pytest.raises(CommandError, match="queue: must not be empty"):
+        run("--purge", "", "--yes")

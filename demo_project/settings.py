@@ -91,5 +91,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"redis_components": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "redis_components": {"handlers": ["console"], "level": "INFO"},
+        "demo_project": {"handlers": ["console"], "level": "INFO"},
+    },
 }

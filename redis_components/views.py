@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 import redis
+from django.apps import apps
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -24,11 +25,15 @@ QUEUE_PAGE_REFRESH = 5  # seconds
 def staff_only(
     view: Callable[[HttpRequest], HttpResponse],
 ) -> Callable[[HttpRequest], HttpResponse]:
-    """Anonymous users go to the login page; signed-in users who are not staff get a 403."""
+    """Anonymous users go to log in; signed-in users who are not staff get a 403.
+
+    Staff sign in through the admin when it is installed, else at ``LOGIN_URL``.
+    """
 
     def wrapped(request: HttpRequest) -> HttpResponse:
         if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
+            admin = apps.is_installed("django.contrib.admin")
+            return redirect_to_login(request.get_full_path(), "admin:login" if admin else None)
         if not request.user.is_staff:
             raise PermissionDenied("Staff only.")
         return view(request)

@@ -1,8 +1,8 @@
 """`manage.py demo`: everything `make demo` runs, in one process tree.
 
-Migrates the database, then runs the development server on 127.0.0.1:8000 beside
-the embedded Redis (started by the settings when REDIS_URL is unset). Ctrl-C stops
-every process it started, the Redis server last.
+Migrates the database, then runs the development server on 127.0.0.1:8000 and a task
+worker (``manage.py rc_worker``) beside the embedded Redis (started by the settings
+when REDIS_URL is unset). Ctrl-C stops every process it started, the Redis server last.
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+# Seconds the children get to stop by themselves after Ctrl-C.
+STOP_TIMEOUT = 10
+
 
 class Command(BaseCommand):
-    help = "Run the demo marketplace: migrate, then serve http://127.0.0.1:8000/ until Ctrl-C."
+    help = (
+        "Run the demo marketplace: migrate, then serve http://127.0.0.1:8000/ and run a task "
+        "worker until Ctrl-C."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000).")
@@ -31,7 +37,8 @@ class Command(BaseCommand):
         children = [
             subprocess.Popen(
                 [sys.executable, manage, "runserver", f"127.0.0.1:{port}", "--noreload"]
-            )
+            ),
+            subprocess.Popen([sys.executable, manage, "rc_worker"]),
         ]
         self.stdout.write(
             self.style.SUCCESS(f"The demo is at http://127.0.0.1:{port}/  (Ctrl-C stops it)")
@@ -40,7 +47,10 @@ class Command(BaseCommand):
             while all(child.poll() is None for child in children):
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            pass
+            # Ctrl-C reached every child too: give the worker time to finish its task.
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while time.monotonic() < deadline and any(c.poll() is None for c in children):
+                time.sleep(0.1)
         finally:
             for child in children:
                 if child.poll() is None:

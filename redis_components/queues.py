@@ -23,16 +23,17 @@ default prefix::
     rc:queue:{tasks}:running:<worker>:<queue>   LIST  the tasks a worker has taken from a queue
     rc:queue:{tasks}:leases                     ZSET  worker id -> lease expiry (ms)
     rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
-    rc:queue:{tasks}:crashes                    HASH  task id -> times its worker died running it
-    rc:queue:{tasks}:queues                     SET   every queue name ever enqueued to
+    rc:queue:{tasks}:queues                     SET   every queue a worker has served
 
 Worker ids contain no ``:``, so the queue name (any validated name) is always the
-last part and keys stay unambiguous. The Pub/Sub channel
-``rc:queue:{tasks}:wake:<queue>`` wakes idle workers (a channel is not a key).
+last part and keys stay unambiguous. Idle workers are woken through a Pub/Sub
+channel named like the queue's ready list (channels and keys are separate
+namespaces, and the name saves sending a second one to every script).
 
 A task travels as JSON (never pickle): ``{"id", "task", "queue", "args", "kwargs",
-"retries"}``. Its arguments are encoded when it is enqueued, in the caller, so a
-value JSON cannot carry raises :class:`TaskSerializationError` there.
+"retries"}``, and ``"crashes"`` once a worker died running it (recovery appends it).
+Its arguments are encoded when it is enqueued, in the caller, so a value JSON cannot
+carry raises :class:`TaskSerializationError` there.
 
 Delivery
 --------
@@ -50,9 +51,9 @@ import contextvars
 import datetime
 import json
 import math
+import os
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
@@ -60,7 +61,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from django.db import transaction
 
 from . import keys, scripts
-from .conf import conf
+from .conf import DEFAULTS, conf, user_settings
 from .connection import get_client, text
 from .exceptions import (
     InvalidInput,
@@ -105,20 +106,12 @@ def running_key(worker_id: str, queue: str) -> str:
     return keys.key(COMPONENT, TAG, "running", worker_id, queue)
 
 
-def wake_channel(queue: str) -> str:
-    return keys.key(COMPONENT, TAG, "wake", queue)
-
-
 def leases_key() -> str:
     return keys.key(COMPONENT, TAG, "leases")
 
 
 def workers_key() -> str:
     return keys.key(COMPONENT, TAG, "workers")
-
-
-def crashes_key() -> str:
-    return keys.key(COMPONENT, TAG, "crashes")
 
 
 def queues_key() -> str:
@@ -138,21 +131,12 @@ class Message:
     args: list[Any]
     kwargs: dict[str, Any]
     retries: int = 0
+    crashes: int = 0  # how many workers died running it
 
     def encode(self) -> str:
-        return json.dumps(
-            {
-                "id": self.id,
-                "task": self.task,
-                "queue": self.queue,
-                "args": self.args,
-                "kwargs": self.kwargs,
-                "retries": self.retries,
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
-        )
+        payload = _encode(self.id, self.task, self.queue, self.args, self.kwargs, self.retries)
+        # As queue_recover.lua writes it: the count is kept across retries.
+        return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
 
     @classmethod
     def decode(cls, payload: str | bytes) -> Message:
@@ -164,19 +148,30 @@ class Message:
         for name, kind in fields.items():
             if not isinstance(data.get(name), kind):
                 raise ValueError(f"the task's {name!r} must be a {kind.__name__}")
-        retries = data.get("retries", 0)
-        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-            raise ValueError("the task's 'retries' must be a non-negative integer")
-        return cls(data["id"], data["task"], data["queue"], data["args"], data["kwargs"], retries)
+        counts = {name: data.get(name, 0) for name in ("retries", "crashes")}
+        for name, count in counts.items():
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"the task's {name!r} must be a non-negative integer")
+        return cls(data["id"], data["task"], data["queue"], data["args"], data["kwargs"], **counts)
+
+
+# One encoder for every payload (json.dumps with options would build one per call).
+_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def _encode(task_id: str, task: str, queue: str, args: Any, kwargs: Any, retries: int) -> str:
+    fields = {"id": task_id, "task": task, "queue": queue, "args": args, "kwargs": kwargs}
+    fields["retries"] = retries
+    return _json(fields)
 
 
 def new_message(
     task: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[str, str]:
     """A new task's id and payload, or :class:`TaskSerializationError`."""
-    message = Message(uuid.uuid4().hex, task, queue, list(args), dict(kwargs))
+    task_id = os.urandom(16).hex()
     try:
-        return message.id, message.encode()
+        return task_id, _encode(task_id, task, queue, args, kwargs, 0)
     except (TypeError, ValueError) as error:
         raise TaskSerializationError(
             f"the arguments of task {task!r} cannot be sent as JSON: {error}"
@@ -235,6 +230,7 @@ class Task(Generic[P, R]):
             )
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
+        self._keys: tuple[str, str, str] = ("", "", "")  # KEY_PREFIX, ready and delayed keys
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", name)
         self.__module__ = func.__module__
@@ -248,7 +244,7 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Send the task to its queue; a worker runs it as soon as one is free."""
-        return self._send(*new_message(self.name, self.queue, args, kwargs), "ready", 0)
+        return self._send(*new_message(self.name, self.queue, args, kwargs), "")
 
     def enqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str:
         """Send the task to run ``seconds`` from now (by the Redis server's clock)."""
@@ -257,7 +253,7 @@ class Task(Generic[P, R]):
         if not math.isfinite(seconds):
             raise InvalidInput("seconds", "must be finite")
         message = new_message(self.name, self.queue, args, kwargs)
-        return self._send(*message, "in", round(seconds * 1000))
+        return self._send(*message, f"+{round(seconds * 1000)}")
 
     def enqueue_at(self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs) -> str:
         """Send the task to run at ``when``, an aware datetime (compared to the server's clock)."""
@@ -266,7 +262,7 @@ class Task(Generic[P, R]):
         if when.utcoffset() is None:
             raise InvalidInput("when", "must be an aware datetime (with a time zone)")
         message = new_message(self.name, self.queue, args, kwargs)
-        return self._send(*message, "at", round(when.timestamp() * 1000))
+        return self._send(*message, f"@{round(when.timestamp() * 1000)}")
 
     def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Enqueue when the current database transaction commits; never if it rolls back.
@@ -275,15 +271,22 @@ class Task(Generic[P, R]):
         returned at once. Outside a transaction the task is enqueued immediately.
         """
         task_id, payload = new_message(self.name, self.queue, args, kwargs)
-        transaction.on_commit(lambda: self._send(task_id, payload, "ready", 0))
+        transaction.on_commit(lambda: self._send(task_id, payload, ""))
         return task_id
 
-    def _send(self, task_id: str, payload: str, when: str, milliseconds: int) -> str:
-        limit = queue_limit(self.queue)
+    def _send(self, task_id: str, payload: str, when: str) -> str:
+        # Enqueue is a hot path: the settings are read once, the keys built once per prefix.
+        options = user_settings()
+        prefix, ready, delayed = self._keys
+        if prefix != options.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]):
+            prefix, ready, delayed = conf.KEY_PREFIX, ready_key(self.queue), delayed_key(self.queue)
+            self._keys = (prefix, ready, delayed)
+        limit = _limit(options, self.queue)
+        if not when and not limit:  # the common case gets the smallest script
+            scripts.load("queue_push")(get_client(), [ready], [payload])
+            return task_id
         added = scripts.load("queue_enqueue")(
-            get_client(),
-            [ready_key(self.queue), delayed_key(self.queue), queues_key()],
-            [payload, self.queue, wake_channel(self.queue), when, milliseconds, limit],
+            get_client(), [ready, delayed], [payload, when, limit]
         )
         if not added:
             raise QueueFull(self.queue, limit)
@@ -365,7 +368,12 @@ def registered_tasks() -> dict[str, Task[Any, Any]]:
 
 def queue_limit(queue: str) -> int:
     """The maximum number of waiting tasks of ``queue`` (0: unbounded)."""
-    return int(conf.TASK_QUEUE_LIMITS.get(queue, 0))
+    return _limit(user_settings(), queue)
+
+
+def _limit(options: dict[str, Any], queue: str) -> int:
+    limits = options.get("TASK_QUEUE_LIMITS")
+    return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
 
 
 def backoff(retries: int, base: float | None = None) -> float:
@@ -515,7 +523,7 @@ def workers() -> list[WorkerInfo]:
 
 
 def queue_names(extra: Iterable[str] = ()) -> list[str]:
-    """Every queue known: enqueued to, served by a worker, used by a task, or limited."""
+    """Every queue known: served by a worker, used by a registered task, or limited."""
     names = {text(name) for name in get_client().smembers(queues_key())}
     names.update(task.queue for task in _registry.values())
     names.update(conf.TASK_QUEUE_LIMITS)
@@ -611,7 +619,7 @@ def requeue_dead(queue: str, batch: int = 500) -> int:
         entries = [text(entry) for entry in client.lrange(dead_key(queue), 0, batch - 1)]
         if not entries:
             return moved
-        args: list[scripts.Arg] = [wake_channel(queue)]
+        args: list[scripts.Arg] = []
         for entry in entries:
             args += [entry, _fresh_payload(_dead_letter(queue, entry).task)]
         done = int(script(client, [dead_key(queue), ready_key(queue)], args))

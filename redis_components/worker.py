@@ -61,6 +61,7 @@ signal to the supervisor kills the workers and puts their tasks back at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -95,15 +96,14 @@ from .queues import (
     _current,
     _registry,
     backoff,
-    crashes_key,
     dead_entry,
     dead_key,
     delayed_key,
     leases_key,
+    queues_key,
     ready_key,
     running_key,
     validate_queue,
-    wake_channel,
     workers_key,
 )
 
@@ -111,8 +111,6 @@ logger = logging.getLogger("redis_components.worker")
 
 # Errors that mean "Redis cannot be reached now": wait and try again.
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-# The take script moves at most this many due delayed tasks per queue per call.
-MOVE_BATCH = 100
 # A worker process that dies sooner than this after its start is restarted after a pause.
 QUICK_DEATH = 1.0
 FORK = multiprocessing.get_context("fork")
@@ -138,7 +136,7 @@ def recover_worker(
     returned). ``max_crashes`` > 0 counts a crash against each task and dead-letters
     those that reach it. Returns ``(requeued, dead-lettered)``.
     """
-    script_keys = [leases_key(), workers_key(), crashes_key()]
+    script_keys = [leases_key(), workers_key()]
     args: list[scripts.Arg] = [
         worker_id,
         "expired" if only_if_expired else "now",
@@ -147,7 +145,7 @@ def recover_worker(
     ]
     for queue in queues:
         script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
-        args += [queue, wake_channel(queue)]
+        args.append(queue)
     result = scripts.load("queue_recover")(client, script_keys, args)
     if result is None:
         return None
@@ -229,10 +227,12 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self._heartbeat_stop = threading.Event()
         self._client = get_client()
-        self._keys = [crashes_key(), leases_key()]
+        self._keys = [leases_key()]
         for queue in self.queues:
             self._keys += [ready_key(queue), delayed_key(queue), running_key(self.id, queue)]
-        self._channels = [wake_channel(queue) for queue in self.queues]
+        # Each queue's wake-up channel is named like its ready list.
+        self._channels = [ready_key(queue) for queue in self.queues]
+        self._mode = "take+move" if scheduler else "take"
         self._info = json.dumps(
             {
                 "host": socket.gethostname(),
@@ -242,8 +242,8 @@ class Worker:
             }
         )
         self._pubsub: PubSub | None = None
-        # The finished task to acknowledge in the next take: (position, payload, id).
-        self._ack: tuple[int, str, str] | None = None
+        # The finished task to acknowledge in the next take: (position, payload).
+        self._ack: tuple[int, str] | None = None
         # A rescheduling or dead-lettering still to write (Redis was unreachable).
         self._pending: Callable[[], None] | None = None
         # After a lost connection: a take's reply may have been lost with it.
@@ -338,20 +338,10 @@ class Worker:
             self._reclaim = False
 
     def _fetch(self, take: bool) -> _Fetched:
-        position, payload, task_id = self._ack or (0, "", "")
+        position, payload = self._ack or (0, "")
+        mode = self._mode if take else ""
         reply = scripts.load("queue_fetch")(
-            self._client,
-            self._keys,
-            [
-                self.id,
-                position,
-                payload,
-                task_id,
-                int(take),
-                int(self.scheduler),
-                MOVE_BATCH,
-                *self._channels,
-            ],
+            self._client, self._keys, [self.id, position, payload, mode]
         )
         self._ack = None
         raw, position, wait = reply
@@ -447,7 +437,7 @@ class Worker:
                 self._reschedule(position, payload, message, payload, running.deferred_for)
             else:
                 logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
-                self._ack = (position, payload, message.id)
+                self._ack = (position, payload)
         finally:
             _current.reset(token)
             close_old_connections()
@@ -483,9 +473,7 @@ class Worker:
                 delay,
                 exc_info=not isinstance(error, Retry),
             )
-            retried = Message(
-                task_id, name, message.queue, message.args, message.kwargs, message.retries + 1
-            )
+            retried = dataclasses.replace(message, retries=message.retries + 1)
             self._reschedule(position, payload, message, retried.encode(), delay)
         else:
             logger.error(
@@ -508,8 +496,8 @@ class Worker:
         def write() -> None:
             moved = scripts.load("queue_reschedule")(
                 self._client,
-                [running_key(self.id, queue), delayed_key(queue), crashes_key()],
-                [payload, new_payload, round(delay * 1000), message.id, wake_channel(queue)],
+                [running_key(self.id, queue), delayed_key(queue), ready_key(queue)],
+                [payload, new_payload, round(delay * 1000)],
             )
             if not moved:
                 self._was_recovered(message.task, message.id)
@@ -525,8 +513,8 @@ class Worker:
         def write() -> None:
             buried = scripts.load("queue_bury")(
                 self._client,
-                [running_key(self.id, queue), dead_key(queue), crashes_key()],
-                [payload, entry, task_id, conf.TASK_DEAD_LETTER_MAX],
+                [running_key(self.id, queue), dead_key(queue)],
+                [payload, entry, conf.TASK_DEAD_LETTER_MAX],
             )
             if not buried:
                 self._was_recovered("a task", task_id)
@@ -558,8 +546,8 @@ class Worker:
         """Renew this worker's lease; return the ids of workers whose lease ran out."""
         expired = scripts.load("queue_heartbeat")(
             self._client,
-            [leases_key(), workers_key()],
-            [self.id, round(self.heartbeat_interval * 1500), self._info, 10],
+            [leases_key(), workers_key(), queues_key()],
+            [self.id, round(self.heartbeat_interval * 1500), self._info, 10, *self.queues],
         )
         return [text(worker_id) for worker_id in expired]
 

@@ -149,8 +149,8 @@ def test_a_second_signal_stops_at_once_and_puts_the_task_back(
     assert worker.wait(timeout=20) == 0
     assert not r.exists("test:s:finished")
     [payload] = r.lrange(ready_key("test"), 0, -1)
-    assert json.loads(payload)["args"] == ["s", 60.0]
-    assert r.hgetall("rc:queue:{tasks}:crashes") == {}  # a stop is not a crash
+    message = Message.decode(payload)
+    assert (message.args, message.crashes) == (["s", 60.0], 0)  # a stop is not a crash
     assert workers() == []
     assert "put back 1 of its tasks" in worker.output()
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redis
@@ -24,13 +26,20 @@ from redis_components.queues import (
     ready_key,
     requeue_dead,
     running_key,
-    wake_channel,
     workers,
     workers_key,
 )
 from redis_components.worker import Worker, recover_worker, server_warnings
 from tests import tasks
 from tests.processes import run_processes
+
+
+@pytest.fixture(autouse=True)
+def _db_connections_may_be_checked(django_db_blocker: Any) -> Iterator[None]:
+    """The worker calls close_old_connections() around each task, as Django does
+    around requests; that looks at connections other tests may have left open."""
+    with django_db_blocker.unblock():
+        yield
 
 
 def record_in(queue: str) -> Callable[[str], None]:
@@ -74,7 +83,7 @@ def running_worker(queues: list[str], **options: object) -> Iterator[Worker]:
 
 
 def subscribed(r: redis.Redis, queue: str) -> bool:
-    [(_, count)] = r.pubsub_numsub(wake_channel(queue))
+    [(_, count)] = r.pubsub_numsub(ready_key(queue))
     return int(count) > 0
 
 
@@ -218,7 +227,6 @@ def test_a_dead_workers_tasks_are_recovered_by_a_live_one(r: redis.Redis) -> Non
         with running_worker(["test"]) as live:
             wait_until(lambda: runs(r) == {"orphan": 1})
             assert [w.id for w in workers()] == [live.id]
-    assert r.hgetall("rc:queue:{tasks}:crashes") == {}  # cleared when the task finished
 
 
 def test_a_task_found_after_too_many_crashes_is_dead_lettered(r: redis.Redis) -> None:
@@ -233,7 +241,8 @@ def test_a_task_found_after_too_many_crashes_is_dead_lettered(r: redis.Redis) ->
             )
             assert result == ((1, 0) if attempt == 0 else (0, 1))
     [letter] = dead_letters("test")
-    assert (letter.reason, Message.decode(letter.task).args) == ("crashed", ["poison"])
+    buried = Message.decode(letter.task)
+    assert (letter.reason, buried.args, buried.crashes) == ("crashed", ["poison"], 1)
     assert "died while running it 2 times" in letter.error
     assert r.llen(ready_key("test")) == 0
 
@@ -292,3 +301,19 @@ def test_bad_worker_options_are_refused() -> None:
         Worker("test")
     with pytest.raises(ValueError, match="max_tasks"):
         Worker(["test"], max_tasks=0)
+
+
+def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
+    r: redis.Redis,
+) -> None:
+    tricky = [',"crashes":9}', 1.0000000000000002, 12345678901234567890, "é"]
+    tasks.record.enqueue(*tricky)  # type: ignore[arg-type]
+    for attempt in (1, 2):
+        ghost = Worker(["test"], worker_id=f"ghost.2.{attempt}.abc")
+        ghost._beat()
+        assert ghost._fetch(take=True).payload is not None
+        assert recover_worker(r, ghost.id, ["test"], only_if_expired=False, max_crashes=5) == (1, 0)
+        message = Message.decode(r.lindex(ready_key("test"), 0) or b"")
+        assert (message.args, message.crashes) == (tricky, attempt)
+    # A retry keeps the count; the payload stays one that recovery can extend.
+    assert Message.decode(dataclasses.replace(message, retries=1).encode()).crashes == 2

@@ -1,0 +1,372 @@
+"""Task queues: redis_components against RQ, Huey, Dramatiq and the book's BLPOP loop.
+
+    .venv/bin/pip install -e '.[embedded,bench]'
+    .venv/bin/python -m benchmarks.queues            # all contenders, 3 rounds
+    .venv/bin/python -m benchmarks.queues --only ours huey --rounds 1
+
+Each contender runs against a private redis-server that this script starts (never
+the machine's Redis), with its library's defaults, and its worker started the way a
+user would start it (one worker process, one task at a time):
+
+* enqueue rate: 20,000 no-op tasks enqueued one by one from this process;
+* processing rate: one worker process drains those 20,000 tasks (timed from the
+  first task it runs to the last, so start-up is not counted);
+* latency: enqueue-to-start of 200 tasks sent one at a time to an idle worker;
+* kills: 2,000 tasks that count their runs; the worker (every process of it) is
+  SIGKILLed 5 times mid-run and restarted; then each contender gets its recovery
+  window to finish. Lost: never ran. Run twice: extra runs.
+
+Numbers are medians over the rounds (kills: totals of one round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from redis_components.embedded import EmbeddedRedis
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+THROUGHPUT_TASKS = 20_000
+LATENCY_SAMPLES = 200
+KILL_TASKS = 2_000
+KILL_AT = (0.10, 0.25, 0.40, 0.55, 0.70)  # fractions of KILL_TASKS done
+
+
+@dataclass
+class Contender:
+    name: str
+    label: str
+    command: list[str]
+    # Seconds after the last restart in which a dead worker's tasks may still come back.
+    recovery_window: float
+    setup: Callable[[], Callable[..., None]] = field(repr=False)
+
+
+def ours() -> Callable[..., None]:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    import django
+
+    django.setup()
+    from benchmarks import tasks
+
+    return lambda name, *args: getattr(tasks, name).enqueue(*args)
+
+
+def rq() -> Callable[..., None]:
+    from rq import Queue
+
+    from benchmarks import common, rq_tasks
+
+    queue = Queue(common.QUEUE, connection=redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]))
+    return lambda name, *args: queue.enqueue(getattr(rq_tasks, name), *args)
+
+
+def huey() -> Callable[..., None]:
+    from benchmarks import huey_tasks
+
+    return lambda name, *args: getattr(huey_tasks, name)(*args)
+
+
+def dramatiq() -> Callable[..., None]:
+    from benchmarks import dramatiq_tasks
+
+    return lambda name, *args: getattr(dramatiq_tasks, name).send(*args)
+
+
+def book() -> Callable[..., None]:
+    from benchmarks import book as book_queue
+
+    conn = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    return lambda name, *args: book_queue.send(conn, name, *args)
+
+
+CONTENDERS = [
+    Contender(
+        "ours",
+        "redis_components (rc_worker)",
+        [sys.executable, "-m", "django", "rc_worker", "bench"],
+        recovery_window=10,  # 2 x the default 3 s heartbeat interval, and some
+        setup=ours,
+    ),
+    Contender(
+        "rq",
+        "RQ SimpleWorker",
+        [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-u", "{url}", "bench"],
+        recovery_window=5,
+        setup=rq,
+    ),
+    Contender(
+        "huey",
+        "Huey (RedisHuey, 1 thread)",
+        [str(BIN / "huey_consumer"), "benchmarks.huey_tasks.huey", "-w", "1", "-k", "thread"],
+        recovery_window=5,
+        setup=huey,
+    ),
+    Contender(
+        "dramatiq",
+        "Dramatiq (RedisBroker, -p 1 -t 1)",
+        [str(BIN / "dramatiq"), "benchmarks.dramatiq_tasks", "-p", "1", "-t", "1"],
+        recovery_window=90,  # its heartbeat timeout is 60 s
+        setup=dramatiq,
+    ),
+    Contender(
+        "book",
+        "the book's BLPOP loop",
+        [sys.executable, "-m", "benchmarks.book"],
+        recovery_window=5,
+        setup=book,
+    ),
+]
+
+
+class Worker:
+    """A contender's worker command in its own process group."""
+
+    def __init__(self, contender: Contender, url: str, log: Path) -> None:
+        command = [part.replace("{url}", url) for part in contender.command]
+        self.output = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=self.output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.output.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.output.close()
+
+
+def session_cpu(session: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of a session (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[3]) == session:  # fields[3] is the session id
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def server_cpu(r: redis.Redis) -> float:
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+@dataclass
+class Throughput:
+    enqueue_rate: float  # tasks per second
+    enqueue_cpu: float  # CPU microseconds per task: this process plus redis-server
+    process_rate: float
+    process_cpu: float  # CPU microseconds per task: the worker's processes plus redis-server
+
+
+def throughput(
+    enqueue: Callable[..., None], contender: Contender, r: redis.Redis, url: str, log: Path
+) -> Throughput:
+    enqueue("mark", "start")
+    begin, cpu, redis_cpu = time.perf_counter(), time.process_time(), server_cpu(r)
+    for _ in range(THROUGHPUT_TASKS):
+        enqueue("noop")
+    enqueue_rate = THROUGHPUT_TASKS / (time.perf_counter() - begin)
+    enqueue_cpu = time.process_time() - cpu + server_cpu(r) - redis_cpu
+    enqueue("mark", "end")
+    worker = Worker(contender, url, log)
+    session = worker.process.pid
+    try:
+        wait_for(lambda: r.exists("bench:start"), 60, "the first task")
+        cpu, redis_cpu = session_cpu(session), server_cpu(r)
+        wait_for(lambda: r.exists("bench:end"), 600, "the last task")
+        process_cpu = session_cpu(session) - cpu + server_cpu(r) - redis_cpu
+    finally:
+        worker.stop()
+    elapsed = float(r.get("bench:end") or 0) - float(r.get("bench:start") or 0)
+    per_task = 1e6 / THROUGHPUT_TASKS
+    return Throughput(
+        enqueue_rate, enqueue_cpu * per_task, THROUGHPUT_TASKS / elapsed, process_cpu * per_task
+    )
+
+
+def latency(
+    enqueue: Callable[..., None], contender: Contender, r: redis.Redis, url: str, log: Path
+) -> list[float]:
+    worker = Worker(contender, url, log)
+    try:
+        enqueue("mark", "ready")
+        wait_for(lambda: r.exists("bench:ready"), 60, "the worker to start")
+        time.sleep(0.5)  # let it settle into its idle wait
+        samples = []
+        for _ in range(LATENCY_SAMPLES):
+            enqueue("started", time.time())
+            reply = r.blpop(["bench:latency"], 30)
+            if reply is None:
+                raise TimeoutError("a latency sample did not arrive")
+            samples.append(float(reply[1]))
+            time.sleep(0.02)  # the worker goes idle again
+        return samples
+    finally:
+        worker.stop()
+
+
+def kills(
+    enqueue: Callable[..., None], contender: Contender, r: redis.Redis, url: str, log: Path
+) -> tuple[int, int]:
+    for i in range(KILL_TASKS):
+        enqueue("record", f"t{i}")
+    for fraction in KILL_AT:
+        worker = Worker(contender, url, log)
+        wait_for(lambda f=fraction: r.hlen("bench:runs") >= f * KILL_TASKS, 300, "progress")
+        worker.kill()
+    worker = Worker(contender, url, log)
+    restarted = time.monotonic()
+    try:
+        last, quiet_since = -1, time.monotonic()
+        while r.hlen("bench:runs") < KILL_TASKS:
+            done = r.hlen("bench:runs")
+            if done != last:
+                last, quiet_since = done, time.monotonic()
+            settled = time.monotonic() - quiet_since > 3
+            if settled and time.monotonic() - restarted > contender.recovery_window:
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    counts = [int(count) for count in r.hvals("bench:runs")]
+    return KILL_TASKS - len(counts), sum(counts) - len(counts)
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def machine(server: EmbeddedRedis) -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {
+        name: importlib.metadata.version(name) for name in ("rq", "huey", "dramatiq", "redis")
+    }
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "redis": server.client().info("server")["redis_version"],
+        "python": platform.python_version(),
+        "load average before": os.getloadavg(),
+        "libraries": versions,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", nargs="*", choices=[c.name for c in CONTENDERS])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-kills", action="store_true")
+    options = parser.parse_args()
+    contenders = [c for c in CONTENDERS if not options.only or c.name in options.only]
+    logs = Path(tempfile.mkdtemp(prefix="rc-bench-"))
+    with EmbeddedRedis() as server:
+        os.environ["BENCH_REDIS_URL"] = server.url
+        r = server.client()
+        info = machine(server)
+        senders = {contender.name: contender.setup() for contender in contenders}
+        results: dict[str, dict[str, Any]] = {
+            c.name: {"runs": [], "latency": []} for c in contenders
+        }
+        # Rounds interleave the contenders, so that other load on the machine falls on all.
+        for round_ in range(options.rounds):
+            for contender in contenders:
+                enqueue, result = senders[contender.name], results[contender.name]
+                log = logs / f"{contender.name}.log"
+                r.flushall()
+                run = throughput(enqueue, contender, r, server.url, log)
+                result["runs"].append(run)
+                r.flushall()
+                result["latency"] += latency(enqueue, contender, r, server.url, log)
+                print(
+                    f"round {round_ + 1} {contender.name}: enqueue {run.enqueue_rate:,.0f}/s "
+                    f"({run.enqueue_cpu:.0f} us CPU), process {run.process_rate:,.0f}/s "
+                    f"({run.process_cpu:.0f} us CPU), load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+        if not options.skip_kills:
+            for contender in contenders:
+                r.flushall()
+                log = logs / f"{contender.name}.log"
+                lost, twice = kills(senders[contender.name], contender, r, server.url, log)
+                results[contender.name] |= {"lost": lost, "twice": twice}
+                print(f"{contender.name} kills: lost {lost}, run twice {twice}", flush=True)
+    print()
+    print(f"Machine: {json.dumps(info)}")
+    print(f"Worker logs: {logs}")
+    print()
+    print(
+        "| queue | enqueue (tasks/s) | enqueue CPU/task | processed (tasks/s) "
+        "| processing CPU/task | latency p50 | latency p99 | lost after 5 kills | run twice |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for contender in contenders:
+        result = results[contender.name]
+        runs = result["runs"]
+
+        def median(field: str, runs: list[Throughput] = runs) -> float:
+            return statistics.median(getattr(run, field) for run in runs)
+
+        print(
+            f"| {contender.label} | {median('enqueue_rate'):,.0f} | {median('enqueue_cpu'):.0f} us "
+            f"| {median('process_rate'):,.0f} | {median('process_cpu'):.0f} us "
+            f"| {percentile(result['latency'], 0.5) * 1000:.2f} ms "
+            f"| {percentile(result['latency'], 0.99) * 1000:.2f} ms "
+            f"| {result.get('lost', '-')} | {result.get('twice', '-')} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

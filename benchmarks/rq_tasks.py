@@ -1,0 +1,7 @@
+"""The benchmark's job functions for RQ (rq worker -w rq.worker.SimpleWorker bench)."""
+
+from __future__ import annotations
+
+from .common import mark, noop, record, started
+
+__all__ = ["mark", "noop", "record", "started"]

@@ -34,6 +34,11 @@ def started(sent_at: float) -> None:
 
 
 def record(label: str) -> None:
-    """Count a run of ``label``, then work for 1 ms (a kill then finds it unfinished)."""
-    client().hincrby("bench:runs", label, 1)
+    """Count a start of ``label``, work for 1 ms, count a finish.
+
+    A kill during the work leaves a start without a finish: a queue that does not run
+    the task again has lost it; one that does runs it twice.
+    """
+    client().hincrby("bench:started", label, 1)
     time.sleep(0.001)
+    client().hincrby("bench:finished", label, 1)

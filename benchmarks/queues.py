@@ -12,11 +12,14 @@ user would start it (one worker process, one task at a time):
 * processing rate: one worker process drains those 20,000 tasks (timed from the
   first task it runs to the last, so start-up is not counted);
 * latency: enqueue-to-start of 200 tasks sent one at a time to an idle worker;
-* kills: 2,000 tasks that count their runs; the worker (every process of it) is
-  SIGKILLed 5 times mid-run and restarted; then each contender gets its recovery
-  window to finish. Lost: never ran. Run twice: extra runs.
+* kills: 2,000 tasks that count their start, work 1 ms, and count their finish; the
+  worker (every process of it) is SIGKILLed 5 times mid-run and restarted; then each
+  contender gets its recovery window to finish. Lost: never finished. Run twice:
+  started more than once.
 
-Numbers are medians over the rounds (kills: totals of one round).
+Rates and CPU times are medians over the rounds (kills: one round). The CPU columns
+(process CPU time plus redis-server's, per task) vary less than the rates when other
+work shares the machine.
 """
 
 from __future__ import annotations
@@ -251,18 +254,19 @@ def latency(
 def kills(
     enqueue: Callable[..., None], contender: Contender, r: redis.Redis, url: str, log: Path
 ) -> tuple[int, int]:
+    """Tasks never finished, and extra starts, after 5 SIGKILLs of the whole worker."""
     for i in range(KILL_TASKS):
         enqueue("record", f"t{i}")
     for fraction in KILL_AT:
         worker = Worker(contender, url, log)
-        wait_for(lambda f=fraction: r.hlen("bench:runs") >= f * KILL_TASKS, 300, "progress")
+        wait_for(lambda f=fraction: r.hlen("bench:started") >= f * KILL_TASKS, 300, "progress")
         worker.kill()
     worker = Worker(contender, url, log)
     restarted = time.monotonic()
     try:
         last, quiet_since = -1, time.monotonic()
-        while r.hlen("bench:runs") < KILL_TASKS:
-            done = r.hlen("bench:runs")
+        while r.hlen("bench:finished") < KILL_TASKS:
+            done = r.hlen("bench:finished")
             if done != last:
                 last, quiet_since = done, time.monotonic()
             settled = time.monotonic() - quiet_since > 3
@@ -271,8 +275,8 @@ def kills(
             time.sleep(0.05)
     finally:
         worker.stop()
-    counts = [int(count) for count in r.hvals("bench:runs")]
-    return KILL_TASKS - len(counts), sum(counts) - len(counts)
+    starts = [int(count) for count in r.hvals("bench:started")]
+    return KILL_TASKS - r.hlen("bench:finished"), sum(starts) - len(starts)
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -317,12 +321,18 @@ def main() -> None:
         r = server.client()
         info = machine(server)
         senders = {contender.name: contender.setup() for contender in contenders}
+        for enqueue in senders.values():  # connections, scripts, caches: warm for all
+            for _ in range(2000):
+                enqueue("noop")
+            r.flushall()
         results: dict[str, dict[str, Any]] = {
             c.name: {"runs": [], "latency": []} for c in contenders
         }
-        # Rounds interleave the contenders, so that other load on the machine falls on all.
+        # Rounds interleave the contenders, each round starting with the next one, so
+        # that other load on the machine falls on all of them alike.
         for round_ in range(options.rounds):
-            for contender in contenders:
+            shift = round_ % len(contenders)
+            for contender in contenders[shift:] + contenders[:shift]:
                 enqueue, result = senders[contender.name], results[contender.name]
                 log = logs / f"{contender.name}.log"
                 r.flushall()

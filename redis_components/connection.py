@@ -15,11 +15,21 @@ from redis import Redis
 from .conf import conf
 from .exceptions import ConfigurationError
 
+# alias -> (the CACHES setting it was found in, its client). get_client() is on every
+# hot path, and Django's thread-local cache handler costs about as much as a Redis
+# command; a new CACHES setting (override_settings makes one) is a new dict, which the
+# identity check notices. redis-py clients are thread-safe and reconnect after a fork.
+_clients: dict[str, tuple[object, Redis]] = {}
+
 
 def get_client() -> Redis:
     """Return the raw redis-py client of the configured django-redis cache."""
     alias = conf.CACHE_ALIAS
-    if alias not in settings.CACHES:
+    caches = settings.CACHES
+    known = _clients.get(alias)
+    if known is not None and known[0] is caches:
+        return known[1]
+    if alias not in caches:
         raise ConfigurationError(
             f"REDIS_COMPONENTS['CACHE_ALIAS'] is {alias!r}, but CACHES has no such entry."
         )
@@ -32,6 +42,7 @@ def get_client() -> Redis:
             f"CACHES[{alias!r}] is not a django-redis cache "
             "(BACKEND must be 'django_redis.cache.RedisCache')."
         ) from None
+    _clients[alias] = (caches, client)
     return client
 
 

@@ -37,3 +37,18 @@ def test_text_accepts_both_reply_types() -> None:
     assert text(b"caf\xc3\xa9") == "café"
     assert text("café") == "café"
     assert text(3) == "3"
+
+
+def test_the_client_follows_a_change_of_caches(redis_server: EmbeddedRedis) -> None:
+    client = get_client()
+    assert get_client() is client
+    other = {
+        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    }
+    with override_settings(CACHES=other):
+        moved = get_client()
+        assert moved is not client
+        assert moved.connection_pool.connection_kwargs["port"] == 1
+    back = get_client()
+    assert back.connection_pool.connection_kwargs["port"] == redis_server.port
+    assert get_client() is back

@@ -6,7 +6,7 @@ clients and scripts are resolved on first use.
 
 from __future__ import annotations
 
-from .connection import get_client
+from .connection import get_async_client, get_client
 from .exceptions import (
     ChatNotFound,
     ConfigurationError,
@@ -25,20 +25,25 @@ from .exceptions import (
     TaskNotRegistered,
     TaskSerializationError,
 )
+from .locks import Busy, LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Busy",
     "ChatNotFound",
     "ConfigurationError",
     "InvalidInput",
     "LockError",
+    "LockGroup",
+    "LockHandle",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
     "MessagingError",
     "NotAMember",
     "RedisComponentsError",
+    "RedisLock",
     "SemaphoreError",
     "SemaphoreNotAcquired",
     "SemaphoreNotOwned",
@@ -46,5 +51,8 @@ __all__ = [
     "TaskNotRegistered",
     "TaskSerializationError",
     "__version__",
+    "fenced_update",
+    "get_async_client",
     "get_client",
+    "redis_lock",
 ]

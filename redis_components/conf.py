@@ -19,6 +19,9 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_ALIAS": "default",
     # The first part of every key: "<KEY_PREFIX>:<component>:{<name>}[:<part>]".
     "KEY_PREFIX": "rc",
+    # Locks: the lease in seconds, and how long acquire() waits for a busy lock.
+    "LOCK_TIMEOUT": 30.0,
+    "LOCK_BLOCKING_TIMEOUT": 10.0,
 }
 
 
@@ -41,6 +44,14 @@ class Settings:
     @property
     def KEY_PREFIX(self) -> str:
         return str(self.get("KEY_PREFIX"))
+
+    @property
+    def LOCK_TIMEOUT(self) -> float:
+        return float(self.get("LOCK_TIMEOUT"))
+
+    @property
+    def LOCK_BLOCKING_TIMEOUT(self) -> float:
+        return float(self.get("LOCK_BLOCKING_TIMEOUT"))
 
 
 conf = Settings()

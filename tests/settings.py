@@ -16,6 +16,8 @@ NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock
 def caches(url: str, unix_url: str | None = None) -> dict[str, dict[str, object]]:
     """A bytes client on the server's TCP port, and a decoding client beside it.
 
+    The decoding client also speaks RESP2, while the other speaks redis-py's default
+    (RESP3 since redis-py 8), so tests that run in both modes read replies both ways.
     django-redis keeps one connection pool per URL, so the decoding client needs a
     URL of its own: the unix socket when there is one, else a client name.
     """
@@ -25,7 +27,7 @@ def caches(url: str, unix_url: str | None = None) -> dict[str, dict[str, object]
         "decoded": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": decoded_url,
-            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True}},
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True, "protocol": 2}},
         },
     }
 
@@ -40,6 +42,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "redis_components",
+    "tests.testapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

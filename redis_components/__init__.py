@@ -25,7 +25,8 @@ from .exceptions import (
     TaskNotRegistered,
     TaskSerializationError,
 )
-from .locks import Busy, LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
+from .guard import Busy
+from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
 
 __version__ = "0.1.0"
 

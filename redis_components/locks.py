@@ -38,32 +38,26 @@ grant) lets the data refuse a stale holder's write: see :func:`fenced_update` an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import functools
-import inspect
 import logging
 import math
 import secrets
-import string
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .conf import conf
 from .connection import get_async_client, get_client, text
 from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .guard import Busy, Guard
 from .keys import key, validate_name
 from .scripts import Arg, Call, load
+from .waiting import await_grant, wait_for_grant
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
-    import redis
-    import redis.asyncio
     from django.db.models import QuerySet
-    from django.http import HttpRequest, HttpResponse
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +175,7 @@ class RedisLock:
                 return handle.confirm(), 0.0
             if attempt.expired():
                 return None, attempt.retry_after
-            grant = _wait_for_grant(client, self.keys[3], attempt.wait_slice())
+            grant = wait_for_grant(client, self.keys[3], attempt.wait_slice())
             if grant is not None:
                 return attempt.granted(grant).confirm(), 0.0
 
@@ -200,7 +194,7 @@ class RedisLock:
                 return await handle.aconfirm(), 0.0
             if attempt.expired():
                 return None, attempt.retry_after
-            grant = await _await_grant(client, self.keys[3], attempt.wait_slice())
+            grant = await await_grant(client, self.keys[3], attempt.wait_slice())
             if grant is not None:
                 return await attempt.granted(grant).aconfirm(), 0.0
 
@@ -427,60 +421,7 @@ class LockHandle:
                 self.lock.on_lost(self)
 
 
-def _wait_for_grant(client: redis.Redis, grant_key: str, seconds: float) -> str | None:
-    """BLPOP the grant list for ``seconds``, with the deadline kept on the client."""
-    pool = client.connection_pool
-    connection: Any = pool.get_connection()
-    try:
-        # CLIENT ID rides along in the same round trip, for CLIENT UNBLOCK below.
-        connection.send_packed_command(
-            connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
-        )
-        client_id = int(connection.read_response())
-        if not connection.can_read(timeout=seconds + CLIENT_SLACK):
-            client.client_unblock(client_id)
-        reply = connection.read_response()
-    except BaseException:
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
-    return None if reply is None else text(reply[1])
-
-
-async def _await_grant(client: redis.asyncio.Redis, grant_key: str, seconds: float) -> str | None:
-    pool = client.connection_pool
-    connection: Any = await pool.get_connection()  # type: ignore[no-untyped-call]
-    try:
-        await connection.send_packed_command(
-            connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
-        )
-        client_id = int(await connection.read_response())
-        reading = asyncio.ensure_future(connection.read_response())
-        done, _ = await asyncio.wait({reading}, timeout=seconds + CLIENT_SLACK)
-        if not done:
-            await client.client_unblock(client_id)
-        reply = await reading
-    except BaseException:
-        await connection.disconnect()
-        raise
-    finally:
-        await pool.release(connection)
-    return None if reply is None else text(reply[1])
-
-
 # -- the decorator and context manager ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class Busy:
-    """What ``on_busy`` receives when a lock could not be taken in time."""
-
-    names: tuple[str, ...]
-    retry_after: float  # seconds left on the lease that blocked us (0 if unknown)
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    request: HttpRequest | None = None
 
 
 class LockGroup:
@@ -505,8 +446,12 @@ class LockGroup:
             handle.check()
 
 
-class LockScope(Generic[H]):
+class LockScope(Guard[H]):
     """What :func:`redis_lock` returns: a context manager (sync and async) and a decorator."""
+
+    kind = "lock"
+    busy_status = 409
+    error = LockError
 
     def __init__(
         self,
@@ -520,11 +465,7 @@ class LockScope(Generic[H]):
         on_busy: Callable[[Busy], Any] | None,
         reentrant: bool,
     ) -> None:
-        if not names:
-            raise InvalidInput("names", "give at least one lock name")
-        for name in names:
-            validate_name(name, "name")
-        self.names = tuple(names)
+        super().__init__(names, on_busy)
         self.options: dict[str, Any] = {
             "timeout": positive_seconds(
                 conf.LOCK_TIMEOUT if timeout is None else timeout, "timeout"
@@ -534,132 +475,98 @@ class LockScope(Generic[H]):
             "reentrant": reentrant,
         }
         self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
-        if blocking and blocking_timeout is not None:
-            positive_seconds(blocking_timeout, "blocking_timeout")
-        self.on_busy = on_busy
-        self._entered: list[LockHandle | LockGroup] = []
+        self.blocking_timeout = None
+        if blocking:
+            self.blocking_timeout = positive_seconds(
+                conf.LOCK_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout,
+                "blocking_timeout",
+            )
 
     def _locks(self, names: Sequence[str]) -> list[RedisLock]:
         # Sorted, so two callers locking {a, b} and {b, a} cannot deadlock.
         return [RedisLock(name, **self.options) for name in sorted(set(names))]
 
-    def _budget(self) -> float | None:
-        if not self.blocking:
+    def _left(self, deadline: float) -> float | None:
+        if self.blocking_timeout is None:
             return None
-        return (
-            conf.LOCK_BLOCKING_TIMEOUT if self.blocking_timeout is None else self.blocking_timeout
+        return max(deadline - time.monotonic(), 0.001)
+
+    def take(self, names: Sequence[str]) -> H | Busy:
+        deadline = time.monotonic() + (self.blocking_timeout or 0)
+        handles: list[LockHandle] = []
+        try:
+            for lock in self._locks(names):
+                handle, retry_after = lock._acquire(self.blocking, self._left(deadline))
+                if handle is None:
+                    _release_all(handles, ok=False)
+                    return Busy(tuple(names), retry_after)
+                handles.append(handle)
+        except BaseException:
+            _release_all(handles, ok=False)
+            raise
+        return self._taken(names, handles)
+
+    async def atake(self, names: Sequence[str]) -> H | Busy:
+        deadline = time.monotonic() + (self.blocking_timeout or 0)
+        handles: list[LockHandle] = []
+        try:
+            for lock in self._locks(names):
+                handle, retry_after = await lock._aacquire(self.blocking, self._left(deadline))
+                if handle is None:
+                    await _arelease_all(handles, ok=False)
+                    return Busy(tuple(names), retry_after)
+                handles.append(handle)
+        except BaseException:
+            await _arelease_all(handles, ok=False)
+            raise
+        return self._taken(names, handles)
+
+    def _taken(self, names: Sequence[str], handles: list[LockHandle]) -> H:
+        return handles[0] if len(names) == 1 else LockGroup(handles)  # type: ignore[return-value]
+
+    def give_back(self, taken: H, ok: bool) -> None:
+        _release_all(_handles(taken), ok)
+
+    async def agive_back(self, taken: H, ok: bool) -> None:
+        await _arelease_all(_handles(taken), ok)
+
+    def not_taken(self, busy: Busy) -> LockNotAcquired:
+        names = ", ".join(map(repr, busy.names))
+        return LockNotAcquired(
+            f"Lock {names} is busy (retry after {busy.retry_after:.1f} s)", busy.names[0]
         )
 
-    def _take(self, names: Sequence[str]) -> LockHandle | LockGroup | Busy:
-        budget = self._budget()
-        deadline = time.monotonic() + (budget or 0)
-        handles: list[LockHandle] = []
-        try:
-            for lock in self._locks(names):
-                left = max(deadline - time.monotonic(), 0.001) if budget is not None else None
-                handle, retry_after = lock._acquire(self.blocking, left)
-                if handle is None:
-                    _release_quietly(handles)
-                    handles = []
-                    return Busy(tuple(names), retry_after)
-                handles.append(handle)
-        except BaseException:
-            _release_quietly(handles)
-            raise
-        return handles[0] if len(names) == 1 else LockGroup(handles)
 
-    async def _atake(self, names: Sequence[str]) -> LockHandle | LockGroup | Busy:
-        budget = self._budget()
-        deadline = time.monotonic() + (budget or 0)
-        handles: list[LockHandle] = []
-        try:
-            for lock in self._locks(names):
-                left = max(deadline - time.monotonic(), 0.001) if budget is not None else None
-                handle, retry_after = await lock._aacquire(self.blocking, left)
-                if handle is None:
-                    await _arelease_quietly(handles)
-                    handles = []
-                    return Busy(tuple(names), retry_after)
-                handles.append(handle)
-        except BaseException:
-            await _arelease_quietly(handles)
-            raise
-        return handles[0] if len(names) == 1 else LockGroup(handles)
+def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:
+    return taken.handles if isinstance(taken, LockGroup) else (taken,)
 
-    # -- context manager -----------------------------------------------------------
 
-    def __enter__(self) -> H:
-        taken = self._take(self.names)
-        if isinstance(taken, Busy):
-            raise _not_acquired(taken)
-        self._entered.append(taken)
-        return taken  # type: ignore[return-value]
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        _finish(_handles(self._entered.pop()), exc_type is None)
-
-    async def __aenter__(self) -> H:
-        taken = await self._atake(self.names)
-        if isinstance(taken, Busy):
-            raise _not_acquired(taken)
-        self._entered.append(taken)
-        return taken  # type: ignore[return-value]
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        await _afinish(_handles(self._entered.pop()), exc_type is None)
-
-    # -- decorator -----------------------------------------------------------------
-
-    def __call__(self, func: F) -> F:
-        signature = inspect.signature(func)
-
-        def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[str], Busy]:
-            request = _find_request(args)
-            names = [_fill(template, signature, args, kwargs, request) for template in self.names]
-            return names, Busy(tuple(names), 0.0, args, kwargs, request)
-
-        def busy_result(busy: Busy) -> Any:
-            if self.on_busy is not None:
-                return self.on_busy(busy)
-            if busy.request is not None:
-                return busy_response(busy)
-            raise _not_acquired(busy)
-
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                names, call = prepare(args, kwargs)
-                taken = await self._atake(names)
-                if isinstance(taken, Busy):
-                    result = busy_result(_with_retry(call, taken))
-                    return await result if inspect.isawaitable(result) else result
-                ok = False
-                try:
-                    value = await func(*args, **kwargs)
-                    ok = True
-                    return value
-                finally:
-                    await _afinish(_handles(taken), ok)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            names, call = prepare(args, kwargs)
-            taken = self._take(names)
-            if isinstance(taken, Busy):
-                return busy_result(_with_retry(call, taken))
-            ok = False
+def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
+    """Release what was taken; report a lost lease unless an exception is on its way."""
+    lost = None
+    for handle in reversed(handles):
+        if not handle.released:
             try:
-                value = func(*args, **kwargs)
-                ok = True
-                return value
-            finally:
-                _finish(_handles(taken), ok)
+                handle.release()
+            except LockNotOwned as error:
+                lost = error
+    _report(lost, ok)
 
-        return wrapper  # type: ignore[return-value]
+
+async def _arelease_all(handles: Sequence[LockHandle], ok: bool) -> None:
+    lost = None
+    for handle in reversed(handles):
+        if not handle.released:
+            try:
+                await handle.arelease()
+            except LockNotOwned as error:
+                lost = error
+    _report(lost, ok)
+
+
+def _report(lost: LockNotOwned | None, ok: bool) -> None:
+    if lost is not None and ok:
+        raise LockLost(f"{lost} (the block ran without exclusivity)", lost.name) from lost
 
 
 @overload
@@ -727,111 +634,6 @@ def redis_lock(
         on_busy=on_busy,
         reentrant=reentrant,
     )
-
-
-def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:
-    return taken.handles if isinstance(taken, LockGroup) else (taken,)
-
-
-def _finish(handles: Sequence[LockHandle], ok: bool) -> None:
-    """Release what was taken; report a lost lease unless an exception is on its way."""
-    lost = None
-    for handle in reversed(handles):
-        if handle.released:
-            continue
-        try:
-            handle.release()
-        except LockNotOwned as error:
-            lost = error
-    if lost is not None and ok:
-        raise LockLost(f"{lost} (the block ran without exclusivity)", lost.name) from lost
-
-
-async def _afinish(handles: Sequence[LockHandle], ok: bool) -> None:
-    lost = None
-    for handle in reversed(handles):
-        if handle.released:
-            continue
-        try:
-            await handle.arelease()
-        except LockNotOwned as error:
-            lost = error
-    if lost is not None and ok:
-        raise LockLost(f"{lost} (the block ran without exclusivity)", lost.name) from lost
-
-
-def _release_quietly(handles: Sequence[LockHandle]) -> None:
-    for handle in handles:
-        with contextlib.suppress(LockNotOwned):
-            handle.release()
-
-
-async def _arelease_quietly(handles: Sequence[LockHandle]) -> None:
-    for handle in handles:
-        with contextlib.suppress(LockNotOwned):
-            await handle.arelease()
-
-
-def _not_acquired(busy: Busy) -> LockNotAcquired:
-    names = ", ".join(map(repr, busy.names))
-    return LockNotAcquired(
-        f"Lock {names} is busy (retry after {busy.retry_after:.1f} s)", busy.names[0]
-    )
-
-
-def _with_retry(call: Busy, busy: Busy) -> Busy:
-    return Busy(call.names, busy.retry_after, call.args, call.kwargs, call.request)
-
-
-def _find_request(args: tuple[Any, ...]) -> HttpRequest | None:
-    from django.http import HttpRequest
-
-    # A function view gets the request first; a method (class-based view) second.
-    for arg in args[:2]:
-        if isinstance(arg, HttpRequest):
-            return arg
-    return None
-
-
-def _fill(
-    template: str,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    request: HttpRequest | None,
-) -> str:
-    fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    if not fields:
-        return template
-    bound = signature.bind_partial(*args, **kwargs)
-    bound.apply_defaults()
-    values = dict(bound.arguments)
-    if request is not None and "user" not in values:
-        user = getattr(request, "user", None)
-        values["user"] = user.pk if user is not None and user.is_authenticated else "anonymous"
-    try:
-        return validate_name(template.format_map(values), "name")
-    except (KeyError, AttributeError, IndexError) as error:
-        raise LockError(
-            f"The lock name template {template!r} needs {error}, which the call does not provide",
-            template,
-        ) from None
-
-
-def busy_response(busy: Busy) -> HttpResponse:
-    """HTTP 409 with ``Retry-After``: JSON if the client prefers it, else a short text."""
-    from django.http import HttpResponse, JsonResponse
-
-    assert busy.request is not None
-    retry = str(max(1, math.ceil(busy.retry_after)))
-    message = "This is being changed by another request right now; try again shortly."
-    response: HttpResponse
-    if busy.request.get_preferred_type(["application/json", "text/html"]) == "application/json":
-        response = JsonResponse({"error": message, "lock": busy.names[0]}, status=409)
-    else:
-        response = HttpResponse(message, status=409, content_type="text/plain; charset=utf-8")
-    response["Retry-After"] = retry
-    return response
 
 
 # -- fencing -------------------------------------------------------------------------

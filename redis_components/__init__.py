@@ -27,6 +27,7 @@ from .exceptions import (
 )
 from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
+from .semaphores import Permit, RedisSemaphore, redis_semaphore
 
 __version__ = "0.1.0"
 
@@ -43,8 +44,10 @@ __all__ = [
     "LockNotOwned",
     "MessagingError",
     "NotAMember",
+    "Permit",
     "RedisComponentsError",
     "RedisLock",
+    "RedisSemaphore",
     "SemaphoreError",
     "SemaphoreNotAcquired",
     "SemaphoreNotOwned",
@@ -56,4 +59,5 @@ __all__ = [
     "get_async_client",
     "get_client",
     "redis_lock",
+    "redis_semaphore",
 ]

@@ -22,6 +22,10 @@ DEFAULTS: dict[str, Any] = {
     # Locks: the lease in seconds, and how long acquire() waits for a busy lock.
     "LOCK_TIMEOUT": 30.0,
     "LOCK_BLOCKING_TIMEOUT": 10.0,
+    # Semaphores: how long a permit lasts without a refresh, and how long a blocking
+    # acquire waits for a free permit.
+    "SEMAPHORE_TIMEOUT": 10.0,
+    "SEMAPHORE_BLOCKING_TIMEOUT": 10.0,
 }
 
 
@@ -52,6 +56,14 @@ class Settings:
     @property
     def LOCK_BLOCKING_TIMEOUT(self) -> float:
         return float(self.get("LOCK_BLOCKING_TIMEOUT"))
+
+    @property
+    def SEMAPHORE_TIMEOUT(self) -> float:
+        return float(self.get("SEMAPHORE_TIMEOUT"))
+
+    @property
+    def SEMAPHORE_BLOCKING_TIMEOUT(self) -> float:
+        return float(self.get("SEMAPHORE_BLOCKING_TIMEOUT"))
 
 
 conf = Settings()

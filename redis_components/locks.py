@@ -40,8 +40,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import math
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,20 +51,13 @@ from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, Lock
 from .guard import Busy, Guard
 from .keys import key, validate_name
 from .scripts import Arg, Call, load
-from .waiting import await_grant, wait_for_grant
+from .waiting import Attempt, await_grant, ms, new_token, positive_seconds, wait_for_grant
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
 logger = logging.getLogger(__name__)
-
-# How much longer than its wait a waiter's registration lives: covers the time between
-# registering and blocking, so a release in between still hands the lock over.
-REGISTRATION_SLACK_MS = 1000
-# How long after its own deadline the client gives up on a BLPOP that Redis has not
-# answered yet, and unblocks it itself.
-CLIENT_SLACK = 0.002
 
 ACQUIRE, RELEASE, EXTEND, FENCED_SET = "lock_acquire", "lock_release", "lock_extend", "fenced_set"
 # The lock key is followed by these, in the order the scripts take them.
@@ -77,23 +68,6 @@ _held: contextvars.ContextVar[dict[str, LockHandle]] = contextvars.ContextVar("r
 
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", "LockHandle", "LockGroup")
-
-
-def positive_seconds(value: object, field: str) -> float:
-    """``value`` as a positive, finite number of seconds, or :class:`InvalidInput`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(field, f"must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidInput(field, f"must be a positive number of seconds, not {value!r}")
-    return float(value)
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
-
-
-def _new_token() -> str:
-    return secrets.token_hex(16)
 
 
 def _current_owner() -> object:
@@ -213,29 +187,19 @@ class RedisLock:
         return held
 
 
-class _Attempt:
-    """The state of one acquisition: its token, its deadline, what Redis last said."""
+class _Attempt(Attempt):
+    """One acquisition of a lock."""
 
     def __init__(self, lock: RedisLock, blocking: bool, blocking_timeout: float | None) -> None:
         wait = 0.0
         if blocking:
             default = conf.LOCK_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout
             wait = positive_seconds(default, "blocking_timeout")
+        super().__init__(wait)
         self.lock = lock
-        self.token = _new_token()
-        self.deadline = time.monotonic() + wait
-        self.retry_after = 0.0
 
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
-
-    def arguments(self) -> list[str | int]:
-        remaining = self.remaining()
-        register_ms = _ms(remaining) + REGISTRATION_SLACK_MS if remaining > 0 else 0
-        return [self.token, _ms(self.lock.timeout), register_ms]
+    def arguments(self) -> list[Arg]:
+        return [self.token, ms(self.lock.timeout), self.register_ms()]
 
     def outcome(self, reply: Sequence[Any]) -> LockHandle | None:
         acquired, token, fence, lease_ms = reply
@@ -245,13 +209,6 @@ class _Attempt:
             return handle
         self.retry_after = max(int(lease_ms), 0) / 1000
         return None
-
-    def wait_slice(self) -> float:
-        """Block until the holder's lease ends (it may have died), or until our deadline."""
-        remaining = self.remaining()
-        if self.retry_after > 0:
-            return min(remaining, self.retry_after + 0.001)
-        return remaining
 
     def granted(self, grant: str) -> LockHandle:
         fence, lease_ms, token = grant.split(" ", 2)
@@ -332,7 +289,7 @@ class LockHandle:
     # -- extend ------------------------------------------------------------------
 
     def _extend_call(self, seconds: float) -> Call:
-        args: list[Arg] = [self.token, _ms(seconds)]
+        args: list[Arg] = [self.token, ms(seconds)]
         return load(EXTEND), self.lock.keys[:1], args
 
     def _extended(self, result: object, seconds: float) -> None:
@@ -373,7 +330,7 @@ class LockHandle:
     # -- release -----------------------------------------------------------------
 
     def _release_call(self) -> Call:
-        args: list[Arg] = [self.token, self.registration, _new_token(), _ms(self.lock.timeout)]
+        args: list[Arg] = [self.token, self.registration, new_token(), ms(self.lock.timeout)]
         return load(RELEASE), self.lock.keys, args
 
     def _outermost(self) -> bool:

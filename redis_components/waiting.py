@@ -11,9 +11,13 @@ a grant that arrived just in time; nothing is lost).
 from __future__ import annotations
 
 import asyncio
+import math
+import secrets
+import time
 from typing import TYPE_CHECKING, Any
 
 from .connection import text
+from .exceptions import InvalidInput
 
 if TYPE_CHECKING:
     import redis
@@ -22,6 +26,58 @@ if TYPE_CHECKING:
 # How long after its own deadline the client gives up on a BLPOP that Redis has not
 # answered yet, and unblocks it itself.
 CLIENT_SLACK = 0.002
+# How much longer than its wait a waiter's registration lives: covers the time between
+# registering and blocking, so a release in between still counts the waiter.
+REGISTRATION_SLACK_MS = 1000
+
+
+def positive_seconds(value: object, field: str) -> float:
+    """``value`` as a positive, finite number of seconds, or :class:`InvalidInput`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(field, f"must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInput(field, f"must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, at least 1."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+class Attempt:
+    """One acquisition of a lock or permit: its token, its deadline, what Redis last said.
+
+    ``wait`` is how long it may block (0: try once). ``retry_after`` is what the last
+    refusal said: seconds until the current holder's lease ends.
+    """
+
+    def __init__(self, wait: float) -> None:
+        self.token = new_token()
+        self.deadline = time.monotonic() + wait
+        self.retry_after = 0.0
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def register_ms(self) -> int:
+        """How long to stay registered as a waiter if refused (0: do not wait)."""
+        remaining = self.remaining()
+        return ms(remaining) + REGISTRATION_SLACK_MS if remaining > 0 else 0
+
+    def wait_slice(self) -> float:
+        """Block until the holder's lease ends (it may have died), or until our deadline."""
+        remaining = self.remaining()
+        if self.retry_after > 0:
+            return min(remaining, self.retry_after + 0.001)
+        return remaining
 
 
 def wait_for_grant(client: redis.Redis, grant_key: str, seconds: float) -> str | None:

@@ -50,7 +50,7 @@ from .connection import get_async_client, get_client, text
 from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .guard import Busy, Guard
 from .keys import key, validate_name
-from .scripts import Arg, Call, load
+from .scripts import Arg, Call, load, run_many
 from .waiting import Attempt, await_grant, ms, new_token, positive_seconds, wait_for_grant
 from .watchdog import watchdog
 
@@ -450,9 +450,13 @@ class LockScope(Guard[H]):
 
     def take(self, names: Sequence[str]) -> H | Busy:
         deadline = time.monotonic() + (self.blocking_timeout or 0)
+        locks = self._locks(names)
+        at_once = _try_all(locks)
+        if at_once is not None:
+            return self._taken(names, at_once)
         handles: list[LockHandle] = []
         try:
-            for lock in self._locks(names):
+            for lock in locks:
                 handle, retry_after = lock._acquire(self.blocking, self._left(deadline))
                 if handle is None:
                     _release_all(handles, ok=False)
@@ -498,15 +502,45 @@ def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:
     return taken.handles if isinstance(taken, LockGroup) else (taken,)
 
 
+def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
+    """Several free locks in one round trip: try each once, in order, in one pipeline.
+
+    All or nothing: if any is busy (or one is already held by this task), what was taken
+    is released and the caller takes them one by one, waiting, in the same order.
+    """
+    if len(locks) < 2 or any(lock._nested() for lock in locks):
+        return None
+    attempts = [_Attempt(lock, blocking=False, blocking_timeout=None) for lock in locks]
+    calls = [
+        (load(ACQUIRE), lock.keys, a.arguments()) for lock, a in zip(locks, attempts, strict=True)
+    ]
+    replies = run_many(get_client(), calls)
+    handles = [
+        a.outcome(reply) if not isinstance(reply, Exception) else None
+        for a, reply in zip(attempts, replies, strict=True)
+    ]
+    taken = [handle.confirm() for handle in handles if handle is not None]
+    if len(taken) == len(locks):
+        return taken
+    _release_all(taken, ok=False)
+    return None
+
+
 def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
-    """Release what was taken; report a lost lease unless an exception is on its way."""
+    """Release what was taken (in one round trip); report a lost lease unless an exception
+    is on its way."""
+    releasing = [
+        handle for handle in reversed(handles) if not handle.released and handle._outermost()
+    ]
+    results = run_many(get_client(), [handle._release_call() for handle in releasing])
     lost = None
-    for handle in reversed(handles):
-        if not handle.released:
-            try:
-                handle.release()
-            except LockNotOwned as error:
-                lost = error
+    for handle, result in zip(releasing, results, strict=True):
+        if isinstance(result, Exception):
+            raise result
+        try:
+            handle._released(result)
+        except LockNotOwned as error:
+            lost = error
     _report(lost, ok)
 
 

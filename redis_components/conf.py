@@ -26,7 +26,22 @@ DEFAULTS: dict[str, Any] = {
     # acquire waits for a free permit.
     "SEMAPHORE_TIMEOUT": 10.0,
     "SEMAPHORE_BLOCKING_TIMEOUT": 10.0,
+    # Group chat (messaging.py): the most messages one chat keeps; older ones are
+    # dropped even if a member has not read them yet.
+    "CHAT_MAX_MESSAGES": 1000,
+    # The longest chat message accepted, in characters.
+    "CHAT_MAX_MESSAGE_LENGTH": 4000,
+    # Seconds after which a chat message is dropped, read or not; None keeps messages
+    # until every member has seen them (or CHAT_MAX_MESSAGES pushes them out).
+    "CHAT_MAX_AGE": None,
+    # Mailboxes (messaging.py): the most messages one user's mailbox keeps; sending
+    # to a full mailbox drops its oldest message.
+    "MAILBOX_MAX_MESSAGES": 1000,
 }
+
+# Numeric settings whose default is None ("no limit"): None or a positive number of
+# this type. The system checks validate them beside the numeric ones.
+OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {"CHAT_MAX_AGE": float}
 
 
 def user_settings() -> dict[str, Any]:
@@ -64,6 +79,23 @@ class Settings:
     @property
     def SEMAPHORE_BLOCKING_TIMEOUT(self) -> float:
         return float(self.get("SEMAPHORE_BLOCKING_TIMEOUT"))
+
+    @property
+    def CHAT_MAX_MESSAGES(self) -> int:
+        return int(self.get("CHAT_MAX_MESSAGES"))
+
+    @property
+    def CHAT_MAX_MESSAGE_LENGTH(self) -> int:
+        return int(self.get("CHAT_MAX_MESSAGE_LENGTH"))
+
+    @property
+    def CHAT_MAX_AGE(self) -> float | None:
+        value = self.get("CHAT_MAX_AGE")
+        return None if value is None else float(value)
+
+    @property
+    def MAILBOX_MAX_MESSAGES(self) -> int:
+        return int(self.get("MAILBOX_MAX_MESSAGES"))
 
 
 conf = Settings()

@@ -27,6 +27,7 @@ from .exceptions import (
 )
 from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
+from .messaging import GroupChat, Mailbox, Message, MessageList, Pending
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "Busy",
     "ChatNotFound",
     "ConfigurationError",
+    "GroupChat",
     "InvalidInput",
     "LockError",
     "LockGroup",
@@ -42,8 +44,12 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "Mailbox",
+    "Message",
+    "MessageList",
     "MessagingError",
     "NotAMember",
+    "Pending",
     "Permit",
     "RedisComponentsError",
     "RedisLock",

@@ -58,6 +58,8 @@ from .exceptions import ChatNotFound, InvalidInput, MessagingError, NotAMember
 # The statuses that lua/chat.lua returns first.
 DONE, NO_CHAT, NOT_MEMBER, EXISTS = 0, 1, 2, 3
 
+# The most messages one history call returns.
+HISTORY_MAX_LIMIT = 1000
 CHAT_ID = re.compile(r"[1-9][0-9]{0,17}")
 LINE_BREAKS_AND_TABS = re.compile(r"[\n\r\t]")
 
@@ -210,9 +212,10 @@ class GroupChat:
         user = keys.validate_name(user, "user")
         if before is not None and not _positive_int(before):
             raise InvalidInput("before", f"must be a message id (an integer >= 1), not {before!r}")
-        most = conf.CHAT_MAX_MESSAGES
-        if not _positive_int(limit) or limit > most:
-            raise InvalidInput("limit", f"must be an integer from 1 to {most}, not {limit!r}")
+        if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
+            raise InvalidInput(
+                "limit", f"must be an integer from 1 to {HISTORY_MAX_LIMIT}, not {limit!r}"
+            )
         below = "+inf" if before is None else before
         reply = self._run(get_client(), chat_id, "history", user, below, limit)
         return _decode(reversed(_checked(reply, chat_id, user)[1]))
@@ -349,7 +352,8 @@ class GroupChat:
 
 def _chat_keys(chat_id: str) -> list[str]:
     """meta, members, joins, messages: the KEYS of lua/chat.lua."""
-    return [keys.key("chat", chat_id, part) for part in ("meta", "members", "joins", "messages")]
+    chat = keys.key("chat", chat_id)  # built once: sending is a hot path
+    return [f"{chat}:{part}" for part in ("meta", "members", "joins", "messages")]
 
 
 def _args(operation: str, user: str, *rest: scripts.Arg) -> list[scripts.Arg]:

@@ -65,7 +65,7 @@ LINE_BREAKS_AND_TABS = re.compile(r"[\n\r\t]")
 
 
 class Message(TypedDict):
-    """One chat message as members receive it."""
+    """One chat message as members receive it; ``ts`` is the server's time, in seconds."""
 
     id: int
     ts: float
@@ -163,6 +163,8 @@ class GroupChat:
         pairs = [value for pair in zip(members, versions, strict=True) for value in pair]
         reply = self._run(client, chat_id, "create", sender, int(public), body, *pairs)
         if reply[0] == EXISTS:
+            for user, version in zip(members, versions, strict=True):
+                self._remove_from_index(client, user, [(chat_id, version)])
             raise MessagingError(
                 f"chat {chat_id} exists already: the chat id counter "
                 f"{keys.key('chat', 'next-id')} was reset or deleted"

@@ -15,6 +15,7 @@ from redis_components import (
     GroupChat,
     InvalidInput,
     Mailbox,
+    MessagingError,
     NotAMember,
     Pending,
 )
@@ -178,6 +179,16 @@ def test_joining_twice_keeps_the_members_place() -> None:
     chats.send(chat_id, "alice", "two")
     chats.join(chat_id, "bob")
     assert ids(chats.fetch_pending("bob")) == {chat_id: [1, 2]}
+
+
+def test_a_reset_id_counter_cannot_merge_two_chats(r: redis.Redis) -> None:
+    chats.create("alice", ["bob"], "first")
+    r.delete("rc:chat:{next-id}")
+    with pytest.raises(MessagingError, match="exists already"):
+        chats.create("carol", ["dave"], "second")
+    assert chats.members("1") == ["alice", "bob"]
+    assert not r.exists("rc:chat-index:{carol}")
+    assert not r.exists("rc:chat-index:{dave}")
 
 
 def test_a_public_flag_is_kept() -> None:

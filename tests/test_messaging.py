@@ -20,6 +20,7 @@ from redis_components import (
     Pending,
 )
 from redis_components.connection import get_client
+from redis_components.embedded import EmbeddedRedis
 from redis_components.messaging import MessageList
 from tests.processes import run_processes
 
@@ -237,6 +238,37 @@ def test_a_join_that_lost_the_race_to_a_leave_cannot_slip_in(r: redis.Redis) -> 
     chats._run(client, chat_id, "join", "bob", older)  # the older join's chat step, late
     assert chats.members(chat_id) == ["alice"]
     assert chats.chats_of("bob") == []
+
+
+# Round trips
+
+
+class CountingConnection(redis.Connection):
+    """Counts the requests written: one per command, one per pipeline."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)
+
+
+@pytest.mark.parametrize("chat_count", [1, 10, 40])
+def test_fetch_pending_takes_two_round_trips_for_any_number_of_chats(
+    chat_count: int, redis_server: EmbeddedRedis
+) -> None:
+    for n in range(chat_count):
+        chats.create("alice", ["carol"], f"chat {n}")
+    # Its own URL: django-redis keeps one connection pool per URL.
+    url = f"{redis_server.url}?client_name=rc-counting"
+    options = {"CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection}}
+    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
+    with override_settings(CACHES={"default": cache}):
+        chats.unread_counts("carol")  # connects and loads the scripts
+        before = CountingConnection.sent
+        pending = chats.fetch_pending("carol")
+        assert CountingConnection.sent - before == 2
+    assert len(pending) == chat_count
 
 
 # Retention

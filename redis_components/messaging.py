@@ -21,7 +21,7 @@ sending (next id + store), fetching (read + mark seen + clean up) and leaving ar
 atomic, without a lock. What is per user lives under the user's hash tag, so no script
 spans two slots: :meth:`GroupChat.fetch_pending` reads the user's index, then runs one
 script per chat in one pipeline, two round trips for any number of chats, on Redis
-Cluster too.
+Cluster too (a third only when it cleans up an index entry left stale).
 
 A member's place in a chat (the last id they have seen) is kept by the chat alone;
 the user's index only lists their chats. The index is written before the chat when
@@ -225,7 +225,8 @@ class GroupChat:
     def join(self, chat_id: str, user: str) -> None:
         """Add ``user`` to the chat; they will receive the messages sent from now on.
 
-        Joining a chat one is in already changes nothing.
+        Joining a chat one is in already changes nothing. Joining an unknown chat
+        raises :class:`ChatNotFound` and leaves only the user's join counter advanced.
         """
         chat_id = _chat_id(chat_id)
         user = keys.validate_name(user, "user")

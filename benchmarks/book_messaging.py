@@ -1,4 +1,4 @@
-"""The book's group chat (*Redis in Action* 6.5.2), as the seed prints it.
+"""The book's group chat (*Redis in Action* 6.5.2), as its listing prints it.
 
 Changed only so that it runs on redis-py 5+ (each change is marked ``# fix:``):
 ``zadd`` takes a mapping, ``zip`` is a list before items are assigned, and
@@ -28,7 +28,7 @@ def acquire_lock(conn, lockname, timeout=10):
 
 def release_lock(conn, lockname, identifier):
     key = "lock:" + lockname
-    pipe = conn.pipeline(True)  # fix: the seed uses `pipe` without creating it
+    pipe = conn.pipeline(True)  # fix: the listing uses `pipe` without creating it
     while True:
         try:
             pipe.watch(key)

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/messaging.py [--senders 4] [--messages 5000] [--repeat 3]
 
 The book's version is benchmarks/book_messaging.py (its listing as printed, fixed
-only to run on redis-py 5+). Both run in this one process tree against one redis-server that
-the script starts itself (redis_components.embedded) with Redis's own defaults, over
-TCP, with the same redis-py. Ours runs with its default settings (it caps a chat at
-1,000 messages; the book keeps everything).
+only to run on redis-py 5+). Both run in this one process tree against one
+redis-server that the script starts itself (redis_components.embedded) with Redis's
+own defaults, over TCP, with the same redis-py. Ours runs with its default settings
+(it caps a chat at 1,000 messages; the book keeps everything).
 
 - send: a 10-member chat; ``--senders`` processes send ``--messages`` each, all at
   once; the rate is all messages over the wall time from the start signal until the

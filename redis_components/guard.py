@@ -157,18 +157,19 @@ class Guard(ABC, Generic[T]):
 
         return wrapper  # type: ignore[return-value]
 
-    def busy_response(self, busy: Busy) -> HttpResponse:
+    @classmethod
+    def busy_response(cls, busy: Busy) -> HttpResponse:
         """The busy status with ``Retry-After``: JSON if the client prefers it, else text."""
         from django.http import HttpResponse, JsonResponse
 
         assert busy.request is not None
         response: HttpResponse
         if busy.request.get_preferred_type(["application/json", "text/html"]) == "application/json":
-            body = {"error": self.busy_message, self.kind: busy.names[0]}
-            response = JsonResponse(body, status=self.busy_status)
+            body = {"error": cls.busy_message, cls.kind: busy.names[0]}
+            response = JsonResponse(body, status=cls.busy_status)
         else:
             response = HttpResponse(
-                self.busy_message, status=self.busy_status, content_type="text/plain; charset=utf-8"
+                cls.busy_message, status=cls.busy_status, content_type="text/plain; charset=utf-8"
             )
         response["Retry-After"] = str(max(1, math.ceil(busy.retry_after)))
         return response

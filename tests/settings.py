@@ -41,6 +41,8 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
     "redis_components",
     "tests.testapp",
     "demo_project.marketplace",
@@ -49,6 +51,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = caches(
@@ -58,7 +61,19 @@ TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+STATIC_URL = "static/"
+LOGIN_URL = "login"
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+# The demo's pages need these (the suite tests them too).
+REDIS_URL = "(the test server)"
+REDIS_EMBEDDED = True

@@ -2,4 +2,7 @@ from __future__ import annotations
 
 from django.urls import include, path
 
-urlpatterns = [path("rc/", include("redis_components.urls"))]
+urlpatterns = [
+    path("rc/", include("redis_components.urls")),
+    path("", include("demo_project.marketplace.urls")),
+]

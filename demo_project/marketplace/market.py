@@ -165,8 +165,6 @@ class Market:
         self, buyer: int, item: str, seller: int, mode: Mode = "fine", price: int | None = None
     ) -> Purchase:
         """Buy ``item`` from ``seller`` if it is still for sale (at ``price``, if given)."""
-        if buyer == seller:
-            return Purchase("own item")
         if mode == "watch":
             return self._purchase_watching(buyer, item, seller, price)
         names = [item_lock(item, seller), user_lock(buyer)] if mode == "fine" else ["market"]
@@ -180,6 +178,8 @@ class Market:
         self, buyer: int, item: str, seller: int, price: int | None = None
     ) -> Purchase:
         """The purchase itself, for a caller that holds the locks (fine or coarse)."""
+        if buyer == seller:
+            return Purchase("own item")
         member = listing(item, seller)
         pipe = self.client.pipeline()
         pipe.zscore(self.key("market"), member)
@@ -197,6 +197,8 @@ class Market:
         self, buyer: int, item: str, seller: int, price: int | None, patience: float = BUSY_TIMEOUT
     ) -> Purchase:
         """The book's optimistic purchase: WATCH, read, MULTI/EXEC, retry on conflict."""
+        if buyer == seller:
+            return Purchase("own item")
         member = listing(item, seller)
         buyer_key = self.key("users", buyer)
         retries = 0

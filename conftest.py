@@ -52,7 +52,56 @@ def r(_admin_client: redis.Redis) -> redis.Redis:
 
 @pytest.fixture(params=["bytes", "str"])
 def redis_mode(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run a test with a client that returns bytes, then one that decodes to str."""
+    """Run a test with a client that returns bytes, then one that decodes to str.
+
+    The two clients also speak different protocols (redis-py's default, and RESP2; see
+    tests/settings.py), so replies are read both ways.
+    """
     alias = "default" if request.param == "bytes" else "decoded"
     with override_settings(REDIS_COMPONENTS={"CACHE_ALIAS": alias}):
         yield request.param
+
+
+class CommandCount:
+    """Commands that clients sent to the server, as MONITOR sees them.
+
+    Commands that scripts run are not counted (MONITOR marks them "lua"), so this is
+    the number of commands on the wire: for a component that does not pipeline, its
+    round trips.
+    """
+
+    END = "rc-count-commands-end"
+
+    def __init__(self, server: EmbeddedRedis, admin: redis.Redis) -> None:
+        self.server = server
+        self.admin = admin  # already connected: its handshake is not counted
+        self.sent = 0
+        self.commands: list[str] = []
+
+    def __enter__(self) -> CommandCount:
+        self._client = self.server.client()
+        self._monitor = self._client.monitor()
+        self._monitor.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.admin.echo(self.END)
+            self.commands = []
+            while True:
+                command = self._monitor.next_command()
+                if command["command"] == f"ECHO {self.END}":
+                    break
+                if command["client_type"] != "lua":
+                    self.commands.append(command["command"])
+            self.sent = len(self.commands)
+        finally:
+            self._monitor.__exit__()
+            self._client.close()
+
+
+@pytest.fixture
+def count_commands(redis_server: EmbeddedRedis, r: redis.Redis) -> CommandCount:
+    """``with count_commands as counted: ...`` then ``counted.sent``."""
+    r.ping()
+    return CommandCount(redis_server, r)

@@ -1,44 +1,72 @@
-"""What every benchmarked queue's tasks do, so that only the queue differs.
-
-Worker processes find the Redis server in BENCH_REDIS_URL.
-"""
+"""Shared pieces of the benchmarks: a private Redis, Django settings, the machine, tables."""
 
 from __future__ import annotations
 
 import os
-import time
-from functools import cache
+import platform
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 import redis
 
-QUEUE = "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from redis_components.embedded import EmbeddedRedis
 
 
-@cache
-def client() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+def start_redis(**config: str) -> EmbeddedRedis:
+    """A private redis-server with Redis's own defaults (hz 10) unless told otherwise."""
+    return EmbeddedRedis(config=config).start()
 
 
-def noop() -> None:
-    """The task whose throughput is measured."""
+def setup_django(url: str) -> None:
+    """Configure Django just enough for redis_components to talk to ``url``."""
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=["redis_components"],
+        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
+        USE_TZ=True,
+    )
+    django.setup()
 
 
-def mark(name: str) -> None:
-    """Record when the worker reached this task (the first and last of a throughput run)."""
-    client().set(f"bench:{name}", repr(time.time()))
+def machine(client: redis.Redis) -> str:
+    """One line that says where the numbers come from."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = client.info("server")
+    hz = client.config_get("hz")["hz"]
+    return (
+        f"{os.cpu_count()} CPUs ({model}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, redis-py {redis.__version__}, "
+        f"Redis {info['redis_version']} (hz {hz})"
+    )
 
 
-def started(sent_at: float) -> None:
-    """Record enqueue-to-start latency (both clocks are this machine's)."""
-    client().rpush("bench:latency", repr(time.time() - sent_at))
+def percentile(values: Sequence[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
 
 
-def record(label: str) -> None:
-    """Count a start of ``label``, work for 1 ms, count a finish.
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
-    A kill during the work leaves a start without a finish: a queue that does not run
-    the task again has lost it; one that does runs it twice.
-    """
-    client().hincrby("bench:started", label, 1)
-    time.sleep(0.001)
-    client().hincrby("bench:finished", label, 1)
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,12 +1,13 @@
 """Task queues: redis_components against RQ, Huey, Dramatiq and the book's BLPOP loop.
 
     .venv/bin/pip install -e '.[embedded,bench]'
-    .venv/bin/python -m benchmarks.queues            # all contenders, 3 rounds
-    .venv/bin/python -m benchmarks.queues --only ours huey --rounds 1
+    .venv/bin/python benchmarks/queues.py            # all contenders, 3 rounds
+    .venv/bin/python benchmarks/queues.py --only ours huey --rounds 1
 
 Each contender runs against a private redis-server that this script starts (never
 the machine's Redis), with its library's defaults, and its worker started the way a
-user would start it (one worker process, one task at a time):
+user would start it (one worker process, one task at a time); the tasks each library
+runs are in benchmarks/queue_apps/:
 
 * enqueue rate: 20,000 no-op tasks enqueued one by one from this process;
 * processing rate: one worker process drains those 20,000 tasks (timed from the
@@ -26,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -40,11 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repository's root, for benchmarks.queue_apps (imported here and by the workers).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from redis_components.embedded import EmbeddedRedis
+import redis
+from common import machine, percentile, start_redis, table
 
 ROOT = Path(__file__).resolve().parent.parent
+
 BIN = Path(sys.executable).parent
 THROUGHPUT_TASKS = 20_000
 LATENCY_SAMPLES = 200
@@ -63,11 +66,11 @@ class Contender:
 
 
 def ours() -> Callable[..., None]:
-    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.queue_apps.settings"
     import django
 
     django.setup()
-    from benchmarks import tasks
+    from benchmarks.queue_apps import tasks
 
     return lambda name, *args: getattr(tasks, name).enqueue(*args)
 
@@ -75,26 +78,26 @@ def ours() -> Callable[..., None]:
 def rq() -> Callable[..., None]:
     from rq import Queue
 
-    from benchmarks import common, rq_tasks
+    from benchmarks.queue_apps import rq_tasks, work
 
-    queue = Queue(common.QUEUE, connection=redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]))
+    queue = Queue(work.QUEUE, connection=redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]))
     return lambda name, *args: queue.enqueue(getattr(rq_tasks, name), *args)
 
 
 def huey() -> Callable[..., None]:
-    from benchmarks import huey_tasks
+    from benchmarks.queue_apps import huey_tasks
 
     return lambda name, *args: getattr(huey_tasks, name)(*args)
 
 
 def dramatiq() -> Callable[..., None]:
-    from benchmarks import dramatiq_tasks
+    from benchmarks.queue_apps import dramatiq_tasks
 
     return lambda name, *args: getattr(dramatiq_tasks, name).send(*args)
 
 
 def book() -> Callable[..., None]:
-    from benchmarks import book as book_queue
+    from benchmarks.queue_apps import book as book_queue
 
     conn = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
     return lambda name, *args: book_queue.send(conn, name, *args)
@@ -118,21 +121,28 @@ CONTENDERS = [
     Contender(
         "huey",
         "Huey (RedisHuey, 1 thread)",
-        [str(BIN / "huey_consumer"), "benchmarks.huey_tasks.huey", "-w", "1", "-k", "thread"],
+        [
+            str(BIN / "huey_consumer"),
+            "benchmarks.queue_apps.huey_tasks.huey",
+            "-w",
+            "1",
+            "-k",
+            "thread",
+        ],
         recovery_window=5,
         setup=huey,
     ),
     Contender(
         "dramatiq",
         "Dramatiq (RedisBroker, -p 1 -t 1)",
-        [str(BIN / "dramatiq"), "benchmarks.dramatiq_tasks", "-p", "1", "-t", "1"],
+        [str(BIN / "dramatiq"), "benchmarks.queue_apps.dramatiq_tasks", "-p", "1", "-t", "1"],
         recovery_window=90,  # its heartbeat timeout is 60 s
         setup=dramatiq,
     ),
     Contender(
         "book",
         "the book's BLPOP loop",
-        [sys.executable, "-m", "benchmarks.book"],
+        [sys.executable, "-m", "benchmarks.queue_apps.book"],
         recovery_window=5,
         setup=book,
     ),
@@ -279,31 +289,9 @@ def kills(
     return KILL_TASKS - r.hlen("bench:finished"), sum(starts) - len(starts)
 
 
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
-def machine(server: EmbeddedRedis) -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {
-        name: importlib.metadata.version(name) for name in ("rq", "huey", "dramatiq", "redis")
-    }
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "redis": server.client().info("server")["redis_version"],
-        "python": platform.python_version(),
-        "load average before": os.getloadavg(),
-        "libraries": versions,
-    }
+def versions() -> str:
+    names = ("rq", "huey", "dramatiq")
+    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
 
 
 def main() -> None:
@@ -316,10 +304,12 @@ def main() -> None:
     options = parser.parse_args()
     contenders = [c for c in CONTENDERS if not options.only or c.name in options.only]
     logs = Path(tempfile.mkdtemp(prefix="rc-bench-"))
-    with EmbeddedRedis() as server:
+    load_before = os.getloadavg()
+    server = start_redis()
+    try:
         os.environ["BENCH_REDIS_URL"] = server.url
         r = server.client()
-        info = machine(server)
+        info = machine(r)
         senders = {contender.name: contender.setup() for contender in contenders}
         for enqueue in senders.values():  # connections, scripts, caches: warm for all
             for _ in range(2000):
@@ -353,29 +343,45 @@ def main() -> None:
                 lost, twice = kills(senders[contender.name], contender, r, server.url, log)
                 results[contender.name] |= {"lost": lost, "twice": twice}
                 print(f"{contender.name} kills: lost {lost}, run twice {twice}", flush=True)
-    print()
-    print(f"Machine: {json.dumps(info)}")
-    print(f"Worker logs: {logs}")
-    print()
-    print(
-        "| queue | enqueue (tasks/s) | enqueue CPU/task | processed (tasks/s) "
-        "| processing CPU/task | latency p50 | latency p99 | lost after 5 kills | run twice |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    finally:
+        server.stop()
+    rows = []
     for contender in contenders:
         result = results[contender.name]
-        runs = result["runs"]
 
-        def median(field: str, runs: list[Throughput] = runs) -> float:
+        def median(field: str, runs: list[Throughput] = result["runs"]) -> float:
             return statistics.median(getattr(run, field) for run in runs)
 
-        print(
-            f"| {contender.label} | {median('enqueue_rate'):,.0f} | {median('enqueue_cpu'):.0f} us "
-            f"| {median('process_rate'):,.0f} | {median('process_cpu'):.0f} us "
-            f"| {percentile(result['latency'], 0.5) * 1000:.2f} ms "
-            f"| {percentile(result['latency'], 0.99) * 1000:.2f} ms "
-            f"| {result.get('lost', '-')} | {result.get('twice', '-')} |"
+        rows.append(
+            [
+                contender.label,
+                f"{median('enqueue_rate'):,.0f}",
+                f"{median('enqueue_cpu'):.0f} us",
+                f"{median('process_rate'):,.0f}",
+                f"{median('process_cpu'):.0f} us",
+                f"{percentile(result['latency'], 0.5) * 1000:.2f} ms",
+                f"{percentile(result['latency'], 0.99) * 1000:.2f} ms",
+                result.get("lost", "-"),
+                result.get("twice", "-"),
+            ]
         )
+    headers = [
+        "queue",
+        "enqueue (tasks/s)",
+        "enqueue CPU/task",
+        "processed (tasks/s)",
+        "processing CPU/task",
+        "latency p50",
+        "latency p99",
+        "lost after 5 kills",
+        "run twice",
+    ]
+    print()
+    print(f"Machine: {info}; {versions()}")
+    print(f"Load average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
+    print(f"Worker logs: {logs}")
+    print()
+    print(table(headers, rows))
 
 
 if __name__ == "__main__":

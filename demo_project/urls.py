@@ -5,6 +5,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("demo_project.marketplace.urls")),
+    path("rc/", include("redis_components.urls")),
     path("admin/", admin.site.urls),
     path("rc/", include("redis_components.urls")),
 ]

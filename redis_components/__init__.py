@@ -6,7 +6,7 @@ clients and scripts are resolved on first use.
 
 from __future__ import annotations
 
-from .connection import get_client
+from .connection import get_async_client, get_client
 from .exceptions import (
     ChatNotFound,
     ConfigurationError,
@@ -26,22 +26,37 @@ from .exceptions import (
     TaskNotRegistered,
     TaskSerializationError,
 )
+from .guard import Busy
+from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
+from .messaging import GroupChat, Mailbox, Message, MessageList, Pending
 from .queues import Retry, Task, current_task, defer, task
+from .semaphores import Permit, RedisSemaphore, redis_semaphore
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Busy",
     "ChatNotFound",
     "ConfigurationError",
+    "GroupChat",
     "InvalidInput",
     "LockError",
+    "LockGroup",
+    "LockHandle",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "Mailbox",
+    "Message",
+    "MessageList",
     "MessagingError",
     "NotAMember",
+    "Pending",
+    "Permit",
     "QueueFull",
     "RedisComponentsError",
+    "RedisLock",
+    "RedisSemaphore",
     "Retry",
     "SemaphoreError",
     "SemaphoreNotAcquired",
@@ -53,6 +68,10 @@ __all__ = [
     "__version__",
     "current_task",
     "defer",
+    "fenced_update",
+    "get_async_client",
     "get_client",
+    "redis_lock",
+    "redis_semaphore",
     "task",
 ]

@@ -15,7 +15,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
-from .conf import DEFAULTS, SETTING_NAME
+from .conf import DEFAULTS, OPTIONAL_NUMBERS, SETTING_NAME
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 KEY_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.\-:]{1,64}")
@@ -97,18 +97,24 @@ def _check_cache(alias: object) -> list[CheckMessage]:
 def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for name, default in DEFAULTS.items():
-        if name not in value or isinstance(default, bool):
+        if name not in value:
             continue
-        if not isinstance(default, (int, float)):
+        # type(True) is bool, so boolean settings are skipped here.
+        kind = OPTIONAL_NUMBERS.get(name, type(default))
+        if kind not in (int, float):
             continue
         given = value[name]
-        wanted_int = isinstance(default, int)
+        if given is None and name in OPTIONAL_NUMBERS:
+            continue
+        wanted_int = kind is int
         is_number = isinstance(given, (int, float)) and not isinstance(given, bool)
         if not is_number or given <= 0 or (wanted_int and not isinstance(given, int)):
-            kind = "a positive integer" if wanted_int else "a positive number"
+            wanted = "a positive integer" if wanted_int else "a positive number"
+            if name in OPTIONAL_NUMBERS:
+                wanted += " or None"
             errors.append(
                 Error(
-                    f"{SETTING_NAME}[{name!r}] must be {kind}, not {given!r}.",
+                    f"{SETTING_NAME}[{name!r}] must be {wanted}, not {given!r}.",
                     hint=f"The default is {default!r}.",
                     id="redis_components.E005",
                 )

@@ -19,6 +19,24 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_ALIAS": "default",
     # The first part of every key: "<KEY_PREFIX>:<component>:{<name>}[:<part>]".
     "KEY_PREFIX": "rc",
+    # Locks: the lease in seconds, and how long acquire() waits for a busy lock.
+    "LOCK_TIMEOUT": 30.0,
+    "LOCK_BLOCKING_TIMEOUT": 10.0,
+    # Semaphores: how long a permit lasts without a refresh, and how long a blocking
+    # acquire waits for a free permit.
+    "SEMAPHORE_TIMEOUT": 10.0,
+    "SEMAPHORE_BLOCKING_TIMEOUT": 10.0,
+    # Group chat (messaging.py): the most messages one chat keeps; older ones are
+    # dropped even if a member has not read them yet.
+    "CHAT_MAX_MESSAGES": 1000,
+    # The longest chat message accepted, in characters.
+    "CHAT_MAX_MESSAGE_LENGTH": 4000,
+    # Seconds after which a chat message is dropped, read or not; None keeps messages
+    # until every member has seen them (or CHAT_MAX_MESSAGES pushes them out).
+    "CHAT_MAX_AGE": None,
+    # Mailboxes (messaging.py): the most messages one user's mailbox keeps; sending
+    # to a full mailbox drops its oldest message.
+    "MAILBOX_MAX_MESSAGES": 1000,
     # Task queues (queues.py, worker.py).
     # A worker renews a lease of 1.5 x this twice per interval; the tasks of a worker
     # whose lease ran out are back on their queues within 2 x this.
@@ -34,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
     "TASK_QUEUE_LIMITS": {},
 }
+
+# Numeric settings whose default is None ("no limit"): None or a positive number of
+# this type. The system checks validate them beside the numeric ones.
+OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {"CHAT_MAX_AGE": float}
 
 
 def user_settings() -> dict[str, Any]:
@@ -55,6 +77,39 @@ class Settings:
     @property
     def KEY_PREFIX(self) -> str:
         return str(self.get("KEY_PREFIX"))
+
+    @property
+    def LOCK_TIMEOUT(self) -> float:
+        return float(self.get("LOCK_TIMEOUT"))
+
+    @property
+    def LOCK_BLOCKING_TIMEOUT(self) -> float:
+        return float(self.get("LOCK_BLOCKING_TIMEOUT"))
+
+    @property
+    def SEMAPHORE_TIMEOUT(self) -> float:
+        return float(self.get("SEMAPHORE_TIMEOUT"))
+
+    @property
+    def SEMAPHORE_BLOCKING_TIMEOUT(self) -> float:
+        return float(self.get("SEMAPHORE_BLOCKING_TIMEOUT"))
+
+    @property
+    def CHAT_MAX_MESSAGES(self) -> int:
+        return int(self.get("CHAT_MAX_MESSAGES"))
+
+    @property
+    def CHAT_MAX_MESSAGE_LENGTH(self) -> int:
+        return int(self.get("CHAT_MAX_MESSAGE_LENGTH"))
+
+    @property
+    def CHAT_MAX_AGE(self) -> float | None:
+        value = self.get("CHAT_MAX_AGE")
+        return None if value is None else float(value)
+
+    @property
+    def MAILBOX_MAX_MESSAGES(self) -> int:
+        return int(self.get("MAILBOX_MAX_MESSAGES"))
 
     @property
     def TASK_HEARTBEAT_INTERVAL(self) -> float:

@@ -7,8 +7,11 @@ component reads through :func:`text` so both work.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any
 
+import redis.asyncio
 from django.conf import settings
 from redis import Redis
 
@@ -44,6 +47,45 @@ def get_client() -> Redis:
         ) from None
     _clients[alias] = (caches, client)
     return client
+
+
+# Connection settings that carry over from the cache's (sync) pool to an asyncio pool.
+_ASYNC_KWARGS = (
+    "host", "port", "path", "db", "username", "password", "client_name",
+    "socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_keepalive_options",
+    "decode_responses", "encoding", "encoding_errors", "health_check_interval",
+    "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname",
+)  # fmt: skip
+_async_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str], redis.asyncio.Redis]
+] = weakref.WeakKeyDictionary()
+
+
+def get_async_client() -> redis.asyncio.Redis:
+    """A ``redis.asyncio`` client for the same server and options as :func:`get_client`.
+
+    One client (and connection pool) per event loop, since asyncio connections belong
+    to the loop that opened them; close it with :func:`aclose_async_client` before the
+    loop ends (an ASGI server's shutdown, the end of ``asyncio.run``).
+    """
+    sync_pool = get_client().connection_pool
+    loop = asyncio.get_running_loop()
+    clients = _async_clients.setdefault(loop, {})
+    kind = sync_pool.connection_class.__name__
+    cache_key = (conf.CACHE_ALIAS, repr(sorted(sync_pool.connection_kwargs.items())))
+    client = clients.get(cache_key)
+    if client is None:
+        connection_class = getattr(redis.asyncio.connection, kind, redis.asyncio.Connection)
+        kwargs = {k: v for k, v in sync_pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
+        pool = redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+        client = clients[cache_key] = redis.asyncio.Redis(connection_pool=pool)
+    return client
+
+
+async def aclose_async_client() -> None:
+    """Close the asyncio clients that :func:`get_async_client` opened on the running loop."""
+    for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.aclose(close_connection_pool=True)
 
 
 def text(value: Any) -> str:

@@ -56,7 +56,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django.db import transaction
 
@@ -71,6 +71,7 @@ from .exceptions import (
     TaskNotRegistered,
     TaskSerializationError,
 )
+from .guard import Busy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,7 +123,7 @@ def queues_key() -> str:
 
 
 @dataclass(frozen=True)
-class Message:
+class TaskMessage:
     """One task as it travels through Redis: which task to run, with what, and its history."""
 
     id: str
@@ -139,7 +140,7 @@ class Message:
         return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
 
     @classmethod
-    def decode(cls, payload: str | bytes) -> Message:
+    def decode(cls, payload: str | bytes) -> TaskMessage:
         """Parse a payload; ``ValueError`` says what is wrong with a malformed one."""
         data = json.loads(payload)
         if not isinstance(data, dict):
@@ -392,7 +393,7 @@ def backoff(retries: int, base: float | None = None) -> float:
 class RunningTask:
     """The task a worker is running now; :func:`current_task` returns it inside a task."""
 
-    def __init__(self, message: Message) -> None:
+    def __init__(self, message: TaskMessage) -> None:
         self.message = message
         self.deferred_for: float | None = None
 
@@ -419,16 +420,6 @@ _current: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
 def current_task() -> RunningTask | None:
     """The task the worker is running in this context, or ``None`` outside a worker."""
     return _current.get()
-
-
-class Busy(Protocol):
-    """What a lock's ``on_busy`` callback receives (``redis_components.locks.Busy``)."""
-
-    @property
-    def names(self) -> tuple[str, ...]: ...
-
-    @property
-    def retry_after(self) -> float: ...
 
 
 def defer(seconds: float | None = None) -> Callable[[Busy], None]:
@@ -631,10 +622,12 @@ def requeue_dead(queue: str, batch: int = 500) -> int:
 def _fresh_payload(payload: str) -> str:
     """The payload with its retry count reset; an undecodable one is kept as it was."""
     try:
-        message = Message.decode(payload)
+        message = TaskMessage.decode(payload)
     except ValueError:
         return payload
-    return Message(message.id, message.task, message.queue, message.args, message.kwargs).encode()
+    return TaskMessage(
+        message.id, message.task, message.queue, message.args, message.kwargs
+    ).encode()
 
 
 def purge(queue: str) -> int:

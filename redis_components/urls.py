@@ -1,14 +1,23 @@
-"""URLs of redis_components: ``path("rc/", include("redis_components.urls"))``."""
+"""URLs of the JSON endpoints: ``path("rc/", include("redis_components.urls"))``."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, path
+from django.urls import path
 
 from . import views
 
 app_name = "redis_components"
 
-urlpatterns: list[URLPattern] = [
-    # -- Task queues --
+urlpatterns = [
+    # Group chat (messaging.py)
+    path("chats/", views.ChatListView.as_view(), name="chats"),
+    path("chats/pending/", views.ChatPendingView.as_view(), name="chat-pending"),
+    path("chats/<int:chat_id>/", views.ChatDetailView.as_view(), name="chat"),
+    path("chats/<int:chat_id>/messages/", views.ChatMessagesView.as_view(), name="chat-messages"),
+    path("chats/<int:chat_id>/join/", views.ChatJoinView.as_view(), name="chat-join"),
+    path("chats/<int:chat_id>/leave/", views.ChatLeaveView.as_view(), name="chat-leave"),
+    # End of group chat
+    # Task queues (queues.py)
     path("queues/", views.queue_status, name="queue-status"),
+    # End of task queues
 ]

@@ -89,10 +89,10 @@ from .conf import conf
 from .connection import get_client, text
 from .exceptions import InvalidInput
 from .queues import (
-    Message,
     Retry,
     RunningTask,
     Task,
+    TaskMessage,
     _current,
     _registry,
     backoff,
@@ -399,7 +399,7 @@ class Worker:
     def _run(self, position: int, payload: str) -> None:
         queue = self.queues[position - 1]
         try:
-            message = Message.decode(payload)
+            message = TaskMessage.decode(payload)
         except ValueError as error:
             logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
             self._bury(position, payload, "", "undecodable", f"not a task: {error}", "")
@@ -447,7 +447,7 @@ class Worker:
         self,
         position: int,
         payload: str,
-        message: Message,
+        message: TaskMessage,
         task: Task[Any, Any],
         error: Exception,
         ms: float,
@@ -489,7 +489,7 @@ class Worker:
             self._bury(position, payload, task_id, "failed", described, trace)
 
     def _reschedule(
-        self, position: int, payload: str, message: Message, new_payload: str, delay: float
+        self, position: int, payload: str, message: TaskMessage, new_payload: str, delay: float
     ) -> None:
         queue = self.queues[position - 1]
 

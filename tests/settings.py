@@ -17,6 +17,8 @@ NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock
 def caches(url: str, unix_url: str | None = None) -> dict[str, dict[str, object]]:
     """A bytes client on the server's TCP port, and a decoding client beside it.
 
+    The decoding client also speaks RESP2, while the other speaks redis-py's default
+    (RESP3 since redis-py 8), so tests that run in both modes read replies both ways.
     django-redis keeps one connection pool per URL, so the decoding client needs a
     URL of its own: the unix socket when there is one, else a client name.
     """
@@ -26,7 +28,7 @@ def caches(url: str, unix_url: str | None = None) -> dict[str, dict[str, object]
         "decoded": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": decoded_url,
-            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True}},
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True, "protocol": 2}},
         },
     }
 
@@ -40,13 +42,17 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
     "redis_components",
-    "tests",  # tests/tasks.py: the tasks that worker processes started by tests run
+    "tests.testapp",  # its tasks.py: the tasks that worker processes started by tests run
+    "demo_project.marketplace",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = caches(
@@ -56,9 +62,21 @@ TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+STATIC_URL = "static/"
+LOGIN_URL = "login"
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+# The demo's pages need these (the suite tests them too).
+REDIS_URL = "(the test server)"
+REDIS_EMBEDDED = True
 # Subprocesses started by tests (workers) get their REDIS_COMPONENTS through this.
 REDIS_COMPONENTS = json.loads(os.environ.get("RC_TEST_REDIS_COMPONENTS", "{}"))

@@ -63,6 +63,19 @@ def test_e005_bad_numeric_values(value: object) -> None:
     assert ids(REDIS_COMPONENTS={numeric[0]: value}) == ["redis_components.E005"]
 
 
+@pytest.mark.parametrize("value", [None, 30, 2.5])
+def test_an_optional_number_may_be_none_or_positive(value: object) -> None:
+    assert ids(REDIS_COMPONENTS={"CHAT_MAX_AGE": value}) == []
+
+
+@pytest.mark.parametrize("value", [0, -1, "10", True])
+def test_e005_bad_optional_number(value: object) -> None:
+    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_AGE": value}):
+        [message] = check_settings()
+    assert message.id == "redis_components.E005"
+    assert "a positive number or None" in message.msg
+
+
 @pytest.mark.parametrize("prefix", ["", "rc{x}", "has space", "x" * 65, 7])
 def test_e006_bad_key_prefix(prefix: object) -> None:
     assert ids(REDIS_COMPONENTS={"KEY_PREFIX": prefix}) == ["redis_components.E006"]

@@ -18,8 +18,8 @@ from redis_components.exceptions import (
     TaskNotRegistered,
 )
 from redis_components.queues import (
-    Message,
     RunningTask,
+    TaskMessage,
     _current,
     backoff,
     dead_key,
@@ -32,7 +32,7 @@ from redis_components.queues import (
     ready_key,
     requeue_dead,
 )
-from tests import tasks
+from tests.testapp import tasks
 
 
 def server_ms(r: redis.Redis) -> int:
@@ -48,8 +48,10 @@ def test_keys_share_one_hash_tag() -> None:
 def test_enqueue_puts_a_json_task_on_its_queue(r: redis.Redis) -> None:
     task_id = tasks.record.enqueue("one", pause=0)
     [raw] = r.lrange(ready_key("test"), 0, -1)
-    message = Message.decode(raw)
-    assert message == Message(task_id, "tests.tasks.record", "test", ["one"], {"pause": 0}, 0)
+    message = TaskMessage.decode(raw)
+    assert message == TaskMessage(
+        task_id, "tests.testapp.tasks.record", "test", ["one"], {"pause": 0}, 0
+    )
 
 
 def test_a_plain_call_runs_inline(r: redis.Redis) -> None:
@@ -60,7 +62,7 @@ def test_a_plain_call_runs_inline(r: redis.Redis) -> None:
 
 @pytest.mark.parametrize("bad", [object(), {1, 2}, math.nan, b"bytes"])
 def test_arguments_json_cannot_carry_are_refused_in_the_caller(r: redis.Redis, bad: object) -> None:
-    with pytest.raises(TaskSerializationError, match=r"tests\.tasks\.record"):
+    with pytest.raises(TaskSerializationError, match=r"tests\.testapp\.tasks\.record"):
         tasks.record.enqueue(bad)  # type: ignore[arg-type]
     with pytest.raises(TaskSerializationError):
         tasks.record.enqueue_in(5, "label", pause=bad)  # type: ignore[arg-type]
@@ -72,7 +74,7 @@ def test_enqueue_in_scores_by_the_servers_clock(r: redis.Redis) -> None:
     task_id = tasks.record.enqueue_in(30, "later")
     after = server_ms(r)
     [(raw, score)] = r.zrange(delayed_key("test"), 0, -1, withscores=True)
-    assert Message.decode(raw).id == task_id
+    assert TaskMessage.decode(raw).id == task_id
     assert before + 30_000 <= score <= after + 30_000
     assert r.llen(ready_key("test")) == 0
 
@@ -110,9 +112,9 @@ def test_bad_task_definitions_are_refused() -> None:
 def test_two_functions_cannot_share_a_task_name() -> None:
     def record(label: str) -> None: ...
 
-    with pytest.raises(TaskError, match=r"two tasks are named 'tests\.tasks\.record'"):
-        task(name="tests.tasks.record")(record)
-    assert get_task("tests.tasks.record") is tasks.record
+    with pytest.raises(TaskError, match=r"two tasks are named 'tests\.testapp\.tasks\.record'"):
+        task(name="tests.testapp.tasks.record")(record)
+    assert get_task("tests.testapp.tasks.record") is tasks.record
 
 
 def test_bare_decorator_names_the_task_after_its_function() -> None:
@@ -154,7 +156,7 @@ def test_enqueue_on_commit_waits_for_the_commit(r: redis.Redis) -> None:
         task_id = tasks.record.enqueue_on_commit("committed")
         assert r.llen(ready_key("test")) == 0
     [raw] = r.lrange(ready_key("test"), 0, -1)
-    assert Message.decode(raw).id == task_id
+    assert TaskMessage.decode(raw).id == task_id
 
 
 @pytest.mark.django_db(transaction=True)
@@ -186,7 +188,7 @@ def test_enqueue_on_commit_enqueues_nothing_on_rollback(r: redis.Redis) -> None:
 )
 def test_malformed_payloads_are_described(payload: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
-        Message.decode(payload)
+        TaskMessage.decode(payload)
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
@@ -220,7 +222,7 @@ def test_defer_outside_a_worker_raises_lock_not_acquired() -> None:
 
 
 def test_defer_inside_a_worker_marks_the_running_task() -> None:
-    running = RunningTask(Message("id", "t", "q", [], {}))
+    running = RunningTask(TaskMessage("id", "t", "q", [], {}))
     token = _current.set(running)
     try:
         assert defer(5)(FakeBusy(("a",), 1.0)) is None
@@ -254,13 +256,15 @@ def test_counts_and_dead_letters_in_both_client_modes(redis_mode: str, r: redis.
 
 
 def test_requeue_dead_gives_fresh_retries(redis_mode: str, r: redis.Redis) -> None:
-    tired = Message("abc", "tests.tasks.record", "test", ["x"], {}, retries=3).encode()
+    tired = TaskMessage("abc", "tests.testapp.tasks.record", "test", ["x"], {}, retries=3).encode()
     r.rpush(dead_key("test"), json.dumps({"task": tired, "queue": "test", "reason": "failed"}))
     r.rpush(dead_key("test"), json.dumps({"task": "undecodable", "reason": "undecodable"}))
     assert requeue_dead("test") == 2
     assert r.llen(dead_key("test")) == 0
     first, second = r.lrange(ready_key("test"), 0, -1)
-    assert Message.decode(first) == Message("abc", "tests.tasks.record", "test", ["x"], {}, 0)
+    assert TaskMessage.decode(first) == TaskMessage(
+        "abc", "tests.testapp.tasks.record", "test", ["x"], {}, 0
+    )
     assert second == b"undecodable"
     assert requeue_dead("test") == 0
 

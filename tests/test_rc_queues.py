@@ -7,9 +7,9 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from redis_components.queues import Message, dead_key, ready_key
+from redis_components.queues import TaskMessage, dead_key, ready_key
 from redis_components.worker import Worker
-from tests import tasks
+from tests.testapp import tasks
 
 
 def run(*args: str) -> str:
@@ -19,7 +19,9 @@ def run(*args: str) -> str:
 
 
 def bury(r: redis.Redis, queue: str, label: str) -> None:
-    payload = Message(label, "tests.tasks.record", queue, [label], {}, retries=3).encode()
+    payload = TaskMessage(
+        label, "tests.testapp.tasks.record", queue, [label], {}, retries=3
+    ).encode()
     r.rpush(dead_key(queue), json.dumps({"task": payload, "queue": queue, "reason": "failed"}))
 
 
@@ -49,7 +51,7 @@ def test_requeue_dead_of_one_queue_or_all(r: redis.Redis) -> None:
     bury(r, "mail", "b")
     assert run("--requeue-dead", "test") == "test: requeued 1 dead tasks\n"
     assert r.llen(ready_key("test")) == 1
-    assert Message.decode(r.lindex(ready_key("test"), 0) or b"").retries == 0
+    assert TaskMessage.decode(r.lindex(ready_key("test"), 0) or b"").retries == 0
     assert r.llen(dead_key("mail")) == 1
     r.sadd("rc:queue:{tasks}:queues", "mail")
     assert "mail: requeued 1 dead tasks" in run("--requeue-dead")

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from redis_components.embedded import EmbeddedRedis
-from redis_components.queues import Message, dead_letters, ready_key, running_key, workers
-from tests import tasks
+from redis_components.queues import TaskMessage, dead_letters, ready_key, running_key, workers
+from tests.testapp import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,7 +149,7 @@ def test_a_second_signal_stops_at_once_and_puts_the_task_back(
     assert worker.wait(timeout=20) == 0
     assert not r.exists("test:s:finished")
     [payload] = r.lrange(ready_key("test"), 0, -1)
-    message = Message.decode(payload)
+    message = TaskMessage.decode(payload)
     assert (message.args, message.crashes) == (["s", 60.0], 0)  # a stop is not a crash
     assert workers() == []
     assert "put back 1 of its tasks" in worker.output()
@@ -167,7 +167,7 @@ def test_a_task_that_kills_its_worker_is_dead_lettered_after_repeated_crashes(
     assert runs(r) == {"c": 2, "after": 1}
     [letter] = dead_letters("test")
     assert letter.reason == "crashed"
-    assert json.loads(letter.task)["task"] == "tests.tasks.crash"
+    assert json.loads(letter.task)["task"] == "tests.testapp.tasks.crash"
     output = worker.output()
     assert output.count("died (signal 9)") == 2
     assert "dead-lettered 1" in output
@@ -198,7 +198,7 @@ def test_the_worker_survives_a_redis_restart(
 
         def enqueue(label: str) -> None:
             # The session's CACHES point at the other server: push the task directly.
-            message = Message("id-" + label, "tests.tasks.record", "test", [label], {})
+            message = TaskMessage("id-" + label, "tests.testapp.tasks.record", "test", [label], {})
             push.rpush(ready_key("test"), message.encode())
 
         enqueue("before")

@@ -11,7 +11,7 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from redis_components.queues import dead_key
-from tests import tasks
+from tests.testapp import tasks
 
 URL = "/rc/queues/"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +16,9 @@ import pytest
 import redis
 from django.test import override_settings
 
-from redis_components import defer, task
+from redis_components import RedisLock, defer, redis_lock, task
 from redis_components.queues import (
-    Message,
+    TaskMessage,
     dead_key,
     dead_letters,
     delayed_key,
@@ -30,8 +31,8 @@ from redis_components.queues import (
     workers_key,
 )
 from redis_components.worker import Worker, recover_worker, server_warnings
-from tests import tasks
 from tests.processes import run_processes
+from tests.testapp import tasks
 
 
 @pytest.fixture(autouse=True)
@@ -118,7 +119,7 @@ def test_delayed_tasks_run_at_their_time_not_before(r: redis.Redis) -> None:
     for i, label in enumerate(labels):
         tasks.record_time.enqueue_in(0.1 + 0.1 * i, label)
     due = {
-        Message.decode(raw).args[0]: int(score)
+        TaskMessage.decode(raw).args[0]: int(score)
         for raw, score in r.zrange(delayed_key("test"), 0, -1, withscores=True)
     }
     with running_worker(["test"]):
@@ -166,7 +167,7 @@ def test_failures_retry_with_backoff_then_dead_letter_with_traceback(r: redis.Re
     assert letter.error == "ValueError: f failed on purpose"
     assert "Traceback" in letter.traceback
     assert 'raise ValueError(f"{label} failed on purpose")' in letter.traceback
-    assert Message.decode(letter.task).retries == 2
+    assert TaskMessage.decode(letter.task).retries == 2
 
     assert requeue_dead("test") == 1
     with running_worker(["test"]):
@@ -185,7 +186,7 @@ def test_retry_exception_reschedules_without_dead_letter(r: redis.Redis) -> None
 def test_unknown_and_undecodable_tasks_are_dead_lettered_and_the_worker_goes_on(
     redis_mode: str, r: redis.Redis
 ) -> None:
-    stranger = Message("id1", "nobody.knows", "test", [], {}).encode()
+    stranger = TaskMessage("id1", "nobody.knows", "test", [], {}).encode()
     r.rpush(ready_key("test"), stranger, "not json", '{"id": 3}')
     tasks.record.enqueue("after")
     assert Worker(["test"], burst=True).run() == 1
@@ -241,7 +242,7 @@ def test_a_task_found_after_too_many_crashes_is_dead_lettered(r: redis.Redis) ->
             )
             assert result == ((1, 0) if attempt == 0 else (0, 1))
     [letter] = dead_letters("test")
-    buried = Message.decode(letter.task)
+    buried = TaskMessage.decode(letter.task)
     assert (letter.reason, buried.args, buried.crashes) == ("crashed", ["poison"], 1)
     assert "died while running it 2 times" in letter.error
     assert r.llen(ready_key("test")) == 0
@@ -313,7 +314,31 @@ def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
         ghost._beat()
         assert ghost._fetch(take=True).payload is not None
         assert recover_worker(r, ghost.id, ["test"], only_if_expired=False, max_crashes=5) == (1, 0)
-        message = Message.decode(r.lindex(ready_key("test"), 0) or b"")
+        message = TaskMessage.decode(r.lindex(ready_key("test"), 0) or b"")
         assert (message.args, message.crashes) == (tricky, attempt)
     # A retry keeps the count; the payload stays one that recovery can extend.
-    assert Message.decode(dataclasses.replace(message, retries=1).encode()).crashes == 2
+    assert TaskMessage.decode(dataclasses.replace(message, retries=1).encode()).crashes == 2
+
+
+def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    @task(name="tests.test_worker.sell", queue="test")
+    @redis_lock("item:{item_id}", blocking=False, on_busy=defer(0.05))
+    def sell(item_id: int) -> None:
+        r.hincrby("test:runs", f"sell {item_id}", 1)
+
+    holder = RedisLock("item:7", timeout=30).acquire()
+    assert holder is not None
+    caplog.set_level(logging.INFO, "redis_components.worker")
+    sell.enqueue(7)
+    with running_worker(["test"]):
+        # While the lock is held the task goes back to the delayed queue, again and again.
+        wait_until(lambda: caplog.text.count("deferred for 0.05 s") >= 3)
+        assert runs(r) == {}
+        holder.release()
+        wait_until(lambda: runs(r) == {"sell 7": 1})
+    assert dead_letters("test") == []
+    assert r.zcard(delayed_key("test")) == 0
+    # Deferrals do not count as retries: the task ran with its retries untouched.
+    assert "retry" not in caplog.text

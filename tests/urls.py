@@ -4,4 +4,5 @@ from django.urls import include, path
 
 urlpatterns = [
     path("rc/", include("redis_components.urls")),
+    path("", include("demo_project.marketplace.urls")),
 ]

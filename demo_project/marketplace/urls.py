@@ -1,9 +1,19 @@
 from __future__ import annotations
 
+from django.contrib.auth.views import LogoutView
 from django.urls import path
 
 from . import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("login/", views.DemoLoginView.as_view(), name="login"),
+    path("logout/", LogoutView.as_view(), name="logout"),
+    path("market/", views.market, name="market"),
+    path("market/buy/<str:item>/<int:seller>/", views.buy, name="buy"),
+    path("inventory/", views.inventory, name="inventory"),
+    path("inventory/sell/", views.sell, name="sell"),
+    path("notices/", views.notices, name="notices"),
+    path("chats/", views.chats, name="chats"),
+    path("chats/<int:chat_id>/", views.chats, name="chat"),
 ]

@@ -1,3 +1,5 @@
+"""The demo site's pages: the market, inventories, notices, chats and the home page."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -5,10 +7,28 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from redis_components import get_client
+from redis_components import Busy, GroupChat, get_client, redis_lock
+from redis_components.locks import LockScope
+
+from .market import Market, Purchase
+from .tasks import send_sold_email
+
+MARKET = Market("main")
+MAX_PRICE = 1_000_000
+SORTS = {
+    "price": lambda row: (row[2], row[0]),
+    "-price": lambda row: (-row[2], row[0]),
+    "item": lambda row: (row[0].casefold(), row[2]),
+    "seller": lambda row: (row[3].casefold(), row[2]),
+}
 
 COMPONENTS = [
     ("Autocomplete", "6.1", "A user's recent contacts, and a large guild searched by prefix."),
@@ -51,3 +71,169 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(
         request, "marketplace/home.html", {"components": COMPONENTS, "redis": redis_status()}
     )
+
+
+class DemoLoginView(LoginView):
+    """Django's login, with the demo's users listed on the page."""
+
+    template_name = "marketplace/login.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        from .seed import DEMO_PASSWORD
+
+        context = super().get_context_data(**kwargs)
+        users = get_user_model()._default_manager.order_by("pk").values_list("username", flat=True)
+        context.update(demo_users=list(users[:10]), demo_password=DEMO_PASSWORD)
+        return context
+
+
+def me(request: HttpRequest) -> int:
+    """The logged-in user's id in the market (their Django user id); made on first use."""
+    user_id: int = request.user.pk
+    MARKET.add_user(user_id, request.user.get_username(), 0)
+    return user_id
+
+
+# -- the market --------------------------------------------------------------------------
+
+
+@login_required
+def market(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "").strip()[:100]
+    sort = request.GET.get("sort", "price")
+    if sort not in SORTS:
+        sort = "price"
+    names = _names()
+    rows = [
+        (item, seller, price, names.get(seller, f"user {seller}"))
+        for item, seller, price in MARKET.listings()
+        if query.casefold() in item.casefold()
+    ]
+    rows.sort(key=SORTS[sort])
+    context = {
+        "rows": rows[:200],
+        "more": max(0, len(rows) - 200),
+        "query": query,
+        "sort": sort,
+        "funds": MARKET.funds(me(request)),
+        "me": request.user.pk,
+    }
+    return render(request, "marketplace/market.html", context)
+
+
+def _names() -> dict[int, str]:
+    users = get_user_model()._default_manager.values_list("pk", "username")
+    return dict(users)
+
+
+def _busy(busy: Busy) -> HttpResponse:
+    """A purchase that could not get its locks: a clear message, or 409 for an API client."""
+    request = busy.request
+    assert request is not None
+    if request.get_preferred_type(["text/html", "application/json"]) == "application/json":
+        return LockScope.busy_response(busy)
+    item = busy.kwargs.get("item", "this item")
+    messages.warning(request, f"Someone else is buying {item} right now. Try again in a moment.")
+    return redirect("market")
+
+
+@require_POST
+@login_required
+@redis_lock(
+    "market:item:{item}.{seller}",
+    "market:user:{user}",
+    timeout=10,
+    blocking_timeout=2,
+    on_busy=_busy,
+)
+def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
+    """Buy under the fine-grained locks: the listing's, and the buyer's own."""
+    try:
+        price = int(request.POST.get("price", ""))
+    except ValueError:
+        messages.error(request, "The form was missing the price you saw; have another look.")
+        return redirect("market")
+    purchase = MARKET.purchase_under_lock(me(request), item, seller, price)
+    if purchase.ok:
+        send_sold_email.enqueue(seller, item, purchase.price, request.user.pk)
+    _tell(request, item, _names().get(seller, f"user {seller}"), purchase)
+    return redirect(request.POST.get("next") or "market")
+
+
+def _tell(request: HttpRequest, item: str, seller: str, purchase: Purchase) -> None:
+    if purchase.outcome == "bought":
+        messages.success(
+            request,
+            f"You bought {item} from {seller} for {purchase.price}. "
+            f"Your balance is {purchase.balance}.",
+        )
+    elif purchase.outcome == "gone":
+        messages.error(request, f"{item} is no longer for sale: someone bought it first.")
+    elif purchase.outcome == "price changed":
+        messages.error(request, f"The price of {item} is now {purchase.price}. Have another look.")
+    elif purchase.outcome == "cannot pay":
+        messages.error(
+            request,
+            f"You cannot afford {item}: it costs {purchase.price} and you have {purchase.balance}.",
+        )
+    else:
+        messages.error(request, f"{item} is your own item.")
+
+
+# -- my inventory ----------------------------------------------------------------------
+
+
+@login_required
+def inventory(request: HttpRequest) -> HttpResponse:
+    user = me(request)
+    mine = [(item, seller, price) for item, seller, price in MARKET.listings() if seller == user]
+    context = {"items": MARKET.inventory(user), "listed": mine, "funds": MARKET.funds(user)}
+    return render(request, "marketplace/inventory.html", context)
+
+
+@require_POST
+@login_required
+def sell(request: HttpRequest) -> HttpResponse:
+    item = request.POST.get("item", "")
+    raw_price = request.POST.get("price", "").strip()
+    if not raw_price.isdigit() or not 1 <= int(raw_price) <= MAX_PRICE:
+        messages.error(request, f"A price is a whole number from 1 to {MAX_PRICE:,}.")
+        return redirect("inventory")
+    price = int(raw_price)
+    if MARKET.list_item(item, me(request), price, "fine"):
+        messages.success(request, f"{item} is for sale at {price}.")
+    else:
+        messages.error(request, f"You do not have {item!r} to sell.")
+    return redirect("inventory")
+
+
+# -- notices and chats -------------------------------------------------------------------
+
+
+@login_required
+def notices(request: HttpRequest) -> HttpResponse:
+    from .models import Notice
+
+    Notice.collect(request.user)
+    context = {"notices": Notice.objects.filter(user=request.user).order_by("-created")[:100]}
+    return render(request, "marketplace/notices.html", context)
+
+
+@login_required
+def chats(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
+    """The chat page: my chats, and the one open (its messages arrive through the JSON views)."""
+    user = request.user.get_username()
+    group_chat = GroupChat()
+    counts = group_chat.unread_counts(user)
+    members: list[str] = []
+    if chat_id is not None:
+        if str(chat_id) not in counts:
+            messages.error(request, f"You are not in chat {chat_id}.")
+            return redirect("chats")
+        members = [name for name in group_chat.members(str(chat_id)) if name != user]
+    rows = [
+        (key, [name for name in group_chat.members(key) if name != user] or ["only you"], unread)
+        for key, unread in counts.items()
+    ]
+    context = {"chats": rows, "chat_id": chat_id, "members": members}
+    return render(request, "marketplace/chats.html", context)

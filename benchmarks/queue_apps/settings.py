@@ -6,7 +6,7 @@ import os
 
 SECRET_KEY = "benchmark-only"
 USE_TZ = True
-INSTALLED_APPS = ["redis_components", "benchmarks"]  # benchmarks/tasks.py is autodiscovered
+INSTALLED_APPS = ["redis_components", "benchmarks.queue_apps"]  # its tasks.py is autodiscovered
 DATABASES: dict[str, dict[str, str]] = {}
 CACHES = {
     "default": {

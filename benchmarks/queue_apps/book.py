@@ -1,6 +1,6 @@
 """The book's queue (Redis in Action 6.4.1): RPUSH a JSON task, a BLPOP loop runs it.
 
-python -m benchmarks.book   runs worker_watch_queue on BENCH_REDIS_URL until killed.
+python -m benchmarks.queue_apps.book   runs worker_watch_queue on BENCH_REDIS_URL until killed.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from typing import Any
 
 import redis
 
-from . import common
+from . import work
 
 CALLBACKS = {
-    "noop": common.noop,
-    "mark": common.mark,
-    "started": common.started,
-    "record": common.record,
+    "noop": work.noop,
+    "mark": work.mark,
+    "started": work.started,
+    "record": work.record,
 }
 
 
 def send(conn: redis.Redis, name: str, *args: Any) -> None:
-    conn.rpush("queue:" + common.QUEUE, json.dumps([name, list(args)]))
+    conn.rpush("queue:" + work.QUEUE, json.dumps([name, list(args)]))
 
 
 def worker_watch_queue(conn: redis.Redis, queue: str, callbacks: dict[str, Any]) -> None:
@@ -40,4 +40,4 @@ def worker_watch_queue(conn: redis.Redis, queue: str, callbacks: dict[str, Any])
 
 
 if __name__ == "__main__":
-    worker_watch_queue(common.client(), "queue:" + common.QUEUE, CALLBACKS)
+    worker_watch_queue(work.client(), "queue:" + work.QUEUE, CALLBACKS)

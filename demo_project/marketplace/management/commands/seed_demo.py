@@ -1,0 +1,21 @@
+"""`manage.py seed_demo`: the demo's users, market, guild, contacts and a chat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from demo_project.marketplace.seed import seed
+from demo_project.marketplace.views import MARKET
+
+
+class Command(BaseCommand):
+    help = (
+        "Create the demo's users (and print their password), funds, items and listings, "
+        "recent contacts and a chat. Safe to run again: it only adds what is missing."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        seed(MARKET, progress=lambda step: self.stdout.write(f"  {step}"))
+        self.stdout.write(self.style.SUCCESS("Demo data ready."))

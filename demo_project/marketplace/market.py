@@ -1,0 +1,300 @@
+"""The market of the book's running example, with its three ways of buying safely.
+
+Data, as the book lays it out (every key of one market shares the ``{<market>}`` hash
+tag, so the market also runs on Redis Cluster)::
+
+    demo:{main}:users:<id>       hash: name, funds
+    demo:{main}:inventory:<id>   set of the items a user owns
+    demo:{main}:market           ZSET "<item>.<seller id>" -> price
+    demo:{main}:people           set of every user id (for the invariant check)
+    demo:{main}:items            set of every item ever made (items are unique names)
+    demo:{main}:total            the total of all funds, which trades never change
+
+Buying checks that the item is still listed at the price the buyer saw and that the
+buyer can pay, then moves the money and the item in one MULTI/EXEC. What keeps two
+buyers (or a buyer and the item's seller) apart is the mode, one of the book's three:
+
+- ``"watch"``: optimistic, WATCH the market and the buyer, retry when either changed;
+- ``"lock"``: one coarse lock on the whole market;
+- ``"fine"``: a lock on the one listing, plus one on the buyer so that two purchases by
+  the same buyer cannot both spend the same funds (the book locks the item alone,
+  which lets funds go negative). The locks are taken in sorted order, all or nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import redis
+
+from redis_components import LockNotAcquired, get_client, redis_lock
+
+Mode = Literal["watch", "lock", "fine"]
+MODES: tuple[Mode, ...] = ("watch", "lock", "fine")
+Outcome = Literal["bought", "gone", "price changed", "cannot pay", "busy", "own item"]
+
+LOCK_TIMEOUT = 10
+BUSY_TIMEOUT = 10  # how long a purchase waits for its locks, as in the book
+
+
+@dataclass(frozen=True)
+class Purchase:
+    """What became of one purchase attempt."""
+
+    outcome: Outcome
+    price: int | None = None  # what the buyer paid, when bought
+    balance: int | None = None  # the buyer's funds afterwards
+    retries: int = 0  # WATCH retries
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "bought"
+
+
+def listing(item: str, seller: int) -> str:
+    """The market member for ``item`` sold by ``seller``: "<item>.<seller id>"."""
+    return f"{item}.{seller}"
+
+
+def parse_listing(member: str) -> tuple[str, int]:
+    item, _, seller = member.rpartition(".")
+    return item, int(seller)
+
+
+def item_lock(item: str, seller: int) -> str:
+    return f"market:item:{listing(item, seller)}"
+
+
+def user_lock(user: int) -> str:
+    return f"market:user:{user}"
+
+
+class Market:
+    """One market (``name`` keeps the benchmark's markets apart from the site's)."""
+
+    def __init__(self, name: str = "main", client: redis.Redis | None = None) -> None:
+        self.name = name
+        self._client = client
+
+    @property
+    def client(self) -> redis.Redis:
+        return self._client if self._client is not None else get_client()
+
+    def key(self, *parts: object) -> str:
+        return ":".join([f"demo:{{{self.name}}}", *map(str, parts)])
+
+    # -- people and things ------------------------------------------------------------
+
+    def add_user(self, user: int, name: str, funds: int) -> None:
+        """Create a user with some funds (idempotent: an existing user is left alone)."""
+        if self.client.sismember(self.key("people"), user):
+            return
+        pipe = self.client.pipeline()
+        pipe.hset(self.key("users", user), mapping={"name": name, "funds": funds})
+        pipe.sadd(self.key("people"), user)
+        pipe.incrby(self.key("total"), funds)
+        pipe.execute()
+
+    def make_item(self, user: int, item: str) -> None:
+        """Put a new item (a name never used before) in a user's inventory."""
+        if "." in item or not item:
+            raise ValueError("an item name must be non-empty and contain no '.'")
+        pipe = self.client.pipeline()
+        pipe.sadd(self.key("items"), item)
+        pipe.sadd(self.key("inventory", user), item)
+        added, _ = pipe.execute()
+        if not added:
+            self.client.srem(self.key("inventory", user), item)
+            raise ValueError(f"an item called {item!r} exists already")
+
+    def user(self, user: int) -> dict[str, str]:
+        return {_text(k): _text(v) for k, v in self.client.hgetall(self.key("users", user)).items()}
+
+    def funds(self, user: int) -> int:
+        return int(self.client.hget(self.key("users", user), "funds") or 0)
+
+    def inventory(self, user: int) -> list[str]:
+        return sorted(_text(item) for item in self.client.smembers(self.key("inventory", user)))
+
+    def listings(self) -> list[tuple[str, int, int]]:
+        """Everything for sale: (item, seller, price), cheapest first."""
+        members = self.client.zrange(self.key("market"), 0, -1, withscores=True)
+        return [(*parse_listing(_text(member)), int(price)) for member, price in members]
+
+    def price(self, item: str, seller: int) -> int | None:
+        score = self.client.zscore(self.key("market"), listing(item, seller))
+        return None if score is None else int(score)
+
+    # -- listing ------------------------------------------------------------------------
+
+    def list_item(self, item: str, seller: int, price: int, mode: Mode = "fine") -> bool:
+        """Move ``item`` from the seller's inventory to the market; False if they lack it."""
+        if isinstance(price, bool) or not isinstance(price, int) or price < 1:
+            raise ValueError("the price must be a whole number of at least 1")
+        inventory = self.key("inventory", seller)
+        if mode == "watch":
+            with self.client.pipeline() as pipe:
+                while True:
+                    try:
+                        pipe.watch(inventory)
+                        if not pipe.sismember(inventory, item):
+                            return False
+                        pipe.multi()
+                        pipe.zadd(self.key("market"), {listing(item, seller): price})
+                        pipe.srem(inventory, item)
+                        pipe.execute()
+                        return True
+                    except redis.WatchError:
+                        continue
+        with self._locked(mode, [item_lock(item, seller)] if mode == "fine" else ["market"]):
+            if not self.client.sismember(inventory, item):
+                return False
+            pipe = self.client.pipeline()
+            pipe.zadd(self.key("market"), {listing(item, seller): price})
+            pipe.srem(inventory, item)
+            pipe.execute()
+            return True
+
+    # -- buying -------------------------------------------------------------------------
+
+    def purchase_item(
+        self, buyer: int, item: str, seller: int, mode: Mode = "fine", price: int | None = None
+    ) -> Purchase:
+        """Buy ``item`` from ``seller`` if it is still for sale (at ``price``, if given)."""
+        if mode == "watch":
+            return self._purchase_watching(buyer, item, seller, price)
+        names = [item_lock(item, seller), user_lock(buyer)] if mode == "fine" else ["market"]
+        try:
+            with self._locked(mode, names):
+                return self.purchase_under_lock(buyer, item, seller, price)
+        except LockNotAcquired:
+            return Purchase("busy")
+
+    def purchase_under_lock(
+        self, buyer: int, item: str, seller: int, price: int | None = None
+    ) -> Purchase:
+        """The purchase itself, for a caller that holds the locks (fine or coarse)."""
+        if buyer == seller:
+            return Purchase("own item")
+        member = listing(item, seller)
+        pipe = self.client.pipeline()
+        pipe.zscore(self.key("market"), member)
+        pipe.hget(self.key("users", buyer), "funds")
+        listed, funds = pipe.execute()
+        verdict = _verdict(listed, int(funds or 0), price)
+        if verdict is not None:
+            return verdict
+        assert listed is not None
+        cost = int(listed)
+        balance = self._apply(self.client.pipeline(), buyer, item, seller, cost)
+        return Purchase("bought", cost, balance)
+
+    def _purchase_watching(
+        self, buyer: int, item: str, seller: int, price: int | None, patience: float = BUSY_TIMEOUT
+    ) -> Purchase:
+        """The book's optimistic purchase: WATCH, read, MULTI/EXEC, retry on conflict."""
+        if buyer == seller:
+            return Purchase("own item")
+        member = listing(item, seller)
+        buyer_key = self.key("users", buyer)
+        retries = 0
+        deadline = time.monotonic() + patience
+        with self.client.pipeline() as pipe:
+            while time.monotonic() < deadline:
+                try:
+                    pipe.watch(self.key("market"), buyer_key)
+                    listed = pipe.zscore(self.key("market"), member)
+                    funds = int(pipe.hget(buyer_key, "funds") or 0)
+                    verdict = _verdict(listed, funds, price, retries)
+                    if verdict is not None:
+                        pipe.unwatch()
+                        return verdict
+                    assert listed is not None
+                    pipe.multi()
+                    balance = self._apply(pipe, buyer, item, seller, int(listed))
+                    return Purchase("bought", int(listed), balance, retries)
+                except redis.WatchError:
+                    retries += 1
+        return Purchase("busy", retries=retries)
+
+    def _apply(
+        self, pipe: redis.client.Pipeline, buyer: int, item: str, seller: int, cost: int
+    ) -> int:
+        """Move the money and the item in one MULTI/EXEC; the buyer's new balance."""
+        pipe.hincrby(self.key("users", seller), "funds", cost)
+        pipe.hincrby(self.key("users", buyer), "funds", -cost)
+        pipe.sadd(self.key("inventory", buyer), item)
+        pipe.zrem(self.key("market"), listing(item, seller))
+        return int(pipe.execute()[1])
+
+    @contextmanager
+    def _locked(self, mode: Mode, names: list[str]) -> Iterator[None]:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        with redis_lock(*names, timeout=LOCK_TIMEOUT, blocking_timeout=BUSY_TIMEOUT):
+            yield
+
+    # -- the invariants -------------------------------------------------------------------
+
+    def check(self) -> list[str]:
+        """Every violated invariant, in words (empty when the market is sound)."""
+        problems = []
+        people = [int(user) for user in self.client.smembers(self.key("people"))]
+        pipe = self.client.pipeline(transaction=True)  # one consistent snapshot
+        for user in people:
+            pipe.hget(self.key("users", user), "funds")
+            pipe.smembers(self.key("inventory", user))
+        pipe.zrange(self.key("market"), 0, -1)
+        pipe.smembers(self.key("items"))
+        pipe.get(self.key("total"))
+        *per_user, market, items, total = pipe.execute()
+        funds = [int(value or 0) for value in per_user[0::2]]
+        for user, amount in zip(people, funds, strict=True):
+            if amount < 0:
+                problems.append(f"user {user} has negative funds: {amount}")
+        if sum(funds) != int(total or 0):
+            problems.append(f"funds add up to {sum(funds)}, not {int(total or 0)}")
+        places: dict[str, list[str]] = {}
+        for user, owned in zip(people, per_user[1::2], strict=True):
+            for item in owned:
+                places.setdefault(_text(item), []).append(f"user {user}'s inventory")
+        for member in market:
+            item, seller = parse_listing(_text(member))
+            places.setdefault(item, []).append(f"the market (sold by {seller})")
+        for item, where in sorted(places.items()):
+            if len(where) > 1:
+                problems.append(f"{item} is in {len(where)} places: {', '.join(where)}")
+        known = {_text(item) for item in items}
+        for item in sorted(known - places.keys()):
+            problems.append(f"{item} has vanished")
+        for item in sorted(places.keys() - known):
+            problems.append(f"{item} appeared from nowhere")
+        return problems
+
+    def delete(self) -> int:
+        """Remove every key of this market (the benchmark cleans up after itself)."""
+        people = [int(user) for user in self.client.smembers(self.key("people"))]
+        names = [self.key(part) for part in ("people", "items", "market", "total")]
+        names += [self.key(kind, user) for user in people for kind in ("users", "inventory")]
+        return int(self.client.delete(*names)) if names else 0
+
+
+def _verdict(
+    listed: float | None, funds: int, price: int | None, retries: int = 0
+) -> Purchase | None:
+    """Why this purchase cannot happen, or None if it can."""
+    if listed is None:
+        return Purchase("gone", retries=retries)
+    if price is not None and int(listed) != price:
+        return Purchase("price changed", int(listed), retries=retries)
+    if funds < listed:
+        return Purchase("cannot pay", int(listed), funds, retries)
+    return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

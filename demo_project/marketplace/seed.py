@@ -1,0 +1,83 @@
+"""The demo's starting data: people, funds, unique items, listings, contacts, a chat.
+
+Every step is idempotent: seeding twice leaves the same data as seeding once.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from django.contrib.auth import get_user_model
+
+from redis_components import GroupChat
+
+from .market import Market
+
+DEMO_PASSWORD = "redis-demo"
+PEOPLE = ["alice", "bob", "carol", "dave", "erin"]
+FUNDS = 1000
+ADJECTIVES = [
+    "Amber", "Brass", "Cobalt", "Dusky", "Emerald", "Frosted", "Gilded", "Hollow",
+    "Ivory", "Jade", "Kindled", "Lunar", "Mossy", "Nimble", "Onyx", "Pearl",
+]  # fmt: skip
+NOUNS = [
+    "Compass", "Lantern", "Sword", "Shield", "Cloak", "Amulet", "Tome", "Chalice",
+    "Dagger", "Helm", "Ring", "Quiver", "Staff", "Gauntlet", "Map", "Flute",
+]  # fmt: skip
+ITEMS_EACH = 8
+LISTED_EACH = 3
+
+Progress = Callable[[str], None]
+
+
+def seed(market: Market, progress: Progress = lambda step: None) -> None:
+    users = _people(progress)
+    _market(market, users, progress)
+    _chat(market, progress)
+
+
+def _people(progress: Progress) -> dict[str, int]:
+    model = get_user_model()
+    ids = {}
+    for n, name in enumerate(PEOPLE):
+        user, created = model._default_manager.get_or_create(
+            username=name, defaults={"email": f"{name}@example.com", "is_staff": n == 0}
+        )
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        ids[name] = user.pk
+    progress(f"{len(ids)} users (password {DEMO_PASSWORD!r}); {PEOPLE[0]} is staff")
+    return ids
+
+
+def _market(market: Market, users: dict[str, int], progress: Progress) -> None:
+    rng = random.Random(6)  # the same items and prices on every machine
+    names = [f"{a} {n}" for a in ADJECTIVES for n in NOUNS]
+    rng.shuffle(names)
+    known = {name.decode() if isinstance(name, bytes) else name
+             for name in market.client.smembers(market.key("items"))}  # fmt: skip
+    made = listed = 0
+    for n, (person, user_id) in enumerate(sorted(users.items(), key=lambda pair: pair[1])):
+        market.add_user(user_id, person, FUNDS)
+        for k, item in enumerate(names[n * ITEMS_EACH : (n + 1) * ITEMS_EACH]):
+            if item in known:
+                continue
+            market.make_item(user_id, item)
+            made += 1
+            if k < LISTED_EACH:
+                market.list_item(item, user_id, rng.randint(5, 120))
+                listed += 1
+    progress(f"market: {made} new items, {listed} listed for sale")
+
+
+def _chat(market: Market, progress: Progress) -> None:
+    marker = market.key("seeded-chat")
+    if market.client.exists(marker):
+        return
+    chat_id = GroupChat().create(
+        PEOPLE[0], PEOPLE[1:3], "Welcome to the market chat! Ask about an item here."
+    )
+    market.client.set(marker, chat_id)
+    progress(f"chat {chat_id} for {', '.join(PEOPLE[:3])}")

@@ -1,0 +1,213 @@
+"""What ``redis_lock`` and ``redis_semaphore`` share: a context manager (sync and async)
+and a decorator that fills name templates from the call and answers busy views.
+
+A guard takes something (locks, a permit) before the block or call and gives it back
+after. When it cannot take it in time, the context manager raises, and the decorator
+calls ``on_busy(busy)`` or, on a Django view, answers with the guard's busy status
+(409 for locks, 429 for semaphores) and ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import string
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .exceptions import InvalidInput, RedisComponentsError
+from .keys import validate_name
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest, HttpResponse
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Busy:
+    """What ``on_busy`` receives when a lock or permit could not be taken in time."""
+
+    names: tuple[str, ...]
+    retry_after: float  # seconds until the current holder's lease ends (0 if unknown)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    request: HttpRequest | None = None
+
+
+class Guard(ABC, Generic[T]):
+    """Take ``T`` around a block (``with``, ``async with``) or a call (as a decorator)."""
+
+    kind = "lock"  # the JSON key that names what was busy
+    busy_status = 409
+    busy_message = "This is being changed by another request right now; try again shortly."
+    # The error for a name template the call cannot fill: (message, name) -> exception.
+    error: Callable[[str, str], RedisComponentsError]
+
+    def __init__(self, names: Sequence[str], on_busy: Callable[[Busy], Any] | None) -> None:
+        if not names:
+            raise InvalidInput("names", "give at least one name")
+        for name in names:
+            validate_name(name, "name")
+        self.names = tuple(names)
+        self.on_busy = on_busy
+        self._entered: list[T] = []
+
+    @abstractmethod
+    def take(self, names: Sequence[str]) -> T | Busy: ...
+
+    @abstractmethod
+    async def atake(self, names: Sequence[str]) -> T | Busy: ...
+
+    @abstractmethod
+    def give_back(self, taken: T, ok: bool) -> None:
+        """Release; ``ok`` is False when an exception is already on its way."""
+
+    @abstractmethod
+    async def agive_back(self, taken: T, ok: bool) -> None: ...
+
+    @abstractmethod
+    def not_taken(self, busy: Busy) -> RedisComponentsError:
+        """The exception a context manager raises when busy."""
+
+    # -- context manager -----------------------------------------------------------
+
+    def __enter__(self) -> T:
+        taken = self.take(self.names)
+        if isinstance(taken, Busy):
+            raise self.not_taken(taken)
+        self._entered.append(taken)
+        return taken
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.give_back(self._entered.pop(), exc_type is None)
+
+    async def __aenter__(self) -> T:
+        taken = await self.atake(self.names)
+        if isinstance(taken, Busy):
+            raise self.not_taken(taken)
+        self._entered.append(taken)
+        return taken
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        await self.agive_back(self._entered.pop(), exc_type is None)
+
+    # -- decorator -----------------------------------------------------------------
+
+    def __call__(self, func: F) -> F:
+        signature = inspect.signature(func)
+
+        def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Busy:
+            """The call, as on_busy would see it (names filled in, retry_after unknown)."""
+            request = _find_request(args)
+            try:
+                names = tuple(fill(t, signature, args, kwargs, request) for t in self.names)
+            except KeyError as missing:
+                raise self.error(
+                    f"A name template in {self.names!r} needs {missing}, "
+                    "which the call does not provide",
+                    self.names[0],
+                ) from None
+            return Busy(names, 0.0, args, kwargs, request)
+
+        def when_busy(call: Busy, busy: Busy) -> Any:
+            busy = Busy(call.names, busy.retry_after, call.args, call.kwargs, call.request)
+            if self.on_busy is not None:
+                return self.on_busy(busy)
+            if busy.request is not None:
+                return self.busy_response(busy)
+            raise self.not_taken(busy)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                call = prepare(args, kwargs)
+                taken = await self.atake(call.names)
+                if isinstance(taken, Busy):
+                    result = when_busy(call, taken)
+                    return await result if inspect.isawaitable(result) else result
+                ok = False
+                try:
+                    value = await func(*args, **kwargs)
+                    ok = True
+                    return value
+                finally:
+                    await self.agive_back(taken, ok)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            call = prepare(args, kwargs)
+            taken = self.take(call.names)
+            if isinstance(taken, Busy):
+                return when_busy(call, taken)
+            ok = False
+            try:
+                value = func(*args, **kwargs)
+                ok = True
+                return value
+            finally:
+                self.give_back(taken, ok)
+
+        return wrapper  # type: ignore[return-value]
+
+    @classmethod
+    def busy_response(cls, busy: Busy) -> HttpResponse:
+        """The busy status with ``Retry-After``: JSON if the client prefers it, else text."""
+        from django.http import HttpResponse, JsonResponse
+
+        assert busy.request is not None
+        response: HttpResponse
+        if busy.request.get_preferred_type(["application/json", "text/html"]) == "application/json":
+            body = {"error": cls.busy_message, cls.kind: busy.names[0]}
+            response = JsonResponse(body, status=cls.busy_status)
+        else:
+            response = HttpResponse(
+                cls.busy_message, status=cls.busy_status, content_type="text/plain; charset=utf-8"
+            )
+        response["Retry-After"] = str(max(1, math.ceil(busy.retry_after)))
+        return response
+
+
+def _find_request(args: tuple[Any, ...]) -> HttpRequest | None:
+    from django.http import HttpRequest
+
+    # A function view gets the request first; a method (class-based view) second.
+    for arg in args[:2]:
+        if isinstance(arg, HttpRequest):
+            return arg
+    return None
+
+
+def fill(
+    template: str,
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    request: HttpRequest | None,
+) -> str:
+    """Fill ``{field}``s in a name template from the call's bound arguments.
+
+    On a view, ``{user}`` is the request's user id ("anonymous" when logged out),
+    unless the view has an argument of that name. A missing field raises ``KeyError``.
+    """
+    fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    if not fields:
+        return template
+    bound = signature.bind_partial(*args, **kwargs)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    if request is not None and "user" not in values:
+        user = getattr(request, "user", None)
+        values["user"] = user.pk if user is not None and user.is_authenticated else "anonymous"
+    try:
+        filled = template.format_map(values)
+    except (AttributeError, IndexError) as error:
+        raise KeyError(str(error)) from None
+    return validate_name(filled, "name")

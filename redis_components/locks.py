@@ -1,0 +1,662 @@
+"""Distributed locks: ``RedisLock``, the ``redis_lock`` decorator and context manager.
+
+::
+
+    with redis_lock("market:item:42", timeout=30, blocking_timeout=5) as handle:
+        ...                                   # LockNotAcquired if busy for 5 s
+
+    @redis_lock("market:item:{item_id}")      # on a view: HTTP 409 + Retry-After when busy
+    def purchase(request, item_id): ...
+
+How it works (every key of one lock shares the ``{name}`` hash tag)::
+
+    rc:lock:{name}          the holder's token, with the lease as its TTL (SET NX PX)
+    rc:lock:{name}:fence    a counter incremented by every grant: the fencing token
+    rc:lock:{name}:waiters  ZSET of waiters' tokens -> registration deadline
+    rc:lock:{name}:grant    a list holding the grant a release hands to the next waiter
+
+Acquiring is one script: take the lock if free (and a new fence), else register as a
+waiter. A waiter then blocks on the grant list (BLPOP). Releasing is one script: if
+someone waits, the lock is handed over (new token, new fence, full lease) and the grant
+is pushed to the list, where Redis gives it to the longest-blocked waiter, who holds
+the lock as soon as its BLPOP returns; if nobody waits, the key is deleted. So
+waiting costs no polling, waiters are served first come first served (a releasing
+process cannot barge back in), and an uncontended acquire + release is two round trips.
+
+A waiter never blocks past the holder's lease: its BLPOP lasts until the lease
+expires, with the deadline kept on the client (a monotonic timer, then CLIENT UNBLOCK),
+because an idle Redis notices blocking timeouts only every 1/hz seconds. A waiter that
+died is unblocked by Redis when its connection closes; its registration expires.
+
+The lease is the lock's safety net, not a promise: a holder paused past its lease
+loses the lock. ``handle.check()`` and ``handle.lost`` tell it so, ``auto_renew``
+keeps the lease alive while the process lives, and the fence (which grows with every
+grant) lets the data refuse a stale holder's write: see :func:`fenced_update` and
+:func:`fenced_set`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from .conf import conf
+from .connection import get_async_client, get_client, text
+from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .guard import Busy, Guard
+from .keys import key, validate_name
+from .scripts import Arg, Call, load, run_many
+from .waiting import Attempt, await_grant, ms, new_token, positive_seconds, wait_for_grant
+from .watchdog import watchdog
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+logger = logging.getLogger(__name__)
+
+ACQUIRE, RELEASE, EXTEND, FENCED_SET = "lock_acquire", "lock_release", "lock_extend", "fenced_set"
+# The lock key is followed by these, in the order the scripts take them.
+PARTS = ("fence", "waiters", "grant")
+
+# The locks held in this context, by name, to notice nested acquisition (see `reentrant`).
+_held: contextvars.ContextVar[dict[str, LockHandle]] = contextvars.ContextVar("rc_held_locks")
+
+F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", "LockHandle", "LockGroup")
+
+
+def _current_owner() -> object:
+    """The asyncio task running this code, or else the thread."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return task if task is not None else threading.get_ident()
+
+
+class RedisLock:
+    """A lock on one name, shared by every process that uses the same Redis.
+
+    ``timeout`` is the lease in seconds (default ``LOCK_TIMEOUT``): a holder that does not
+    release or extend it within that time loses the lock. ``auto_renew=True`` renews
+    the lease every ``timeout / 3`` while the process lives; if a renewal finds the lease
+    gone, the handle is marked lost and ``on_lost(handle)`` is called (in the watchdog's
+    thread).
+
+    Nested acquisition: acquiring a name that the same thread or asyncio task already
+    holds raises :class:`LockError` at once (instead of waiting for its own lease to run
+    out), unless ``reentrant=True``, in which case the same handle is returned and
+    counted, and only the outermost release releases the lock.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        auto_renew: bool = False,
+        on_lost: Callable[[LockHandle], object] | None = None,
+        reentrant: bool = False,
+    ) -> None:
+        self.name = validate_name(name, "name")
+        self.timeout = positive_seconds(
+            conf.LOCK_TIMEOUT if timeout is None else timeout, "timeout"
+        )
+        self.auto_renew = auto_renew
+        self.on_lost = on_lost
+        self.reentrant = reentrant
+        self.keys = [key("lock", name), *(key("lock", name, part) for part in PARTS)]
+
+    def __repr__(self) -> str:
+        return f"<RedisLock {self.name!r} timeout={self.timeout:g}>"
+
+    def acquire(
+        self, blocking: bool = True, blocking_timeout: float | None = None
+    ) -> LockHandle | None:
+        """Take the lock; return its handle, or ``None`` if not acquired in time.
+
+        ``blocking=False`` tries once. Otherwise wait at most ``blocking_timeout``
+        seconds (default ``LOCK_BLOCKING_TIMEOUT``), woken by the holder's release or
+        its lease's expiry, never by polling.
+        """
+        return self._acquire(blocking, blocking_timeout)[0]
+
+    async def aacquire(
+        self, blocking: bool = True, blocking_timeout: float | None = None
+    ) -> LockHandle | None:
+        """:meth:`acquire` for asyncio code, on ``redis.asyncio``."""
+        return (await self._aacquire(blocking, blocking_timeout))[0]
+
+    # The acquire loop exists twice, sync and async; everything else is shared.
+
+    def _acquire(
+        self, blocking: bool, blocking_timeout: float | None
+    ) -> tuple[LockHandle | None, float]:
+        """The handle (or None) and, when busy, the seconds left on the holder's lease."""
+        nested = self._nested()
+        if nested is not None:
+            return nested, 0.0
+        attempt = _Attempt(self, blocking, blocking_timeout)
+        client = get_client()
+        while True:
+            handle = attempt.outcome(load(ACQUIRE)(client, self.keys, attempt.arguments()))
+            if handle is not None:
+                return handle.confirm(), 0.0
+            if attempt.expired():
+                return None, attempt.retry_after
+            grant = wait_for_grant(client, self.keys[3], attempt.wait_slice())
+            if grant is not None:
+                return attempt.granted(grant).confirm(), 0.0
+
+    async def _aacquire(
+        self, blocking: bool, blocking_timeout: float | None
+    ) -> tuple[LockHandle | None, float]:
+        nested = self._nested()
+        if nested is not None:
+            return nested, 0.0
+        attempt = _Attempt(self, blocking, blocking_timeout)
+        client = get_async_client()
+        while True:
+            reply = await load(ACQUIRE).run_async(client, self.keys, attempt.arguments())
+            handle = attempt.outcome(reply)
+            if handle is not None:
+                return await handle.aconfirm(), 0.0
+            if attempt.expired():
+                return None, attempt.retry_after
+            grant = await await_grant(client, self.keys[3], attempt.wait_slice())
+            if grant is not None:
+                return await attempt.granted(grant).aconfirm(), 0.0
+
+    def _nested(self) -> LockHandle | None:
+        held = _held.get({}).get(self.name)
+        # A task started by the holder inherits its context, but is not the holder.
+        if held is None or held.owner != _current_owner() or not held.maybe_held():
+            return None
+        if not self.reentrant:
+            raise LockError(
+                f"Lock {self.name!r} is already held by this thread or task; acquiring it "
+                "again would wait for its own lease. Use reentrant=True to allow nesting.",
+                self.name,
+            )
+        held.depth += 1
+        return held
+
+
+class _Attempt(Attempt):
+    """One acquisition of a lock."""
+
+    def __init__(self, lock: RedisLock, blocking: bool, blocking_timeout: float | None) -> None:
+        wait = 0.0
+        if blocking:
+            default = conf.LOCK_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout
+            wait = positive_seconds(default, "blocking_timeout")
+        super().__init__(wait)
+        self.lock = lock
+
+    def arguments(self) -> list[Arg]:
+        return [self.token, ms(self.lock.timeout), self.register_ms()]
+
+    def outcome(self, reply: Sequence[Any]) -> LockHandle | None:
+        acquired, token, fence, lease_ms = reply
+        if int(acquired):
+            handle = LockHandle(self.lock, text(token), int(fence), registration="")
+            handle.granted_lease = int(lease_ms) / 1000
+            return handle
+        self.retry_after = max(int(lease_ms), 0) / 1000
+        return None
+
+    def granted(self, grant: str) -> LockHandle:
+        fence, lease_ms, token = grant.split(" ", 2)
+        handle = LockHandle(self.lock, token, int(fence), registration=self.token)
+        handle.granted_lease = int(lease_ms) / 1000
+        return handle
+
+
+class LockHandle:
+    """Proof of holding a lock: its ``name``, ``token`` and ``fence``.
+
+    The handle, not the thread, owns the lock: it may be released from another thread
+    or asyncio task. ``fence`` grows with every grant of this name, so data written
+    under the lock can refuse an older holder (see :func:`fenced_update`).
+    """
+
+    def __init__(self, lock: RedisLock, token: str, fence: int, registration: str) -> None:
+        self.lock = lock
+        self.token = token
+        self.fence = fence
+        self.registration = registration
+        self.granted_lease = lock.timeout
+        self.lease_ends = time.monotonic() + lock.timeout
+        self.depth = 1
+        self.owner: object = None
+        self.released = False
+        self._lost = False
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else "released" if self.released else "held"
+        return f"<LockHandle {self.name!r} fence={self.fence} {state}>"
+
+    @property
+    def name(self) -> str:
+        return self.lock.name
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known to be gone (watchdog, failed extend, release or check)."""
+        return self._lost
+
+    def maybe_held(self) -> bool:
+        """False when the lock is surely not held: released, lost, or past its lease."""
+        if self.released or self._lost:
+            return False
+        return self.lock.auto_renew or time.monotonic() < self.lease_ends
+
+    # -- acquisition bookkeeping -------------------------------------------------
+
+    def confirm(self) -> LockHandle:
+        """Finish a grant: make the lease as long as this lock asks, then start holding."""
+        if self.granted_lease < self.lock.timeout:
+            self.extend()
+        return self._start()
+
+    async def aconfirm(self) -> LockHandle:
+        if self.granted_lease < self.lock.timeout:
+            await self.aextend()
+        return self._start()
+
+    def _start(self) -> LockHandle:
+        self.owner = _current_owner()
+        _held.set({**_held.get({}), self.name: self})
+        if self.lock.auto_renew:
+            watchdog.add(self)
+        return self
+
+    def _mark_lost(self) -> None:
+        self._lost = True
+        self._stop()
+
+    def _stop(self) -> None:
+        watchdog.remove(self)
+        held = _held.get({})
+        if held.get(self.name) is self:
+            _held.set({k: v for k, v in held.items() if k != self.name})
+
+    # -- extend ------------------------------------------------------------------
+
+    def _extend_call(self, seconds: float) -> Call:
+        args: list[Arg] = [self.token, ms(seconds)]
+        return load(EXTEND), self.lock.keys[:1], args
+
+    def _extended(self, result: object, seconds: float) -> None:
+        if not result:
+            self._mark_lost()
+            raise LockNotOwned(f"Lock {self.name!r} was lost before it was extended", self.name)
+        self.lease_ends = time.monotonic() + seconds
+
+    def extend(self, timeout: float | None = None) -> None:
+        """Set the lease to ``timeout`` seconds from now (default: the lock's timeout).
+
+        Raises :class:`LockNotOwned` (and marks the handle lost) if the lease had run out.
+        """
+        seconds = self.lock.timeout if timeout is None else positive_seconds(timeout, "timeout")
+        script, keys, args = self._extend_call(seconds)
+        self._extended(script(get_client(), keys, args), seconds)
+
+    async def aextend(self, timeout: float | None = None) -> None:
+        seconds = self.lock.timeout if timeout is None else positive_seconds(timeout, "timeout")
+        script, keys, args = self._extend_call(seconds)
+        self._extended(await script.run_async(get_async_client(), keys, args), seconds)
+
+    # -- check -------------------------------------------------------------------
+
+    def _checked(self, value: object) -> None:
+        if value is None or text(value) != self.token:
+            self._mark_lost()
+        if self._lost:
+            raise LockLost(f"The lease of lock {self.name!r} ran out", self.name)
+
+    def check(self) -> None:
+        """Raise :class:`LockLost` if the lease is gone (one GET, or none once known lost)."""
+        self._checked(None if self._lost else get_client().get(self.lock.keys[0]))
+
+    async def acheck(self) -> None:
+        self._checked(None if self._lost else await get_async_client().get(self.lock.keys[0]))
+
+    # -- release -----------------------------------------------------------------
+
+    def _release_call(self) -> Call:
+        args: list[Arg] = [self.token, self.registration, new_token(), ms(self.lock.timeout)]
+        return load(RELEASE), self.lock.keys, args
+
+    def _outermost(self) -> bool:
+        if self.released:
+            raise LockNotOwned(f"Lock {self.name!r} was already released", self.name)
+        self.depth -= 1
+        return self.depth == 0
+
+    def _released(self, result: object) -> None:
+        self.released = True
+        if not result:
+            self._mark_lost()
+            raise LockNotOwned(f"Lock {self.name!r} was lost before it was released", self.name)
+        self._stop()
+
+    def release(self) -> None:
+        """Release the lock (hand it to the next waiter, if any).
+
+        Raises :class:`LockNotOwned` if the lease had run out (someone else may hold the
+        lock now). With ``reentrant=True``, only the outermost release releases.
+        """
+        if self._outermost():
+            script, keys, args = self._release_call()
+            self._released(script(get_client(), keys, args))
+
+    async def arelease(self) -> None:
+        if self._outermost():
+            script, keys, args = self._release_call()
+            self._released(await script.run_async(get_async_client(), keys, args))
+
+    # -- the watchdog's Lease protocol -------------------------------------------
+
+    @property
+    def renew_interval(self) -> float:
+        return self.lock.timeout / 3
+
+    def renewal(self) -> Call:
+        return self._extend_call(self.lock.timeout)
+
+    def renewed(self, ok: bool) -> None:
+        if not ok and not self.released:
+            logger.warning("Lock %r was lost: its lease could not be renewed", self.name)
+            self._mark_lost()
+            if self.lock.on_lost is not None:
+                self.lock.on_lost(self)
+
+
+# -- the decorator and context manager ----------------------------------------------
+
+
+class LockGroup:
+    """The handles of several locks taken together, in sorted name order."""
+
+    def __init__(self, handles: Sequence[LockHandle]) -> None:
+        self.handles = tuple(handles)
+
+    def __iter__(self) -> Iterator[LockHandle]:
+        return iter(self.handles)
+
+    def __repr__(self) -> str:
+        return f"<LockGroup {[handle.name for handle in self.handles]!r}>"
+
+    @property
+    def lost(self) -> bool:
+        return any(handle.lost for handle in self.handles)
+
+    def check(self) -> None:
+        """Raise :class:`LockLost` if any of the leases is gone."""
+        for handle in self.handles:
+            handle.check()
+
+
+class LockScope(Guard[H]):
+    """What :func:`redis_lock` returns: a context manager (sync and async) and a decorator."""
+
+    kind = "lock"
+    busy_status = 409
+    error = LockError
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        *,
+        timeout: float | None,
+        blocking: bool,
+        blocking_timeout: float | None,
+        auto_renew: bool,
+        on_lost: Callable[[LockHandle], object] | None,
+        on_busy: Callable[[Busy], Any] | None,
+        reentrant: bool,
+    ) -> None:
+        super().__init__(names, on_busy)
+        self.options: dict[str, Any] = {
+            "timeout": positive_seconds(
+                conf.LOCK_TIMEOUT if timeout is None else timeout, "timeout"
+            ),
+            "auto_renew": auto_renew,
+            "on_lost": on_lost,
+            "reentrant": reentrant,
+        }
+        self.blocking = blocking
+        self.blocking_timeout = None
+        if blocking:
+            self.blocking_timeout = positive_seconds(
+                conf.LOCK_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout,
+                "blocking_timeout",
+            )
+
+    def _locks(self, names: Sequence[str]) -> list[RedisLock]:
+        # Sorted, so two callers locking {a, b} and {b, a} cannot deadlock.
+        return [RedisLock(name, **self.options) for name in sorted(set(names))]
+
+    def _left(self, deadline: float) -> float | None:
+        if self.blocking_timeout is None:
+            return None
+        return max(deadline - time.monotonic(), 0.001)
+
+    def take(self, names: Sequence[str]) -> H | Busy:
+        deadline = time.monotonic() + (self.blocking_timeout or 0)
+        locks = self._locks(names)
+        at_once = _try_all(locks)
+        if at_once is not None:
+            return self._taken(names, at_once)
+        handles: list[LockHandle] = []
+        try:
+            for lock in locks:
+                handle, retry_after = lock._acquire(self.blocking, self._left(deadline))
+                if handle is None:
+                    _release_all(handles, ok=False)
+                    return Busy(tuple(names), retry_after)
+                handles.append(handle)
+        except BaseException:
+            _release_all(handles, ok=False)
+            raise
+        return self._taken(names, handles)
+
+    async def atake(self, names: Sequence[str]) -> H | Busy:
+        deadline = time.monotonic() + (self.blocking_timeout or 0)
+        handles: list[LockHandle] = []
+        try:
+            for lock in self._locks(names):
+                handle, retry_after = await lock._aacquire(self.blocking, self._left(deadline))
+                if handle is None:
+                    await _arelease_all(handles, ok=False)
+                    return Busy(tuple(names), retry_after)
+                handles.append(handle)
+        except BaseException:
+            await _arelease_all(handles, ok=False)
+            raise
+        return self._taken(names, handles)
+
+    def _taken(self, names: Sequence[str], handles: list[LockHandle]) -> H:
+        return handles[0] if len(names) == 1 else LockGroup(handles)  # type: ignore[return-value]
+
+    def give_back(self, taken: H, ok: bool) -> None:
+        _release_all(_handles(taken), ok)
+
+    async def agive_back(self, taken: H, ok: bool) -> None:
+        await _arelease_all(_handles(taken), ok)
+
+    def not_taken(self, busy: Busy) -> LockNotAcquired:
+        names = ", ".join(map(repr, busy.names))
+        return LockNotAcquired(
+            f"Lock {names} is busy (retry after {busy.retry_after:.1f} s)", busy.names[0]
+        )
+
+
+def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:
+    return taken.handles if isinstance(taken, LockGroup) else (taken,)
+
+
+def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
+    """Several free locks in one round trip: try each once, in order, in one pipeline.
+
+    All or nothing: if any is busy (or one is already held by this task), what was taken
+    is released and the caller takes them one by one, waiting, in the same order.
+    """
+    if len(locks) < 2 or any(lock._nested() for lock in locks):
+        return None
+    attempts = [_Attempt(lock, blocking=False, blocking_timeout=None) for lock in locks]
+    calls = [
+        (load(ACQUIRE), lock.keys, a.arguments()) for lock, a in zip(locks, attempts, strict=True)
+    ]
+    replies = run_many(get_client(), calls)
+    handles = [
+        a.outcome(reply) if not isinstance(reply, Exception) else None
+        for a, reply in zip(attempts, replies, strict=True)
+    ]
+    taken = [handle.confirm() for handle in handles if handle is not None]
+    if len(taken) == len(locks):
+        return taken
+    _release_all(taken, ok=False)
+    return None
+
+
+def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
+    """Release what was taken (in one round trip); report a lost lease unless an exception
+    is on its way."""
+    releasing = [
+        handle for handle in reversed(handles) if not handle.released and handle._outermost()
+    ]
+    results = run_many(get_client(), [handle._release_call() for handle in releasing])
+    lost = None
+    for handle, result in zip(releasing, results, strict=True):
+        if isinstance(result, Exception):
+            raise result
+        try:
+            handle._released(result)
+        except LockNotOwned as error:
+            lost = error
+    _report(lost, ok)
+
+
+async def _arelease_all(handles: Sequence[LockHandle], ok: bool) -> None:
+    lost = None
+    for handle in reversed(handles):
+        if not handle.released:
+            try:
+                await handle.arelease()
+            except LockNotOwned as error:
+                lost = error
+    _report(lost, ok)
+
+
+def _report(lost: LockNotOwned | None, ok: bool) -> None:
+    if lost is not None and ok:
+        raise LockLost(f"{lost} (the block ran without exclusivity)", lost.name) from lost
+
+
+@overload
+def redis_lock(
+    name: str,
+    /,
+    *,
+    timeout: float | None = None,
+    blocking: bool = True,
+    blocking_timeout: float | None = None,
+    auto_renew: bool = False,
+    on_lost: Callable[[LockHandle], object] | None = None,
+    on_busy: Callable[[Busy], Any] | None = None,
+    reentrant: bool = False,
+) -> LockScope[LockHandle]: ...
+
+
+@overload
+def redis_lock(
+    name: str,
+    second: str,
+    /,
+    *names: str,
+    timeout: float | None = None,
+    blocking: bool = True,
+    blocking_timeout: float | None = None,
+    auto_renew: bool = False,
+    on_lost: Callable[[LockHandle], object] | None = None,
+    on_busy: Callable[[Busy], Any] | None = None,
+    reentrant: bool = False,
+) -> LockScope[LockGroup]: ...
+
+
+def redis_lock(
+    *names: str,
+    timeout: float | None = None,
+    blocking: bool = True,
+    blocking_timeout: float | None = None,
+    auto_renew: bool = False,
+    on_lost: Callable[[LockHandle], object] | None = None,
+    on_busy: Callable[[Busy], Any] | None = None,
+    reentrant: bool = False,
+) -> LockScope[Any]:
+    """Hold one or more locks around a block or a function call (sync or async).
+
+    As a context manager it yields the :class:`LockHandle` (a :class:`LockGroup` for
+    several names) and raises :class:`LockNotAcquired` when a lock stays busy for
+    ``blocking_timeout`` seconds. Several names are locked in sorted order, all or
+    nothing. If a lease was lost before the block ended, :class:`LockLost` is raised
+    at its end (unless the block raised already).
+
+    As a decorator, names are templates filled from the call's arguments
+    (``"market:item:{item_id}"``); on a Django view they may also use ``{user}``, the
+    request's user id. When busy, ``on_busy(busy)`` decides what the call returns; by
+    default a view answers HTTP 409 with ``Retry-After``, anything else raises
+    :class:`LockNotAcquired`.
+    """
+    return LockScope(
+        names,
+        timeout=timeout,
+        blocking=blocking,
+        blocking_timeout=blocking_timeout,
+        auto_renew=auto_renew,
+        on_lost=on_lost,
+        on_busy=on_busy,
+        reentrant=reentrant,
+    )
+
+
+# -- fencing -------------------------------------------------------------------------
+
+
+def fenced_update(
+    queryset: QuerySet[Any], fence: int, *, field: str = "fence", **values: Any
+) -> bool:
+    """Apply ``values`` to the rows only if their ``field`` is older than ``fence``.
+
+    One conditional ``UPDATE ... SET field = fence, ... WHERE field < fence``: a holder
+    whose lease ran out (and whose fence is therefore older than the next holder's)
+    cannot overwrite what a newer holder wrote. Returns whether any row changed.
+    """
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise InvalidInput("fence", f"must be an integer fence token, not {fence!r}")
+    changed: int = queryset.filter(**{f"{field}__lt": fence}).update(**{field: fence}, **values)
+    return changed > 0
+
+
+def fenced_set(name: str, value: str, fence: int) -> bool:
+    """Store ``value`` under ``name`` in Redis unless a write with a newer fence came first."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise InvalidInput("fence", f"must be an integer fence token, not {fence!r}")
+    validate_name(name, "name")
+    return bool(load(FENCED_SET)(get_client(), [key("fenced", name)], [fence, value]))
+
+
+def fenced_get(name: str) -> tuple[str | None, int]:
+    """The value stored by :func:`fenced_set` and the fence it was written with."""
+    validate_name(name, "name")
+    fence, value = get_client().hmget(key("fenced", name), ["fence", "value"])
+    if fence is None:
+        return None, 0
+    return text(value), int(fence)

@@ -1,0 +1,415 @@
+"""Pull messaging (*Redis in Action* 6.5): mailboxes and group chats.
+
+Messages wait in Redis until their recipient asks for them, so a client that was
+offline loses nothing (PUBLISH/SUBSCRIBE would drop what was sent meanwhile).
+
+:class:`Mailbox` is the single-recipient variant: a list per user that senders push
+to and the user drains.
+
+:class:`GroupChat` keeps, for chat ``42`` and user ``alice``::
+
+    rc:chat:{42}:meta        hash: last_id (the message id counter), public
+    rc:chat:{42}:members     zset: member -> id of the last message they have seen
+    rc:chat:{42}:joins       hash: user -> version of their latest join (kept after leaving)
+    rc:chat:{42}:messages    zset: message JSON -> message id
+    rc:chat-index:{alice}    hash: chat id -> version of alice's latest join of it
+    rc:chat-index:{alice}:versions   alice's join version counter
+    rc:chat:{next-id}        the chat id counter
+
+Every operation on a chat is one call of ``lua/chat.lua`` on the chat's keys, so
+sending (next id + store), fetching (read + mark seen + clean up) and leaving are
+atomic, without a lock. What is per user lives under the user's hash tag, so no script
+spans two slots: :meth:`GroupChat.fetch_pending` reads the user's index, then runs one
+script per chat in one pipeline, two round trips for any number of chats, on Redis
+Cluster too (a third only when it cleans up an index entry left stale).
+
+A member's place in a chat (the last id they have seen) is kept by the chat alone;
+the user's index only lists their chats. The index is written before the chat when
+joining and cleaned after it when leaving, so every member finds the chat in their
+index; an entry whose chat does not list the user (say, after a crash between the two
+steps) is skipped. Each join carries a version from the user's counter and the chat
+remembers the latest version it applied, so a join that lost a race to a newer one
+cannot slip in late, and a stale entry is removed only when no join is on its way.
+
+Retention: a message is kept until every member has seen it, but only the newest
+``CHAT_MAX_MESSAGES`` of a chat are kept, and, if ``CHAT_MAX_AGE`` is set, none older
+than that many seconds. A member who comes back after those limits dropped messages
+they had not read gets what is left, and :attr:`Pending.missed` says how many they
+missed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Iterable
+from typing import Any, NamedTuple, TypedDict, cast
+
+from redis import Redis
+from redis.client import PubSub
+
+from . import keys, scripts
+from .conf import conf
+from .connection import get_client, text
+from .exceptions import ChatNotFound, InvalidInput, MessagingError, NotAMember
+
+# The statuses that lua/chat.lua returns first.
+DONE, NO_CHAT, NOT_MEMBER, EXISTS = 0, 1, 2, 3
+
+# The most messages one history call returns.
+HISTORY_MAX_LIMIT = 1000
+CHAT_ID = re.compile(r"[1-9][0-9]{0,17}")
+LINE_BREAKS_AND_TABS = re.compile(r"[\n\r\t]")
+
+
+class Message(TypedDict):
+    """One chat message as members receive it; ``ts`` is the server's time, in seconds."""
+
+    id: int
+    ts: float
+    sender: str
+    message: str
+
+
+class MessageList(list[Message]):
+    """A chat's messages, oldest first; ``missed`` counts unread ones the limits dropped."""
+
+    def __init__(self, messages: Iterable[Message] = (), missed: int = 0) -> None:
+        super().__init__(messages)
+        self.missed = missed
+
+
+class Pending(NamedTuple):
+    """The new messages of one chat, as :meth:`GroupChat.fetch_pending` returns them."""
+
+    chat_id: str
+    messages: MessageList
+
+    @property
+    def missed(self) -> int:
+        """How many unread messages the retention limits dropped before this fetch."""
+        return self.messages.missed
+
+
+class Mailbox:
+    """Single-recipient pull messaging: one list per user, drained by its owner.
+
+    A mailbox keeps the newest ``MAILBOX_MAX_MESSAGES`` messages; sending to a full one
+    drops its oldest. Messages are any JSON value.
+    """
+
+    def send(self, recipient: str, message: Any) -> None:
+        """Append ``message`` to ``recipient``'s mailbox.
+
+        Raises :class:`InvalidInput` for a bad user name or a message that is not
+        JSON-serializable; nothing is written then.
+        """
+        recipient = keys.validate_name(recipient, "recipient")
+        try:
+            payload = json.dumps(message, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput("message", f"must be JSON-serializable: {exc}") from None
+        key = keys.key("mailbox", recipient)
+        pipe = get_client().pipeline(transaction=True)
+        pipe.rpush(key, payload)
+        pipe.ltrim(key, -conf.MAILBOX_MAX_MESSAGES, -1)
+        pipe.execute()
+
+    def fetch(self, user: str) -> list[Any]:
+        """Remove and return every message in ``user``'s mailbox, oldest first.
+
+        Reading and emptying are one transaction: of two concurrent fetches, each
+        message goes to exactly one.
+        """
+        key = keys.key("mailbox", keys.validate_name(user, "user"))
+        pipe = get_client().pipeline(transaction=True)
+        pipe.lrange(key, 0, -1)
+        pipe.delete(key)
+        packed, _ = pipe.execute()
+        return [json.loads(item) for item in packed]
+
+
+class GroupChat:
+    """Group chats with pull delivery, unread tracking and bounded retention.
+
+    Chat ids are strings of digits. Members get their own messages back from
+    :meth:`fetch_pending` too, so a client renders one stream in id order. Ids are
+    strictly increasing within a chat and :meth:`fetch_pending` never returns a
+    message twice to the same member. Bad input raises :class:`InvalidInput`, an
+    unknown chat :class:`ChatNotFound`, a non-member :class:`NotAMember`; in each
+    case nothing is written.
+    """
+
+    def create(
+        self, sender: str, recipients: Iterable[str], message: str, *, public: bool = False
+    ) -> str:
+        """Create a chat of ``sender`` and ``recipients``, send ``message``, return its id.
+
+        A ``public`` chat may be joined by anyone through the views; otherwise only
+        the members it was created with are in it (the service's :meth:`join` does
+        not ask).
+        """
+        sender = keys.validate_name(sender, "sender")
+        if isinstance(recipients, (str, bytes)):
+            raise InvalidInput("recipients", "must be a list of user names, not a string")
+        named = [keys.validate_name(user, "recipients") for user in recipients]
+        members = list(dict.fromkeys([sender, *named]))
+        body = _message_text(message)
+        client = get_client()
+        chat_id = str(client.incr(keys.key("chat", "next-id")))
+        versions = self._add_to_indexes(client, chat_id, members)
+        pairs = [value for pair in zip(members, versions, strict=True) for value in pair]
+        reply = self._run(client, chat_id, "create", sender, int(public), body, *pairs)
+        if reply[0] == EXISTS:
+            for user, version in zip(members, versions, strict=True):
+                self._remove_from_index(client, user, [(chat_id, version)])
+            raise MessagingError(
+                f"chat {chat_id} exists already: the chat id counter "
+                f"{keys.key('chat', 'next-id')} was reset or deleted"
+            )
+        return chat_id
+
+    def send(self, chat_id: str, sender: str, message: str) -> int:
+        """Send ``message`` to the chat as ``sender`` and return its id."""
+        chat_id = _chat_id(chat_id)
+        sender = keys.validate_name(sender, "sender")
+        body = _message_text(message)
+        reply = _checked(self._run(get_client(), chat_id, "send", sender, body), chat_id, sender)
+        return int(reply[1])
+
+    def fetch_pending(self, user: str, *, wait: float = 0) -> list[Pending]:
+        """Return ``user``'s unread messages, per chat, and mark them seen.
+
+        Only chats with something new are listed, in chat id order. With ``wait``
+        (seconds), when nothing is pending, wait up to that long for a message in
+        any of the user's chats, or in one they join meanwhile.
+        """
+        user = keys.validate_name(user, "user")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
+            raise InvalidInput("wait", f"must be a number of seconds >= 0, not {wait!r}")
+        client = get_client()
+        pending = self._fetch(client, user, self._index(client, user))
+        if pending or not wait:
+            return pending
+        return self._wait_and_fetch(client, user, time.monotonic() + wait)
+
+    def unread_counts(self, user: str) -> dict[str, int]:
+        """How many unread messages ``user`` has per chat, without marking any seen."""
+        user = keys.validate_name(user, "user")
+        client = get_client()
+        replies = self._on_chats_of(client, user, self._index(client, user), "unread")
+        return {chat_id: int(reply[1]) for chat_id, reply in replies}
+
+    def history(
+        self, chat_id: str, user: str, before: int | None = None, limit: int = 50
+    ) -> list[Message]:
+        """The chat's messages still held, oldest first: the ``limit`` newest below ``before``.
+
+        Members only. It marks nothing seen. Messages every member has seen are
+        deleted, so history holds what some member has not read yet.
+        """
+        chat_id = _chat_id(chat_id)
+        user = keys.validate_name(user, "user")
+        if before is not None and not _positive_int(before):
+            raise InvalidInput("before", f"must be a message id (an integer >= 1), not {before!r}")
+        if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
+            raise InvalidInput(
+                "limit", f"must be an integer from 1 to {HISTORY_MAX_LIMIT}, not {limit!r}"
+            )
+        below = "+inf" if before is None else before
+        reply = self._run(get_client(), chat_id, "history", user, below, limit)
+        return _decode(reversed(_checked(reply, chat_id, user)[1]))
+
+    def join(self, chat_id: str, user: str) -> None:
+        """Add ``user`` to the chat; they will receive the messages sent from now on.
+
+        Joining a chat one is in already changes nothing. Joining an unknown chat
+        raises :class:`ChatNotFound` and leaves only the user's join counter advanced.
+        """
+        chat_id = _chat_id(chat_id)
+        user = keys.validate_name(user, "user")
+        client = get_client()
+        [version] = self._add_to_indexes(client, chat_id, [user])
+        reply = self._run(client, chat_id, "join", user, version)
+        if reply[0] == NO_CHAT:
+            self._remove_from_index(client, user, [(chat_id, version)])
+        _checked(reply, chat_id, user)
+
+    def leave(self, chat_id: str, user: str) -> None:
+        """Remove ``user`` from the chat; the last member to leave deletes it."""
+        chat_id = _chat_id(chat_id)
+        user = keys.validate_name(user, "user")
+        client = get_client()
+        reply = _checked(self._run(client, chat_id, "leave", user), chat_id, user)
+        self._remove_from_index(client, user, [(chat_id, int(reply[1]))])
+
+    def members(self, chat_id: str) -> list[str]:
+        """The chat's members, sorted by name."""
+        chat_id = _chat_id(chat_id)
+        names = get_client().zrange(_chat_keys(chat_id)[1], 0, -1)
+        if not names:
+            raise ChatNotFound(f"no chat {chat_id}")
+        return sorted(text(name) for name in names)
+
+    def is_public(self, chat_id: str) -> bool:
+        """Whether anyone may join the chat through the views."""
+        chat_id = _chat_id(chat_id)
+        flag = get_client().hget(_chat_keys(chat_id)[0], "public")
+        if flag is None:
+            raise ChatNotFound(f"no chat {chat_id}")
+        return text(flag) == "1"
+
+    def chats_of(self, user: str) -> list[str]:
+        """The ids of the chats ``user`` is a member of, in id order."""
+        return list(self.unread_counts(user))
+
+    # Helpers. Each reads or writes one slot: a chat's or a user's.
+
+    def _run(
+        self, client: Redis, chat_id: str, operation: str, user: str, *rest: scripts.Arg
+    ) -> list[Any]:
+        script = scripts.load("chat")
+        return cast(list[Any], script(client, _chat_keys(chat_id), _args(operation, user, *rest)))
+
+    def _index(self, client: Redis, user: str) -> dict[str, int]:
+        """The user's index, chat id -> join version, in chat id order."""
+        entries = client.hgetall(keys.key("chat-index", user))
+        index = {text(chat_id): int(version) for chat_id, version in entries.items()}
+        return dict(sorted(index.items(), key=lambda entry: int(entry[0])))
+
+    def _on_chats_of(
+        self, client: Redis, user: str, index: dict[str, int], operation: str
+    ) -> list[tuple[str, list[Any]]]:
+        """Run ``operation`` on every chat of the index in one pipeline.
+
+        Returns ``(chat_id, reply)`` for the chats that list the user as a member, and
+        removes the index entries of the others whose join the chat has applied or
+        overtaken (an entry whose join is still on its way is kept).
+        """
+        chat = scripts.load("chat")
+        calls = [(chat, _chat_keys(chat_id), _args(operation, user)) for chat_id in index]
+        replies = scripts.run_many(client, calls)
+        done, stale = [], []
+        for (chat_id, version), reply in zip(index.items(), replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            if reply[0] == DONE:
+                done.append((chat_id, reply))
+            elif reply[0] == NOT_MEMBER and version <= int(reply[1]):
+                stale.append((chat_id, version))
+        if stale:
+            self._remove_from_index(client, user, stale)
+        return done
+
+    def _fetch(self, client: Redis, user: str, index: dict[str, int]) -> list[Pending]:
+        pending = []
+        for chat_id, (_, missed, packed) in self._on_chats_of(client, user, index, "fetch"):
+            if packed or missed:
+                pending.append(Pending(chat_id, MessageList(_decode(packed), int(missed))))
+        return pending
+
+    def _wait_and_fetch(self, client: Redis, user: str, deadline: float) -> list[Pending]:
+        """Fetch whenever something is published on the user's chats, until ``deadline``.
+
+        Every channel is subscribed (and the subscription confirmed) before the fetch
+        that follows it, so a message sent in between wakes the loop rather than wait
+        for the deadline.
+        """
+        index_channel = keys.key("chat-index", user)
+        with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
+            subscribed: set[str] = set()
+            while True:
+                index = self._index(client, user)
+                channels = {index_channel} | {_chat_keys(chat_id)[3] for chat_id in index}
+                _subscribe(pubsub, channels - subscribed, deadline)
+                subscribed |= channels
+                pending = self._fetch(client, user, index)
+                remaining = deadline - time.monotonic()
+                if pending or remaining <= 0:
+                    return pending
+                pubsub.get_message(timeout=remaining)
+
+    def _add_to_indexes(self, client: Redis, chat_id: str, users: list[str]) -> list[int]:
+        """Add the chat to each user's index (one pipeline); return each join's version."""
+        add = scripts.load("chat_index_add")
+        calls = [
+            (
+                add,
+                [keys.key("chat-index", user), keys.key("chat-index", user, "versions")],
+                [chat_id],
+            )
+            for user in users
+        ]
+        versions = scripts.run_many(client, calls)
+        for version in versions:
+            if isinstance(version, Exception):
+                raise version
+        return [int(version) for version in versions]
+
+    def _remove_from_index(self, client: Redis, user: str, entries: list[tuple[str, int]]) -> None:
+        pairs = [value for entry in entries for value in entry]
+        scripts.load("chat_index_remove")(client, [keys.key("chat-index", user)], pairs)
+
+
+def _chat_keys(chat_id: str) -> list[str]:
+    """meta, members, joins, messages: the KEYS of lua/chat.lua."""
+    chat = keys.key("chat", chat_id)  # built once: sending is a hot path
+    return [f"{chat}:{part}" for part in ("meta", "members", "joins", "messages")]
+
+
+def _args(operation: str, user: str, *rest: scripts.Arg) -> list[scripts.Arg]:
+    max_age = conf.CHAT_MAX_AGE
+    return [operation, user, conf.CHAT_MAX_MESSAGES, 0 if max_age is None else max_age, *rest]
+
+
+def _checked(reply: list[Any], chat_id: str, user: str) -> list[Any]:
+    """The reply of lua/chat.lua, or the exception its status stands for."""
+    if reply[0] == NO_CHAT:
+        raise ChatNotFound(f"no chat {chat_id}")
+    if reply[0] == NOT_MEMBER:
+        raise NotAMember(f"{user!r} is not a member of chat {chat_id}")
+    return reply
+
+
+def _decode(packed: Iterable[bytes | str]) -> list[Message]:
+    return [cast(Message, json.loads(item)) for item in packed]
+
+
+def _subscribe(pubsub: PubSub, channels: set[str], deadline: float) -> None:
+    """Subscribe to ``channels`` and wait (until ``deadline``) for the server to confirm."""
+    if not channels:
+        return
+    pubsub.subscribe(*channels)
+    confirmed = 0
+    while confirmed < len(channels):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        message = pubsub.get_message(timeout=remaining)
+        if message is not None and message["type"] == "subscribe":
+            confirmed += 1
+
+
+def _chat_id(value: object) -> str:
+    if not isinstance(value, str) or not CHAT_ID.fullmatch(value):
+        raise InvalidInput("chat_id", "must be a chat id: a string of digits such as '42'")
+    return value
+
+
+def _message_text(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput("message", f"must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInput("message", "must not be empty")
+    most = conf.CHAT_MAX_MESSAGE_LENGTH
+    if len(value) > most:
+        raise InvalidInput("message", f"must be at most {most} characters, not {len(value)}")
+    # Line breaks and tabs are text; other control characters are not.
+    keys.check_text(LINE_BREAKS_AND_TABS.sub("", value), "message")
+    return value
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

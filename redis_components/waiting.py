@@ -1,0 +1,122 @@
+"""Waiting for a grant without polling, and without trusting Redis's coarse timer.
+
+A waiter blocks with BLPOP on a grant list that a release pushes to. The wait must end
+when the holder's lease ends (the holder may have died), but an idle Redis checks
+blocking timeouts only ``hz`` times a second (every 100 ms by default). So the deadline
+is kept on the client: if Redis has not answered shortly after it, the waiter unblocks
+its own BLPOP with CLIENT UNBLOCK from another connection, and reads the reply (nil, or
+a grant that arrived just in time; nothing is lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from .connection import text
+from .exceptions import InvalidInput
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio
+
+# How long after its own deadline the client gives up on a BLPOP that Redis has not
+# answered yet, and unblocks it itself.
+CLIENT_SLACK = 0.002
+# How much longer than its wait a waiter's registration lives: covers the time between
+# registering and blocking, so a release in between still counts the waiter.
+REGISTRATION_SLACK_MS = 1000
+
+
+def positive_seconds(value: object, field: str) -> float:
+    """``value`` as a positive, finite number of seconds, or :class:`InvalidInput`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(field, f"must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInput(field, f"must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, at least 1."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+class Attempt:
+    """One acquisition of a lock or permit: its token, its deadline, what Redis last said.
+
+    ``wait`` is how long it may block (0: try once). ``retry_after`` is what the last
+    refusal said: seconds until the current holder's lease ends.
+    """
+
+    def __init__(self, wait: float) -> None:
+        self.token = new_token()
+        self.deadline = time.monotonic() + wait
+        self.retry_after = 0.0
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def register_ms(self) -> int:
+        """How long to stay registered as a waiter if refused (0: do not wait)."""
+        remaining = self.remaining()
+        return ms(remaining) + REGISTRATION_SLACK_MS if remaining > 0 else 0
+
+    def wait_slice(self) -> float:
+        """Block until the holder's lease ends (it may have died), or until our deadline."""
+        remaining = self.remaining()
+        if self.retry_after > 0:
+            return min(remaining, self.retry_after + 0.001)
+        return remaining
+
+
+def wait_for_grant(client: redis.Redis, grant_key: str, seconds: float) -> str | None:
+    """BLPOP the grant list for ``seconds``, with the deadline kept on the client."""
+    pool = client.connection_pool
+    connection: Any = pool.get_connection()
+    try:
+        # CLIENT ID rides along in the same round trip, for CLIENT UNBLOCK below.
+        connection.send_packed_command(
+            connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
+        )
+        client_id = int(connection.read_response())
+        if not connection.can_read(timeout=seconds + CLIENT_SLACK):
+            client.client_unblock(client_id)
+        reply = connection.read_response()
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+    return None if reply is None else text(reply[1])
+
+
+async def await_grant(client: redis.asyncio.Redis, grant_key: str, seconds: float) -> str | None:
+    pool = client.connection_pool
+    connection: Any = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await connection.send_packed_command(
+            connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
+        )
+        client_id = int(await connection.read_response())
+        reading = asyncio.ensure_future(connection.read_response())
+        done, _ = await asyncio.wait({reading}, timeout=seconds + CLIENT_SLACK)
+        if not done:
+            await client.client_unblock(client_id)
+        reply = await reading
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
+    return None if reply is None else text(reply[1])

@@ -1,0 +1,492 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test import AsyncRequestFactory, RequestFactory
+
+from conftest import CommandCount
+from redis_components import locks
+from redis_components.connection import aclose_async_client, get_client
+from redis_components.exceptions import (
+    InvalidInput,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+)
+from redis_components.locks import (
+    Busy,
+    LockGroup,
+    LockHandle,
+    RedisLock,
+    fenced_get,
+    fenced_set,
+    fenced_update,
+    redis_lock,
+)
+from tests.processes import FORK, run_processes
+from tests.testapp.models import Document
+
+
+@pytest.fixture(autouse=True)
+def _no_held_locks() -> None:
+    """Tests share one thread; start each without locks held by an earlier test."""
+    locks._held.set({})
+
+
+def hold_elsewhere(name: str, timeout: float = 5) -> LockHandle:
+    """Acquire in another thread, as another holder would (our thread would be nesting)."""
+    got: list[LockHandle | None] = []
+    thread = threading.Thread(target=lambda: got.append(RedisLock(name, timeout).acquire()))
+    thread.start()
+    thread.join()
+    assert got[0] is not None
+    return got[0]
+
+
+def _held(name: str) -> bool:
+    return get_client().exists(f"rc:lock:{{{name}}}") == 1
+
+
+def test_acquire_release_and_handle(redis_mode: str) -> None:
+    handle = RedisLock("market:item:42", timeout=5).acquire()
+    assert isinstance(handle, LockHandle)
+    assert handle.name == "market:item:42"
+    assert len(handle.token) == 32
+    assert handle.fence == 1
+    assert not handle.lost
+    assert _held("market:item:42")
+    handle.check()
+    handle.release()
+    assert not _held("market:item:42")
+    again = RedisLock("market:item:42").acquire()
+    assert again is not None
+    assert again.fence == 2
+    again.release()
+
+
+def test_lock_keys_share_one_hash_tag(r: redis.Redis) -> None:
+    lock = RedisLock("order:7")
+    assert lock.keys == [
+        "rc:lock:{order:7}",
+        "rc:lock:{order:7}:fence",
+        "rc:lock:{order:7}:waiters",
+        "rc:lock:{order:7}:grant",
+    ]
+
+
+def test_uncontended_acquire_and_release_are_two_round_trips(
+    count_commands: CommandCount,
+) -> None:
+    lock = RedisLock("rt", timeout=5)
+    handle = lock.acquire()  # warm up: load the scripts, open the connection
+    assert handle is not None
+    handle.release()
+    with count_commands as counted:
+        handle = lock.acquire()
+        assert handle is not None
+        handle.release()
+    assert counted.sent == 2, counted.commands
+
+
+def test_non_blocking_fails_at_once_and_reports_the_lease() -> None:
+    hold_elsewhere("busy", timeout=5)
+    started = time.monotonic()
+    assert RedisLock("busy").acquire(blocking=False) is None
+    assert time.monotonic() - started < 1
+    busy = redis_lock("busy", blocking=False)
+    with pytest.raises(LockNotAcquired, match="'busy' is busy") as info:
+        busy.__enter__()
+    assert info.value.name == "busy"
+
+
+def test_a_waiter_gets_the_lock_when_it_is_released(redis_mode: str) -> None:
+    holder = hold_elsewhere("handoff", timeout=10)
+    got: list[LockHandle | None] = []
+    waiter = threading.Thread(target=lambda: got.append(RedisLock("handoff").acquire()))
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive()
+    holder.release()
+    waiter.join(5)
+    [handle] = got
+    assert handle is not None
+    assert handle.fence == holder.fence + 1
+    handle.check()
+    handle.release()
+    assert not _held("handoff")
+
+
+def test_a_waiter_gives_up_after_its_blocking_timeout() -> None:
+    holder = hold_elsewhere("slow", timeout=10)
+    started = time.monotonic()
+    assert RedisLock("slow").acquire(blocking_timeout=0.3) is None
+    assert time.monotonic() - started >= 0.3
+    holder.release()
+    # The waiter that gave up left no registration that would swallow the next release.
+    assert not _held("slow")
+
+
+def test_fences_grow_strictly_across_grants_and_handoffs() -> None:
+    fences = []
+    lock = RedisLock("fenced", timeout=5)
+    for _ in range(3):
+        handle = lock.acquire()
+        assert handle is not None
+        fences.append(handle.fence)
+        handle.release()
+    holder = lock.acquire()
+    assert holder is not None
+    got: list[LockHandle | None] = []
+    waiter = threading.Thread(target=lambda: got.append(lock.acquire()))
+    waiter.start()
+    time.sleep(0.1)
+    holder.release()
+    waiter.join(5)
+    assert got[0] is not None
+    fences += [holder.fence, got[0].fence]
+    assert fences == sorted(set(fences))
+    got[0].release()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"name": ""}, "name"),
+        ({"name": "x" * 1001}, "name"),
+        ({"name": "a\tb"}, "name"),
+        ({"name": 42}, "name"),
+        ({"name": "ok", "timeout": 0}, "timeout"),
+        ({"name": "ok", "timeout": -1}, "timeout"),
+        ({"name": "ok", "timeout": "30"}, "timeout"),
+        ({"name": "ok", "timeout": float("nan")}, "timeout"),
+    ],
+)
+def test_bad_input_is_refused_before_any_redis_call(
+    kwargs: dict[str, Any], field: str, count_commands: CommandCount
+) -> None:
+    with count_commands as counted, pytest.raises(InvalidInput) as info:
+        RedisLock(**kwargs)
+    assert info.value.field == field
+    with count_commands as counted, pytest.raises(InvalidInput) as info:
+        redis_lock(kwargs["name"], timeout=kwargs.get("timeout"))
+    assert info.value.field == field
+    assert counted.sent == 0
+
+
+def test_bad_blocking_timeout_is_refused(count_commands: CommandCount) -> None:
+    with count_commands as counted:
+        with pytest.raises(InvalidInput, match="blocking_timeout"):
+            RedisLock("ok").acquire(blocking_timeout=-1)
+        with pytest.raises(InvalidInput, match="blocking_timeout"):
+            redis_lock("ok", blocking_timeout=0)
+    assert counted.sent == 0
+
+
+def test_lost_lease_is_reported() -> None:
+    handle = hold_elsewhere("short", timeout=0.1)
+    time.sleep(0.15)
+    other = RedisLock("short", timeout=5).acquire(blocking=False)
+    assert other is not None
+    with pytest.raises(LockLost):
+        handle.check()
+    assert handle.lost
+    with pytest.raises(LockNotOwned):
+        handle.extend()
+    with pytest.raises(LockNotOwned):
+        handle.release()
+    other.check()  # the stale holder changed nothing
+    other.release()
+
+
+def test_extend_gives_a_new_lease() -> None:
+    handle = hold_elsewhere("ext", timeout=0.2)
+    handle.extend(5)
+    time.sleep(0.3)
+    handle.check()
+    assert get_client().pttl("rc:lock:{ext}") > 4000
+    handle.release()
+
+
+def test_auto_renew_keeps_the_lease_and_reports_loss() -> None:
+    lost = threading.Event()
+    lock = RedisLock("renewed", timeout=0.3, auto_renew=True, on_lost=lambda h: lost.set())
+    handle = lock.acquire()
+    assert handle is not None
+    time.sleep(0.8)  # more than twice the lease
+    handle.check()
+    get_client().delete("rc:lock:{renewed}")  # the lease is gone, e.g. after a failover
+    assert lost.wait(2)
+    assert handle.lost
+    with pytest.raises(LockLost):
+        handle.check()
+
+
+def test_nested_acquisition_raises_at_once_unless_reentrant() -> None:
+    with redis_lock("nest"):
+        started = time.monotonic()
+        with pytest.raises(LockError, match="already held"), redis_lock("nest"):
+            pass
+        assert time.monotonic() - started < 1
+    with redis_lock("nest", reentrant=True) as outer:
+        with redis_lock("nest", reentrant=True) as inner:
+            assert inner is outer
+        assert _held("nest")
+    assert not _held("nest")
+
+
+def test_a_handle_can_be_released_from_another_thread() -> None:
+    handle = RedisLock("shared").acquire()
+    assert handle is not None
+    thread = threading.Thread(target=handle.release)
+    thread.start()
+    thread.join()
+    assert not _held("shared")
+    assert RedisLock("shared").acquire(blocking=False) is not None
+
+
+def test_multi_lock_is_all_or_nothing() -> None:
+    blocker = hold_elsewhere("b")
+    with pytest.raises(LockNotAcquired), redis_lock("c", "b", "a", blocking_timeout=0.2):
+        pass
+    assert not _held("a")
+    assert not _held("c")
+    blocker.release()
+    with redis_lock("c", "b", "a") as group:
+        assert isinstance(group, LockGroup)
+        assert [handle.name for handle in group] == ["a", "b", "c"]
+        assert all(_held(name) for name in "abc")
+        group.check()
+    assert not any(_held(name) for name in "abc")
+
+
+def test_context_manager_reports_a_lease_lost_inside_the_block() -> None:
+    with pytest.raises(LockLost), redis_lock("brief", timeout=0.1):
+        time.sleep(0.2)
+
+    def lose_then_fail() -> None:
+        with redis_lock("brief", timeout=0.1):
+            time.sleep(0.2)
+            raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):  # the block's own error is not masked
+        lose_then_fail()
+
+
+def test_decorator_fills_names_from_the_call() -> None:
+    seen = []
+
+    @redis_lock("order:{order_id}:{kind}", timeout=5)
+    def process(order_id: int, kind: str = "pay") -> str:
+        seen.append(_held(f"order:{order_id}:{kind}"))
+        return "done"
+
+    assert process(7) == "done"
+    assert process(order_id=8, kind="ship") == "done"
+    assert seen == [True, True]
+
+    @redis_lock("order:{missing}")
+    def broken(order_id: int) -> None:
+        pass
+
+    with pytest.raises(LockError, match="missing"):
+        broken(1)
+
+
+def test_decorator_on_busy_decides_the_result() -> None:
+    calls: list[Busy] = []
+
+    @redis_lock("job:{n}", blocking=False, on_busy=lambda busy: calls.append(busy) or "later")
+    def job(n: int) -> str:
+        return "ran"
+
+    hold_elsewhere("job:1", timeout=5)
+    assert job(1) == "later"
+    assert job(2) == "ran"
+    [busy] = calls
+    assert busy.names == ("job:1",)
+    assert busy.args == (1,)
+    assert 4 < busy.retry_after <= 5
+
+
+def _view_request(accept: str) -> HttpRequest:
+    request = RequestFactory().post("/buy/42/", HTTP_ACCEPT=accept)
+    request.user = AnonymousUser()
+    return request
+
+
+@redis_lock("market:item:{item_id}", blocking=False)
+def buy(request: HttpRequest, item_id: int) -> HttpResponse:
+    return JsonResponse({"bought": item_id})
+
+
+@redis_lock("market:item:{item_id}", blocking=False)
+async def abuy(request: HttpRequest, item_id: int) -> HttpResponse:
+    return JsonResponse({"bought": item_id})
+
+
+def test_view_answers_409_with_retry_after_when_busy() -> None:
+    assert buy(_view_request("application/json"), item_id=42).status_code == 200
+    hold_elsewhere("market:item:42", timeout=7)
+    response = buy(_view_request("application/json"), item_id=42)
+    assert response.status_code == 409
+    assert response["Retry-After"] == "7"
+    assert json.loads(response.content)["lock"] == "market:item:42"
+    response = buy(_view_request("text/html,*/*;q=0.8"), item_id=42)
+    assert response.status_code == 409
+    assert response["Content-Type"].startswith("text/plain")
+    assert buy(_view_request("application/json"), item_id=43).status_code == 200
+
+
+def test_async_view_answers_409_when_busy() -> None:
+    async def scenario() -> tuple[int, int, str]:
+        request = AsyncRequestFactory().post("/buy/42/", HTTP_ACCEPT="application/json")
+        request.user = AnonymousUser()
+        free = await abuy(request, item_id=42)
+        # Another task holds the lock (in this task it would be a nested acquisition).
+        holder = await asyncio.create_task(RedisLock("market:item:42", timeout=3).aacquire())
+        assert holder is not None
+        busy = await abuy(request, item_id=42)
+        await holder.arelease()
+        await aclose_async_client()
+        return free.status_code, busy.status_code, busy["Retry-After"]
+
+    assert asyncio.run(scenario()) == (200, 409, "3")
+
+
+def test_view_template_may_use_the_user() -> None:
+    @redis_lock("export:{user}", blocking=False)
+    def export(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(str(_held("export:anonymous")))
+
+    assert export(_view_request("*/*")).content == b"True"
+
+
+def test_async_lock_api(redis_mode: str) -> None:
+    async def scenario() -> list[object]:
+        lock = RedisLock("async", timeout=5)
+        handle = await lock.aacquire()
+        assert handle is not None
+        waiter = asyncio.ensure_future(RedisLock("async").aacquire(blocking_timeout=5))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        await handle.acheck()
+        await handle.aextend(10)
+        await handle.arelease()
+        second = await waiter
+        assert second is not None
+        results: list[object] = [second.fence - handle.fence]
+        await second.arelease()
+
+        @redis_lock("async:{n}")
+        async def work(n: int) -> bool:
+            return _held(f"async:{n}")
+
+        results.append(await work(3))
+        await aclose_async_client()
+        return results
+
+    assert asyncio.run(scenario()) == [1, True]
+
+
+@pytest.mark.django_db
+def test_fenced_update_refuses_an_older_fence() -> None:
+    document = Document.objects.create(body="v0")
+    rows = Document.objects.filter(pk=document.pk)
+    assert fenced_update(rows, 5, body="v5")
+    assert not fenced_update(rows, 4, body="stale")
+    assert not fenced_update(rows, 5, body="same fence")
+    assert fenced_update(rows, 6, body="v6")
+    document.refresh_from_db()
+    assert (document.body, document.fence) == ("v6", 6)
+    with pytest.raises(InvalidInput, match="fence"):
+        fenced_update(rows, "7", body="x")  # type: ignore[arg-type]
+
+
+def test_fenced_set_refuses_an_older_fence(redis_mode: str) -> None:
+    assert fenced_get("report") == (None, 0)
+    assert fenced_set("report", "from 5", 5)
+    assert not fenced_set("report", "from 3", 3)
+    assert fenced_get("report") == ("from 5", 5)
+
+
+# -- real processes ------------------------------------------------------------------
+
+
+def _increment_under_lock(rounds: int) -> None:
+    client = get_client()
+    for _ in range(rounds):
+        with redis_lock("counter", timeout=10, blocking_timeout=60):
+            if client.incr("holders") != 1:
+                client.incr("overlaps")
+            value = int(client.get("count") or 0)  # a deliberate read-sleep-write race
+            time.sleep(0.0005)
+            client.set("count", value + 1)
+            client.decr("holders")
+
+
+def test_mutual_exclusion_across_16_processes(r: redis.Redis) -> None:
+    run_processes(_increment_under_lock, [(25,)] * 16, timeout=120)
+    assert int(r.get("count") or 0) == 16 * 25
+    assert r.get("overlaps") is None
+
+
+def _lock_pair(first: str, second: str, rounds: int) -> None:
+    for _ in range(rounds):
+        with redis_lock(first, second, timeout=10, blocking_timeout=30):
+            pass
+
+
+def test_multi_lock_in_opposite_orders_never_deadlocks() -> None:
+    run_processes(_lock_pair, [("a", "b", 1000), ("b", "a", 1000)], timeout=120)
+
+
+def _hold_and_report(lease: float, conn: Any) -> None:
+    handle = RedisLock("crash", timeout=lease).acquire()
+    assert handle is not None
+    conn.send(time.monotonic())
+    time.sleep(60)
+
+
+def test_a_killed_holders_lock_is_taken_soon_after_its_lease_expires() -> None:
+    lease = 0.5
+    parent, child = FORK.Pipe()
+    holder = FORK.Process(target=_hold_and_report, args=(lease, child))
+    holder.start()
+    acquired_at = parent.recv()
+    os.kill(holder.pid or 0, signal.SIGKILL)
+    holder.join()
+    handle = RedisLock("crash", timeout=5).acquire(blocking_timeout=5)
+    late = time.monotonic() - (acquired_at + lease)
+    assert handle is not None
+    assert late < 0.1, f"the waiter got the lock {late * 1000:.0f} ms after the lease expired"
+
+
+def _wait_then_die(ready: Any) -> None:
+    ready.send("waiting")
+    RedisLock("deadwaiter").acquire(blocking_timeout=30)
+
+
+def test_a_dead_waiter_does_not_swallow_the_lock() -> None:
+    holder = hold_elsewhere("deadwaiter", timeout=10)
+    parent, child = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_die, args=(child,))
+    waiter.start()
+    parent.recv()
+    time.sleep(0.2)
+    os.kill(waiter.pid or 0, signal.SIGKILL)
+    waiter.join()
+    holder.release()  # hands over to the dead waiter's registration, if it is still listed
+    handle = RedisLock("deadwaiter", timeout=10).acquire(blocking=False)
+    assert handle is not None
+    assert handle.fence > holder.fence

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core import mail
+from django.test import Client
+
+from demo_project.marketplace.market import item_lock
+from demo_project.marketplace.seed import DEMO_PASSWORD, PEOPLE, seed
+from demo_project.marketplace.views import MARKET
+from redis_components import GroupChat, RedisLock
+from redis_components.worker import Worker
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def users() -> dict[str, int]:
+    seed(MARKET)
+    return dict(get_user_model()._default_manager.values_list("username", "pk"))
+
+
+def login(name: str, **options: bool) -> Client:
+    client = Client(**options)
+    assert client.login(username=name, password=DEMO_PASSWORD)
+    return client
+
+
+def listing_of(seller: int) -> tuple[str, int]:
+    item, _, price = next(row for row in MARKET.listings() if row[1] == seller)
+    return item, price
+
+
+def flash(response: object) -> list[str]:
+    return [str(message) for message in response.context["messages"]]  # type: ignore[attr-defined]
+
+
+def test_pages_need_a_login(users: dict[str, int]) -> None:
+    for page in ("/market/", "/inventory/", "/notices/", "/chats/"):
+        response = Client().get(page)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/")
+    response = Client().post(f"/market/buy/x/{users['bob']}/", {"price": 1})
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_login_page_names_the_demo_users(users: dict[str, int]) -> None:
+    page = Client().get("/login/").content.decode()
+    assert all(name in page for name in PEOPLE)
+    assert DEMO_PASSWORD in page
+
+
+def test_seeding_twice_changes_nothing(users: dict[str, int]) -> None:
+    before = (MARKET.listings(), [MARKET.inventory(pk) for pk in users.values()])
+    seed(MARKET)
+    assert (MARKET.listings(), [MARKET.inventory(pk) for pk in users.values()]) == before
+    assert MARKET.check() == []
+
+
+def test_market_lists_searches_and_sorts(users: dict[str, int]) -> None:
+    client = login("alice")
+    page = client.get("/market/")
+    rows = page.context["rows"]
+    assert len(rows) == len(MARKET.listings())
+    assert [row[2] for row in rows] == sorted(row[2] for row in rows)
+    highest = client.get("/market/?sort=-price").context["rows"]
+    assert [row[2] for row in highest] == sorted((row[2] for row in rows), reverse=True)
+    item = rows[0][0]
+    found = client.get("/market/", {"q": item.split()[0].upper()}).context["rows"]
+    assert item in [row[0] for row in found]
+    assert client.get("/market/?sort=nonsense").status_code == 200
+
+
+def test_buying_moves_money_and_item_and_notifies_the_seller(users: dict[str, int]) -> None:
+    bob = users["bob"]
+    item, price = listing_of(bob)
+    alice = login("alice")
+    response = alice.post(f"/market/buy/{item}/{bob}/", {"price": price}, follow=True)
+    assert f"You bought {item} from bob for {price}. Your balance is {1000 - price}." in flash(
+        response
+    )
+    assert item in MARKET.inventory(users["alice"])
+    assert MARKET.funds(bob) == 1000 + price
+    assert MARKET.check() == []
+    # The notice goes through the task queue: nothing is sent until a worker runs it.
+    assert mail.outbox == []
+    assert Worker(["email"], burst=True).run() == 1
+    [email] = mail.outbox
+    assert email.to == ["bob@example.com"]
+    notices = login("bob").get("/notices/").content.decode()
+    assert f"Your {item} sold to alice for {price}." in notices
+
+
+def test_purchase_refusals_change_nothing(users: dict[str, int]) -> None:
+    bob, alice_id = users["bob"], users["alice"]
+    item, price = listing_of(bob)
+    alice = login("alice")
+    before = MARKET.funds(alice_id), MARKET.listings()
+
+    def says(path: str, data: dict[str, object]) -> list[str]:
+        return flash(alice.post(path, data, follow=True))
+
+    assert says(f"/market/buy/{item}/{bob}/", {"price": price - 1}) == [
+        f"The price of {item} is now {price}. Have another look."
+    ]
+    assert says(f"/market/buy/{item}/{users['carol']}/", {"price": price}) == [
+        f"{item} is no longer for sale: someone bought it first."
+    ]
+    assert "missing the price" in says(f"/market/buy/{item}/{bob}/", {"price": "cheap"})[0]
+    mine, my_price = listing_of(alice_id)
+    assert says(f"/market/buy/{mine}/{alice_id}/", {"price": my_price}) == [
+        f"{mine} is your own item."
+    ]
+    MARKET.client.hset(MARKET.key("users", alice_id), "funds", 1)
+    MARKET.client.incrby(MARKET.key("total"), 1 - before[0])
+    assert says(f"/market/buy/{item}/{bob}/", {"price": price}) == [
+        f"You cannot afford {item}: it costs {price} and you have 1."
+    ]
+    assert MARKET.listings() == before[1]
+    assert MARKET.check() == []
+    assert alice.get(f"/market/buy/{item}/{bob}/").status_code == 405
+
+
+def test_a_purchase_in_progress_elsewhere_is_explained(users: dict[str, int]) -> None:
+    bob = users["bob"]
+    item, price = listing_of(bob)
+    held = []
+    thread = threading.Thread(target=lambda: held.append(RedisLock(item_lock(item, bob)).acquire()))
+    thread.start()
+    thread.join()
+    alice = login("alice")
+    response = alice.post(f"/market/buy/{item}/{bob}/", {"price": price}, follow=True)
+    assert flash(response) == [f"Someone else is buying {item} right now. Try again in a moment."]
+    api = alice.post(
+        f"/market/buy/{item}/{bob}/", {"price": price}, headers={"accept": "application/json"}
+    )
+    assert api.status_code == 409
+    assert int(api["Retry-After"]) >= 1
+    held[0].release()
+    assert item not in MARKET.inventory(users["alice"])
+
+
+def test_post_without_csrf_token_is_refused(users: dict[str, int]) -> None:
+    bob = users["bob"]
+    item, price = listing_of(bob)
+    client = login("alice", enforce_csrf_checks=True)
+    assert client.post(f"/market/buy/{item}/{bob}/", {"price": price}).status_code == 403
+    assert client.post("/inventory/sell/", {"item": "x", "price": 5}).status_code == 403
+    assert item not in MARKET.inventory(users["alice"])
+
+
+def test_selling_only_your_own_items_at_a_sane_price(users: dict[str, int]) -> None:
+    alice_id = users["alice"]
+    mine = MARKET.inventory(alice_id)[0]
+    theirs = MARKET.inventory(users["bob"])[0]
+    alice = login("alice")
+
+    def says(data: dict[str, object]) -> list[str]:
+        return flash(alice.post("/inventory/sell/", data, follow=True))
+
+    for bad in ("-5", "0", "2.5", "ten", "", "10000001"):
+        assert says({"item": mine, "price": bad}) == [
+            "A price is a whole number from 1 to 1,000,000."
+        ]
+    assert says({"item": theirs, "price": "10"}) == [f"You do not have {theirs!r} to sell."]
+    assert theirs in MARKET.inventory(users["bob"])
+    assert says({"item": mine, "price": "42"}) == [f"{mine} is for sale at 42."]
+    assert (mine, alice_id, 42) in MARKET.listings()
+    assert MARKET.check() == []
+
+
+def test_chat_pages(users: dict[str, int]) -> None:
+    chats = login("bob").get("/chats/")
+    [(chat_id, members, unread)] = chats.context["chats"]
+    assert (members, unread) == (["alice", "carol"], 1)
+    page = login("bob").get(f"/chats/{chat_id}/")
+    assert page.status_code == 200
+    assert b"data-chat-app" in page.content
+    outsider = login("dave").get(f"/chats/{chat_id}/", follow=True)
+    assert flash(outsider) == [f"You are not in chat {chat_id}."]
+    assert GroupChat().unread_counts("bob") == {chat_id: 1}  # looking marks nothing read

@@ -1,0 +1,557 @@
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+
+from redis_components import (
+    ChatNotFound,
+    GroupChat,
+    InvalidInput,
+    Mailbox,
+    MessagingError,
+    NotAMember,
+    Pending,
+)
+from redis_components.connection import get_client
+from redis_components.embedded import EmbeddedRedis
+from redis_components.messaging import MessageList
+from tests.processes import run_processes
+
+chats = GroupChat()
+
+
+def snapshot(r: redis.Redis) -> dict[bytes, bytes]:
+    """Every key and its serialized value: to show that nothing was written."""
+    return {key: r.dump(key) for key in r.scan_iter()}
+
+
+def ids(pending: list[Pending]) -> dict[str, list[int]]:
+    return {chat_id: [message["id"] for message in messages] for chat_id, messages in pending}
+
+
+def chat_keys(r: redis.Redis, chat_id: str) -> list[bytes]:
+    return sorted(r.scan_iter(match=f"rc:chat:{{{chat_id}}}*"))
+
+
+# The book's scenario
+
+
+def test_the_books_scenario(redis_mode: str, r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob", "carol"], "hello")
+    assert chats.members(chat_id) == ["alice", "bob", "carol"]
+    assert chats.send(chat_id, "bob", "hi all") == 2
+
+    [(fetched_chat, messages)] = chats.fetch_pending("carol")
+    assert fetched_chat == chat_id
+    assert [(m["id"], m["sender"], m["message"]) for m in messages] == [
+        (1, "alice", "hello"),
+        (2, "bob", "hi all"),
+    ]
+    assert all(isinstance(m["ts"], (int, float)) for m in messages)
+    assert chats.fetch_pending("carol") == []  # nothing twice
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 2  # alice and bob have not read yet
+
+    assert ids(chats.fetch_pending("alice")) == {chat_id: [1, 2]}
+    assert ids(chats.fetch_pending("bob")) == {chat_id: [1, 2]}
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 0  # seen by all: deleted
+
+    chats.send(chat_id, "alice", "before dave")
+    chats.join(chat_id, "dave")
+    chats.send(chat_id, "carol", "welcome dave")
+    assert ids(chats.fetch_pending("dave")) == {chat_id: [4]}
+    assert ids(chats.fetch_pending("bob")) == {chat_id: [3, 4]}
+
+    for user in ("alice", "bob", "carol"):
+        chats.leave(chat_id, user)
+        assert chat_keys(r, chat_id)  # dave is still in it
+        assert chats.chats_of(user) == []
+    chats.leave(chat_id, "dave")
+    assert chat_keys(r, chat_id) == []
+    for user in ("alice", "bob", "carol", "dave"):
+        assert not r.exists(f"rc:chat-index:{{{user}}}")
+    with pytest.raises(ChatNotFound):
+        chats.members(chat_id)
+
+
+def test_every_key_of_a_chat_shares_its_hash_tag(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    assert [key.decode() for key in chat_keys(r, chat_id)] == [
+        f"rc:chat:{{{chat_id}}}:{part}" for part in ("joins", "members", "messages", "meta")
+    ]
+    assert sorted(key.decode() for key in r.scan_iter(match="rc:chat-index:{alice}*")) == [
+        "rc:chat-index:{alice}",
+        "rc:chat-index:{alice}:versions",
+    ]
+
+
+def test_unread_counts_mark_nothing_seen(redis_mode: str) -> None:
+    first = chats.create("alice", ["carol"], "one")
+    second = chats.create("bob", ["carol"], "two")
+    chats.send(second, "bob", "three")
+    assert chats.unread_counts("carol") == {first: 1, second: 2}
+    assert chats.unread_counts("carol") == {first: 1, second: 2}
+    assert ids(chats.fetch_pending("carol")) == {first: [1], second: [1, 2]}
+    assert chats.unread_counts("carol") == {first: 0, second: 0}
+    assert chats.fetch_pending("carol") == []
+
+
+def test_chats_are_listed_in_id_order() -> None:
+    created = [chats.create("alice", [], f"chat {n}") for n in range(12)]
+    assert chats.chats_of("alice") == created
+    assert [chat_id for chat_id, _ in chats.fetch_pending("alice")] == created
+    assert list(chats.unread_counts("alice")) == created
+
+
+def test_a_sender_gets_their_own_messages_back_in_order() -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    chats.send(chat_id, "bob", "one")
+    chats.send(chat_id, "alice", "two")
+    [(_, messages)] = chats.fetch_pending("alice")
+    assert [(m["sender"], m["message"]) for m in messages] == [
+        ("alice", "hello"),
+        ("bob", "one"),
+        ("alice", "two"),
+    ]
+
+
+def test_unicode_and_line_breaks_survive(redis_mode: str) -> None:
+    text = 'Grüße {from} "ü" \\ / 🎉\nline two\ttab'
+    chat_id = chats.create("zoë {x}", ["李"], text)
+    [(_, [message])] = chats.fetch_pending("李")
+    assert message["message"] == text
+    assert message["sender"] == "zoë {x}"
+    assert chats.members(chat_id) == sorted(["zoë {x}", "李"])
+
+
+def test_pending_is_a_pair_that_also_says_what_was_missed() -> None:
+    chat_id = chats.create("alice", [], "hello")
+    [pending] = chats.fetch_pending("alice")
+    assert pending == (chat_id, [pending.messages[0]])
+    assert isinstance(pending.messages, MessageList)
+    assert pending.missed == pending.messages.missed == 0
+
+
+# Membership
+
+
+def test_only_members_send_and_read(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    before = snapshot(r)
+    with pytest.raises(NotAMember):
+        chats.send(chat_id, "mallory", "let me in")
+    with pytest.raises(NotAMember):
+        chats.history(chat_id, "mallory")
+    with pytest.raises(NotAMember):
+        chats.leave(chat_id, "mallory")
+    assert chats.fetch_pending("mallory") == []
+    assert snapshot(r) == before
+
+
+def test_an_unknown_chat_changes_nothing(r: redis.Redis) -> None:
+    chats.create("alice", ["bob"], "hello")
+    before = snapshot(r)
+    for call in (
+        lambda: chats.send("99", "alice", "hi"),
+        lambda: chats.history("99", "alice"),
+        lambda: chats.leave("99", "alice"),
+        lambda: chats.members("99"),
+        lambda: chats.is_public("99"),
+        lambda: chats.join("99", "alice"),
+    ):
+        with pytest.raises(ChatNotFound, match="no chat 99"):
+            call()
+    # join wrote its index entry first and removed it again; only the counter moved.
+    after = snapshot(r)
+    assert after.pop(b"rc:chat-index:{alice}:versions") != before.pop(
+        b"rc:chat-index:{alice}:versions"
+    )
+    assert after == before
+
+
+def test_joining_twice_keeps_the_members_place() -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    chats.send(chat_id, "alice", "two")
+    chats.join(chat_id, "bob")
+    assert ids(chats.fetch_pending("bob")) == {chat_id: [1, 2]}
+
+
+def test_a_reset_id_counter_cannot_merge_two_chats(r: redis.Redis) -> None:
+    chats.create("alice", ["bob"], "first")
+    r.delete("rc:chat:{next-id}")
+    with pytest.raises(MessagingError, match="exists already"):
+        chats.create("carol", ["dave"], "second")
+    assert chats.members("1") == ["alice", "bob"]
+    assert not r.exists("rc:chat-index:{carol}")
+    assert not r.exists("rc:chat-index:{dave}")
+
+
+def test_a_public_flag_is_kept() -> None:
+    assert chats.is_public(chats.create("alice", [], "open", public=True))
+    assert not chats.is_public(chats.create("alice", [], "closed"))
+
+
+def test_leaving_cleans_what_everyone_else_has_seen(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob", "carol"], "hello")
+    chats.fetch_pending("alice")
+    chats.fetch_pending("bob")
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 1
+    chats.leave(chat_id, "carol")  # the only one who had not read it
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 0
+
+
+# The user's index and the chat live in different slots: crashes and races
+
+
+def test_a_leave_interrupted_before_the_index_is_cleaned_heals(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    chats._run(get_client(), chat_id, "leave", "bob")  # the chat step only, as if crashed
+    assert r.hexists("rc:chat-index:{bob}", chat_id)
+    assert chats.chats_of("bob") == []
+    assert not r.hexists("rc:chat-index:{bob}", chat_id)  # the stale entry is gone
+
+
+def test_a_join_on_its_way_keeps_its_index_entry(r: redis.Redis) -> None:
+    client = get_client()
+    chat_id = chats.create("alice", [], "hello")
+    [version] = chats._add_to_indexes(client, chat_id, ["dave"])  # the index step only
+    assert chats.chats_of("dave") == []
+    assert chats.fetch_pending("dave") == []
+    assert r.hexists("rc:chat-index:{dave}", chat_id)  # not mistaken for a stale entry
+    chats._run(client, chat_id, "join", "dave", version)  # the chat step arrives
+    assert chats.chats_of("dave") == [chat_id]
+
+
+def test_a_join_that_lost_the_race_to_a_leave_cannot_slip_in(r: redis.Redis) -> None:
+    client = get_client()
+    chat_id = chats.create("alice", [], "hello")
+    [older] = chats._add_to_indexes(client, chat_id, ["bob"])
+    chats.join(chat_id, "bob")  # a newer join, applied first
+    chats.leave(chat_id, "bob")
+    assert not r.hexists("rc:chat-index:{bob}", chat_id)
+    chats._run(client, chat_id, "join", "bob", older)  # the older join's chat step, late
+    assert chats.members(chat_id) == ["alice"]
+    assert chats.chats_of("bob") == []
+
+
+# Round trips
+
+
+class CountingConnection(redis.Connection):
+    """Counts the requests written: one per command, one per pipeline."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)
+
+
+@pytest.mark.parametrize("chat_count", [1, 10, 40])
+def test_fetch_pending_takes_two_round_trips_for_any_number_of_chats(
+    chat_count: int, redis_server: EmbeddedRedis
+) -> None:
+    for n in range(chat_count):
+        chats.create("alice", ["carol"], f"chat {n}")
+    # Its own URL: django-redis keeps one connection pool per URL.
+    url = f"{redis_server.url}?client_name=rc-counting"
+    options = {"CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection}}
+    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
+    with override_settings(CACHES={"default": cache}):
+        chats.unread_counts("carol")  # connects and loads the scripts
+        before = CountingConnection.sent
+        pending = chats.fetch_pending("carol")
+        assert CountingConnection.sent - before == 2
+    assert len(pending) == chat_count
+
+
+# Retention
+
+
+def test_the_cap_bounds_a_chat_with_a_member_who_never_reads(r: redis.Redis) -> None:
+    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_MESSAGES": 5}):
+        chat_id = chats.create("alice", ["bob", "carol"], "hello")
+        for n in range(20):
+            chats.send(chat_id, "alice", f"message {n}")
+            chats.fetch_pending("bob")
+            assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") <= 5
+        [pending] = chats.fetch_pending("carol")
+        assert [m["id"] for m in pending.messages] == [17, 18, 19, 20, 21]
+        assert pending.missed == 16
+        assert chats.fetch_pending("carol") == []
+        chats.fetch_pending("alice")
+        assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 0
+
+
+def test_a_member_who_missed_everything_is_told(r: redis.Redis) -> None:
+    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_MESSAGES": 2}):
+        chat_id = chats.create("alice", ["carol"], "hello")
+        for n in range(3):
+            chats.send(chat_id, "alice", f"message {n}")
+        chats.fetch_pending("alice")
+        r.zremrangebyrank(f"rc:chat:{{{chat_id}}}:messages", 0, -1)  # as if all aged out
+        [pending] = chats.fetch_pending("carol")
+        assert (pending.chat_id, pending.messages, pending.missed) == (chat_id, [], 4)
+        assert chats.fetch_pending("carol") == []
+
+
+def test_the_age_limit_drops_old_messages(r: redis.Redis) -> None:
+    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_AGE": 0.3}):
+        chat_id = chats.create("alice", ["carol"], "old")
+        time.sleep(0.4)
+        assert chats.unread_counts("carol") == {chat_id: 0}
+        chats.send(chat_id, "alice", "new")
+        assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 1
+        [pending] = chats.fetch_pending("carol")
+        assert [m["message"] for m in pending.messages] == ["new"]
+        assert pending.missed == 1
+
+
+# History
+
+
+def test_history_pages_back_without_marking_anything_seen(redis_mode: str) -> None:
+    chat_id = chats.create("alice", ["bob"], "m1")
+    for n in range(2, 7):
+        chats.send(chat_id, "alice", f"m{n}")
+    assert [m["id"] for m in chats.history(chat_id, "bob", limit=2)] == [5, 6]
+    assert [m["id"] for m in chats.history(chat_id, "bob", before=5, limit=2)] == [3, 4]
+    assert [m["id"] for m in chats.history(chat_id, "bob", before=2)] == [1]
+    assert chats.history(chat_id, "bob", before=1) == []
+    assert chats.unread_counts("bob") == {chat_id: 6}
+
+
+# Bad input
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda: chats.create("", ["bob"], "hi"), "sender"),
+        (lambda: chats.create("alice", "bob", "hi"), "recipients"),
+        (lambda: chats.create("alice", ["bo\x00b"], "hi"), "recipients"),
+        (lambda: chats.create("alice", [7], "hi"), "recipients"),
+        (lambda: chats.create("alice", ["bob"], ""), "message"),
+        (lambda: chats.create("alice", ["bob"], " \n\t "), "message"),
+        (lambda: chats.create("alice", ["bob"], None), "message"),
+        (lambda: chats.send("1", "alice", "x" * 4001), "message"),
+        (lambda: chats.send("1", "alice", "bell\x07"), "message"),
+        (lambda: chats.send("1", "alice", "half \ud800 a pair"), "message"),
+        (lambda: chats.send("abc", "alice", "hi"), "chat_id"),
+        (lambda: chats.send("01", "alice", "hi"), "chat_id"),
+        (lambda: chats.send("0", "alice", "hi"), "chat_id"),
+        (lambda: chats.send(1, "alice", "hi"), "chat_id"),
+        (lambda: chats.send("1", "x" * 1001, "hi"), "sender"),
+        (lambda: chats.fetch_pending(""), "user"),
+        (lambda: chats.fetch_pending("alice", wait=-1), "wait"),
+        (lambda: chats.fetch_pending("alice", wait=float("nan")), "wait"),
+        (lambda: chats.fetch_pending("alice", wait=True), "wait"),
+        (lambda: chats.unread_counts(None), "user"),
+        (lambda: chats.history("1", "alice", before=0), "before"),
+        (lambda: chats.history("1", "alice", limit=0), "limit"),
+        (lambda: chats.history("1", "alice", limit=1001), "limit"),
+        (lambda: chats.history("1", "alice", limit=True), "limit"),
+        (lambda: chats.join("1", ""), "user"),
+        (lambda: chats.leave("x", "alice"), "chat_id"),
+        (lambda: chats.members("1; DROP"), "chat_id"),
+        (lambda: Mailbox().send("", {}), "recipient"),
+        (lambda: Mailbox().send("bob", {1, 2}), "message"),
+        (lambda: Mailbox().send("bob", float("inf")), "message"),
+        (lambda: Mailbox().fetch("\x00"), "user"),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(call: Any, field: str, r: redis.Redis) -> None:
+    chats.create("alice", ["bob"], "hello")
+    before = snapshot(r)
+    with pytest.raises(InvalidInput) as raised:
+        call()
+    assert raised.value.field == field
+    assert snapshot(r) == before
+
+
+def test_the_length_limit_follows_the_setting() -> None:
+    chat_id = chats.create("alice", [], "hello")
+    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_MESSAGE_LENGTH": 3}):
+        assert chats.send(chat_id, "alice", "abc") == 2
+        with pytest.raises(InvalidInput, match="at most 3 characters"):
+            chats.send(chat_id, "alice", "abcd")
+
+
+# Waiting for messages
+
+
+def _when_subscribed(r: redis.Redis, channel: str, action: Any) -> threading.Thread:
+    """Run ``action`` in a thread once someone listens on ``channel``."""
+
+    def run() -> None:
+        while not r.pubsub_numsub(channel)[0][1]:
+            time.sleep(0.005)
+        action()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+# The waits below are far longer than the test's timeout: only a wake-up can pass them.
+@pytest.mark.timeout(60)
+def test_a_waiting_fetch_wakes_for_a_new_message(redis_mode: str, r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["carol"], "hello")
+    chats.fetch_pending("carol")
+    channel = f"rc:chat:{{{chat_id}}}:messages"
+    thread = _when_subscribed(r, channel, lambda: chats.send(chat_id, "alice", "wake up"))
+    pending = chats.fetch_pending("carol", wait=600)
+    thread.join()
+    assert [m["message"] for _, messages in pending for m in messages] == ["wake up"]
+
+
+@pytest.mark.timeout(60)
+def test_a_waiting_fetch_wakes_for_a_new_chat(redis_mode: str, r: redis.Redis) -> None:
+    created: list[str] = []
+    thread = _when_subscribed(
+        r, "rc:chat-index:{carol}", lambda: created.append(chats.create("alice", ["carol"], "hi"))
+    )
+    pending = chats.fetch_pending("carol", wait=600)
+    thread.join()
+    assert ids(pending) == {created[0]: [1]}
+
+
+def test_a_waiting_fetch_returns_empty_when_the_time_is_up() -> None:
+    chats.create("alice", ["carol"], "hello")
+    chats.fetch_pending("carol")
+    assert chats.fetch_pending("carol", wait=0.2) == []
+
+
+# Concurrency, with real processes
+
+SENDERS = 8
+PER_SENDER = 1000
+
+
+def _send_and_fetch(chat_id: str, index: int, out: Path) -> None:
+    sender = f"sender{index}"
+    received: list[dict[str, Any]] = []
+    for n in range(PER_SENDER):
+        chats.send(chat_id, sender, f"{index}:{n}")
+        if n % 100 == 99:
+            received += [m for _, messages in chats.fetch_pending(sender) for m in messages]
+    out.write_text(json.dumps(received))
+
+
+def _read_until_all_sent(chat_id: str, member: str, out: Path) -> None:
+    total = SENDERS * PER_SENDER + 1
+    meta = f"rc:chat:{{{chat_id}}}:meta"
+    received: list[dict[str, Any]] = []
+    missed = 0
+    while True:
+        everything_sent = int(get_client().hget(meta, "last_id") or 0) == total
+        pending = chats.fetch_pending(member)
+        for _, messages in pending:
+            received += messages
+            missed += messages.missed
+        if everything_sent and not pending:
+            break
+    out.write_text(json.dumps({"received": received, "missed": missed}))
+
+
+def test_concurrent_senders_and_readers_get_every_message_once_in_order(
+    tmp_path: Path, r: redis.Redis
+) -> None:
+    total = SENDERS * PER_SENDER + 1
+    senders = [f"sender{i}" for i in range(SENDERS)]
+    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_MESSAGES": total}):
+        chat_id = chats.create("reader", [*senders, "twin"], "hello")
+        run_processes(
+            lambda role, *args: role(*args),
+            [(_send_and_fetch, chat_id, i, tmp_path / f"sender{i}.json") for i in range(SENDERS)]
+            # "reader" fetches in one process, "twin" in two at once.
+            + [(_read_until_all_sent, chat_id, "reader", tmp_path / "reader.json")]
+            + [(_read_until_all_sent, chat_id, "twin", tmp_path / f"twin{i}.json") for i in (1, 2)],
+            timeout=110,
+        )
+        # The senders fetch what remains after everyone is done.
+        received = {
+            sender: json.loads((tmp_path / f"{sender}.json").read_text())
+            + [m for _, messages in chats.fetch_pending(sender) for m in messages]
+            for sender in senders
+        }
+    everything = list(range(1, total + 1))
+    for sender in senders:
+        assert [m["id"] for m in received[sender]] == everything, sender
+    reader = json.loads((tmp_path / "reader.json").read_text())
+    assert [m["id"] for m in reader["received"]] == everything
+    assert reader["missed"] == 0
+    twins = [json.loads((tmp_path / f"twin{i}.json").read_text()) for i in (1, 2)]
+    for twin in twins:  # each process gets its share in order...
+        got = [m["id"] for m in twin["received"]]
+        assert got == sorted(set(got))
+    # ...and together exactly everything: nothing twice, nothing lost.
+    assert sorted(m["id"] for twin in twins for m in twin["received"]) == everything
+    # Each sender's own messages got ids in the order it sent them.
+    by_sender: dict[str, list[str]] = {}
+    for message in received[senders[0]]:
+        by_sender.setdefault(message["sender"], []).append(message["message"])
+    for i, sender in enumerate(senders):
+        assert by_sender[sender] == [f"{i}:{n}" for n in range(PER_SENDER)]
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 0  # all seen by all, all cleaned
+
+
+# Mailboxes
+
+
+def test_a_mailbox_returns_messages_oldest_first_and_empties(redis_mode: str) -> None:
+    mailbox = Mailbox()
+    mailbox.send("bob", {"text": "hi"})
+    mailbox.send("bob", ["two", 2])
+    mailbox.send("bob", "three ü")
+    assert mailbox.fetch("bob") == [{"text": "hi"}, ["two", 2], "three ü"]
+    assert mailbox.fetch("bob") == []
+
+
+def test_a_full_mailbox_drops_its_oldest() -> None:
+    with override_settings(REDIS_COMPONENTS={"MAILBOX_MAX_MESSAGES": 3}):
+        for n in range(5):
+            Mailbox().send("bob", n)
+    assert Mailbox().fetch("bob") == [2, 3, 4]
+
+
+MAILBOX_MESSAGES = 3000
+
+
+def _fill_mailbox() -> None:
+    for n in range(MAILBOX_MESSAGES):
+        Mailbox().send("bob", n)
+    get_client().set("test:all-sent", 1)
+
+
+def _drain_mailbox(out: Path) -> None:
+    received: list[int] = []
+    while True:
+        all_sent = get_client().exists("test:all-sent")
+        batch = Mailbox().fetch("bob")
+        received += batch
+        if all_sent and not batch:
+            break
+    out.write_text(json.dumps(received))
+
+
+def test_two_concurrent_fetchers_never_get_a_message_twice(tmp_path: Path) -> None:
+    with override_settings(REDIS_COMPONENTS={"MAILBOX_MAX_MESSAGES": MAILBOX_MESSAGES}):
+        run_processes(
+            lambda role, *args: role(*args),
+            [
+                (_fill_mailbox,),
+                (_drain_mailbox, tmp_path / "a.json"),
+                (_drain_mailbox, tmp_path / "b.json"),
+            ],
+        )
+    a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
+    assert a == sorted(a)
+    assert b == sorted(b)
+    assert sorted(a + b) == list(range(MAILBOX_MESSAGES))

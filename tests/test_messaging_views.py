@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from redis_components import GroupChat
+from tests.settings import NOT_STARTED
+
+pytestmark = pytest.mark.django_db
+
+chats = GroupChat()
+
+
+@pytest.fixture
+def users(django_user_model: type[User]) -> dict[str, User]:
+    return {
+        name: django_user_model.objects.create_user(username=name)
+        for name in ("alice", "bob", "carol", "mallory")
+    }
+
+
+def as_user(name: str, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(User.objects.get(username=name))
+    return client
+
+
+def post(client: Client, name: str, body: Any = None, **kwargs: Any) -> Any:
+    data = "" if body is None else json.dumps(body)
+    url = reverse(f"redis_components:{name}", kwargs=kwargs)
+    return client.post(url, data, content_type="application/json")
+
+
+def get(client: Client, name: str, query: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    return client.get(reverse(f"redis_components:{name}", kwargs=kwargs), query or {})
+
+
+def test_a_chat_through_the_views(users: dict[str, User]) -> None:
+    alice, bob = as_user("alice"), as_user("bob")
+    created = post(alice, "chats", {"recipients": ["bob"], "message": "hello"})
+    assert created.status_code == 201
+    chat_id = created.json()["id"]
+    assert created.json()["members"] == ["alice", "bob"]
+
+    sent = post(bob, "chat-messages", {"message": "hi alice"}, chat_id=chat_id)
+    assert (sent.status_code, sent.json()) == (201, {"id": 2})
+    assert get(alice, "chats").json() == {"chats": [{"id": chat_id, "unread": 2}]}
+
+    pending = post(alice, "chat-pending").json()["chats"]
+    assert [(c["id"], c["missed"]) for c in pending] == [(chat_id, 0)]
+    assert [(m["sender"], m["message"]) for m in pending[0]["messages"]] == [
+        ("alice", "hello"),
+        ("bob", "hi alice"),
+    ]
+    assert post(alice, "chat-pending", {"wait": 0}).json() == {"chats": []}
+    assert get(alice, "chats").json() == {"chats": [{"id": chat_id, "unread": 0}]}
+
+    history = get(bob, "chat-messages", {"limit": "1"}, chat_id=chat_id).json()
+    assert [m["message"] for m in history["messages"]] == ["hi alice"]
+    detail = get(bob, "chat", chat_id=chat_id).json()
+    assert detail == {"id": chat_id, "members": ["alice", "bob"], "public": False}
+
+    assert post(bob, "chat-leave", chat_id=chat_id).json() == {"id": chat_id}
+    assert post(bob, "chat-leave", chat_id=chat_id).status_code == 403
+    assert chats.members(chat_id) == ["alice"]
+
+
+def test_a_user_acts_as_themself_only(users: dict[str, User]) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    post(as_user("bob"), "chat-messages", {"message": "hi", "sender": "alice"}, chat_id=chat_id)
+    [(_, messages)] = chats.fetch_pending("alice")
+    assert [m["sender"] for m in messages] == ["alice", "bob"]
+
+
+def test_a_non_member_gets_403_and_no_messages(users: dict[str, User]) -> None:
+    chat_id = chats.create("alice", ["bob"], "secret")
+    mallory = as_user("mallory")
+    for response in (
+        get(mallory, "chat-messages", chat_id=chat_id),
+        get(mallory, "chat", chat_id=chat_id),
+        post(mallory, "chat-messages", {"message": "let me in"}, chat_id=chat_id),
+        post(mallory, "chat-join", chat_id=chat_id),
+        post(mallory, "chat-leave", chat_id=chat_id),
+    ):
+        assert response.status_code == 403
+        assert "secret" not in response.content.decode()
+        assert "error" in response.json()
+    assert post(mallory, "chat-pending").json() == {"chats": []}
+    assert chats.members(chat_id) == ["alice", "bob"]
+
+
+def test_anyone_may_join_a_public_chat(users: dict[str, User]) -> None:
+    chat_id = chats.create("alice", [], "welcome", public=True)
+    chats.send(chat_id, "alice", "before carol")
+    joined = post(as_user("carol"), "chat-join", chat_id=chat_id)
+    assert joined.json() == {"id": chat_id, "members": ["alice", "carol"]}
+    chats.send(chat_id, "alice", "after carol")
+    [(_, messages)] = chats.fetch_pending("carol")
+    assert [m["message"] for m in messages] == ["after carol"]
+
+
+def test_a_member_may_join_their_invite_only_chat_again(users: dict[str, User]) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    assert post(as_user("bob"), "chat-join", chat_id=chat_id).status_code == 200
+
+
+def test_unknown_chats_are_404(users: dict[str, User]) -> None:
+    alice = as_user("alice")
+    for response in (
+        get(alice, "chat", chat_id=42),
+        get(alice, "chat-messages", chat_id=42),
+        post(alice, "chat-messages", {"message": "hi"}, chat_id=42),
+        post(alice, "chat-join", chat_id=42),
+        post(alice, "chat-leave", chat_id=42),
+    ):
+        assert (response.status_code, response.json()) == (404, {"error": "no chat 42"})
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"recipients": ["bob", "nobody"], "message": "hi"}, "recipients"),
+        ({"recipients": "bob", "message": "hi"}, "recipients"),
+        ({"recipients": [7], "message": "hi"}, "recipients"),
+        ({"recipients": [f"u{n}" for n in range(101)], "message": "hi"}, "recipients"),
+        ({"recipients": ["bob"]}, "message"),
+        ({"recipients": ["bob"], "message": "   "}, "message"),
+        ({"recipients": ["bob"], "message": "hi", "public": "yes"}, "public"),
+        (["bob"], "body"),
+    ],
+)
+def test_bad_chats_are_400(body: Any, field: str, users: dict[str, User]) -> None:
+    response = post(as_user("alice"), "chats", body)
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert chats.chats_of("alice") == []
+
+
+def test_bad_requests_are_400(users: dict[str, User]) -> None:
+    alice = as_user("alice")
+    chat_id = chats.create("alice", [], "hello")
+    url = reverse("redis_components:chat-messages", kwargs={"chat_id": chat_id})
+    not_json = alice.post(url, "message=hi", content_type="application/x-www-form-urlencoded")
+    assert (not_json.status_code, not_json.json()["field"]) == (400, "body")
+    for response, field in (
+        (post(alice, "chat-messages", {"message": "x" * 4001}, chat_id=chat_id), "message"),
+        (post(alice, "chat-messages", {"message": 5}, chat_id=chat_id), "message"),
+        (get(alice, "chat-messages", {"before": "x"}, chat_id=chat_id), "before"),
+        (get(alice, "chat-messages", {"limit": "0"}, chat_id=chat_id), "limit"),
+        (post(alice, "chat-messages", {"message": "hi"}, chat_id=0), "chat_id"),
+        (post(alice, "chat-pending", {"wait": 31}), "wait"),
+        (post(alice, "chat-pending", {"wait": "5"}), "wait"),
+        (post(alice, "chat-pending", {"wait": True}), "wait"),
+    ):
+        assert (response.status_code, response.json()["field"]) == (400, field)
+    assert [m["message"] for m in chats.history(chat_id, "alice")] == ["hello"]
+
+
+def test_anonymous_requests_are_401(users: dict[str, User]) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    anonymous = Client()
+    for response in (
+        get(anonymous, "chats"),
+        get(anonymous, "chat-messages", chat_id=chat_id),
+        post(anonymous, "chat-messages", {"message": "hi"}, chat_id=chat_id),
+        post(anonymous, "chat-pending"),
+    ):
+        assert (response.status_code, response.json()) == (401, {"error": "log in first"})
+
+
+def test_posts_need_the_csrf_token(users: dict[str, User]) -> None:
+    alice = as_user("alice", csrf=True)
+    body = {"recipients": ["bob"], "message": "hello"}
+    assert post(alice, "chats", body).status_code == 403
+    assert chats.chats_of("alice") == []
+    token = "0123456789abcdefghijABCDEFGHIJxy"  # a CSRF secret: 32 letters and digits
+    alice.cookies["csrftoken"] = token
+    url = reverse("redis_components:chats")
+    response = alice.post(url, json.dumps(body), "application/json", HTTP_X_CSRFTOKEN=token)
+    assert response.status_code == 201
+
+
+def test_wrong_methods_are_405_json(users: dict[str, User]) -> None:
+    alice = as_user("alice")
+    response = get(alice, "chat-pending")
+    assert response.status_code == 405
+    assert response["Allow"] == "POST, OPTIONS"
+    assert "error" in response.json()
+    assert alice.delete(reverse("redis_components:chats")).status_code == 405
+
+
+def test_an_unreachable_redis_is_503(users: dict[str, User]) -> None:
+    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": NOT_STARTED}
+    with override_settings(CACHES={"default": cache}):
+        response = get(as_user("alice"), "chats")
+    assert response.status_code == 503
+    assert "error" in response.json()

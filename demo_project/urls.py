@@ -7,5 +7,4 @@ urlpatterns = [
     path("", include("demo_project.marketplace.urls")),
     path("rc/", include("redis_components.urls")),
     path("admin/", admin.site.urls),
-    path("rc/", include("redis_components.urls")),
 ]

@@ -73,3 +73,11 @@ def test_an_unreachable_redis_is_reported(staff: Client) -> None:
     assert response.status_code == 503
     assert "Redis cannot be reached" in response.json()["error"]
     assert "Redis cannot be reached" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_demo_links_staff_to_the_page(client: Client, django_user_model: Any) -> None:
+    client.force_login(django_user_model.objects.create_user("someone"))
+    assert URL not in client.get("/").content.decode()
+    client.force_login(django_user_model.objects.create_user("boss", is_staff=True))
+    assert f'href="{URL}"' in client.get("/").content.decode()

@@ -13,6 +13,8 @@ runs are in benchmarks/queue_apps/:
 * processing rate: one worker process drains those 20,000 tasks (timed from the
   first task it runs to the last, so start-up is not counted);
 * latency: enqueue-to-start of 200 tasks sent one at a time to an idle worker;
+* delayed start: 20 tasks due 1 to 2.9 s after they are sent (each library's own
+  delay feature), how late each starts past its due time, into an idle worker;
 * kills: 2,000 tasks that count their start, work 1 ms, and count their finish; the
   worker (every process of it) is SIGKILLed 5 times mid-run and restarted; then each
   contender gets its recovery window to finish. Lost: never finished. Run twice:
@@ -51,8 +53,13 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 THROUGHPUT_TASKS = 20_000
 LATENCY_SAMPLES = 200
+DELAYED_SAMPLES = 20
 KILL_TASKS = 2_000
 KILL_AT = (0.10, 0.25, 0.40, 0.55, 0.70)  # fractions of KILL_TASKS done
+
+
+# How this process sends a task: enqueue(name, *args), and enqueue_in(seconds, name, *args).
+Senders = tuple[Callable[..., None], Callable[..., None]]
 
 
 @dataclass
@@ -62,45 +69,71 @@ class Contender:
     command: list[str]
     # Seconds after the last restart in which a dead worker's tasks may still come back.
     recovery_window: float
-    setup: Callable[[], Callable[..., None]] = field(repr=False)
+    setup: Callable[[], Senders] = field(repr=False)
+    # The worker command for delayed tasks, when the library needs another one.
+    delayed_command: list[str] | None = None
 
 
-def ours() -> Callable[..., None]:
+def ours() -> Senders:
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.queue_apps.settings"
     import django
 
     django.setup()
     from benchmarks.queue_apps import tasks
 
-    return lambda name, *args: getattr(tasks, name).enqueue(*args)
+    return (
+        lambda name, *args: getattr(tasks, name).enqueue(*args),
+        lambda delay, name, *args: getattr(tasks, name).enqueue_in(delay, *args),
+    )
 
 
-def rq() -> Callable[..., None]:
+def rq() -> Senders:
+    from datetime import timedelta
+
     from rq import Queue
 
     from benchmarks.queue_apps import rq_tasks, work
 
     queue = Queue(work.QUEUE, connection=redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]))
-    return lambda name, *args: queue.enqueue(getattr(rq_tasks, name), *args)
+    return (
+        lambda name, *args: queue.enqueue(getattr(rq_tasks, name), *args),
+        lambda delay, name, *args: queue.enqueue_in(
+            timedelta(seconds=delay), getattr(rq_tasks, name), *args
+        ),
+    )
 
 
-def huey() -> Callable[..., None]:
+def huey() -> Senders:
     from benchmarks.queue_apps import huey_tasks
 
-    return lambda name, *args: getattr(huey_tasks, name)(*args)
+    return (
+        lambda name, *args: getattr(huey_tasks, name)(*args),
+        lambda delay, name, *args: getattr(huey_tasks, name).schedule(args=args, delay=delay),
+    )
 
 
-def dramatiq() -> Callable[..., None]:
+def dramatiq() -> Senders:
     from benchmarks.queue_apps import dramatiq_tasks
 
-    return lambda name, *args: getattr(dramatiq_tasks, name).send(*args)
+    return (
+        lambda name, *args: getattr(dramatiq_tasks, name).send(*args),
+        lambda delay, name, *args: getattr(dramatiq_tasks, name).send_with_options(
+            args=args, delay=round(delay * 1000)
+        ),
+    )
 
 
-def book() -> Callable[..., None]:
+def book() -> Senders:
     from benchmarks.queue_apps import book as book_queue
+    from benchmarks.queue_apps import work
 
     conn = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-    return lambda name, *args: book_queue.send(conn, name, *args)
+    return (
+        lambda name, *args: book_queue.send(conn, name, *args),
+        lambda delay, name, *args: book_queue.execute_later(
+            conn, work.QUEUE, name, list(args), delay
+        ),
+    )
 
 
 CONTENDERS = [
@@ -117,6 +150,12 @@ CONTENDERS = [
         [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-u", "{url}", "bench"],
         recovery_window=5,
         setup=rq,
+        delayed_command=[
+            str(BIN / "rq"),
+            "worker",
+            "--with-scheduler",
+            *("-w", "rq.worker.SimpleWorker", "-u", "{url}", "bench"),
+        ],
     ),
     Contender(
         "huey",
@@ -152,8 +191,9 @@ CONTENDERS = [
 class Worker:
     """A contender's worker command in its own process group."""
 
-    def __init__(self, contender: Contender, url: str, log: Path) -> None:
-        command = [part.replace("{url}", url) for part in contender.command]
+    def __init__(self, contender: Contender, url: str, log: Path, delayed: bool = False) -> None:
+        command = (contender.delayed_command if delayed else None) or contender.command
+        command = [part.replace("{url}", url) for part in command]
         self.output = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             command,
@@ -261,6 +301,29 @@ def latency(
         worker.stop()
 
 
+def delayed_start(
+    enqueue: Callable[..., None],
+    enqueue_in: Callable[..., None],
+    contender: Contender,
+    r: redis.Redis,
+    url: str,
+    log: Path,
+) -> list[float]:
+    """How late, in seconds, delayed tasks start past their due time."""
+    worker = Worker(contender, url, log, delayed=True)
+    try:
+        enqueue("mark", "ready")
+        wait_for(lambda: r.exists("bench:ready"), 60, "the worker to start")
+        time.sleep(0.5)
+        for i in range(DELAYED_SAMPLES):
+            delay = 1.0 + 0.1 * i
+            enqueue_in(delay, "late", time.time() + delay)
+        wait_for(lambda: r.llen("bench:late") >= DELAYED_SAMPLES, 60, "the delayed tasks")
+        return [float(value) for value in r.lrange("bench:late", 0, -1)]
+    finally:
+        worker.stop()
+
+
 def kills(
     enqueue: Callable[..., None], contender: Contender, r: redis.Redis, url: str, log: Path
 ) -> tuple[int, int]:
@@ -311,25 +374,27 @@ def main() -> None:
         r = server.client()
         info = machine(r)
         senders = {contender.name: contender.setup() for contender in contenders}
-        for enqueue in senders.values():  # connections, scripts, caches: warm for all
+        for enqueue, _ in senders.values():  # connections, scripts, caches: warm for all
             for _ in range(2000):
                 enqueue("noop")
             r.flushall()
         results: dict[str, dict[str, Any]] = {
-            c.name: {"runs": [], "latency": []} for c in contenders
+            c.name: {"runs": [], "latency": [], "late": []} for c in contenders
         }
         # Rounds interleave the contenders, each round starting with the next one, so
         # that other load on the machine falls on all of them alike.
         for round_ in range(options.rounds):
             shift = round_ % len(contenders)
             for contender in contenders[shift:] + contenders[:shift]:
-                enqueue, result = senders[contender.name], results[contender.name]
+                (enqueue, enqueue_in), result = senders[contender.name], results[contender.name]
                 log = logs / f"{contender.name}.log"
                 r.flushall()
                 run = throughput(enqueue, contender, r, server.url, log)
                 result["runs"].append(run)
                 r.flushall()
                 result["latency"] += latency(enqueue, contender, r, server.url, log)
+                r.flushall()
+                result["late"] += delayed_start(enqueue, enqueue_in, contender, r, server.url, log)
                 print(
                     f"round {round_ + 1} {contender.name}: enqueue {run.enqueue_rate:,.0f}/s "
                     f"({run.enqueue_cpu:.0f} us CPU), process {run.process_rate:,.0f}/s "
@@ -340,7 +405,8 @@ def main() -> None:
             for contender in contenders:
                 r.flushall()
                 log = logs / f"{contender.name}.log"
-                lost, twice = kills(senders[contender.name], contender, r, server.url, log)
+                enqueue = senders[contender.name][0]
+                lost, twice = kills(enqueue, contender, r, server.url, log)
                 results[contender.name] |= {"lost": lost, "twice": twice}
                 print(f"{contender.name} kills: lost {lost}, run twice {twice}", flush=True)
     finally:
@@ -348,6 +414,7 @@ def main() -> None:
     rows = []
     for contender in contenders:
         result = results[contender.name]
+        late = result["late"]
 
         def median(field: str, runs: list[Throughput] = result["runs"]) -> float:
             return statistics.median(getattr(run, field) for run in runs)
@@ -361,6 +428,7 @@ def main() -> None:
                 f"{median('process_cpu'):.0f} us",
                 f"{percentile(result['latency'], 0.5) * 1000:.2f} ms",
                 f"{percentile(result['latency'], 0.99) * 1000:.2f} ms",
+                f"{percentile(late, 0.5) * 1000:.0f} / {max(late) * 1000:.0f} ms",
                 result.get("lost", "-"),
                 result.get("twice", "-"),
             ]
@@ -373,6 +441,7 @@ def main() -> None:
         "processing CPU/task",
         "latency p50",
         "latency p99",
+        "delayed start, late by p50 / max",
         "lost after 5 kills",
         "run twice",
     ]

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .work import mark, noop, record, started
+from .work import late, mark, noop, record, started
 
-__all__ = ["mark", "noop", "record", "started"]
+__all__ = ["late", "mark", "noop", "record", "started"]

@@ -33,6 +33,11 @@ def started(sent_at: float) -> None:
     client().rpush("bench:latency", repr(time.time() - sent_at))
 
 
+def late(due: float) -> None:
+    """Record how long after its due time (epoch seconds) a delayed task started."""
+    client().rpush("bench:late", repr(time.time() - due))
+
+
 def record(label: str) -> None:
     """Count a start of ``label``, work for 1 ms, count a finish.
 

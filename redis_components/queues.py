@@ -25,6 +25,9 @@ default prefix::
     rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
     rc:queue:{tasks}:queues                     SET   every queue a worker has served
 
+Each queue has its own delayed ZSET (not one for all queues, as in the book) so that
+the script moving due tasks to their ready lists gets every key it writes through
+``KEYS``: with one ZSET it would have to build the target list's key from the task.
 Worker ids contain no ``:``, so the queue name (any validated name) is always the
 last part and keys stay unambiguous. Idle workers are woken through a Pub/Sub
 channel named like the queue's ready list (channels and keys are separate
@@ -161,9 +164,31 @@ _json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 
 
 def _encode(task_id: str, task: str, queue: str, args: Any, kwargs: Any, retries: int) -> str:
-    fields = {"id": task_id, "task": task, "queue": queue, "args": args, "kwargs": kwargs}
-    fields["retries"] = retries
-    return _json(fields)
+    # "retries" last: queue_recover.lua appends the crash count after it.
+    return _json(
+        {
+            "id": task_id,
+            "task": task,
+            "queue": queue,
+            "args": args,
+            "kwargs": kwargs,
+            "retries": retries,
+        }
+    )
+
+
+def valid_seconds(value: object, field: str) -> float:
+    """``value`` as a number of seconds, or :class:`InvalidInput` unless finite and >= 0."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidInput(
+            field, f"must be a finite, non-negative number of seconds, not {value!r}"
+        )
+    return float(value)
 
 
 def new_message(
@@ -190,9 +215,7 @@ class Retry(Exception):
     """
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
-        if delay is not None and not (isinstance(delay, (int, float)) and delay >= 0):
-            raise InvalidInput("delay", f"must be a non-negative number of seconds, not {delay!r}")
-        self.delay = delay
+        self.delay = None if delay is None else valid_seconds(delay, "delay")
         self.reason = reason
         super().__init__(reason or "retry requested")
 
@@ -223,14 +246,10 @@ class Task(Generic[P, R]):
             raise InvalidInput(
                 "max_retries", f"must be a non-negative integer, not {max_retries!r}"
             )
-        if retry_backoff is not None and not (
-            isinstance(retry_backoff, (int, float)) and retry_backoff >= 0
-        ):
-            raise InvalidInput(
-                "retry_backoff", f"must be a non-negative number of seconds, not {retry_backoff!r}"
-            )
         self.max_retries = max_retries
-        self.retry_backoff = retry_backoff
+        self.retry_backoff = (
+            None if retry_backoff is None else valid_seconds(retry_backoff, "retry_backoff")
+        )
         self._keys: tuple[str, str, str] = ("", "", "")  # KEY_PREFIX, ready and delayed keys
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", name)
@@ -247,14 +266,11 @@ class Task(Generic[P, R]):
         """Send the task to its queue; a worker runs it as soon as one is free."""
         return self._send(*new_message(self.name, self.queue, args, kwargs), "")
 
-    def enqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Send the task to run ``seconds`` from now (by the Redis server's clock)."""
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
-            raise InvalidInput("seconds", f"must be a non-negative number, not {seconds!r}")
-        if not math.isfinite(seconds):
-            raise InvalidInput("seconds", "must be finite")
+    def enqueue_in(self, delay: float, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
+        milliseconds = round(valid_seconds(delay, "seconds") * 1000)
         message = new_message(self.name, self.queue, args, kwargs)
-        return self._send(*message, f"+{round(seconds * 1000)}")
+        return self._send(*message, f"+{milliseconds}")
 
     def enqueue_at(self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs) -> str:
         """Send the task to run at ``when``, an aware datetime (compared to the server's clock)."""
@@ -407,9 +423,7 @@ class RunningTask:
         The worker moves it to the delayed queue atomically when the task returns; a
         deferral does not count as a retry.
         """
-        if not isinstance(seconds, (int, float)) or seconds < 0 or not math.isfinite(seconds):
-            raise InvalidInput("seconds", f"must be a non-negative number, not {seconds!r}")
-        self.deferred_for = float(seconds)
+        self.deferred_for = valid_seconds(seconds, "seconds")
 
 
 _current: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
@@ -436,10 +450,8 @@ def defer(seconds: float | None = None) -> Callable[[Busy], None]:
     returns ``None``; a deferral does not count as a retry. Outside a worker (a plain
     call) there is no queued task to defer, so :class:`LockNotAcquired` is raised.
     """
-    if seconds is not None and (
-        not isinstance(seconds, (int, float)) or seconds < 0 or not math.isfinite(seconds)
-    ):
-        raise InvalidInput("seconds", f"must be a non-negative number, not {seconds!r}")
+    if seconds is not None:
+        valid_seconds(seconds, "seconds")
 
     def on_busy(busy: Busy) -> None:
         running = current_task()

@@ -6,6 +6,7 @@ clients and scripts are resolved on first use.
 
 from __future__ import annotations
 
+from .autocomplete import Guild, RecentContacts
 from .connection import get_client
 from .exceptions import (
     ChatNotFound,
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ChatNotFound",
     "ConfigurationError",
+    "Guild",
     "InvalidInput",
     "LockError",
     "LockLost",
@@ -38,6 +40,7 @@ __all__ = [
     "LockNotOwned",
     "MessagingError",
     "NotAMember",
+    "RecentContacts",
     "RedisComponentsError",
     "SemaphoreError",
     "SemaphoreNotAcquired",

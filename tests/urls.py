@@ -1,3 +1,7 @@
 from __future__ import annotations
 
-urlpatterns: list[object] = []
+from django.urls import include, path
+
+urlpatterns = [
+    path("rc/", include("redis_components.urls")),
+]

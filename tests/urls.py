@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from django.urls import include, path
 
+from tests import pages
+
 urlpatterns = [
     path("rc/", include("redis_components.urls")),
+    path("autocomplete-page/", pages.autocomplete_page, name="autocomplete-page"),
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from functools import lru_cache
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,8 @@ _LETTERS = str.maketrans(
 )
 
 
+# Recent contacts normalize every contact on each query: the same few names, again.
+@lru_cache(maxsize=4096)
 def normalize(value: str) -> str:
     """The form in which names and prefixes are compared.
 
@@ -71,7 +74,7 @@ def normalize(value: str) -> str:
     ``normalize("ÎÑ") == "in"``, ``normalize("Ærwyn") == "aerwyn"``,
     ``normalize("Straße") == "strasse"``, ``normalize("がくせい") == "かくせい"``.
     """
-    if value.isascii():
+    if value.isascii():  # its own NFKD, and casefold() is lower() there
         return value.lower()
     folded = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", value).casefold())
     return "".join(char for char in folded if unicodedata.category(char) != "Mn").translate(

@@ -39,7 +39,7 @@ class JsonView(View):
         except InvalidInput as error:
             field = self.parameters.get(error.field, error.field)
             return json_error(400, f"{field}: {error.problem}", field)
-        except redis.ConnectionError:
+        except (redis.ConnectionError, redis.TimeoutError):
             return json_error(503, "Redis is unavailable; try again shortly.")
 
     def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:

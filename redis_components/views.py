@@ -42,7 +42,9 @@ class JsonView(View):
         except (redis.ConnectionError, redis.TimeoutError):
             return json_error(503, "Redis is unavailable; try again shortly.")
 
-    def http_method_not_allowed(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+    def http_method_not_allowed(
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
         response = json_error(405, f"Method {request.method} is not allowed here.")
         allowed = [method.upper() for method in self.http_method_names if hasattr(self, method)]
         response["Allow"] = ", ".join(allowed)

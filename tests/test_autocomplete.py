@@ -241,6 +241,7 @@ def test_bad_guild_names_are_refused(name: object) -> None:
 
 
 def test_guilds_are_separate() -> None:
+    assert repr(Guild("knights")) == "Guild('knights')"
     Guild("knights").join("Ærwyn")
     Guild("mages").join("Aeris")
     assert Guild("knights").suggest("ae") == ["Ærwyn"]

@@ -88,7 +88,8 @@ function enhance(input) {
     status.textContent = results.length
       ? `${results.length} suggestion${results.length === 1 ? "" : "s"}`
       : "";
-    if (results.length) open();
+    // An answer that arrives after the user has moved on does not pop up.
+    if (results.length && document.activeElement === input) open();
     else close();
   }
 

@@ -6,6 +6,7 @@ clients and scripts are resolved on first use.
 
 from __future__ import annotations
 
+from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
 from .exceptions import (
     ChatNotFound,
@@ -37,6 +38,7 @@ __all__ = [
     "ChatNotFound",
     "ConfigurationError",
     "GroupChat",
+    "Guild",
     "InvalidInput",
     "LockError",
     "LockGroup",
@@ -51,6 +53,7 @@ __all__ = [
     "NotAMember",
     "Pending",
     "Permit",
+    "RecentContacts",
     "RedisComponentsError",
     "RedisLock",
     "RedisSemaphore",

@@ -6,6 +6,7 @@ clients and scripts are resolved on first use.
 
 from __future__ import annotations
 
+from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
 from .exceptions import (
     ChatNotFound,
@@ -39,6 +40,7 @@ __all__ = [
     "ChatNotFound",
     "ConfigurationError",
     "GroupChat",
+    "Guild",
     "InvalidInput",
     "LockError",
     "LockGroup",
@@ -54,6 +56,7 @@ __all__ = [
     "Pending",
     "Permit",
     "QueueFull",
+    "RecentContacts",
     "RedisComponentsError",
     "RedisLock",
     "RedisSemaphore",

@@ -8,9 +8,13 @@ validate the values; the services validate their own arguments.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
+
+from .exceptions import ConfigurationError
 
 SETTING_NAME = "REDIS_COMPONENTS"
 
@@ -37,6 +41,13 @@ DEFAULTS: dict[str, Any] = {
     # Mailboxes (messaging.py): the most messages one user's mailbox keeps; sending
     # to a full mailbox drops its oldest message.
     "MAILBOX_MAX_MESSAGES": 1000,
+    # Autocomplete: how many recent contacts each user keeps.
+    "CONTACTS_MAX": 100,
+    # Autocomplete: the most suggestions one query returns (a larger `limit` is capped).
+    "AUTOCOMPLETE_MAX_RESULTS": 10,
+    # Autocomplete: who may search a guild, a callable `(request, guild) -> bool` or its
+    # dotted path. The default lets signed-in users whose username is a member.
+    "AUTOCOMPLETE_GUILD_ACCESS": "redis_components.autocomplete.members_only",
     # Task queues (queues.py, worker.py).
     # A worker renews a lease of 1.5 x this twice per interval; the tasks of a worker
     # whose lease ran out are back on their queues within 2 x this.
@@ -110,6 +121,28 @@ class Settings:
     @property
     def MAILBOX_MAX_MESSAGES(self) -> int:
         return int(self.get("MAILBOX_MAX_MESSAGES"))
+
+    @property
+    def CONTACTS_MAX(self) -> int:
+        return int(self.get("CONTACTS_MAX"))
+
+    @property
+    def AUTOCOMPLETE_MAX_RESULTS(self) -> int:
+        return int(self.get("AUTOCOMPLETE_MAX_RESULTS"))
+
+    @property
+    def AUTOCOMPLETE_GUILD_ACCESS(self) -> Callable[..., bool]:
+        value = self.get("AUTOCOMPLETE_GUILD_ACCESS")
+        try:
+            found = import_string(value) if isinstance(value, str) else value
+        except ImportError:
+            found = None
+        if not callable(found):
+            raise ConfigurationError(
+                f"{SETTING_NAME}['AUTOCOMPLETE_GUILD_ACCESS'] must be a callable "
+                f"(request, guild) -> bool or its dotted path, not {value!r}."
+            )
+        return found  # type: ignore[no-any-return]
 
     @property
     def TASK_HEARTBEAT_INTERVAL(self) -> float:

@@ -51,7 +51,7 @@ from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, Lock
 from .guard import Busy, Guard
 from .keys import key, validate_name
 from .scripts import Arg, Call, load, run_many
-from .waiting import Attempt, await_grant, ms, new_token, positive_seconds, wait_for_grant
+from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
@@ -281,7 +281,8 @@ class LockHandle:
         self._stop()
 
     def _stop(self) -> None:
-        watchdog.remove(self)
+        if self.lock.auto_renew:
+            watchdog.remove(self)
         held = _held.get({})
         if held.get(self.name) is self:
             _held.set({k: v for k, v in held.items() if k != self.name})
@@ -330,7 +331,7 @@ class LockHandle:
     # -- release -----------------------------------------------------------------
 
     def _release_call(self) -> Call:
-        args: list[Arg] = [self.token, self.registration, new_token(), ms(self.lock.timeout)]
+        args: list[Arg] = [self.token, self.registration, ms(self.lock.timeout)]
         return load(RELEASE), self.lock.keys, args
 
     def _outermost(self) -> bool:

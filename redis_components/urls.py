@@ -1,4 +1,4 @@
-"""URLs of the JSON endpoints: ``path("rc/", include("redis_components.urls"))``."""
+"""URLs of the components' JSON endpoints: ``path("rc/", include("redis_components.urls"))``."""
 
 from __future__ import annotations
 
@@ -9,15 +9,24 @@ from . import views
 app_name = "redis_components"
 
 urlpatterns = [
-    # Group chat (messaging.py)
+    # Autocomplete
+    path(
+        "autocomplete/contacts/",
+        views.ContactsAutocompleteView.as_view(),
+        name="autocomplete-contacts",
+    ),
+    path(
+        "autocomplete/guilds/<path:guild>/",
+        views.GuildAutocompleteView.as_view(),
+        name="autocomplete-guild",
+    ),
+    # Group chat
     path("chats/", views.ChatListView.as_view(), name="chats"),
     path("chats/pending/", views.ChatPendingView.as_view(), name="chat-pending"),
     path("chats/<int:chat_id>/", views.ChatDetailView.as_view(), name="chat"),
     path("chats/<int:chat_id>/messages/", views.ChatMessagesView.as_view(), name="chat-messages"),
     path("chats/<int:chat_id>/join/", views.ChatJoinView.as_view(), name="chat-join"),
     path("chats/<int:chat_id>/leave/", views.ChatLeaveView.as_view(), name="chat-leave"),
-    # End of group chat
-    # Task queues (queues.py)
+    # Task queues: the staff-only status page
     path("queues/", views.queue_status, name="queue-status"),
-    # End of task queues
 ]

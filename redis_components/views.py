@@ -1,10 +1,11 @@
-"""JSON endpoints of the components; ``urls.py`` names them under ``redis_components:``.
+"""JSON endpoints of the components: ``path("rc/", include("redis_components.urls"))``.
 
-Every view needs a logged-in user and acts as that user only. POST bodies are JSON
-objects and need Django's CSRF token (the ``X-CSRFToken`` header). Errors are JSON
-``{"error": ..., "field": ...}`` with a 4xx status, or 503 when Redis cannot be reached.
-The task queues' status page is the exception: an HTML page for staff (JSON with
-``?format=json``).
+Every answer is JSON, errors included (but for the task queues' status page, an HTML
+page for staff, JSON with ``?format=json``): bad input is a 400 naming the parameter, an
+anonymous caller a 401, a forbidden one a 403, an unknown chat a 404, and a Redis that
+does not answer a 503, never a 500. POST bodies need Django's CSRF token (the
+``X-CSRFToken`` header); the chat views take JSON objects, the contacts view a form.
+Every view acts as the signed-in user only.
 """
 
 from __future__ import annotations
@@ -27,19 +28,115 @@ from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import keys
+from .autocomplete import Guild, RecentContacts
+from .conf import conf
 from .exceptions import ChatNotFound, InvalidInput, NotAMember
 from .messaging import GroupChat
 
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------
-# Group chat (messaging.py)
-# ---------------------------------------------------------------------------
+def json_error(status: int, message: str, field: str | None = None) -> JsonResponse:
+    """``{"error": message[, "field": field]}`` with the given status."""
+    body = {"error": message} if field is None else {"error": message, "field": field}
+    return JsonResponse(body, status=status)
+
+
+@method_decorator(csrf_protect, name="dispatch")
+class JsonView(View):
+    """A view whose errors are JSON (see the module's docstring).
+
+    ``login_required``: anonymous callers get a 401. ``parameters`` maps the service's
+    argument names to the request parameters that carry them, so a 400 names what the
+    caller sent.
+    """
+
+    login_required = True
+    parameters: dict[str, str] = {}
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if self.login_required and not request.user.is_authenticated:
+            return json_error(401, "Sign in first.")
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        except InvalidInput as error:
+            field = self.parameters.get(error.field, error.field)
+            return json_error(400, f"{field}: {error.problem}", field)
+        except NotAMember as error:
+            return json_error(403, str(error))
+        except ChatNotFound as error:
+            return json_error(404, str(error))
+        except (redis.ConnectionError, redis.TimeoutError):
+            logger.exception("Redis is unreachable")
+            return json_error(503, "Redis is unavailable; try again shortly.")
+
+    def http_method_not_allowed(
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        response = json_error(405, f"Method {request.method} is not allowed here.")
+        allowed = [method.upper() for method in self.http_method_names if hasattr(self, method)]
+        response["Allow"] = ", ".join(allowed)
+        return response
+
+
+def int_parameter(request: HttpRequest, name: str) -> int | None:
+    """The integer query parameter ``name``, None when absent; InvalidInput when not a number."""
+    value = request.GET.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidInput(name, f"must be an integer, not {value!r}") from None
+
+
+# -- autocomplete (autocomplete.py) ---------------------------------------------------
+
+
+class ContactsAutocompleteView(JsonView):
+    """The signed-in user's recent contacts.
+
+    ``GET ?q=<prefix>[&limit=<n>]`` answers ``{"results": [...]}``, most recent first.
+    ``POST contact=<name>`` (form-encoded, CSRF-protected) puts a contact at the front.
+    """
+
+    parameters = {"prefix": "q"}
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        results = RecentContacts().suggest(
+            request.user, request.GET.get("q", ""), int_parameter(request, "limit")
+        )
+        return JsonResponse({"results": results})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        contact = request.POST.get("contact")
+        if contact is None:
+            raise InvalidInput("contact", "is required")
+        RecentContacts().add(request.user, contact)
+        return JsonResponse({"added": contact}, status=201)
+
+
+class GuildAutocompleteView(JsonView):
+    """Members of a guild: ``GET ?q=<prefix>[&limit=<n>]`` answers ``{"results": [...]}``.
+
+    Who may search is AUTOCOMPLETE_GUILD_ACCESS (by default the guild's own members);
+    anyone else gets a 403.
+    """
+
+    login_required = False  # the access rule decides, anonymous callers included
+    parameters = {"prefix": "q"}
+
+    def get(self, request: HttpRequest, guild: str) -> HttpResponse:
+        found = Guild(guild)
+        if not conf.AUTOCOMPLETE_GUILD_ACCESS(request, found.name):
+            return json_error(403, "You may not search this guild.")
+        results = found.suggest(request.GET.get("q", ""), int_parameter(request, "limit"))
+        return JsonResponse({"results": results})
+
+
+# -- group chat (messaging.py) -----------------------------------------------------------
 
 # The longest a pending-messages request waits, in seconds: below common proxy timeouts.
 CHAT_MAX_WAIT = 30.0
@@ -47,39 +144,10 @@ CHAT_MAX_WAIT = 30.0
 CHAT_MAX_RECIPIENTS = 100
 
 
-def _json_error(status: int, error: str, field: str | None = None) -> JsonResponse:
-    body = {"error": error} if field is None else {"error": error, "field": field}
-    return JsonResponse(body, status=status)
-
-
-@method_decorator(csrf_protect, name="dispatch")
-class ChatApiView(View):
-    """The chat views' base: login required, JSON bodies and JSON errors."""
+class ChatApiView(JsonView):
+    """The chat views' base: JSON bodies, and the requesting user's name."""
 
     chats = GroupChat()
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if not request.user.is_authenticated:
-            return _json_error(401, "log in first")
-        try:
-            return super().dispatch(request, *args, **kwargs)
-        except InvalidInput as exc:
-            return _json_error(400, str(exc), exc.field)
-        except NotAMember as exc:
-            return _json_error(403, str(exc))
-        except ChatNotFound as exc:
-            return _json_error(404, str(exc))
-        except (RedisConnectionError, RedisTimeoutError):
-            logger.exception("Redis is unreachable")
-            return _json_error(503, "the chat service is unavailable; try again later")
-
-    def http_method_not_allowed(
-        self, request: HttpRequest, *args: Any, **kwargs: Any
-    ) -> HttpResponse:
-        response = _json_error(405, f"{request.method} is not allowed here")
-        allowed = [name.upper() for name in self.http_method_names if hasattr(self, name)]
-        response["Allow"] = ", ".join(allowed)
-        return response
 
     @property
     def user(self) -> str:
@@ -141,8 +209,8 @@ class ChatMessagesView(ChatApiView):
     """GET: history (``?before=<id>&limit=<n>``). POST ``{"message": "..."}``: send."""
 
     def get(self, request: HttpRequest, chat_id: int) -> HttpResponse:
-        before = _int_param(request.GET.get("before"), "before")
-        limit = _int_param(request.GET.get("limit"), "limit")
+        before = int_parameter(request, "before")
+        limit = int_parameter(request, "limit")
         messages = self.chats.history(
             str(chat_id), self.user, before, 50 if limit is None else limit
         )
@@ -184,7 +252,7 @@ class ChatJoinView(ChatApiView):
     def post(self, request: HttpRequest, chat_id: int) -> HttpResponse:
         key = str(chat_id)
         if not self.chats.is_public(key) and self.user not in self.chats.members(key):
-            return _json_error(403, f"chat {key} is invite-only")
+            return json_error(403, f"chat {key} is invite-only")
         self.chats.join(key, self.user)
         return JsonResponse({"id": key, "members": self.chats.members(key)})
 
@@ -197,15 +265,6 @@ class ChatLeaveView(ChatApiView):
         return JsonResponse({"id": str(chat_id)})
 
 
-def _int_param(value: str | None, field: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidInput(field, "must be an integer") from None
-
-
 def _require_existing_users(names: list[str]) -> None:
     """Refuse names that are not users of the site: a chat is among its users."""
     user_model = get_user_model()
@@ -216,14 +275,7 @@ def _require_existing_users(names: list[str]) -> None:
         raise InvalidInput("recipients", f"no such user: {', '.join(unknown)}")
 
 
-# ---------------------------------------------------------------------------
-# End of group chat
-# ---------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------
-# Task queues (queues.py): the staff-only status page
-# ---------------------------------------------------------------------------
+# -- task queues (queues.py): the staff-only status page -----------------------------
 
 QUEUE_PAGE_REFRESH = 5  # seconds
 
@@ -277,8 +329,3 @@ def queue_status(request: HttpRequest) -> HttpResponse:
         return JsonResponse(data, status=503 if "error" in data else 200)
     context = {**data, "refresh": QUEUE_PAGE_REFRESH}
     return render(request, "redis_components/queues.html", context)
-
-
-# ---------------------------------------------------------------------------
-# End of task queues
-# ---------------------------------------------------------------------------

@@ -78,5 +78,7 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # The demo's pages need these (the suite tests them too).
 REDIS_URL = "(the test server)"
 REDIS_EMBEDDED = True
+# Fast hashing: the suite logs demo users in many times.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Subprocesses started by tests (workers) get their REDIS_COMPONENTS through this.
 REDIS_COMPONENTS = json.loads(os.environ.get("RC_TEST_REDIS_COMPONENTS", "{}"))

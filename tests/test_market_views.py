@@ -8,9 +8,9 @@ from django.core import mail
 from django.test import Client
 
 from demo_project.marketplace.market import item_lock
-from demo_project.marketplace.seed import DEMO_PASSWORD, PEOPLE, seed
+from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
-from redis_components import GroupChat, RedisLock
+from redis_components import GroupChat, Guild, RecentContacts, RedisLock
 from redis_components.worker import Worker
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def users() -> dict[str, int]:
-    seed(MARKET)
+    seed(MARKET, guild_size=300)
     return dict(get_user_model()._default_manager.values_list("username", "pk"))
 
 
@@ -55,7 +55,7 @@ def test_login_page_names_the_demo_users(users: dict[str, int]) -> None:
 
 def test_seeding_twice_changes_nothing(users: dict[str, int]) -> None:
     before = (MARKET.listings(), [MARKET.inventory(pk) for pk in users.values()])
-    seed(MARKET)
+    seed(MARKET, guild_size=300)
     assert (MARKET.listings(), [MARKET.inventory(pk) for pk in users.values()]) == before
     assert MARKET.check() == []
 
@@ -182,3 +182,37 @@ def test_chat_pages(users: dict[str, int]) -> None:
     outsider = login("dave").get(f"/chats/{chat_id}/", follow=True)
     assert flash(outsider) == [f"You are not in chat {chat_id}."]
     assert GroupChat().unread_counts("bob") == {chat_id: 1}  # looking marks nothing read
+
+
+def test_message_someone_from_the_contacts_page(users: dict[str, int]) -> None:
+    alice = login("alice")
+    page = alice.get("/contacts/")
+    assert page.context["contacts"] == ["erin", "dave", "carol", "bob"]
+    assert b"data-rc-autocomplete" in page.content
+    response = alice.post("/contacts/", {"to": "dave", "message": "Is the lantern still yours?"})
+    assert response.status_code == 302
+    chat_id = response["Location"].rstrip("/").rsplit("/", 1)[1]
+    assert GroupChat().members(chat_id) == ["alice", "dave"]
+    assert RecentContacts().all(users["alice"])[0] == "dave"
+    for to, problem in (("nobody", "There is no user called 'nobody'."), ("alice", "yourself")):
+        refused = alice.post("/contacts/", {"to": to, "message": "hi"}, follow=True)
+        assert problem in flash(refused)[0]
+    empty = alice.post("/contacts/", {"to": "bob", "message": "   "}, follow=True)
+    assert "cannot be sent" in flash(empty)[0]
+
+
+def test_guild_page_searches_a_guild_of_many_scripts(users: dict[str, int]) -> None:
+    assert len(Guild(GUILD)) == 300 + len(PEOPLE)
+    page = login("bob").get("/guild/", {"member": "Ærwyn Åberg"})
+    assert page.context["size"] == len(Guild(GUILD))
+    assert page.context["is_member"]
+    for prefix, first in (
+        ("王", "王伟伟"),
+        ("алекс", "Александр Абрамов"),
+        ("αθη", "Αθηνά Αντωνίου"),
+    ):
+        assert Guild(GUILD).suggest(prefix)[0] == first
+    assert login("bob").get("/rc/autocomplete/guilds/traders/", {"q": "aer"}).json() == {
+        "results": ["Ærwyn A. Åberg", "Ærwyn Åberg"]
+    }
+    assert Client().get("/rc/autocomplete/guilds/traders/", {"q": "a"}).status_code == 403

@@ -170,7 +170,7 @@ def test_anonymous_requests_are_401(users: dict[str, User]) -> None:
         post(anonymous, "chat-messages", {"message": "hi"}, chat_id=chat_id),
         post(anonymous, "chat-pending"),
     ):
-        assert (response.status_code, response.json()) == (401, {"error": "log in first"})
+        assert (response.status_code, response.json()) == (401, {"error": "Sign in first."})
 
 
 def test_posts_need_the_csrf_token(users: dict[str, User]) -> None:

@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 from django.contrib.auth import get_user_model
 
-from redis_components import GroupChat
+from redis_components import GroupChat, Guild, RecentContacts
 
 from .market import Market
+from .names import guild_names
 
 DEMO_PASSWORD = "redis-demo"
 PEOPLE = ["alice", "bob", "carol", "dave", "erin"]
@@ -27,13 +28,20 @@ NOUNS = [
 ]  # fmt: skip
 ITEMS_EACH = 8
 LISTED_EACH = 3
+GUILD = "traders"
+GUILD_SIZE = 120_000
 
-Progress = Callable[[str], None]
+# progress(step, partial): partial steps (a count going up) may be overwritten by the next.
+Progress = Callable[[str, bool], None]
 
 
-def seed(market: Market, progress: Progress = lambda step: None) -> None:
+def seed(
+    market: Market, progress: Progress = lambda step, partial: None, guild_size: int = GUILD_SIZE
+) -> None:
     users = _people(progress)
     _market(market, users, progress)
+    _contacts(users, progress)
+    _guild(guild_size, progress)
     _chat(market, progress)
 
 
@@ -48,7 +56,7 @@ def _people(progress: Progress) -> dict[str, int]:
             user.set_password(DEMO_PASSWORD)
             user.save()
         ids[name] = user.pk
-    progress(f"{len(ids)} users (password {DEMO_PASSWORD!r}); {PEOPLE[0]} is staff")
+    progress(f"{len(ids)} users (password {DEMO_PASSWORD!r}); {PEOPLE[0]} is staff", False)
     return ids
 
 
@@ -69,7 +77,30 @@ def _market(market: Market, users: dict[str, int], progress: Progress) -> None:
             if k < LISTED_EACH:
                 market.list_item(item, user_id, rng.randint(5, 120))
                 listed += 1
-    progress(f"market: {made} new items, {listed} listed for sale")
+    progress(f"market: {made} new items, {listed} listed for sale", False)
+
+
+def _contacts(users: dict[str, int], progress: Progress) -> None:
+    contacts = RecentContacts()
+    for person, user_id in users.items():
+        if not contacts.all(user_id):
+            for other in PEOPLE:
+                if other != person:
+                    contacts.add(user_id, other)
+    progress("recent contacts: everyone knows everyone", False)
+
+
+def _guild(size: int, progress: Progress) -> None:
+    guild = Guild(GUILD)
+    guild.join_many(PEOPLE)
+    batch: list[str] = []
+    for n, name in enumerate(guild_names(size), start=1):
+        batch.append(name)
+        if len(batch) == 10_000 or n == size:
+            guild.join_many(batch)
+            batch = []
+            progress(f"guild {GUILD!r}: {n:,} of {size:,} names", True)
+    progress(f"guild {GUILD!r}: {len(guild):,} members", False)
 
 
 def _chat(market: Market, progress: Progress) -> None:
@@ -80,4 +111,4 @@ def _chat(market: Market, progress: Progress) -> None:
         PEOPLE[0], PEOPLE[1:3], "Welcome to the market chat! Ask about an item here."
     )
     market.client.set(marker, chat_id)
-    progress(f"chat {chat_id} for {', '.join(PEOPLE[:3])}")
+    progress(f"chat {chat_id} for {', '.join(PEOPLE[:3])}", False)

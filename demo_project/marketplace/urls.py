@@ -14,6 +14,8 @@ urlpatterns = [
     path("inventory/", views.inventory, name="inventory"),
     path("inventory/sell/", views.sell, name="sell"),
     path("notices/", views.notices, name="notices"),
+    path("contacts/", views.contacts, name="contacts"),
+    path("guild/", views.guild, name="guild"),
     path("chats/", views.chats, name="chats"),
     path("chats/<int:chat_id>/", views.chats, name="chat"),
 ]

@@ -15,7 +15,15 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from redis_components import Busy, GroupChat, get_client, redis_lock
+from redis_components import (
+    Busy,
+    GroupChat,
+    Guild,
+    InvalidInput,
+    RecentContacts,
+    get_client,
+    redis_lock,
+)
 from redis_components.locks import LockScope
 
 from .market import Market, Purchase
@@ -156,6 +164,7 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
     purchase = MARKET.purchase_under_lock(me(request), item, seller, price)
     if purchase.ok:
         send_sold_email.enqueue(seller, item, purchase.price, request.user.pk)
+        RecentContacts().add(request.user, _names().get(seller, str(seller)))
     _tell(request, item, _names().get(seller, f"user {seller}"), purchase)
     return redirect(request.POST.get("next") or "market")
 
@@ -205,6 +214,48 @@ def sell(request: HttpRequest) -> HttpResponse:
     else:
         messages.error(request, f"You do not have {item!r} to sell.")
     return redirect("inventory")
+
+
+# -- contacts and the guild --------------------------------------------------------------
+
+
+@login_required
+def contacts(request: HttpRequest) -> HttpResponse:
+    """Recent contacts, and "message someone": a chat with one contact, picked by autocomplete."""
+    if request.method == "POST":
+        to = request.POST.get("to", "").strip()
+        text = request.POST.get("message", "").strip()
+        if not get_user_model()._default_manager.filter(username=to).exists():
+            messages.error(request, f"There is no user called {to!r}.")
+        elif to == request.user.get_username():
+            messages.error(request, "Pick someone other than yourself.")
+        else:
+            try:
+                chat_id = GroupChat().create(request.user.get_username(), [to], text)
+            except InvalidInput as error:
+                messages.error(request, f"That message cannot be sent: {error.problem}.")
+            else:
+                RecentContacts().add(request.user, to)
+                return redirect("chat", chat_id=chat_id)
+    return render(
+        request, "marketplace/contacts.html", {"contacts": RecentContacts().all(request.user)}
+    )
+
+
+@login_required
+def guild(request: HttpRequest) -> HttpResponse:
+    """The big guild, searched by prefix as you type."""
+    from .seed import GUILD
+
+    members = Guild(GUILD)
+    picked = request.GET.get("member", "").strip()
+    context = {
+        "guild": GUILD,
+        "size": len(members),
+        "picked": picked,
+        "is_member": bool(picked) and picked in members,
+    }
+    return render(request, "marketplace/guild.html", context)
 
 
 # -- notices and chats -------------------------------------------------------------------

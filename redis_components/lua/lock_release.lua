@@ -1,12 +1,13 @@
 -- KEYS: 1) the lock  2) its fence counter  3) its waiters ZSET  4) its grant list
 -- ARGV: 1) the holder's token  2) the holder's own waiter registration, or ""
---       3) a fresh token for the next holder  4) the next holder's lease in ms
+--       3) the next holder's lease in ms
 -- Returns: 0 when the token does not hold the lock (nothing changes);
---          1 when released with nobody waiting; 2 when handed over to a waiter: the lock is
---          set to the fresh token with a new fence, and "fence lease token" is pushed to the
+--          1 when released with nobody waiting; 2 when handed over to a waiter: the lock
+--          is set to a new token ("<holder's first token>:<new fence>", unique because the
+--          fence only grows) with the new fence, and "fence lease token" is pushed to the
 --          grant list, where the longest-blocked waiter receives it.
 local lock, fence, waiters, grant = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, registration, next_token, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local token, registration, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 if redis.call('GET', lock) ~= token then
   return 0
@@ -28,6 +29,7 @@ if redis.call('ZCARD', waiters) == 0 then
 end
 
 local next_fence = redis.call('INCR', fence)
+local next_token = string.match(token, '^[^:]*') .. ':' .. next_fence
 local expires_at = now + lease
 redis.call('SET', lock, next_token, 'PXAT', expires_at)
 redis.call('DEL', grant)

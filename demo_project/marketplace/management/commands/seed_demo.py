@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -17,5 +18,14 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        seed(MARKET, progress=lambda step: self.stdout.write(f"  {step}"))
+        tty = sys.stdout.isatty()
+
+        def progress(step: str, partial: bool) -> None:
+            if tty:  # a count going up is rewritten in place
+                self.stdout.write(f"\r\x1b[K  {step}", ending="" if partial else "\n")
+                self.stdout.flush()
+            elif not partial:
+                self.stdout.write(f"  {step}")
+
+        seed(MARKET, progress=progress)
         self.stdout.write(self.style.SUCCESS("Demo data ready."))

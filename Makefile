@@ -1,7 +1,7 @@
 # The two commands: `make demo` and `make test`. Each creates .venv with the first
 # Python >= 3.10 it finds and installs what it needs; nothing else is required.
 PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; do \
-	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
 	&& echo $$p && break; done)
 VENV := .venv
 BIN := $(VENV)/bin

@@ -165,7 +165,7 @@ class EmbeddedRedis:
                 if attempt == attempts - 1 or "Address already in use" not in self._log_tail():
                     raise
         atexit.register(self.stop)
-        logger.info("Started redis-server on %s (directory %s)", self.url, self.directory)
+        logger.debug("Started redis-server on %s (directory %s)", self.url, self.directory)
         return self
 
     def _arguments(self, binary: str) -> list[str]:
@@ -254,7 +254,7 @@ class EmbeddedRedis:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-            logger.info("Stopped redis-server on %s", self.url)
+            logger.debug("Stopped redis-server on %s", self.url)
         if self._own_directory and self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None

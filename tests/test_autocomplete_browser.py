@@ -1,15 +1,9 @@
 """The autocomplete widget in a real browser: headless Chromium against ``live_server``.
 
-Chromium and chromedriver come from the system (``make test`` installs Debian's
-``chromium`` and ``chromium-driver`` when it can); CHROME_BIN and CHROMEDRIVER name
-others. Without them these tests are skipped, saying so.
+The browser comes from tests/conftest.py (skipped, saying why, when there is none).
 """
 
 from __future__ import annotations
-
-import os
-import shutil
-from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
@@ -24,43 +18,6 @@ from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-CHROMIUM_ARGUMENTS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1024,768",
-]
-
-
-def find(env: str, names: list[str]) -> str | None:
-    explicit = os.environ.get(env)
-    if explicit:
-        return explicit
-    return next((path for name in names if (path := shutil.which(name))), None)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[webdriver.Chrome]:
-    chromium = find("CHROME_BIN", ["chromium", "chromium-browser", "google-chrome"])
-    driver = find("CHROMEDRIVER", ["chromedriver"])
-    if chromium is None or driver is None:
-        pytest.skip(
-            f"no browser for the browser tests (chromium: {chromium}, chromedriver: {driver}); "
-            "install Debian's chromium and chromium-driver, or set CHROME_BIN and CHROMEDRIVER"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in CHROMIUM_ARGUMENTS:
-        options.add_argument(argument)
-    chrome = webdriver.Chrome(options=options, service=webdriver.ChromeService(driver))
-    yield chrome
-    chrome.quit()
 
 
 @pytest.fixture

@@ -85,6 +85,7 @@ class DemoLoginView(LoginView):
     """Django's login, with the demo's users listed on the page."""
 
     template_name = "marketplace/login.html"
+    next_page = "market"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         from .seed import DEMO_PASSWORD

@@ -1,8 +1,9 @@
 """`manage.py demo`: everything `make demo` runs, in one process tree.
 
-Migrates the database, then runs the development server on 127.0.0.1:8000 and a task
-worker (``manage.py rc_worker``) beside the embedded Redis (started by the settings
-when REDIS_URL is unset). Ctrl-C stops every process it started, the Redis server last.
+Migrates the database, seeds the demo's data when there is none, then runs the
+development server on 127.0.0.1:8000 and a task worker (``manage.py rc_worker``) beside
+the embedded Redis (started by the settings when REDIS_URL is unset). Ctrl-C stops every
+process it started, the Redis server last.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+
+from demo_project.marketplace.seed import DEMO_PASSWORD, PEOPLE
+from demo_project.marketplace.views import MARKET
 
 # Seconds the children get to stop by themselves after Ctrl-C.
 STOP_TIMEOUT = 10
@@ -31,6 +35,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, port: int, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        if not MARKET.client.exists(MARKET.key("people")):
+            self.stdout.write("Seeding the demo's data (once):")
+            call_command("seed_demo")
         where = "embedded, data in .demo-data/" if settings.REDIS_EMBEDDED else "from REDIS_URL"
         self.stdout.write(f"Redis: {settings.REDIS_URL} ({where})")
         manage = str(settings.BASE_DIR / "manage.py")
@@ -40,6 +47,8 @@ class Command(BaseCommand):
             ),
             subprocess.Popen([sys.executable, manage, "rc_worker"]),
         ]
+        people = ", ".join(PEOPLE)
+        self.stdout.write(f"Log in as any of {people}, with the password {DEMO_PASSWORD!r}.")
         self.stdout.write(
             self.style.SUCCESS(f"The demo is at http://127.0.0.1:{port}/  (Ctrl-C stops it)")
         )

@@ -1,0 +1,124 @@
+"""The demo market in real browsers (headless Chromium) against the live server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from demo_project.marketplace.seed import DEMO_PASSWORD, seed
+from demo_project.marketplace.views import MARKET
+from redis_components.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def site(live_server: Any) -> str:
+    seed(MARKET, guild_size=100)
+    return str(live_server.url)
+
+
+def user_id(name: str) -> int:
+    return int(get_user_model()._default_manager.get(username=name).pk)
+
+
+def listing_by(name: str) -> str:
+    """One of ``name``'s items for sale."""
+    return next(item for item, seller, _ in MARKET.listings() if seller == user_id(name))
+
+
+def log_in(browser: Any, site: str, name: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    browser.delete_all_cookies()
+    browser.get(f"{site}/login/")
+    browser.find_element(By.ID, "id_username").send_keys(name)
+    browser.find_element(By.ID, "id_password").send_keys(DEMO_PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "form.stacked button[type=submit]").click()
+    WebDriverWait(browser, 10).until(
+        lambda _: browser.current_url == f"{site}/market/",
+        f"{name} did not get to the market: {browser.current_url}",
+    )
+
+
+def funds_shown(browser: Any) -> int:
+    from selenium.webdriver.common.by import By
+
+    return int(browser.find_element(By.CSS_SELECTOR, ".balance strong").text)
+
+
+def buy_button(browser: Any, item: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(
+        By.CSS_SELECTOR, f"button[aria-label='Buy {item} for {price_of(item)}']"
+    )
+
+
+def price_of(item: str) -> int:
+    return next(price for name, _, price in MARKET.listings() if name == item)
+
+
+def flash(browser: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(browser.find_element(By.CSS_SELECTOR, ".messages li").text)
+
+
+def test_buy_see_the_balance_and_the_sellers_notice(
+    site: str, browser: Any, new_browser: Callable[[], Any]
+) -> None:
+    item = listing_by("bob")
+    price = price_of(item)
+    log_in(browser, site, "alice")
+    assert funds_shown(browser) == 1000
+    buy_button(browser, item).click()
+    assert (
+        flash(browser) == f"You bought {item} from bob for {price}. Your balance is {1000 - price}."
+    )
+    assert funds_shown(browser) == 1000 - price
+    assert item not in browser.page_source.split("<tbody>")[1]  # no longer listed
+
+    assert Worker(["email"], burst=True).run() == 1  # the worker sends the notice
+    bob = new_browser()
+    log_in(bob, site, "bob")
+    bob.get(f"{site}/notices/")
+    assert f"Your {item} sold to alice for {price}." in bob.page_source
+    assert MARKET.check() == []
+
+
+def test_two_buyers_at_once_one_gets_it_the_other_sees_why(
+    site: str, browser: Any, new_browser: Callable[[], Any]
+) -> None:
+    item = listing_by("carol")
+    buyers = {"alice": browser, "dave": new_browser()}
+    for name, buyer in buyers.items():
+        log_in(buyer, site, name)
+    buttons = {name: buy_button(buyer, item) for name, buyer in buyers.items()}
+    start = threading.Barrier(len(buyers))
+
+    def click(name: str) -> None:
+        start.wait()
+        buttons[name].click()
+
+    clicks = [threading.Thread(target=click, args=(name,)) for name in buyers]
+    for thread in clicks:
+        thread.start()
+    for thread in clicks:
+        thread.join()
+    said = sorted(flash(buyer) for buyer in buyers.values())
+    winners = [text for text in said if text.startswith("You bought")]
+    losers = [text for text in said if not text.startswith("You bought")]
+    assert len(winners) == 1, said
+    assert losers[0] in (
+        f"{item} is no longer for sale: someone bought it first.",
+        f"Someone else is buying {item} right now. Try again in a moment.",
+    )
+    owners = [name for name in buyers if item in MARKET.inventory(user_id(name))]
+    assert len(owners) == 1
+    assert MARKET.check() == []

@@ -13,7 +13,9 @@ from typing import Any
 
 import redis.asyncio
 from django.conf import settings
+from django_redis.client import DefaultClient
 from redis import Redis
+from redis.cluster import RedisCluster
 
 from .conf import conf
 from .exceptions import ConfigurationError
@@ -86,6 +88,42 @@ async def aclose_async_client() -> None:
     """Close the asyncio clients that :func:`get_async_client` opened on the running loop."""
     for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
         await client.aclose(close_connection_pool=True)
+
+
+class ClusterClient(DefaultClient):  # type: ignore[misc]
+    """A django-redis client class whose raw client is a ``redis.cluster.RedisCluster``.
+
+    ::
+
+        CACHES = {"default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://10.0.0.1:7000/0",     # any node; the others are discovered
+            "OPTIONS": {"CLIENT_CLASS": "redis_components.connection.ClusterClient"},
+        }}
+
+    ``OPTIONS["CONNECTION_POOL_KWARGS"]`` are passed to ``RedisCluster`` (for example
+    ``decode_responses``). One cluster client per location and options is shared by all
+    threads of a process (a cluster client is thread-safe).
+    """
+
+    _clusters: dict[tuple[str, str], RedisCluster] = {}
+
+    def connect(self, index: int = 0) -> RedisCluster:
+        url = self._server[index]
+        options = self._params.get("OPTIONS", {}).get("CONNECTION_POOL_KWARGS", {})
+        cache_key = (url, repr(sorted(options.items())))
+        cluster = self._clusters.get(cache_key)
+        if cluster is None:
+            cluster = self._clusters[cache_key] = RedisCluster.from_url(url, **options)
+        return cluster
+
+    def disconnect(self, index: int = 0, client: Any = None) -> None:
+        """Leave the shared cluster client open; other caches and threads use it."""
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (sync or asyncio)."""
+    return isinstance(client, (RedisCluster, redis.asyncio.RedisCluster))
 
 
 def text(value: Any) -> str:

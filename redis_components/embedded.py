@@ -37,6 +37,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 
@@ -45,6 +46,8 @@ from .exceptions import ConfigurationError, RedisComponentsError
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT = 15.0
+CLUSTER_SLOTS = 16384
+CLUSTER_BUS_OFFSET = 10000
 # sockaddr_un.sun_path holds 108 bytes on Linux; longer paths cannot be bound.
 MAX_SOCKET_PATH = 100
 
@@ -82,6 +85,21 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    for _ in range(100):
+        port = free_port()
+        if port + CLUSTER_BUS_OFFSET > 65535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port + CLUSTER_BUS_OFFSET))
+            except OSError:
+                continue
+        return port
+    raise EmbeddedRedisError("found no free pair of ports for a cluster node")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -273,6 +291,81 @@ class EmbeddedRedis:
 
 # Servers started by shared_server, with the lock file that marks them as ours.
 _held: list[tuple[EmbeddedRedis, object]] = []
+
+
+class EmbeddedCluster:
+    """A Redis Cluster of ``masters`` primaries on loopback, every slot assigned.
+
+    Each node is an :class:`EmbeddedRedis` in cluster mode with its own directory; the
+    slots are split evenly and the nodes are introduced to each other (CLUSTER MEET).
+    ``url`` names the first node; a cluster client discovers the others from it.
+    """
+
+    def __init__(self, masters: int = 3, config: Mapping[str, str] | None = None) -> None:
+        self.masters = masters
+        self.config = {
+            "cluster-enabled": "yes",
+            "cluster-config-file": "nodes.conf",
+            "cluster-node-timeout": "5000",
+            **(config or {}),
+        }
+        self.nodes: list[EmbeddedRedis] = []
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> EmbeddedCluster:
+        try:
+            for _ in range(self.masters):
+                node = EmbeddedRedis(port=free_cluster_port(), config=self.config)
+                self.nodes.append(node.start())
+            share = CLUSTER_SLOTS // self.masters
+            for n, node in enumerate(self.nodes):
+                last = CLUSTER_SLOTS - 1 if n == self.masters - 1 else (n + 1) * share - 1
+                with node.client() as client:
+                    client.execute_command("CLUSTER ADDSLOTS", *range(n * share, last + 1))
+                    if n:
+                        client.execute_command("CLUSTER MEET", node.host, self.nodes[0].port)
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            states = []
+            for node in self.nodes:
+                with node.client() as client:
+                    info = client.cluster("INFO")
+                states.append(
+                    info.get("cluster_state") == "ok"
+                    and int(info.get("cluster_known_nodes", 0)) == self.masters
+                )
+            if all(states):
+                return
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError(f"the cluster did not become ready: {states}")
+            time.sleep(0.05)
+
+    def client(self, **kwargs: Any) -> Any:
+        """A new ``redis.cluster.RedisCluster`` client for this cluster."""
+        from redis.cluster import RedisCluster
+
+        return RedisCluster(host=self.nodes[0].host, port=self.nodes[0].port, **kwargs)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.nodes = []
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def shared_server(data_dir: str | os.PathLike[str]) -> tuple[str, bool]:

@@ -35,9 +35,8 @@ def _find(env: str, names: list[str]) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def new_browser() -> Iterator[Callable[[], Any]]:
-    """A function that starts a headless Chromium (all are closed at the end)."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+def _browser_binaries() -> tuple[str, str]:
+    pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
     chromium = _find("CHROME_BIN", ["chromium", "chromium-browser", "google-chrome"])
     driver = _find("CHROMEDRIVER", ["chromedriver"])
     if chromium is None or driver is None:
@@ -45,23 +44,44 @@ def new_browser() -> Iterator[Callable[[], Any]]:
             f"no browser for the browser tests (chromium: {chromium}, chromedriver: {driver}); "
             "install Debian's chromium and chromium-driver, or set CHROME_BIN and CHROMEDRIVER"
         )
+    return chromium, driver
+
+
+def _start(binaries: tuple[str, str]) -> Any:
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binaries[0]
+    for argument in CHROMIUM_ARGUMENTS:
+        options.add_argument(argument)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(binaries[1]))
+
+
+@pytest.fixture(scope="module")
+def browser(_browser_binaries: tuple[str, str]) -> Iterator[Any]:
+    """One headless Chromium for a test module."""
+    browser = _start(_browser_binaries)
+    yield browser
+    browser.quit()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_browser(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a browser test, leave the page: no script of it may call the server later."""
+    yield
+    if "browser" in request.fixturenames:
+        request.getfixturevalue("browser").get("about:blank")
+
+
+@pytest.fixture
+def new_browser(_browser_binaries: tuple[str, str]) -> Iterator[Callable[[], Any]]:
+    """A function that starts another headless Chromium, closed after the test."""
     started: list[Any] = []
 
     def start() -> Any:
-        options = webdriver.ChromeOptions()
-        options.binary_location = chromium
-        for argument in CHROMIUM_ARGUMENTS:
-            options.add_argument(argument)
-        browser = webdriver.Chrome(options=options, service=webdriver.ChromeService(driver))
-        started.append(browser)
-        return browser
+        started.append(_start(_browser_binaries))
+        return started[-1]
 
     yield start
     for browser in started:
         browser.quit()
-
-
-@pytest.fixture(scope="module")
-def browser(new_browser: Callable[[], Any]) -> Any:
-    """One headless Chromium for a test module."""
-    return new_browser()

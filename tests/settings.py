@@ -1,9 +1,9 @@
 """Settings for the test suite.
 
-CACHES points at the redis-server that conftest.py starts for the session: its URL
-arrives in RC_TEST_REDIS_URL (set before Django loads these settings). Without it,
-the placeholder is a unix socket that does not exist, so nothing can reach a Redis
-the suite did not start.
+CACHES points at the Redis that conftest.py starts for the session (a single server, or
+a cluster when RC_TEST_CLUSTER is set): its URL arrives in RC_TEST_REDIS_URL, set before
+subprocesses load these settings. Without it, the placeholder is a unix socket that
+does not exist, so nothing can reach a Redis the suite did not start.
 """
 
 from __future__ import annotations
@@ -14,21 +14,33 @@ import os
 NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock"
 
 
-def caches(url: str, unix_url: str | None = None) -> dict[str, dict[str, object]]:
-    """A bytes client on the server's TCP port, and a decoding client beside it.
+CLUSTER = bool(os.environ.get("RC_TEST_CLUSTER"))
+
+
+def caches(url: str, other_url: str | None = None) -> dict[str, dict[str, object]]:
+    """A bytes client, and a decoding client beside it.
 
     The decoding client also speaks RESP2, while the other speaks redis-py's default
     (RESP3 since redis-py 8), so tests that run in both modes read replies both ways.
-    django-redis keeps one connection pool per URL, so the decoding client needs a
-    URL of its own: the unix socket when there is one, else a client name.
+    django-redis keeps one connection pool per URL, so the decoding client needs a URL
+    of its own: ``other_url`` (the server's unix socket, or another node of the
+    cluster), else a client name.
     """
-    decoded_url = unix_url or f"{url}?client_name=rc-decoded"
+    decoded_url = other_url or f"{url}?client_name=rc-decoded"
+    decoded_options: dict[str, object] = {"decode_responses": True, "protocol": 2}
+    options: dict[str, object] = {}
+    if CLUSTER:
+        options["CLIENT_CLASS"] = "redis_components.connection.ClusterClient"
     return {
-        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": options,
+        },
         "decoded": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": decoded_url,
-            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True, "protocol": 2}},
+            "OPTIONS": {**options, "CONNECTION_POOL_KWARGS": decoded_options},
         },
     }
 
@@ -56,7 +68,7 @@ MIDDLEWARE = [
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = caches(
-    os.environ.get("RC_TEST_REDIS_URL", NOT_STARTED), os.environ.get("RC_TEST_REDIS_UNIX_URL")
+    os.environ.get("RC_TEST_REDIS_URL", NOT_STARTED), os.environ.get("RC_TEST_REDIS_OTHER_URL")
 )
 TEMPLATES = [
     {

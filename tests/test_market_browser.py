@@ -65,8 +65,13 @@ def price_of(item: str) -> int:
 
 
 def flash(browser: Any) -> str:
+    """The message the page shows after a purchase (waiting for the page to arrive)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
 
+    WebDriverWait(browser, 10).until(
+        lambda _: browser.find_elements(By.CSS_SELECTOR, ".messages li"), "no message appeared"
+    )
     return str(browser.find_element(By.CSS_SELECTOR, ".messages li").text)
 
 

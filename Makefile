@@ -35,8 +35,10 @@ browser:
 			|| echo "Could not install chromium; the browser tests will be skipped."; \
 	else echo "No chromium and chromedriver, and no apt-get as root to install them: the browser tests will be skipped."; fi
 
+# The whole suite twice: on a single server, then on a 3-master Redis Cluster.
 test: lint browser
-	$(BIN)/pytest --cov --cov-report=term
+	$(BIN)/pytest --cov
+	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append --cov-report=term
 
 clean:
 	rm -rf $(VENV) .coverage .mypy_cache .pytest_cache .ruff_cache

@@ -15,6 +15,7 @@ import redis.asyncio
 from django.conf import settings
 from django_redis.client import DefaultClient
 from redis import Redis
+from redis.client import PubSub
 from redis.cluster import RedisCluster
 
 from .conf import conf
@@ -58,9 +59,9 @@ _ASYNC_KWARGS = (
     "decode_responses", "encoding", "encoding_errors", "health_check_interval",
     "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname",
 )  # fmt: skip
-_async_clients: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, str], redis.asyncio.Redis]
-] = weakref.WeakKeyDictionary()
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def get_async_client() -> redis.asyncio.Redis:
@@ -70,24 +71,39 @@ def get_async_client() -> redis.asyncio.Redis:
     to the loop that opened them; close it with :func:`aclose_async_client` before the
     loop ends (an ASGI server's shutdown, the end of ``asyncio.run``).
     """
-    sync_pool = get_client().connection_pool
+    sync = get_client()
     loop = asyncio.get_running_loop()
     clients = _async_clients.setdefault(loop, {})
-    kind = sync_pool.connection_class.__name__
-    cache_key = (conf.CACHE_ALIAS, repr(sorted(sync_pool.connection_kwargs.items())))
+    if isinstance(sync, RedisCluster):
+        node = sync.get_default_node()
+        options = sync.nodes_manager.connection_kwargs
+        cache_key = (conf.CACHE_ALIAS, f"cluster {node.name} {sorted(options.items())!r}")
+    else:
+        options = sync.connection_pool.connection_kwargs
+        cache_key = (conf.CACHE_ALIAS, repr(sorted(options.items())))
     client = clients.get(cache_key)
     if client is None:
-        connection_class = getattr(redis.asyncio.connection, kind, redis.asyncio.Connection)
-        kwargs = {k: v for k, v in sync_pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
-        pool = redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
-        client = clients[cache_key] = redis.asyncio.Redis(connection_pool=pool)
+        kwargs = {k: v for k, v in options.items() if k in _ASYNC_KWARGS}
+        if isinstance(sync, RedisCluster):
+            kwargs.pop("host", None)
+            kwargs.pop("port", None)
+            client = redis.asyncio.RedisCluster(host=node.host, port=node.port, **kwargs)
+        else:
+            kind = sync.connection_pool.connection_class.__name__
+            connection_class = getattr(redis.asyncio.connection, kind, redis.asyncio.Connection)
+            pool = redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+            client = redis.asyncio.Redis(connection_pool=pool)
+        clients[cache_key] = client
     return client
 
 
 async def aclose_async_client() -> None:
     """Close the asyncio clients that :func:`get_async_client` opened on the running loop."""
     for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
-        await client.aclose(close_connection_pool=True)
+        if isinstance(client, redis.asyncio.RedisCluster):
+            await client.aclose()
+        else:
+            await client.aclose(close_connection_pool=True)
 
 
 class ClusterClient(DefaultClient):  # type: ignore[misc]
@@ -119,6 +135,31 @@ class ClusterClient(DefaultClient):  # type: ignore[misc]
 
     def disconnect(self, index: int = 0, client: Any = None) -> None:
         """Leave the shared cluster client open; other caches and threads use it."""
+
+
+def node_client(client: Any, key: str) -> Redis:
+    """The client of the one node that serves ``key`` (``client`` itself unless a cluster).
+
+    For a component whose keys all share one hash tag, this node client runs anything a
+    single server can (pipelines of any command, TIME, Pub/Sub), which a cluster client
+    does not in a pipeline.
+    """
+    if isinstance(client, RedisCluster):
+        cluster: Any = client
+        return cluster.get_redis_connection(cluster.get_node_from_key(key))  # type: ignore[no-any-return]
+    return client  # type: ignore[no-any-return]
+
+
+def pubsub(client: Any) -> PubSub:
+    """A Pub/Sub object for ``client``.
+
+    On Redis Cluster, PUBLISH reaches every node, so a plain Pub/Sub connection to one
+    node (the client's default) hears every channel, whatever slot its name hashes to.
+    """
+    if isinstance(client, RedisCluster):
+        cluster: Any = client
+        client = cluster.get_redis_connection(cluster.get_default_node())
+    return client.pubsub()  # type: ignore[no-any-return]
 
 
 def is_cluster(client: Any) -> bool:

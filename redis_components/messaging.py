@@ -52,7 +52,7 @@ from redis.client import PubSub
 
 from . import keys, scripts
 from .conf import conf
-from .connection import get_client, text
+from .connection import get_client, pubsub, text
 from .exceptions import ChatNotFound, InvalidInput, MessagingError, NotAMember
 
 # The statuses that lua/chat.lua returns first.
@@ -318,18 +318,18 @@ class GroupChat:
         for the deadline.
         """
         index_channel = keys.key("chat-index", user)
-        with client.pubsub() as pubsub:  # type: ignore[no-untyped-call]
+        with pubsub(client) as subscriber:
             subscribed: set[str] = set()
             while True:
                 index = self._index(client, user)
                 channels = {index_channel} | {_chat_keys(chat_id)[3] for chat_id in index}
-                _subscribe(pubsub, channels - subscribed, deadline)
+                _subscribe(subscriber, channels - subscribed, deadline)
                 subscribed |= channels
                 pending = self._fetch(client, user, index)
                 remaining = deadline - time.monotonic()
                 if pending or remaining <= 0:
                     return pending
-                pubsub.get_message(timeout=remaining)
+                subscriber.get_message(timeout=remaining)
 
     def _add_to_indexes(self, client: Redis, chat_id: str, users: list[str]) -> list[int]:
         """Add the chat to each user's index (one pipeline); return each join's version."""

@@ -62,10 +62,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django.db import transaction
+from redis import Redis
 
 from . import keys, scripts
 from .conf import DEFAULTS, conf, user_settings
-from .connection import get_client, text
+from .connection import get_client, node_client, text
 from .exceptions import (
     InvalidInput,
     LockNotAcquired,
@@ -92,6 +93,11 @@ MAX_TASK_NAME = 200
 def validate_queue(queue: object, field: str = "queue") -> str:
     """Return ``queue`` if it is a usable queue name, else raise :class:`InvalidInput`."""
     return keys.validate_name(queue, field, max_length=MAX_QUEUE_NAME)
+
+
+def tasks_client() -> Redis:
+    """The client for the task system's keys: on a cluster, the node of their one hash tag."""
+    return node_client(get_client(), leases_key())
 
 
 def ready_key(queue: str) -> str:
@@ -300,10 +306,10 @@ class Task(Generic[P, R]):
             self._keys = (prefix, ready, delayed)
         limit = _limit(options, self.queue)
         if not when and not limit:  # the common case gets the smallest script
-            scripts.load("queue_push")(get_client(), [ready], [payload])
+            scripts.load("queue_push")(tasks_client(), [ready], [payload])
             return task_id
         added = scripts.load("queue_enqueue")(
-            get_client(), [ready, delayed], [payload, when, limit]
+            tasks_client(), [ready, delayed], [payload, when, limit]
         )
         if not added:
             raise QueueFull(self.queue, limit)
@@ -495,7 +501,7 @@ class WorkerInfo:
 
 def workers() -> list[WorkerInfo]:
     """Every registered worker, live or not yet recovered, by id."""
-    client = get_client()
+    client = tasks_client()
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(workers_key())
     pipe.zrange(leases_key(), 0, -1, withscores=True)
@@ -527,7 +533,7 @@ def workers() -> list[WorkerInfo]:
 
 def queue_names(extra: Iterable[str] = ()) -> list[str]:
     """Every queue known: served by a worker, used by a registered task, or limited."""
-    names = {text(name) for name in get_client().smembers(queues_key())}
+    names = {text(name) for name in tasks_client().smembers(queues_key())}
     names.update(task.queue for task in _registry.values())
     names.update(conf.TASK_QUEUE_LIMITS)
     for worker in workers():
@@ -541,7 +547,7 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
     names = list(queue_names() if queues is None else queues)
     registered = workers()
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
-    pipe = get_client().pipeline(transaction=False)
+    pipe = tasks_client().pipeline(transaction=False)
     for name in names:
         pipe.llen(ready_key(name))
         pipe.zcard(delayed_key(name))
@@ -573,7 +579,7 @@ class DeadLetter:
 def dead_letters(queue: str, count: int = 100) -> list[DeadLetter]:
     """The newest ``count`` dead letters of ``queue``, newest last."""
     validate_queue(queue)
-    entries = get_client().lrange(dead_key(queue), -count, -1)
+    entries = tasks_client().lrange(dead_key(queue), -count, -1)
     return [_dead_letter(queue, text(entry)) for entry in entries]
 
 
@@ -615,7 +621,7 @@ def requeue_dead(queue: str, batch: int = 500) -> int:
     skipped, so no task is requeued twice.
     """
     validate_queue(queue)
-    client = get_client()
+    client = tasks_client()
     script = scripts.load("queue_requeue_dead")
     moved = 0
     while True:
@@ -648,7 +654,7 @@ def purge(queue: str) -> int:
     Tasks in progress are left to finish.
     """
     validate_queue(queue)
-    pipe = get_client().pipeline(transaction=True)
+    pipe = tasks_client().pipeline(transaction=True)
     pipe.llen(ready_key(queue))
     pipe.zcard(delayed_key(queue))
     pipe.llen(dead_key(queue))

@@ -21,6 +21,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 LUA_DIR = resources.files("redis_components") / "lua"
@@ -70,9 +71,29 @@ def run_many(client: Any, calls: Sequence[Call]) -> list[Any]:
     The results come back in order; an error raised by a script is returned in its
     place, as redis-py does with ``raise_on_error=False``. Calls refused with
     NOSCRIPT did not run, so they alone are repeated after loading their scripts.
+
+    On Redis Cluster (whose pipelines refuse EVALSHA) the calls are grouped by the node
+    that serves their keys, one pipeline per node: a round trip per node involved.
     """
     if not calls:
         return []
+    if not isinstance(client, RedisCluster):
+        return _pipelined(client, calls)
+    cluster: Any = client
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for i, (_, keys, _) in enumerate(calls):
+        node = cluster.get_node_from_key(keys[0])
+        groups.setdefault(node.name, (cluster.get_redis_connection(node), []))[1].append(i)
+    results: list[Any] = [None] * len(calls)
+    for node_client, indexes in groups.values():
+        for i, result in zip(
+            indexes, _pipelined(node_client, [calls[i] for i in indexes]), strict=True
+        ):
+            results[i] = result
+    return results
+
+
+def _pipelined(client: Any, calls: Sequence[Call]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         pipe.evalsha(script.sha, len(keys), *keys, *args)

@@ -28,6 +28,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
+from redis.exceptions import RedisClusterException
 
 from . import keys
 from .autocomplete import Guild, RecentContacts
@@ -68,7 +69,7 @@ class JsonView(View):
             return json_error(403, str(error))
         except ChatNotFound as error:
             return json_error(404, str(error))
-        except (redis.ConnectionError, redis.TimeoutError):
+        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
             logger.exception("Redis is unreachable")
             return json_error(503, "Redis is unavailable; try again shortly.")
 

@@ -14,14 +14,10 @@ import asyncio
 import math
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .connection import text
+from .connection import is_cluster, text
 from .exceptions import InvalidInput
-
-if TYPE_CHECKING:
-    import redis
-    import redis.asyncio
 
 # How long after its own deadline the client gives up on a BLPOP that Redis has not
 # answered yet, and unblocks it itself.
@@ -80,8 +76,11 @@ class Attempt:
         return remaining
 
 
-def wait_for_grant(client: redis.Redis, grant_key: str, seconds: float) -> str | None:
+def wait_for_grant(client: Any, grant_key: str, seconds: float) -> str | None:
     """BLPOP the grant list for ``seconds``, with the deadline kept on the client."""
+    if is_cluster(client):
+        # The list's node: BLPOP and CLIENT UNBLOCK both go there.
+        client = client.get_redis_connection(client.get_node_from_key(grant_key))
     pool = client.connection_pool
     connection: Any = pool.get_connection()
     try:
@@ -101,9 +100,27 @@ def wait_for_grant(client: redis.Redis, grant_key: str, seconds: float) -> str |
     return None if reply is None else text(reply[1])
 
 
-async def await_grant(client: redis.asyncio.Redis, grant_key: str, seconds: float) -> str | None:
-    pool = client.connection_pool
-    connection: Any = await pool.get_connection()  # type: ignore[no-untyped-call]
+async def await_grant(client: Any, grant_key: str, seconds: float) -> str | None:
+    """:func:`wait_for_grant` on a ``redis.asyncio`` client."""
+    if is_cluster(client):
+        node = client.get_node_from_key(grant_key)
+        connection: Any = node.acquire_connection()
+
+        async def unblock(client_id: int) -> None:
+            await client.execute_command("CLIENT UNBLOCK", client_id, target_nodes=node)
+
+        async def give_back() -> None:
+            node.release(connection)
+    else:
+        pool = client.connection_pool
+        connection = await pool.get_connection()
+
+        async def unblock(client_id: int) -> None:
+            await client.client_unblock(client_id)
+
+        async def give_back() -> None:
+            await pool.release(connection)
+
     try:
         await connection.send_packed_command(
             connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
@@ -112,11 +129,11 @@ async def await_grant(client: redis.asyncio.Redis, grant_key: str, seconds: floa
         reading = asyncio.ensure_future(connection.read_response())
         done, _ = await asyncio.wait({reading}, timeout=seconds + CLIENT_SLACK)
         if not done:
-            await client.client_unblock(client_id)
+            await unblock(client_id)
         reply = await reading
     except BaseException:
         await connection.disconnect()
         raise
     finally:
-        await pool.release(connection)
+        await give_back()
     return None if reply is None else text(reply[1])

@@ -86,7 +86,8 @@ from redis.client import PubSub
 
 from . import scripts
 from .conf import conf
-from .connection import get_client, text
+from .connection import pubsub as new_pubsub
+from .connection import text
 from .exceptions import InvalidInput
 from .queues import (
     Retry,
@@ -103,6 +104,7 @@ from .queues import (
     queues_key,
     ready_key,
     running_key,
+    tasks_client,
     validate_queue,
     workers_key,
 )
@@ -226,7 +228,6 @@ class Worker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._heartbeat_stop = threading.Event()
-        self._client = get_client()
         self._keys = [leases_key()]
         for queue in self.queues:
             self._keys += [ready_key(queue), delayed_key(queue), running_key(self.id, queue)]
@@ -249,6 +250,11 @@ class Worker:
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
+
+    @property
+    def client(self) -> redis.Redis:
+        """The client for the task system's keys (looked up each time: it may move)."""
+        return tasks_client()
 
     @property
     def wakeup_fd(self) -> int:
@@ -333,7 +339,7 @@ class Worker:
                 self._fetch(take=False)
             # A take whose reply was lost left a task in our in-progress list that we
             # do not know of: put it back (we run nothing now) and register again.
-            recover_worker(self._client, self.id, self.queues, only_if_expired=False, max_crashes=0)
+            recover_worker(self.client, self.id, self.queues, only_if_expired=False, max_crashes=0)
             self._beat()
             self._reclaim = False
 
@@ -341,7 +347,7 @@ class Worker:
         position, payload = self._ack or (0, "")
         mode = self._mode if take else ""
         reply = scripts.load("queue_fetch")(
-            self._client, self._keys, [self.id, position, payload, mode]
+            self.client, self._keys, [self.id, position, payload, mode]
         )
         self._ack = None
         raw, position, wait = reply
@@ -369,7 +375,7 @@ class Worker:
         self._drain_messages()
 
     def _subscribe(self) -> None:
-        pubsub: PubSub = self._client.pubsub()  # type: ignore[no-untyped-call]
+        pubsub: PubSub = new_pubsub(self.client)
         try:
             pubsub.subscribe(*self._channels)
             confirmed = 0
@@ -495,7 +501,7 @@ class Worker:
 
         def write() -> None:
             moved = scripts.load("queue_reschedule")(
-                self._client,
+                self.client,
                 [running_key(self.id, queue), delayed_key(queue), ready_key(queue)],
                 [payload, new_payload, round(delay * 1000)],
             )
@@ -512,7 +518,7 @@ class Worker:
 
         def write() -> None:
             buried = scripts.load("queue_bury")(
-                self._client,
+                self.client,
                 [running_key(self.id, queue), dead_key(queue)],
                 [payload, entry, conf.TASK_DEAD_LETTER_MAX],
             )
@@ -545,7 +551,7 @@ class Worker:
     def _beat(self) -> list[str]:
         """Renew this worker's lease; return the ids of workers whose lease ran out."""
         expired = scripts.load("queue_heartbeat")(
-            self._client,
+            self.client,
             [leases_key(), workers_key(), queues_key()],
             [self.id, round(self.heartbeat_interval * 1500), self._info, 10, *self.queues],
         )
@@ -569,13 +575,13 @@ class Worker:
                 logger.exception("Heartbeat of worker %s failed", self.id)
 
     def _recover_expired(self, worker_id: str) -> None:
-        raw = self._client.hget(workers_key(), worker_id)
+        raw = self.client.hget(workers_key(), worker_id)
         try:
             queues = [str(queue) for queue in json.loads(raw)["queues"]] if raw else []
         except (ValueError, KeyError, TypeError):
             queues = []
         result = recover_worker(
-            self._client,
+            self.client,
             worker_id,
             queues,
             only_if_expired=True,
@@ -596,7 +602,7 @@ class Worker:
         """Deregister; a task still held (after an error) goes back on its queue."""
         try:
             result = recover_worker(
-                self._client,
+                self.client,
                 self.id,
                 self.queues,
                 only_if_expired=False,
@@ -794,7 +800,7 @@ class Supervisor:
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         try:
             result = recover_worker(
-                get_client(),
+                tasks_client(),
                 child.worker_id,
                 self.queues,
                 only_if_expired=False,
@@ -831,7 +837,7 @@ class Supervisor:
             child.process.join()
             try:
                 result = recover_worker(
-                    get_client(),
+                    tasks_client(),
                     child.worker_id,
                     self.queues,
                     only_if_expired=False,

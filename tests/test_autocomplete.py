@@ -8,6 +8,7 @@ import redis
 from django.contrib.auth.models import AnonymousUser, User
 from django.test import override_settings
 
+from conftest import single_server_only
 from redis_components import Guild, InvalidInput, RecentContacts
 from redis_components.autocomplete import find_prefix_range, normalize
 from tests.processes import run_processes
@@ -155,6 +156,7 @@ def test_limit_is_capped_by_the_setting_and_empty_prefix_lists_the_first_names()
         assert guild.suggest("m") == names[:25]
 
 
+@single_server_only
 def test_suggest_is_one_command_and_writes_nothing(r: redis.Redis) -> None:
     guild = Guild("knights")
     guild.join_many(NAMES)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from conftest import single_server_only
 from redis_components.connection import get_client, text
 from redis_components.embedded import EmbeddedRedis
 from redis_components.exceptions import ConfigurationError
@@ -39,6 +40,7 @@ def test_text_accepts_both_reply_types() -> None:
     assert text(3) == "3"
 
 
+@single_server_only
 def test_the_client_follows_a_change_of_caches(redis_server: EmbeddedRedis) -> None:
     client = get_client()
     assert get_client() is client

@@ -10,6 +10,7 @@ import pytest
 import redis
 from django.test import override_settings
 
+from conftest import single_server_only
 from redis_components import (
     ChatNotFound,
     GroupChat,
@@ -253,6 +254,7 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
+@single_server_only
 @pytest.mark.parametrize("chat_count", [1, 10, 40])
 def test_fetch_pending_takes_two_round_trips_for_any_number_of_chats(
     chat_count: int, redis_server: EmbeddedRedis

@@ -56,7 +56,7 @@ def test_enqueue_puts_a_json_task_on_its_queue(r: redis.Redis) -> None:
 
 def test_a_plain_call_runs_inline(r: redis.Redis) -> None:
     tasks.record("inline")
-    assert r.hgetall("test:runs") == {b"inline": b"1"}
+    assert r.hgetall("{test}:runs") == {b"inline": b"1"}
     assert r.llen(ready_key("test")) == 0
 
 

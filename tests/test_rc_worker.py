@@ -81,7 +81,7 @@ def wait_until(
 
 
 def runs(r: redis.Redis) -> dict[str, int]:
-    return {label.decode(): int(count) for label, count in r.hgetall("test:runs").items()}
+    return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
 
 
 def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
@@ -95,9 +95,9 @@ def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
     killed: set[str] = set()
     for progress in (150, 400, 650):
         worker = start_worker("test", "--concurrency", "2", **settings)
-        wait_until(lambda p=progress: r.hlen("test:runs") >= p, worker.output)
+        wait_until(lambda p=progress: r.hlen("{test}:runs") >= p, worker.output)
         worker.kill_all()
-        assert r.hlen("test:runs") < len(labels), "the run ended before the kill"
+        assert r.hlen("{test}:runs") < len(labels), "the run ended before the kill"
         # What the workers killed now held is all that may run twice (workers killed
         # earlier may still be waiting for recovery: their tasks are counted already).
         victims = {w.id for w in workers()} - killed
@@ -107,7 +107,7 @@ def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
 
     def settled() -> bool:
         recovered = not killed & {w.id for w in workers()}
-        return recovered and r.llen(ready_key("test")) == 0 and r.hlen("test:runs") == len(labels)
+        return recovered and r.llen(ready_key("test")) == 0 and r.hlen("{test}:runs") == len(labels)
 
     wait_until(settled, worker.output)
     worker.signal(signal.SIGTERM)
@@ -179,9 +179,9 @@ def test_burst_and_max_tasks_end_the_command(
     for i in range(5):
         tasks.record.enqueue(f"t{i}")
     assert start_worker("test", "--max-tasks", "2").wait() == 0
-    assert r.llen("test:order") == 2
+    assert r.llen("{test}:order") == 2
     assert start_worker("test", "--burst", "-c", "2").wait() == 0
-    assert r.llen("test:order") == 5
+    assert r.llen("{test}:order") == 5
     assert workers() == []
 
 
@@ -192,6 +192,7 @@ def test_the_worker_survives_a_redis_restart(
     server = EmbeddedRedis(directory=directory, persistent=True).start()
     try:
         monkeypatch.setenv("RC_TEST_REDIS_URL", server.url)
+        monkeypatch.delenv("RC_TEST_CLUSTER", raising=False)  # this one is a single server
         client = server.client()
         worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
         push = redis.Redis.from_url(server.url)
@@ -202,20 +203,20 @@ def test_the_worker_survives_a_redis_restart(
             push.rpush(ready_key("test"), message.encode())
 
         enqueue("before")
-        wait_until(lambda: client.hlen("test:runs") == 1, worker.output)
+        wait_until(lambda: client.hlen("{test}:runs") == 1, worker.output)
         port = server.port
         server.stop()
         time.sleep(0.5)
         server = EmbeddedRedis(directory=directory, persistent=True, port=port).start()
         client = server.client()
         enqueue("after")
-        wait_until(lambda: client.hlen("test:runs") == 2, worker.output)
+        wait_until(lambda: client.hlen("{test}:runs") == 2, worker.output)
         worker.signal(signal.SIGTERM)
         assert worker.wait() == 0
         output = worker.output()
         assert "lost Redis" in output
         assert "reached Redis again" in output
-        assert {k.decode() for k in client.hkeys("test:runs")} == {"before", "after"}
+        assert {k.decode() for k in client.hkeys("{test}:runs")} == {"before", "after"}
     finally:
         server.stop()
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 from django.test import override_settings
+from redis.cluster import RedisCluster
 
 from redis_components import RedisLock, defer, redis_lock, task
 from redis_components.queues import (
@@ -54,11 +55,11 @@ high, low = record_in("high"), record_in("low")
 
 
 def order(r: redis.Redis) -> list[str]:
-    return [label.decode() for label in r.lrange("test:order", 0, -1)]
+    return [label.decode() for label in r.lrange("{test}:order", 0, -1)]
 
 
 def runs(r: redis.Redis) -> dict[str, int]:
-    return {label.decode(): int(count) for label, count in r.hgetall("test:runs").items()}
+    return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> None:
@@ -84,8 +85,11 @@ def running_worker(queues: list[str], **options: object) -> Iterator[Worker]:
 
 
 def subscribed(r: redis.Redis, queue: str) -> bool:
-    [(_, count)] = r.pubsub_numsub(ready_key(queue))
-    return int(count) > 0
+    """Whether a worker listens for ``queue`` (on a cluster, on any node)."""
+    nodes = [r]
+    if isinstance(r, RedisCluster):
+        nodes = [r.get_redis_connection(node) for node in r.get_primaries()]
+    return any(int(node.pubsub_numsub(ready_key(queue))[0][1]) for node in nodes)
 
 
 def test_fifo_within_a_queue(redis_mode: str, r: redis.Redis) -> None:
@@ -137,10 +141,10 @@ def test_an_idle_worker_is_woken_for_each_task(r: redis.Redis) -> None:
         wait_until(lambda: subscribed(r, "test"))
         for i in range(20):
             tasks.record.enqueue(f"t{i}")
-            wait_until(lambda i=i: r.llen("test:order") == i + 1)
+            wait_until(lambda i=i: r.llen("{test}:order") == i + 1)
         # A delayed task added while the worker sleeps with no due time wakes it too.
         tasks.record.enqueue_in(0.05, "delayed")
-        wait_until(lambda: r.llen("test:order") == 21)
+        wait_until(lambda: r.llen("{test}:order") == 21)
 
 
 def test_concurrent_schedulers_move_each_due_task_exactly_once(r: redis.Redis) -> None:
@@ -206,7 +210,7 @@ def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> No
 
     @task(name="tests.test_worker.deferring", queue="test")
     def deferring() -> None:
-        if r.hincrby("test:runs", "deferring", 1) < 3:
+        if r.hincrby("{test}:runs", "deferring", 1) < 3:
             defer()(Busy())
 
     deferring.enqueue()
@@ -238,7 +242,7 @@ def test_a_task_found_after_too_many_crashes_is_dead_lettered(r: redis.Redis) ->
             ghost._beat()
             assert ghost._fetch(take=True).payload is not None
             result = recover_worker(
-                ghost._client, ghost.id, ["test"], only_if_expired=False, max_crashes=2
+                ghost.client, ghost.id, ["test"], only_if_expired=False, max_crashes=2
             )
             assert result == ((1, 0) if attempt == 0 else (0, 1))
     [letter] = dead_letters("test")
@@ -326,7 +330,7 @@ def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
     @task(name="tests.test_worker.sell", queue="test")
     @redis_lock("item:{item_id}", blocking=False, on_busy=defer(0.05))
     def sell(item_id: int) -> None:
-        r.hincrby("test:runs", f"sell {item_id}", 1)
+        r.hincrby("{test}:runs", f"sell {item_id}", 1)
 
     holder = RedisLock("item:7", timeout=30).acquire()
     assert holder is not None

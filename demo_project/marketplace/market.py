@@ -137,7 +137,7 @@ class Market:
             raise ValueError("the price must be a whole number of at least 1")
         inventory = self.key("inventory", seller)
         if mode == "watch":
-            with self.client.pipeline() as pipe:
+            with self.client.pipeline(transaction=True) as pipe:
                 while True:
                     try:
                         pipe.watch(inventory)
@@ -203,7 +203,7 @@ class Market:
         buyer_key = self.key("users", buyer)
         retries = 0
         deadline = time.monotonic() + patience
-        with self.client.pipeline() as pipe:
+        with self.client.pipeline(transaction=True) as pipe:
             while time.monotonic() < deadline:
                 try:
                     pipe.watch(self.key("market"), buyer_key)

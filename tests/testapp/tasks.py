@@ -19,8 +19,8 @@ def record(label: str, pause: float = 0.0) -> None:
     """Count a run of ``label`` (several runs mean duplicates), then sleep ``pause`` seconds."""
     client = get_client()
     pipe = client.pipeline(transaction=True)
-    pipe.hincrby("test:runs", label, 1)
-    pipe.rpush("test:order", label)
+    pipe.hincrby("{test}:runs", label, 1)
+    pipe.rpush("{test}:order", label)
     pipe.execute()
     if pause:
         time.sleep(pause)
@@ -46,7 +46,7 @@ def slow(label: str, seconds: float) -> None:
 @task(queue="test", max_retries=2, retry_backoff=0.01)
 def fail(label: str) -> None:
     """Fail every time, counting the attempts."""
-    get_client().hincrby("test:runs", label, 1)
+    get_client().hincrby("{test}:runs", label, 1)
     raise ValueError(f"{label} failed on purpose")
 
 
@@ -55,7 +55,7 @@ def retry_once(label: str) -> None:
     """Ask for one retry after 10 ms, then succeed."""
     running = current_task()
     assert running is not None
-    get_client().hincrby("test:runs", label, 1)
+    get_client().hincrby("{test}:runs", label, 1)
     if running.message.retries == 0:
         raise Retry(delay=0.01, reason="not yet")
 
@@ -63,5 +63,5 @@ def retry_once(label: str) -> None:
 @task(queue="test")
 def crash(label: str) -> None:
     """Kill the worker process running it, as a segfault would."""
-    get_client().hincrby("test:runs", label, 1)
+    get_client().hincrby("{test}:runs", label, 1)
     os.kill(os.getpid(), signal.SIGKILL)

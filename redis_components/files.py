@@ -234,6 +234,7 @@ class _Channel:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.client = get_client()  # it reconnects by itself after a lost connection
         self.meta = keys.key("files", name)
         parts = ("readers", "seen", "files", "gone", "freed")
         self.keys = [self.meta, *(f"{self.meta}:{part}" for part in parts)]
@@ -247,7 +248,7 @@ class _Channel:
     ) -> list[Any]:
         """Run one operation; ``seqs`` name the files whose data keys it receives."""
         names = [*self.keys, *(self.data_key(seq) for seq in seqs)]
-        reply: list[Any] = scripts.load("files")(get_client(), names, [operation, actor, *args])
+        reply: list[Any] = scripts.load("files")(self.client, names, [operation, actor, *args])
         return reply
 
 
@@ -338,7 +339,7 @@ class _Sender:
             while not self.report.complete:
                 self._wait_for_readers()
             # The wake-up pushed when the channel completed, if this sender did not pop it.
-            _retry(lambda: get_client().delete(self.channel.freed), self.stop)
+            _retry(lambda: self.channel.client.delete(self.channel.freed), self.stop)
         except _Stopped:
             self._release()
             self.report.stopped = True
@@ -464,7 +465,7 @@ class _Sender:
             self._drop(self.report.stalled, int(finished_by_all) + 1, int(last_seq))
         if self.report.complete:
             return
-        _retry(lambda: get_client().blpop([self.channel.freed], timeout=self.tick), self.stop)
+        _retry(lambda: self.channel.client.blpop([self.channel.freed], self.tick), self.stop)
 
     def _drop(self, readers: Sequence[str], first_held: int, last_seq: int) -> None:
         held = range(first_held, last_seq + 1)
@@ -498,7 +499,7 @@ class _Sender:
         """Let another sender continue the channel (best effort: Redis may be down)."""
         try:
             self.channel.run("release", self.token, seqs=[self.next_seq])
-            get_client().delete(self.channel.freed)
+            self.channel.client.delete(self.channel.freed)
         except redis.exceptions.RedisError as exc:
             logger.warning("Could not release channel %r: %s", self.channel.name, exc)
 
@@ -600,7 +601,7 @@ class _Receiver:
 
     def _read_files(self, first: int, last: int) -> None:
         seqs = list(range(first, last + 1))
-        infos = _retry(lambda: get_client().hmget(self.channel.files, seqs), self.stop)
+        infos = _retry(lambda: self.channel.client.hmget(self.channel.files, seqs), self.stop)
         for seq, info in zip(seqs, infos, strict=True):
             if info is None:
                 self.heartbeat()  # raises ReaderDropped: the only way it can be gone
@@ -616,11 +617,14 @@ class _Receiver:
             stream = io.BufferedReader(_Gunzip(stream), self.block)
         lines: Iterable[Any] = stream
         if self.encoding is not None:
-            lines = io.TextIOWrapper(stream, self.encoding, self.errors, newline="\n")
-        count, error = 0, None
+            text = io.TextIOWrapper(stream, self.encoding, self.errors, newline="\n")
+            # It reads 8 KiB at a time, and each read below it is one GETRANGE.
+            text._CHUNK_SIZE = self.block  # type: ignore[attr-defined]
+            lines = text
+        count, error, on_line = 0, None, self.on_line
         try:
             for count, line in enumerate(lines, 1):  # noqa: B007 - the count is kept
-                self.on_line(line)
+                on_line(line)
         except _Corrupt as exc:
             error = str(exc)
             logger.error(
@@ -658,7 +662,7 @@ class _Receiver:
             self.heartbeat()
         end = offset + min(most, self.block) - 1
         data: bytes = _retry(
-            lambda: get_client().execute_command(  # type: ignore[no-untyped-call]
+            lambda: self.channel.client.execute_command(  # type: ignore[no-untyped-call]
                 "GETRANGE", key, offset, end, **{NEVER_DECODE: True}
             ),
             self.stop,

@@ -288,11 +288,12 @@ def _sleep(seconds: float, stop: Stop) -> None:
 
 
 def _sender_account(channel: str) -> str:
-    """The sender's name in the channel's chat (":" cannot end a reader id)."""
+    """The sender's name in the channel's chat."""
     return f"rc-files-sender:{channel}"
 
 
 def _reader_account(channel: str, reader: str) -> str:
+    """A reader's name in the channel's chat: unique, since reader ids have no ":"."""
     return f"rc-files:{reader}:{channel}"
 
 
@@ -331,8 +332,8 @@ class _Sender:
     def run(self, progress: Callable[[SendProgress], object] | None, stop: Stop) -> SendProgress:
         self.progress, self.stop = progress, stop
         self.started = time.monotonic()
-        self._open()
         try:
+            self._open()
             for path, size in self.files:
                 self._send(path, size)
             self._finish()
@@ -764,6 +765,8 @@ def _files(paths: object, limit: int) -> list[tuple[Path, int]]:
         raise InvalidInput("paths", f"must be a list of paths, not {paths!r}")
     files = []
     for given in paths:
+        if not isinstance(given, (str, os.PathLike)):
+            raise InvalidInput("paths", f"must be a list of paths, not one of {given!r}")
         path = Path(given)
         if path.is_dir():
             files += sorted(entry for entry in path.iterdir() if entry.is_file())

@@ -261,6 +261,7 @@ def one_file(folder: Path, size: int = 10) -> Path:
         (lambda path: send_files([path.parent / "missing.log"]), "paths"),
         (lambda path: send_files([]), "paths"),
         (lambda path: send_files(str(path)), "paths"),
+        (lambda path: send_files([7]), "paths"),
         (lambda path: send_files([path], channel=""), "channel"),
         (lambda path: send_files([path], channel="x" * 201), "channel"),
         (lambda path: send_files([path], readers=0), "readers"),

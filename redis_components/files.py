@@ -571,17 +571,19 @@ class _Receiver:
     def heartbeat(self) -> list[Any]:
         """Tell the channel this reader lives; raise if it was dropped or is unknown."""
         reply = self._call("hello")
-        self.last_heartbeat = time.monotonic()
         if reply[0] == NOT_A_READER:
             raise InvalidInput(
                 "reader",
                 f"channel {self.channel.name!r} has the readers "
                 f"{sorted(map(text, reply[1]))}, not {self.reader!r}",
             )
+        if reply[0] == NO_CHANNEL and self.last_heartbeat == 0:
+            logger.info("Reader %r waits for channel %r", self.reader, self.channel.name)
         if reply[0] == OK:
             self.joined = True
             self.chat_id = text(reply[4]) or self.chat_id
             self.tick = min(TICK, int(reply[5]) / 4000)
+        self.last_heartbeat = time.monotonic()
         return reply
 
     def _call(self, operation: str, *args: scripts.Arg, seqs: Iterable[int] = ()) -> list[Any]:

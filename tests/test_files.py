@@ -29,14 +29,17 @@ from redis_components import (
 )
 from redis_components.embedded import EmbeddedRedis, free_port
 from tests.processes import FORK
-from tests.settings import caches
 
 # What is left once a channel is done: the chat id counter that every group chat uses.
 CHAT_COUNTER = [b"rc:chat:{next-id}"]
 META = "rc:files:{logs}"
 
 # The sum of the lengths of a channel's file keys, read atomically (tests only: KEYS).
-HELD = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('STRLEN', k) end return n"  # noqa: E501
+# KEYS[1], the channel's meta key, sends it to the node that holds the channel's slot.
+HELD = (
+    "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+    "n = n + redis.call('STRLEN', k) end return n"
+)
 
 
 def lines_of(text: str) -> list[str]:
@@ -139,7 +142,7 @@ class Sampler:
 
     def run(self) -> None:
         while self.running:
-            self.samples.append(int(self.r.eval(HELD, 0, "rc:files:{logs}:file:*")))
+            self.samples.append(int(self.r.eval(HELD, 1, META, "rc:files:{logs}:file:*")))
             self.used.append(int(self.r.hget(META, "used") or 0))
             time.sleep(0.002)
 
@@ -493,9 +496,13 @@ def test_a_reader_waits_for_redis_to_come_up(
 ) -> None:
     caplog.set_level(logging.INFO, logger="redis_components.files")
     port = free_port()
-    # Without redis-py's own retries (10 by default), so that the reader's show.
-    cache = caches(f"redis://127.0.0.1:{port}/0")["default"]
-    cache["OPTIONS"] = {"CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)}}
+    # One server of its own (also when the suite runs on a cluster), without redis-py's
+    # own retries (10 by default), so that the reader's show.
+    cache = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://127.0.0.1:{port}/0",
+        "OPTIONS": {"CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)}},
+    }
     with override_settings(CACHES={"default": cache}):
         lines: list[str] = []
         reader = in_thread(receive_files, on_line=lines.append)

@@ -25,7 +25,7 @@ from redis_components.management.commands._console import (
     size,
     stop_on_signals,
 )
-from tests.test_files import one_file, wait_until, write_files
+from tests.test_files import one_file, write_files
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLER = "demo_project.marketplace.logs.RequestsPerDay"
@@ -84,8 +84,13 @@ def test_the_commands_distribute_files_and_the_example_counts_per_day(
 
 def test_a_reader_stops_on_sigterm_and_says_how_to_continue(r: redis.Redis) -> None:
     reader = manage("rc_files_receive", "--reader", "4", "--handler", HANDLER)
-    # It waits for the channel on the chat: once it listens there, it runs its loop.
-    wait_until(lambda: r.pubsub_numsub("rc:chat-index:{rc-files:4:logs}")[0][1], timeout=30)
+    assert reader.stderr is not None
+    # Once it says it waits, its loop runs (and its signal handlers are in place).
+    for line in reader.stderr:
+        if "Reader '4' waits for channel 'logs'" in line:
+            break
+    else:
+        pytest.fail("the reader ended before it waited for its channel")
     reader.send_signal(signal.SIGTERM)
     _, stderr = reader.communicate(timeout=30)
     assert reader.returncode == 130

@@ -34,8 +34,8 @@ fetched, so a reader restarted with the same id continues with the first file it
 not finished. A file it was in the middle of is read again from its start: lines are
 delivered at least once, and a finished file never again.
 
-Readers send a heartbeat at least every ``stalled_after / 4`` seconds (at most every
-half second) while reading or waiting. The sender reports a reader it is waiting for
+Readers send a heartbeat every ``min(stalled_after / 4, 0.5)`` seconds or so, while
+reading or waiting. The sender reports a reader it is waiting for
 that has been silent for ``stalled_after`` seconds (a log warning and ``progress``),
 and with ``drop_stalled=True`` goes on without it: the files only that reader still
 needed are freed, and if it comes back it gets :class:`ReaderDropped`.
@@ -48,6 +48,7 @@ another sender may continue it with the same readers.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import gzip
 import io
@@ -219,8 +220,18 @@ def receive_files(
     """
     channel = _channel(channel)
     reader = _reader_id(reader, "reader")
-    if encoding is not None:
-        "".encode(encoding)  # an unknown encoding raises LookupError here, not mid-file
+    for name, callback in (("on_line", on_line), ("on_file_done", on_file_done)):
+        if callback is not None and not callable(callback):
+            raise InvalidInput(name, f"must be callable, not {callback!r}")
+    # Looked up here rather than in the middle of the first file.
+    for name, lookup, value in (
+        ("encoding", codecs.lookup, encoding or "utf-8"),
+        ("errors", codecs.lookup_error, errors),
+    ):
+        try:
+            lookup(value)
+        except LookupError as exc:
+            raise InvalidInput(name, str(exc)) from None
     block = _block_size(block_size)
     receiver = _Receiver(channel, reader, on_line, on_file_done, encoding, errors, block)
     return receiver.run(progress, stop or _never)

@@ -278,6 +278,9 @@ def one_file(folder: Path, size: int = 10) -> Path:
         (lambda path: receive_files(reader="", on_line=print), "reader"),
         (lambda path: receive_files(channel="a\nb", on_line=print), "channel"),
         (lambda path: receive_files(on_line=print, block_size=-1), "block_size"),
+        (lambda path: receive_files(on_line="print"), "on_line"),
+        (lambda path: receive_files(on_line=print, encoding="klingon"), "encoding"),
+        (lambda path: receive_files(on_line=print, errors="shrug"), "errors"),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(

@@ -70,7 +70,7 @@ class Command(BaseCommand):
                     progress=lambda progress: line.show(receiver_line(progress)),
                     stop=stop,
                 )
-            except (InvalidInput, FilesError, LookupError) as exc:
+            except (InvalidInput, FilesError) as exc:
                 raise CommandError(str(exc)) from None
         line.show(receiver_line(report), final=True)
         if report.stopped:

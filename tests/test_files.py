@@ -218,9 +218,20 @@ def test_bytes_lines_are_the_files_bytes_exactly(tmp_path: Path) -> None:
 def test_undecodable_bytes_are_replaced_by_default(tmp_path: Path) -> None:
     (tmp_path / "bad.log").write_bytes(b"caf\xe9\nok\n")
     got: list[str] = []
-    in_thread(send_files, [tmp_path / "bad.log"], readers=1)
+    sender = in_thread(send_files, [tmp_path / "bad.log"], readers=1)
     receive_files(on_line=got.append)
+    sender.join(10)
     assert got == ["caf\ufffd\n", "ok\n"]
+
+
+def test_characters_cut_by_a_block_come_out_whole(tmp_path: Path) -> None:
+    text = "é€日本😀\n" * 20  # 2, 3, 3, 3 and 4 bytes: 3-byte blocks cut most of them
+    (tmp_path / "utf8.log").write_text(text, encoding="utf-8")
+    got: list[str] = []
+    sender = in_thread(send_files, [tmp_path / "utf8.log"], readers=1, block_size=3)
+    receive_files(on_line=got.append, block_size=3)
+    sender.join(10)
+    assert got == lines_of(text)
 
 
 def test_a_corrupt_gz_file_is_reported_and_the_reader_goes_on(
@@ -232,8 +243,9 @@ def test_a_corrupt_gz_file_is_reported_and_the_reader_goes_on(
     (tmp_path / "3-fine.log").write_text("fine\n")
     files: list[ReceivedFile] = []
     lines: list[str] = []
-    in_thread(send_files, [tmp_path], readers=1, block_size=100)
+    sender = in_thread(send_files, [tmp_path], readers=1, block_size=100)
     receive_files(on_line=lines.append, on_file_done=files.append, block_size=100)
+    sender.join(10)
 
     truncated, not_gzip, fine = files
     assert truncated.error is not None
@@ -244,7 +256,7 @@ def test_a_corrupt_gz_file_is_reported_and_the_reader_goes_on(
     assert not_gzip.lines == 0
     assert lines[-1] == "fine\n"
     assert "File 1 (1-truncated.log.gz) of channel 'logs' is corrupt" in caplog.text
-    wait_until(lambda: r.keys() == CHAT_COUNTER)
+    assert r.keys() == CHAT_COUNTER
 
 
 # Bad input
@@ -480,12 +492,13 @@ def test_a_reader_restarted_with_its_id_resumes(r: redis.Redis, tmp_path: Path) 
 
 def test_a_stopped_reader_resumes_with_the_file_it_was_reading(tmp_path: Path) -> None:
     texts = {"1.log": "a\nb\n", "2.log": "c\nd\n"}
-    in_thread(send_files, write_files(tmp_path, texts), readers=1, block_size=2)
+    sender = in_thread(send_files, write_files(tmp_path, texts), readers=1, block_size=2)
     lines: list[str] = []
     first = receive_files(on_line=lines.append, block_size=2, stop=lambda: lines[-1:] == ["c\n"])
     assert first.stopped
     assert first.files_done == 1
     second = receive_files(on_line=lines.append, block_size=2)
+    sender.join(10)
     assert second.finished
     assert second.files_done == 1
     assert lines == ["a\n", "b\n", "c\n", "c\n", "d\n"]

@@ -259,6 +259,16 @@ def test_a_corrupt_gz_file_is_reported_and_the_reader_goes_on(
     assert r.keys() == CHAT_COUNTER
 
 
+def test_any_file_name_is_passed_on(tmp_path: Path) -> None:
+    (tmp_path / "日本😀 a\tb.log").write_text("a\n")
+    (tmp_path / os.fsdecode(b"bad\xff.log")).write_text("b\n")  # not UTF-8
+    names: list[str] = []
+    sender = in_thread(send_files, [tmp_path], readers=1)
+    receive_files(on_line=print, on_file_done=lambda file: names.append(file.name))
+    sender.join(10)
+    assert sorted(names) == ["bad\ufffd.log", "日本😀 a\tb.log"]
+
+
 # Bad input
 
 

@@ -382,6 +382,36 @@ def test_a_stopped_sender_releases_and_another_continues(r: redis.Redis, tmp_pat
     assert r.keys() == CHAT_COUNTER
 
 
+def test_a_silent_sender_is_taken_over_and_told(r: redis.Redis, tmp_path: Path) -> None:
+    paths = write_files(tmp_path, {"1.log": "a\n", "2.log": "b\n", "3.log": "c\n"})
+    release, refused = threading.Event(), []
+
+    def first() -> None:
+        try:  # it stalls after its first file, in progress()
+            send_files(
+                paths[:2], readers=1, stalled_after=0.3,
+                progress=lambda p: p.files_sent == 1 and release.wait(10),
+            )  # fmt: skip
+        except ChannelBusy as exc:
+            refused.append(str(exc))
+
+    stalled = in_thread(first)
+    wait_until(lambda: r.hget(META, "last_seq") == b"1")
+    wait_until(lambda: 1000 * r.time()[0] - int(r.hget(META, "sender_seen") or 0) > 300)
+    second = in_thread(send_files, paths[2:], readers=1)
+    wait_until(lambda: r.hget(META, "last_seq") == b"2")  # the second sent its file
+    release.set()
+    stalled.join(10)
+    assert refused == [
+        "another sender took channel 'logs' over, after this one was silent for 0.3 s"
+    ]
+    names: list[str] = []
+    receive_files(on_line=print, on_file_done=lambda file: names.append(file.name))
+    second.join(10)
+    assert names == ["1.log", "3.log"]
+    assert r.keys() == CHAT_COUNTER
+
+
 # Stalled readers
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
 from .exceptions import (
+    ChannelBusy,
     ChatNotFound,
     ConfigurationError,
+    FilesError,
     InvalidInput,
     LockError,
     LockLost,
@@ -19,6 +21,7 @@ from .exceptions import (
     MessagingError,
     NotAMember,
     QueueFull,
+    ReaderDropped,
     RedisComponentsError,
     SemaphoreError,
     SemaphoreNotAcquired,
@@ -27,6 +30,7 @@ from .exceptions import (
     TaskNotRegistered,
     TaskSerializationError,
 )
+from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
 from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
 from .messaging import GroupChat, Mailbox, Message, MessageList, Pending
@@ -37,8 +41,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Busy",
+    "ChannelBusy",
     "ChatNotFound",
     "ConfigurationError",
+    "FilesError",
     "GroupChat",
     "Guild",
     "InvalidInput",
@@ -56,6 +62,9 @@ __all__ = [
     "Pending",
     "Permit",
     "QueueFull",
+    "ReaderDropped",
+    "ReceiveProgress",
+    "ReceivedFile",
     "RecentContacts",
     "RedisComponentsError",
     "RedisLock",
@@ -64,6 +73,7 @@ __all__ = [
     "SemaphoreError",
     "SemaphoreNotAcquired",
     "SemaphoreNotOwned",
+    "SendProgress",
     "Task",
     "TaskError",
     "TaskNotRegistered",
@@ -74,7 +84,9 @@ __all__ = [
     "fenced_update",
     "get_async_client",
     "get_client",
+    "receive_files",
     "redis_lock",
     "redis_semaphore",
+    "send_files",
     "task",
 ]

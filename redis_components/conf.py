@@ -62,6 +62,13 @@ DEFAULTS: dict[str, Any] = {
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
     "TASK_QUEUE_LIMITS": {},
+    # File distribution (files.py): the most bytes of files a channel holds in Redis at
+    # once; a sender waits for readers to free room, and refuses larger files.
+    "FILES_LIMIT_BYTES": 2**30,
+    # The size of the blocks files are copied and read in, in bytes.
+    "FILES_BLOCK_SIZE": 2**17,
+    # Seconds without a sign of life after which the sender reports a reader as stalled.
+    "FILES_STALLED_AFTER": 60.0,
 }
 
 # Numeric settings whose default is None ("no limit"): None or a positive number of
@@ -168,6 +175,18 @@ class Settings:
     def TASK_QUEUE_LIMITS(self) -> dict[str, int]:
         value = self.get("TASK_QUEUE_LIMITS")
         return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def FILES_LIMIT_BYTES(self) -> int:
+        return int(self.get("FILES_LIMIT_BYTES"))
+
+    @property
+    def FILES_BLOCK_SIZE(self) -> int:
+        return int(self.get("FILES_BLOCK_SIZE"))
+
+    @property
+    def FILES_STALLED_AFTER(self) -> float:
+        return float(self.get("FILES_STALLED_AFTER"))
 
 
 conf = Settings()

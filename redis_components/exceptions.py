@@ -102,3 +102,19 @@ class NotAMember(MessagingError):
 
 class ChatNotFound(MessagingError):
     """No chat exists with the given id."""
+
+
+class FilesError(RedisComponentsError):
+    """Base class of file distribution errors; ``channel`` names the channel."""
+
+    def __init__(self, message: str, channel: str) -> None:
+        self.channel = channel
+        super().__init__(message)
+
+
+class ChannelBusy(FilesError):
+    """Another sender holds the channel, or its readers are still finishing a run."""
+
+
+class ReaderDropped(FilesError):
+    """The sender went on without this reader after it stalled; its files are gone."""

@@ -13,7 +13,7 @@ to and the user drains.
     rc:chat:{42}:joins       hash: user -> version of their latest join (kept after leaving)
     rc:chat:{42}:messages    zset: message JSON -> message id
     rc:chat-index:{alice}    hash: chat id -> version of alice's latest join of it
-    rc:chat-index:{alice}:versions   alice's join version counter
+    rc:chat-index:{alice}:versions   alice's join version counter (see :meth:`GroupChat.forget`)
     rc:chat:{next-id}        the chat id counter
 
 Every operation on a chat is one call of ``lua/chat.lua`` on the chat's keys, so
@@ -265,6 +265,18 @@ class GroupChat:
         """The ids of the chats ``user`` is a member of, in id order."""
         return list(self.unread_counts(user))
 
+    def forget(self, user: str) -> bool:
+        """Delete ``user``'s join counter once they are in no chat; ``False`` while they are.
+
+        Only for accounts that will never again join a chat they were in, such as the
+        per-channel accounts of file distribution (whose chat is deleted when the
+        channel finishes): a chat remembers each member's latest join version, and a
+        counter that started again from 1 would make it ignore a new join.
+        """
+        user = keys.validate_name(user, "user")
+        index, versions = keys.key("chat-index", user), keys.key("chat-index", user, "versions")
+        return bool(scripts.load("chat_index_forget")(get_client(), [index, versions]))
+
     # Helpers. Each reads or writes one slot: a chat's or a user's.
 
     def _run(
@@ -314,15 +326,17 @@ class GroupChat:
         """Fetch whenever something is published on the user's chats, until ``deadline``.
 
         Every channel is subscribed (and the subscription confirmed) before the fetch
-        that follows it, so a message sent in between wakes the loop rather than wait
-        for the deadline.
+        that follows it, and the index's own channel before the index is read, so a
+        message sent or a chat joined in between wakes the loop rather than wait for the
+        deadline.
         """
         index_channel = keys.key("chat-index", user)
         with pubsub(client) as subscriber:
-            subscribed: set[str] = set()
+            _subscribe(subscriber, {index_channel}, deadline)
+            subscribed = {index_channel}
             while True:
                 index = self._index(client, user)
-                channels = {index_channel} | {_chat_keys(chat_id)[3] for chat_id in index}
+                channels = {_chat_keys(chat_id)[3] for chat_id in index}
                 _subscribe(subscriber, channels - subscribed, deadline)
                 subscribed |= channels
                 pending = self._fetch(client, user, index)

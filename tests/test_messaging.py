@@ -198,6 +198,18 @@ def test_a_public_flag_is_kept() -> None:
     assert not chats.is_public(chats.create("alice", [], "closed"))
 
 
+def test_forget_deletes_the_join_counter_of_a_user_in_no_chat(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    assert chats.forget("bob") is False  # still in a chat: the counter stays
+    assert r.exists("rc:chat-index:{bob}:versions")
+    chats.leave(chat_id, "bob")
+    assert chats.forget("bob") is True
+    assert not r.keys("rc:chat-index:{bob}*")
+    assert chats.forget("nobody") is True
+    with pytest.raises(InvalidInput):
+        chats.forget("")
+
+
 def test_leaving_cleans_what_everyone_else_has_seen(r: redis.Redis) -> None:
     chat_id = chats.create("alice", ["bob", "carol"], "hello")
     chats.fetch_pending("alice")
@@ -421,6 +433,26 @@ def test_a_waiting_fetch_wakes_for_a_new_chat(redis_mode: str, r: redis.Redis) -
     )
     pending = chats.fetch_pending("carol", wait=600)
     thread.join()
+    assert ids(pending) == {created[0]: [1]}
+
+
+@pytest.mark.timeout(60)
+def test_a_waiting_fetch_wakes_for_a_chat_created_just_after_it_read_the_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created: list[str] = []
+    reads: list[dict[str, int]] = []
+    read_index = GroupChat._index
+
+    def index_then_create(self: GroupChat, client: redis.Redis, user: str) -> dict[str, int]:
+        reads.append(read_index(self, client, user))
+        if len(reads) == 2:  # the waiting loop's first read: the chat comes right after it
+            created.append(chats.create("alice", ["carol"], "hi"))
+        return reads[-1]
+
+    monkeypatch.setattr(GroupChat, "_index", index_then_create)
+    pending = chats.fetch_pending("carol", wait=600)
+    assert reads[1] == {}
     assert ids(pending) == {created[0]: [1]}
 
 

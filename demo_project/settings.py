@@ -1,6 +1,7 @@
 """Settings of the demo marketplace.
 
-Redis: when REDIS_URL is set, the demo uses that server. Otherwise it uses an
+Redis: when REDIS_URL is set, the demo uses that server (``redis://host:port/0``), or a
+Redis Cluster (``redis+cluster://host:port/0``, any of its nodes). Otherwise it uses an
 embedded redis-server that keeps its data in .demo-data/ between runs; the first
 process that needs it starts it, and the others (the web server, workers, a
 `manage.py` command in another terminal) share it while that process runs.
@@ -15,11 +16,14 @@ from redis_components.embedded import shared_server
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("DEMO_DATA_DIR", BASE_DIR / ".demo-data"))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 REDIS_EMBEDDED = not REDIS_URL
 if REDIS_EMBEDDED:
     REDIS_URL, _ = shared_server(DATA_DIR)
+# redis+cluster://host:port/0 names any node of a Redis Cluster.
+REDIS_CLUSTER = REDIS_URL.startswith(("redis+cluster://", "rediss+cluster://"))
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "demo-only-not-secret-change-me")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
@@ -71,7 +75,10 @@ DATABASES = {
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": REDIS_URL.replace("+cluster", "", 1),
+        "OPTIONS": {"CLIENT_CLASS": "redis_components.connection.ClusterClient"}
+        if REDIS_CLUSTER
+        else {},
     }
 }
 REDIS_COMPONENTS = {"CACHE_ALIAS": "default", "KEY_PREFIX": "rc"}

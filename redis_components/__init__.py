@@ -27,6 +27,7 @@ from .exceptions import (
     SemaphoreNotAcquired,
     SemaphoreNotOwned,
     TaskError,
+    TaskNotDurable,
     TaskNotRegistered,
     TaskSerializationError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "SendProgress",
     "Task",
     "TaskError",
+    "TaskNotDurable",
     "TaskNotRegistered",
     "TaskSerializationError",
     "__version__",

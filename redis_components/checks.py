@@ -10,6 +10,7 @@ import difflib
 import re
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -18,6 +19,8 @@ from django.core.checks import CheckMessage, Error, Warning
 from .conf import DEFAULTS, OPTIONAL_NUMBERS, SETTING_NAME
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+CLUSTER_CLIENT = "redis_components.connection.ClusterClient"
+SENTINEL_FACTORY = "django_redis.pool.SentinelConnectionFactory"
 KEY_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.\-:]{1,64}")
 
 
@@ -81,7 +84,8 @@ def _check_cache(alias: object) -> list[CheckMessage]:
                 id="redis_components.E004",
             )
         ]
-    client_class = caches[alias].get("OPTIONS", {}).get("CLIENT_CLASS", "")
+    options = caches[alias].get("OPTIONS", {})
+    client_class = options.get("CLIENT_CLASS", "")
     if client_class.endswith("ShardClient"):
         return [
             Error(
@@ -91,7 +95,56 @@ def _check_cache(alias: object) -> list[CheckMessage]:
                 id="redis_components.E007",
             )
         ]
+    if client_class == CLUSTER_CLIENT:
+        return _check_cluster(alias, caches[alias].get("LOCATION"))
+    if client_class.endswith("SentinelClient"):
+        return _check_sentinel(alias, options)
     return []
+
+
+def _check_cluster(alias: str, location: object) -> list[CheckMessage]:
+    first = location[0] if isinstance(location, (list, tuple)) and location else location
+    parts = urlsplit(first) if isinstance(first, str) else None
+    if parts is None or parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        problem = "a redis:// or rediss:// URL of one of its nodes"
+    elif parts.path not in ("", "/", "/0"):
+        problem = "database 0 (a cluster has no other)"
+    else:
+        return []
+    return [
+        Error(
+            f"CACHES[{alias!r}] uses the cluster client, so its LOCATION must name {problem}; "
+            f"it is {location!r}.",
+            hint="For example 'redis://10.0.0.1:7000/0'; the other nodes are discovered.",
+            id="redis_components.E009",
+        )
+    ]
+
+
+def _check_sentinel(alias: str, options: dict[str, Any]) -> list[CheckMessage]:
+    factory = options.get(
+        "CONNECTION_FACTORY", getattr(settings, "DJANGO_REDIS_CONNECTION_FACTORY", "")
+    )
+    sentinels = options.get("SENTINELS")
+    pairs = (
+        isinstance(sentinels, (list, tuple))
+        and bool(sentinels)
+        and all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[1], int)
+            for pair in sentinels
+        )
+    )
+    if factory == SENTINEL_FACTORY and pairs:
+        return []
+    return [
+        Error(
+            f"CACHES[{alias!r}] uses django-redis's SentinelClient but is not set up for it: "
+            f"OPTIONS needs CONNECTION_FACTORY {SENTINEL_FACTORY!r} and SENTINELS, a list of "
+            "(host, port) pairs.",
+            hint="LOCATION names the master: 'redis://<master name>/0'.",
+            id="redis_components.E010",
+        )
+    ]
 
 
 def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:

@@ -48,6 +48,11 @@ DEFAULTS: dict[str, Any] = {
     # Autocomplete: who may search a guild, a callable `(request, guild) -> bool` or its
     # dotted path. The default lets signed-in users whose username is a member.
     "AUTOCOMPLETE_GUILD_ACCESS": "redis_components.autocomplete.members_only",
+    # Task queues: when set, an enqueue returns only once this many replicas have the
+    # task (Redis WAIT), so a failover cannot lose it; waiting at most QUEUE_WAIT_TIMEOUT
+    # seconds, after which the enqueue raises TaskNotDurable.
+    "QUEUE_WAIT_REPLICAS": None,
+    "QUEUE_WAIT_TIMEOUT": 1.0,
     # Task queues (queues.py, worker.py).
     # A worker renews a lease of 1.5 x this twice per interval; the tasks of a worker
     # whose lease ran out are back on their queues within 2 x this.
@@ -73,7 +78,10 @@ DEFAULTS: dict[str, Any] = {
 
 # Numeric settings whose default is None ("no limit"): None or a positive number of
 # this type. The system checks validate them beside the numeric ones.
-OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {"CHAT_MAX_AGE": float}
+OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {
+    "CHAT_MAX_AGE": float,
+    "QUEUE_WAIT_REPLICAS": int,
+}
 
 
 def user_settings() -> dict[str, Any]:
@@ -150,6 +158,15 @@ class Settings:
                 f"(request, guild) -> bool or its dotted path, not {value!r}."
             )
         return found  # type: ignore[no-any-return]
+
+    @property
+    def QUEUE_WAIT_REPLICAS(self) -> int | None:
+        value = self.get("QUEUE_WAIT_REPLICAS")
+        return None if value is None else int(value)
+
+    @property
+    def QUEUE_WAIT_TIMEOUT(self) -> float:
+        return float(self.get("QUEUE_WAIT_TIMEOUT"))
 
     @property
     def TASK_HEARTBEAT_INTERVAL(self) -> float:

@@ -12,11 +12,13 @@ import weakref
 from typing import Any
 
 import redis.asyncio
+import redis.asyncio.sentinel
 from django.conf import settings
 from django_redis.client import DefaultClient
 from redis import Redis
 from redis.client import PubSub
 from redis.cluster import RedisCluster
+from redis.sentinel import SentinelConnectionPool
 
 from .conf import conf
 from .exceptions import ConfigurationError
@@ -88,6 +90,18 @@ def get_async_client() -> redis.asyncio.Redis:
             kwargs.pop("host", None)
             kwargs.pop("port", None)
             client = redis.asyncio.RedisCluster(host=node.host, port=node.port, **kwargs)
+        elif isinstance(sync.connection_pool, SentinelConnectionPool):
+            # Behind Sentinel: ask the same sentinels for the same master.
+            sentinel_pool: Any = sync.connection_pool
+            sentinels = [
+                (
+                    s.connection_pool.connection_kwargs["host"],
+                    s.connection_pool.connection_kwargs["port"],
+                )
+                for s in sentinel_pool.sentinel_manager.sentinels
+            ]
+            manager = redis.asyncio.sentinel.Sentinel(sentinels, **kwargs)  # type: ignore[no-untyped-call]
+            client = manager.master_for(sentinel_pool.service_name, **kwargs)
         else:
             kind = sync.connection_pool.connection_class.__name__
             connection_class = getattr(redis.asyncio.connection, kind, redis.asyncio.Connection)

@@ -368,6 +368,138 @@ class EmbeddedCluster:
         self.stop()
 
 
+class EmbeddedSentinel(EmbeddedRedis):
+    """A Redis Sentinel process watching the master ``master_name`` at ``host:port``.
+
+    Sentinel rewrites its configuration file as it learns, so it runs from one in its
+    own directory. ``quorum`` sentinels must agree that the master is down, which
+    they decide after ``down_after_ms`` without an answer.
+    """
+
+    def __init__(
+        self, master_name: str, master_port: int, *, quorum: int = 2, down_after_ms: int = 1000
+    ) -> None:
+        super().__init__()
+        self.master_name = master_name
+        self.monitor = (
+            f"sentinel monitor {master_name} {self.host} {master_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {master_name} {down_after_ms}\n"
+            f"sentinel failover-timeout {master_name} {down_after_ms * 4}\n"
+        )
+
+    def _arguments(self, binary: str) -> list[str]:
+        assert self.directory is not None
+        conf_path = self.directory / "sentinel.conf"
+        conf_path.write_text(f"port {self.port}\nbind {self.host}\n{self.monitor}")
+        return [
+            binary, str(conf_path), "--sentinel",
+            "--dir", str(self.directory), "--logfile", self.log_path.name,
+        ]  # fmt: skip
+
+
+class EmbeddedSentinelGroup:
+    """A master, ``replicas`` replicas and ``sentinels`` sentinels on loopback.
+
+    For failover tests: :meth:`kill_master` SIGKILLs the master, and
+    :meth:`wait_for_failover` waits until the sentinels name another one.
+    """
+
+    master_name = "rc-master"
+
+    def __init__(self, replicas: int = 1, sentinels: int = 3, down_after_ms: int = 1000) -> None:
+        self.replica_count = replicas
+        self.sentinel_count = sentinels
+        self.down_after_ms = down_after_ms
+        self.servers: list[EmbeddedRedis] = []
+        self.sentinels: list[EmbeddedSentinel] = []
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The sentinels' (host, port), as redis-py and django-redis take them."""
+        return [(sentinel.host, sentinel.port) for sentinel in self.sentinels]
+
+    def start(self) -> EmbeddedSentinelGroup:
+        try:
+            master = EmbeddedRedis().start()
+            self.servers.append(master)
+            for _ in range(self.replica_count):
+                replicaof = {"replicaof": f"{master.host} {master.port}"}
+                self.servers.append(EmbeddedRedis(config=replicaof).start())
+            for _ in range(self.sentinel_count):
+                sentinel = EmbeddedSentinel(
+                    self.master_name, master.port, down_after_ms=self.down_after_ms
+                )
+                sentinel.start()
+                self.sentinels.append(sentinel)
+            self._wait(lambda: self._replicas_in_sync() and self._sentinels_agree(master.port))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def master_port(self) -> int:
+        """The port of the master the sentinels name now."""
+        with self.sentinels[0].client() as client:
+            _, port = client.sentinel_get_master_addr_by_name(self.master_name)
+        return int(port)
+
+    def kill_master(self) -> int:
+        """SIGKILL the current master (no chance to say goodbye); return its port."""
+        port = self.master_port()
+        for server in self.servers:
+            if server.port == port and server.process is not None:
+                server.process.kill()
+                server.process.wait()
+        return port
+
+    def wait_for_failover(self, old_port: int) -> int:
+        """Wait until the sentinels have promoted a new master; return its port."""
+        self._wait(lambda: self.master_port() != old_port, timeout=30)
+        new_port = self.master_port()
+        self._wait(lambda: self._is_master(new_port), timeout=30)
+        return new_port
+
+    def _replicas_in_sync(self) -> bool:
+        with self.servers[0].client() as client:
+            return int(client.info("replication").get("connected_slaves", 0)) == self.replica_count
+
+    def _sentinels_agree(self, port: int) -> bool:
+        for sentinel in self.sentinels:
+            with sentinel.client() as client:
+                master = client.sentinel_master(self.master_name)
+            if (
+                int(master["port"]) != port
+                or int(master["num-other-sentinels"]) < len(self.sentinels) - 1
+            ):
+                return False
+        return True
+
+    def _is_master(self, port: int) -> bool:
+        try:
+            with redis.Redis(host="127.0.0.1", port=port) as client:
+                return bool(client.info("replication").get("role") == "master")
+        except redis.ConnectionError:
+            return False
+
+    def _wait(self, ready: Any, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if time.monotonic() > deadline:
+                raise EmbeddedRedisError("the sentinel group did not settle in time")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for process in [*self.sentinels, *self.servers]:
+            process.stop()
+        self.sentinels, self.servers = [], []
+
+    def __enter__(self) -> EmbeddedSentinelGroup:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def shared_server(data_dir: str | os.PathLike[str]) -> tuple[str, bool]:
     """The URL of the persistent server for ``data_dir``, starting it if no process has.
 

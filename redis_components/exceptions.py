@@ -80,6 +80,18 @@ class TaskSerializationError(TaskError, ValueError):
     """The task's arguments cannot be encoded as JSON."""
 
 
+class TaskNotDurable(TaskError):
+    """The task was enqueued, but fewer replicas than QUEUE_WAIT_REPLICAS acknowledged it.
+
+    It will most likely run; only a failover in the next moments could lose it.
+    ``task_id`` names it, so the caller may check or enqueue it again.
+    """
+
+    def __init__(self, message: str, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(message)
+
+
 class QueueFull(TaskError):
     """The queue holds its maximum number of waiting tasks; nothing was enqueued.
 

@@ -38,6 +38,7 @@ grant) lets the data refuse a stale holder's write: see :func:`fenced_update` an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
@@ -50,7 +51,7 @@ from .connection import get_async_client, get_client, text
 from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .guard import Busy, Guard
 from .keys import key, validate_name
-from .scripts import Arg, Call, load, run_many
+from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
 from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant
 from .watchdog import watchdog
 
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ACQUIRE, RELEASE, EXTEND, FENCED_SET = "lock_acquire", "lock_release", "lock_extend", "fenced_set"
+# How long a grant waits for the replicas to acknowledge it (with wait_for_replicas).
+WAIT_TIMEOUT = 1.0
 # The lock key is followed by these, in the order the scripts take them.
 PARTS = ("fence", "waiters", "grant")
 
@@ -102,6 +105,7 @@ class RedisLock:
         auto_renew: bool = False,
         on_lost: Callable[[LockHandle], object] | None = None,
         reentrant: bool = False,
+        wait_for_replicas: int | None = None,
     ) -> None:
         self.name = validate_name(name, "name")
         self.timeout = positive_seconds(
@@ -110,6 +114,16 @@ class RedisLock:
         self.auto_renew = auto_renew
         self.on_lost = on_lost
         self.reentrant = reentrant
+        if wait_for_replicas is not None and (
+            isinstance(wait_for_replicas, bool)
+            or not isinstance(wait_for_replicas, int)
+            or wait_for_replicas < 1
+        ):
+            raise InvalidInput(
+                "wait_for_replicas",
+                f"must be a positive integer or None, not {wait_for_replicas!r}",
+            )
+        self.wait_for_replicas = wait_for_replicas
         self.keys = [key("lock", name), *(key("lock", name, part) for part in PARTS)]
 
     def __repr__(self) -> str:
@@ -259,15 +273,44 @@ class LockHandle:
     # -- acquisition bookkeeping -------------------------------------------------
 
     def confirm(self) -> LockHandle:
-        """Finish a grant: make the lease as long as this lock asks, then start holding."""
-        if self.granted_lease < self.lock.timeout:
+        """Finish a grant: make the lease as long as this lock asks, then start holding.
+
+        With ``wait_for_replicas``, the lease is renewed once more and Redis WAITs for
+        the replicas to have it: the master's replication stream is ordered, so they then
+        have the grant too.
+        """
+        replicas = self.lock.wait_for_replicas
+        if replicas:
+            call = self._extend_call(self.lock.timeout)
+            extended, acknowledged = run_and_wait(get_client(), call, replicas, WAIT_TIMEOUT)
+            self._replicated(extended, acknowledged)
+        elif self.granted_lease < self.lock.timeout:
             self.extend()
         return self._start()
 
     async def aconfirm(self) -> LockHandle:
-        if self.granted_lease < self.lock.timeout:
+        replicas = self.lock.wait_for_replicas
+        if replicas:
+            call = self._extend_call(self.lock.timeout)
+            client = get_async_client()
+            extended, acknowledged = await arun_and_wait(client, call, replicas, WAIT_TIMEOUT)
+            self._replicated(extended, acknowledged)
+        elif self.granted_lease < self.lock.timeout:
             await self.aextend()
         return self._start()
+
+    def _replicated(self, extended: object, acknowledged: int) -> None:
+        self._extended(extended, self.lock.timeout)
+        if acknowledged < (self.lock.wait_for_replicas or 0):
+            self.depth = 1
+            with contextlib.suppress(LockNotOwned):
+                self.release()
+            raise LockError(
+                f"Lock {self.name!r} was granted, but {acknowledged} of "
+                f"{self.lock.wait_for_replicas} replicas acknowledged it within "
+                f"{WAIT_TIMEOUT:g} s; it was released again",
+                self.name,
+            )
 
     def _start(self) -> LockHandle:
         self.owner = _current_owner()
@@ -422,6 +465,7 @@ class LockScope(Guard[H]):
         on_lost: Callable[[LockHandle], object] | None,
         on_busy: Callable[[Busy], Any] | None,
         reentrant: bool,
+        wait_for_replicas: int | None,
     ) -> None:
         super().__init__(names, on_busy)
         self.options: dict[str, Any] = {
@@ -431,6 +475,7 @@ class LockScope(Guard[H]):
             "auto_renew": auto_renew,
             "on_lost": on_lost,
             "reentrant": reentrant,
+            "wait_for_replicas": wait_for_replicas,
         }
         self.blocking = blocking
         self.blocking_timeout = None
@@ -573,6 +618,7 @@ def redis_lock(
     on_lost: Callable[[LockHandle], object] | None = None,
     on_busy: Callable[[Busy], Any] | None = None,
     reentrant: bool = False,
+    wait_for_replicas: int | None = None,
 ) -> LockScope[LockHandle]: ...
 
 
@@ -589,6 +635,7 @@ def redis_lock(
     on_lost: Callable[[LockHandle], object] | None = None,
     on_busy: Callable[[Busy], Any] | None = None,
     reentrant: bool = False,
+    wait_for_replicas: int | None = None,
 ) -> LockScope[LockGroup]: ...
 
 
@@ -601,6 +648,7 @@ def redis_lock(
     on_lost: Callable[[LockHandle], object] | None = None,
     on_busy: Callable[[Busy], Any] | None = None,
     reentrant: bool = False,
+    wait_for_replicas: int | None = None,
 ) -> LockScope[Any]:
     """Hold one or more locks around a block or a function call (sync or async).
 
@@ -625,6 +673,7 @@ def redis_lock(
         on_lost=on_lost,
         on_busy=on_busy,
         reentrant=reentrant,
+        wait_for_replicas=wait_for_replicas,
     )
 
 

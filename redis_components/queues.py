@@ -72,6 +72,7 @@ from .exceptions import (
     LockNotAcquired,
     QueueFull,
     TaskError,
+    TaskNotDurable,
     TaskNotRegistered,
     TaskSerializationError,
 )
@@ -305,14 +306,26 @@ class Task(Generic[P, R]):
             prefix, ready, delayed = conf.KEY_PREFIX, ready_key(self.queue), delayed_key(self.queue)
             self._keys = (prefix, ready, delayed)
         limit = _limit(options, self.queue)
+        call: scripts.Call
         if not when and not limit:  # the common case gets the smallest script
-            scripts.load("queue_push")(tasks_client(), [ready], [payload])
-            return task_id
-        added = scripts.load("queue_enqueue")(
-            tasks_client(), [ready, delayed], [payload, when, limit]
-        )
-        if not added:
+            call = (scripts.load("queue_push"), [ready], [payload])
+        else:
+            call = (scripts.load("queue_enqueue"), [ready, delayed], [payload, when, limit])
+        replicas = options.get("QUEUE_WAIT_REPLICAS")
+        if replicas:
+            timeout = conf.QUEUE_WAIT_TIMEOUT
+            added, acknowledged = scripts.run_and_wait(tasks_client(), call, replicas, timeout)
+        else:
+            script, keys_, args = call
+            added = script(tasks_client(), keys_, args)
+        if call[0].name == "queue_enqueue" and not added:
             raise QueueFull(self.queue, limit)
+        if replicas and acknowledged < replicas:
+            raise TaskNotDurable(
+                f"Task {task_id} was enqueued, but {acknowledged} of {replicas} replicas "
+                f"acknowledged it within {timeout:g} s",
+                task_id,
+            )
         return task_id
 
 

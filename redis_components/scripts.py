@@ -93,6 +93,46 @@ def run_many(client: Any, calls: Sequence[Call]) -> list[Any]:
     return results
 
 
+def run_and_wait(client: Any, call: Call, replicas: int, timeout: float) -> tuple[Any, int]:
+    """Run one script, then ``WAIT`` for ``replicas`` replicas to have its writes.
+
+    Both go down one connection in one round trip (WAIT covers the writes of its own
+    connection). Returns the script's result and how many replicas acknowledged it
+    within ``timeout`` seconds.
+    """
+    script, keys, args = call
+    if isinstance(client, RedisCluster):
+        cluster: Any = client
+        client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
+    for _ in range(2):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", replicas, max(1, round(timeout * 1000)))
+        result, acknowledged = pipe.execute(raise_on_error=False)
+        if not isinstance(result, NoScriptError):
+            break
+        client.script_load(script.source)
+    if isinstance(result, Exception):
+        raise result
+    return result, int(acknowledged)
+
+
+async def arun_and_wait(client: Any, call: Call, replicas: int, timeout: float) -> tuple[Any, int]:
+    """:func:`run_and_wait` on a ``redis.asyncio`` client (not a cluster client)."""
+    script, keys, args = call
+    for _ in range(2):
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", replicas, max(1, round(timeout * 1000)))
+        result, acknowledged = await pipe.execute(raise_on_error=False)
+        if not isinstance(result, NoScriptError):
+            break
+        await client.script_load(script.source)
+    if isinstance(result, Exception):
+        raise result
+    return result, int(acknowledged)
+
+
 def _pipelined(client: Any, calls: Sequence[Call]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:

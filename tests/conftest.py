@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.processes import WorkerProcess
 
 CHROMIUM_ARGUMENTS = [
     "--headless",
@@ -85,3 +88,18 @@ def new_browser(_browser_binaries: tuple[str, str]) -> Iterator[Callable[[], Any
     yield start
     for browser in started:
         browser.quit()
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, **settings: object) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path, list(args), settings)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.kill_all()

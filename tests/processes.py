@@ -6,8 +6,15 @@ the session's server); redis-py notices the new pid and opens fresh connections.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 FORK = multiprocessing.get_context("fork")
@@ -29,3 +36,50 @@ def run_processes(
     assert not stuck, f"{len(stuck)} of {len(processes)} processes did not finish in {timeout} s"
     codes = [process.exitcode for process in processes]
     assert codes == [0] * len(processes), f"exit codes: {codes}"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    """``python -m django rc_worker ...`` in its own process group, output in a file."""
+
+    def __init__(self, tmp_path: Path, args: list[str], settings: dict[str, object]) -> None:
+        self.log = tmp_path / f"worker-{time.monotonic_ns()}.log"
+        env = {**os.environ, "RC_TEST_REDIS_COMPONENTS": json.dumps(settings)}
+        with open(self.log, "wb") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "django", "rc_worker", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def kill_all(self) -> None:
+        """SIGKILL the supervisor and every worker process at once."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise AssertionError(f"rc_worker did not exit; its output:\n{self.output()}") from None
+
+
+def wait_until(
+    condition: Callable[[], object], what: Callable[[], str], timeout: float = 30
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out; {what()}"
+        time.sleep(0.01)

@@ -45,6 +45,23 @@ def caches(url: str, other_url: str | None = None) -> dict[str, dict[str, object
     }
 
 
+def sentinel_caches(master: str, sentinels: list[tuple[str, int]]) -> dict[str, dict[str, object]]:
+    """The master named ``master``, found through ``sentinels`` (django-redis's way)."""
+    options = {
+        "CLIENT_CLASS": "django_redis.client.SentinelClient",
+        "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+        "SENTINELS": sentinels,
+    }
+    location = f"redis://{master}/0"
+    return {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": location,
+            "OPTIONS": options,
+        }
+    }
+
+
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -70,6 +87,11 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memor
 CACHES = caches(
     os.environ.get("RC_TEST_REDIS_URL", NOT_STARTED), os.environ.get("RC_TEST_REDIS_OTHER_URL")
 )
+if os.environ.get("RC_TEST_SENTINELS"):  # a worker started by the failover tests
+    CACHES = sentinel_caches(
+        os.environ["RC_TEST_SENTINEL_MASTER"],
+        [(host, int(port)) for host, port in json.loads(os.environ["RC_TEST_SENTINELS"])],
+    )
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

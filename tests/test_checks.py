@@ -49,6 +49,45 @@ def test_e007_shard_client_is_refused() -> None:
     assert ids(CACHES={"default": cache}) == ["redis_components.E007"]
 
 
+CLUSTER_OPTIONS = {"CLIENT_CLASS": "redis_components.connection.ClusterClient"}
+
+
+@pytest.mark.parametrize(
+    ("location", "problems"),
+    [
+        ("redis://10.0.0.1:7000/0", []),
+        (["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"], []),
+        ("unix:///tmp/redis.sock", ["redis_components.E009"]),
+        ("redis://10.0.0.1:7000/3", ["redis_components.E009"]),
+    ],
+)
+def test_e009_cluster_location(location: object, problems: list[str]) -> None:
+    cache = {**REDIS_CACHE, "LOCATION": location, "OPTIONS": CLUSTER_OPTIONS}
+    assert ids(CACHES={"default": cache}) == problems
+
+
+SENTINEL_OPTIONS = {
+    "CLIENT_CLASS": "django_redis.client.SentinelClient",
+    "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+    "SENTINELS": [("10.0.0.1", 26379), ("10.0.0.2", 26379)],
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "problems"),
+    [
+        ({}, []),
+        ({"CONNECTION_FACTORY": "django_redis.pool.ConnectionFactory"}, ["redis_components.E010"]),
+        ({"SENTINELS": []}, ["redis_components.E010"]),
+        ({"SENTINELS": ["10.0.0.1:26379"]}, ["redis_components.E010"]),
+    ],
+)
+def test_e010_sentinel_setup(change: dict[str, object], problems: list[str]) -> None:
+    cache = {**REDIS_CACHE, "LOCATION": "redis://mymaster/0"}
+    cache["OPTIONS"] = {**SENTINEL_OPTIONS, **change}
+    assert ids(CACHES={"default": cache}) == problems
+
+
 @pytest.mark.parametrize("value", [0, -1, "10", True, None])
 def test_e005_bad_numeric_values(value: object) -> None:
     from redis_components.conf import DEFAULTS

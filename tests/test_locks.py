@@ -490,3 +490,12 @@ def test_a_dead_waiter_does_not_swallow_the_lock() -> None:
     handle = RedisLock("deadwaiter", timeout=10).acquire(blocking=False)
     assert handle is not None
     assert handle.fence > holder.fence
+
+
+def test_a_grant_no_replica_acknowledged_is_released_and_reported() -> None:
+    lock = RedisLock("durable", timeout=5, wait_for_replicas=1)
+    with pytest.raises(LockError, match="0 of 1 replicas acknowledged"):
+        lock.acquire()
+    assert not _held("durable")  # released again
+    with pytest.raises(InvalidInput, match="wait_for_replicas"):
+        RedisLock("durable", wait_for_replicas=0)

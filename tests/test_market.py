@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import io
 import random
 import threading
 import time
 
 import pytest
 import redis
+from django.core.management import CommandError, call_command
 
 from demo_project.marketplace.market import MODES, Market, Mode, item_lock
 from redis_components import RedisLock
@@ -105,3 +107,14 @@ def test_eight_traders_keep_the_invariants(mode: Mode) -> None:
         for user in range(1, 9)
         for item in market.inventory(user)
     )
+
+
+def test_market_check_command_lists_violations_and_fails(market: Market, r: redis.Redis) -> None:
+    out = io.StringIO()
+    call_command("market_check", "--market", "test", stdout=out)
+    assert "sound" in out.getvalue()
+    r.hincrby("demo:{test}:users:2", "funds", -60)
+    errors = io.StringIO()
+    with pytest.raises(CommandError, match="breaks 2 invariant"):
+        call_command("market_check", "--market", "test", stderr=errors)
+    assert "user 2 has negative funds: -10" in errors.getvalue()

@@ -15,6 +15,7 @@ from redis_components.exceptions import (
     InvalidInput,
     LockNotAcquired,
     TaskError,
+    TaskNotDurable,
     TaskNotRegistered,
 )
 from redis_components.queues import (
@@ -277,3 +278,13 @@ def test_purge_deletes_waiting_and_dead_tasks(redis_mode: str, r: redis.Redis) -
     assert purge("test") == 3
     assert r.exists(ready_key("test"), delayed_key("test"), dead_key("test")) == 0
     assert r.llen(ready_key("other")) == 1
+
+
+def test_an_enqueue_that_no_replica_acknowledged_says_so(r: redis.Redis) -> None:
+    # The test server has no replica, so WAIT times out with 0 acknowledgements.
+    settings = {"QUEUE_WAIT_REPLICAS": 1, "QUEUE_WAIT_TIMEOUT": 0.05}
+    with override_settings(REDIS_COMPONENTS=settings), pytest.raises(TaskNotDurable) as info:
+        tasks.record.enqueue("not durable")
+    assert "0 of 1 replicas" in str(info.value)
+    [payload] = r.lrange(ready_key("test"), 0, -1)
+    assert json.loads(payload)["id"] == info.value.task_id  # enqueued all the same

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,68 +15,8 @@ import redis
 
 from redis_components.embedded import EmbeddedRedis
 from redis_components.queues import TaskMessage, dead_letters, ready_key, running_key, workers
+from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class WorkerProcess:
-    """``python -m django rc_worker ...`` in its own process group, output in a file."""
-
-    def __init__(self, tmp_path: Path, args: list[str], settings: dict[str, object]) -> None:
-        self.log = tmp_path / f"worker-{time.monotonic_ns()}.log"
-        env = {**os.environ, "RC_TEST_REDIS_COMPONENTS": json.dumps(settings)}
-        with open(self.log, "wb") as output:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "django", "rc_worker", *args],
-                cwd=ROOT,
-                env=env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def signal(self, signum: int) -> None:
-        self.process.send_signal(signum)
-
-    def kill_all(self) -> None:
-        """SIGKILL the supervisor and every worker process at once."""
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-
-    def wait(self, timeout: float = 30) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill_all()
-            raise AssertionError(f"rc_worker did not exit; its output:\n{self.output()}") from None
-
-
-@pytest.fixture
-def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    def start(*args: str, **settings: object) -> WorkerProcess:
-        worker = WorkerProcess(tmp_path, list(args), settings)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        if worker.process.poll() is None:
-            worker.kill_all()
-
-
-def wait_until(
-    condition: Callable[[], object], what: Callable[[], str], timeout: float = 30
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out; {what()}"
-        time.sleep(0.01)
 
 
 def runs(r: redis.Redis) -> dict[str, int]:

@@ -1,0 +1,113 @@
+"""Behind Sentinel: a master, a replica and three sentinels; the master is killed mid-run.
+
+Locks, semaphores, task queues and chats carry on through the promoted replica. What a
+failover can lose is what the master had not yet passed on to the replica; what the
+components acknowledged with WAIT (a lock's ``wait_for_replicas``, the queue's
+``QUEUE_WAIT_REPLICAS``) survives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from django.test import override_settings
+
+from conftest import CLUSTER
+from redis_components import GroupChat, RedisLock, RedisSemaphore, get_client
+from redis_components.embedded import EmbeddedSentinelGroup
+from tests.processes import WorkerProcess, wait_until
+from tests.settings import sentinel_caches
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.skipif(
+    CLUSTER, reason="the failover tests start their own servers; they run in the first pass"
+)
+
+TASKS = 60
+
+
+@pytest.fixture
+def group(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedSentinelGroup]:
+    with EmbeddedSentinelGroup(replicas=1, sentinels=3, down_after_ms=1000) as group:
+        caches = sentinel_caches(group.master_name, group.addresses)
+        # Worker processes started by the test find the same sentinels.
+        monkeypatch.setenv("RC_TEST_SENTINELS", json.dumps(group.addresses))
+        monkeypatch.setenv("RC_TEST_SENTINEL_MASTER", group.master_name)
+        with override_settings(CACHES=caches, REDIS_COMPONENTS={"QUEUE_WAIT_REPLICAS": 1}):
+            yield group
+
+
+def runs() -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in get_client().hgetall("{test}:runs").items()}
+
+
+def elsewhere(action: Callable[[], object]) -> object:
+    """Call ``action`` in another thread: another holder, not a nested acquisition."""
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(action()))
+    thread.start()
+    thread.join()
+    assert result, "the other thread failed"
+    return result[0]
+
+
+def retrying(action: Callable[[], object], seconds: float = 20) -> object:
+    """Call ``action`` until the client has found the new master (as an app would retry)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return action()
+        except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+            assert time.monotonic() < deadline, "the client never reached the new master"
+            time.sleep(0.1)
+
+
+def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
+    group: EmbeddedSentinelGroup, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Before: a replicated lock, a permit, tasks acknowledged by the replica, a chat.
+    lock = RedisLock("failover", timeout=60, wait_for_replicas=1)
+    held = lock.acquire()
+    assert held is not None
+    semaphore = RedisSemaphore("failover", limit=2, timeout=60)
+    assert semaphore.acquire() is not None
+    for n in range(TASKS):
+        tasks.record.enqueue(f"t{n}", 0.02)  # each returns once the replica has it
+    chat_id = GroupChat().create("alice", ["bob"], "before")
+    worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: len(runs()) >= 5, worker.output)  # the worker is under way
+
+    old = group.kill_master()
+    new = group.wait_for_failover(old)
+    assert new != old
+
+    # After: the lock granted before is still held, and still refused to others.
+    retrying(held.check)
+    assert (
+        retrying(lambda: elsewhere(lambda: RedisLock("failover").acquire(blocking=False))) is None
+    )
+    held.release()
+    again = RedisLock("failover", timeout=5).acquire(blocking=False)
+    assert again is not None
+    assert again.fence > held.fence
+    again.release()
+    # The semaphore still admits no more than its limit.
+    assert retrying(semaphore.acquire) is not None
+    assert semaphore.acquire() is None
+    # The chat goes on.
+    GroupChat().send(chat_id, "alice", "after")
+    [(_, messages)] = GroupChat().fetch_pending("bob")
+    assert [m["message"] for m in messages][-1] == "after"
+    # The worker reconnected by itself and ran every acknowledged task.
+    wait_until(lambda: len(runs()) == TASKS, worker.output, timeout=60)
+    assert set(runs()) == {f"t{n}" for n in range(TASKS)}
+    output = worker.output()
+    assert "lost Redis" in output
+    assert "reached Redis again" in output
+    worker.signal(15)
+    assert worker.wait() == 0

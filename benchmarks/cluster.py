@@ -221,6 +221,7 @@ def main() -> None:
         "cluster / single",
         "single Redis CPU",
         "cluster nodes' CPU",
+        "machine idle (single / cluster)",
     ]
     print(table(headers, rows))
 

@@ -60,6 +60,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -86,6 +87,11 @@ READER_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 MAX_CHANNEL_LENGTH = 200
 MAX_READERS = 1000
 MAX_BLOCK_SIZE = 2**26
+# A reader fetches at least this much per GETRANGE: the sender's blocks bound what one
+# APPEND adds, not how a finished file is read back, and fewer, larger reads cost less.
+MIN_READ_SIZE = 2**20
+# How many blocks the sender appends per round trip.
+APPENDS_PER_TRIP = 8
 # The longest a loop waits before it looks at stop() and sends a heartbeat again.
 TICK = 0.5
 # The pause after a failed call to Redis, doubled after each failure up to the maximum.
@@ -212,7 +218,8 @@ def receive_files(
     may have none), decoded with ``encoding`` and ``errors``, or as ``bytes`` when
     ``encoding`` is None; then ``on_file_done`` with a :class:`ReceivedFile`. Only
     after that is the file acknowledged: an exception from either callback ends the
-    call, and the file is read again when the reader is restarted.
+    call, and the file is read again when the reader is restarted. ``block_size`` is
+    the most read per GETRANGE (default: 1 MiB, or ``FILES_BLOCK_SIZE`` if larger).
 
     Raises :class:`InvalidInput` if the channel has no such reader, and
     :class:`ReaderDropped` if the sender went on without it. When ``stop()`` returns
@@ -232,8 +239,11 @@ def receive_files(
             lookup(value)
         except LookupError as exc:
             raise InvalidInput(name, str(exc)) from None
-    block = _block_size(block_size)
-    receiver = _Receiver(channel, reader, on_line, on_file_done, encoding, errors, block)
+    # A finished file is read back in large pieces unless the caller says otherwise.
+    read_size = max(conf.FILES_BLOCK_SIZE, MIN_READ_SIZE)
+    if block_size is not None:
+        read_size = _block_size(block_size)
+    receiver = _Receiver(channel, reader, on_line, on_file_done, encoding, errors, read_size)
     return receiver.run(progress, stop or _never)
 
 
@@ -261,6 +271,19 @@ class _Channel:
         names = [*self.keys, *(self.data_key(seq) for seq in seqs)]
         reply: list[Any] = scripts.load("files")(self.client, names, [operation, actor, *args])
         return reply
+
+    def run_many(self, actor: str, calls: list[tuple[str, int, list[scripts.Arg]]]) -> list[Any]:
+        """Several operations, each on one file, in one round trip (in order)."""
+        script = scripts.load("files")
+        batch = [
+            (script, [*self.keys, self.data_key(seq)], [operation, actor, *args])
+            for operation, seq, args in calls
+        ]
+        replies = scripts.run_many(self.client, batch)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
 
 class _Stopped(Exception):
@@ -371,6 +394,10 @@ class _Sender:
         """Run one of the sender's operations, as the sender holding the channel."""
         seqs = list(seqs)
         reply = _retry(lambda: self.channel.run(operation, self.token, *args, seqs=seqs), self.stop)
+        return self._check(reply, operation)
+
+    def _check(self, reply: list[Any], operation: str) -> list[Any]:
+        """Raise when the channel is gone or another sender took it over."""
         if reply[0] == NO_CHANNEL and operation != "status":
             raise FilesError(f"channel {self.channel.name!r} was deleted", self.channel.name)
         if reply[0] == BUSY:
@@ -422,10 +449,24 @@ class _Sender:
         self._reserve(seq, size)
         copied = 0
         with path.open("rb") as source:
-            while copied < size and (block := source.read(min(self.block, size - copied))):
-                self._call("append", seq, copied, block, seqs=[seq])
-                copied += len(block)
-                self.report.bytes_sent += len(block)
+            while copied < size:
+                # Up to APPENDS_PER_TRIP blocks go in one round trip, in order; a repeat
+                # after a lost connection is safe, since each append names its offset.
+                calls: list[tuple[str, int, list[scripts.Arg]]] = []
+                offset = copied
+                while len(calls) < APPENDS_PER_TRIP and offset < size:
+                    block = source.read(min(self.block, size - offset))
+                    if not block:
+                        break
+                    calls.append(("append", seq, [seq, offset, block]))
+                    offset += len(block)
+                if not calls:
+                    break
+                replies = _retry(partial(self.channel.run_many, self.token, calls), self.stop)
+                for reply in replies:
+                    self._check(reply, "append")
+                self.report.bytes_sent += offset - copied
+                copied = offset
                 self.notify()
         # Valid text for JSON and the chat, even if the file system's name is not.
         name = path.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -528,7 +569,7 @@ class _Receiver:
         on_file_done: Callable[[ReceivedFile], object] | None,
         encoding: str | None,
         errors: str,
-        block: int,
+        read_size: int,
     ) -> None:
         self.channel = _Channel(channel)
         self.reader = reader
@@ -536,7 +577,7 @@ class _Receiver:
         self.on_file_done = on_file_done
         self.encoding = encoding
         self.errors = errors
-        self.block = block
+        self.read_size = read_size
         self.account = _reader_account(channel, reader)
         self.chat_id = ""
         self.joined = False  # whether the channel has answered as this reader's
@@ -626,14 +667,14 @@ class _Receiver:
     def _read_file(self, seq: int, info: dict[str, Any]) -> None:
         self.report.file = info["name"]
         raw = _StoredFile(self, self.channel.data_key(seq), info["size"])
-        stream: io.BufferedReader[io.RawIOBase] = io.BufferedReader(raw, self.block)
+        stream: io.BufferedReader[io.RawIOBase] = io.BufferedReader(raw, self.read_size)
         if info["gzip"]:
-            stream = io.BufferedReader(_Gunzip(stream), self.block)
+            stream = io.BufferedReader(_Gunzip(stream), self.read_size)
         lines: Iterable[Any] = stream
         if self.encoding is not None:
             text = io.TextIOWrapper(stream, self.encoding, self.errors, newline="\n")
             # It reads 8 KiB at a time, and each read below it is one GETRANGE.
-            text._CHUNK_SIZE = self.block  # type: ignore[attr-defined]
+            text._CHUNK_SIZE = self.read_size  # type: ignore[attr-defined]
             lines = text
         count, error, on_line = 0, None, self.on_line
         try:
@@ -674,7 +715,7 @@ class _Receiver:
         """Up to ``most`` bytes of a stored file; also the heartbeat and stop point."""
         if time.monotonic() - self.last_heartbeat >= self.tick:
             self.heartbeat()
-        end = offset + min(most, self.block) - 1
+        end = offset + min(most, self.read_size) - 1
         data: bytes = _retry(
             lambda: self.channel.client.execute_command(  # type: ignore[no-untyped-call]
                 "GETRANGE", key, offset, end, **{NEVER_DECODE: True}

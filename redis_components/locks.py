@@ -69,7 +69,6 @@ PARTS = ("fence", "waiters", "grant")
 # The locks held in this context, by name, to notice nested acquisition (see `reentrant`).
 _held: contextvars.ContextVar[dict[str, LockHandle]] = contextvars.ContextVar("rc_held_locks")
 
-F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", "LockHandle", "LockGroup")
 
 

@@ -66,7 +66,7 @@ from redis import Redis
 
 from . import keys, scripts
 from .conf import DEFAULTS, conf, user_settings
-from .connection import get_client, node_client, text
+from .connection import get_client, is_cluster, node_client, text
 from .exceptions import (
     InvalidInput,
     LockNotAcquired,
@@ -98,7 +98,8 @@ def validate_queue(queue: object, field: str = "queue") -> str:
 
 def tasks_client() -> Redis:
     """The client for the task system's keys: on a cluster, the node of their one hash tag."""
-    return node_client(get_client(), leases_key())
+    client = get_client()
+    return node_client(client, leases_key()) if is_cluster(client) else client
 
 
 def ready_key(queue: str) -> str:

@@ -1,48 +1,17 @@
 """The book's group chat (*Redis in Action* 6.5.2), as its listing prints it.
 
 Changed only so that it runs on redis-py 5+ (each change is marked ``# fix:``):
-``zadd`` takes a mapping, ``zip`` is a list before items are assigned, and
-``release_lock`` creates the pipeline it uses. The client must decode responses (the
-book compares the lock's value with a str). Nothing else is changed: not the lock
-without a timeout, not the round trips.
+``zadd`` takes a mapping, and ``zip`` is a list before items are assigned. Its lock is
+the book's simple lock, in book_lock.py. Nothing else is changed: not the lock without a
+timeout, not the round trips.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 
-import redis
-
-
-def acquire_lock(conn, lockname, timeout=10):
-    identifier = str(uuid.uuid4())
-    end = time.time() + timeout
-    while time.time() < end:
-        if conn.setnx("lock:" + lockname, identifier):
-            return identifier
-        time.sleep(0.001)
-    return False
-
-
-def release_lock(conn, lockname, identifier):
-    key = "lock:" + lockname
-    pipe = conn.pipeline(True)  # fix: the listing uses `pipe` without creating it
-    while True:
-        try:
-            pipe.watch(key)
-            if pipe.get(key) == identifier:
-                pipe.multi()
-                pipe.delete(key)
-                pipe.execute()
-                return True
-
-            pipe.unwatch()
-            break
-        except redis.exceptions.WatchError:
-            pass
-    return False
+from book_lock import acquire_lock, release_lock
 
 
 def create_chat(conn, sender, recipients, message, chat_id=None):

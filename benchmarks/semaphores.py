@@ -31,40 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
 import redis.connection
+from book_lock import acquire_lock, release_lock
 from common import machine, percentile, setup_django, start_redis, table
 
 FORK = multiprocessing.get_context("fork")
 NAME = "semaphore:bench"
 
 # -- the book's code (Redis in Action, 6.2-6.3), ported to redis-py 5+ ----------------
-
-
-def acquire_lock(conn: redis.Redis, lockname: str, acquire_timeout: float = 10) -> str | bool:
-    identifier = str(uuid.uuid4())
-    end = time.time() + acquire_timeout
-    while time.time() < end:
-        if conn.setnx("lock:" + lockname, identifier):
-            return identifier
-        time.sleep(0.001)
-    return False
-
-
-def release_lock(conn: redis.Redis, lockname: str, identifier: str) -> bool:
-    pipe = conn.pipeline(True)
-    lockname = "lock:" + lockname
-    while True:
-        try:
-            pipe.watch(lockname)
-            if pipe.get(lockname) == identifier:
-                pipe.multi()
-                pipe.delete(lockname)
-                pipe.execute()
-                return True
-            pipe.unwatch()
-            break
-        except redis.exceptions.WatchError:
-            pass
-    return False
 
 
 def acquire_semaphore(

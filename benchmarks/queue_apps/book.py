@@ -20,6 +20,8 @@ from typing import Any
 
 import redis
 
+from benchmarks.book_lock import acquire_lock, release_lock
+
 from . import work
 
 CALLBACKS = {
@@ -45,34 +47,6 @@ def execute_later(
     else:
         conn.rpush("queue:" + queue, item)
     return identifier
-
-
-def acquire_lock(conn: redis.Redis, lockname: str, acquire_timeout: float = 10) -> str | None:
-    identifier = str(uuid.uuid4())
-    end = time.time() + acquire_timeout
-    while time.time() < end:
-        if conn.setnx("lock:" + lockname, identifier):
-            return identifier
-        time.sleep(0.001)
-    return None
-
-
-def release_lock(conn: redis.Redis, lockname: str, identifier: str) -> bool:
-    pipe = conn.pipeline(True)
-    lockname = "lock:" + lockname
-    while True:
-        try:
-            pipe.watch(lockname)
-            if pipe.get(lockname) == identifier.encode():
-                pipe.multi()
-                pipe.delete(lockname)
-                pipe.execute()
-                return True
-            pipe.unwatch()
-            break
-        except redis.exceptions.WatchError:
-            pass
-    return False
 
 
 def poll_queue(conn: redis.Redis) -> None:

@@ -216,3 +216,11 @@ def test_guild_page_searches_a_guild_of_many_scripts(users: dict[str, int]) -> N
         "results": ["Ærwyn A. Åberg", "Ærwyn Åberg"]
     }
     assert Client().get("/rc/autocomplete/guilds/traders/", {"q": "a"}).status_code == 403
+
+
+def test_home_page_lists_the_components_and_the_redis_in_use(users: dict[str, int]) -> None:
+    page = Client().get("/").content.decode()
+    for name in ("Autocomplete", "Distributed locks", "Counting semaphores", "Task queues"):
+        assert name in page
+    assert 'href="/market/"' in page
+    assert "Redis 6." in page or "Redis 7." in page  # the server's own version

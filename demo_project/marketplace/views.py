@@ -39,13 +39,19 @@ SORTS = {
 }
 
 COMPONENTS = [
-    ("Autocomplete", "6.1", "A user's recent contacts, and a large guild searched by prefix."),
-    ("Distributed locks", "6.2", "Fine-grained locks with fencing tokens and renewing leases."),
-    ("Counting semaphores", "6.3", "Fair and basic semaphores that never exceed their limit."),
-    ("Task queues", "6.4", "Priorities, delayed tasks, at-least-once delivery, retries."),
-    ("Pull messaging", "6.5", "Mailboxes and group chats with unread tracking."),
-    ("File distribution", "6.6", "Files streamed through a bounded buffer to many readers."),
-]
+    ("Autocomplete", "6.1", "A user's recent contacts, and a large guild searched by prefix.",
+     [("Contacts", "contacts"), ("Guild", "guild")]),
+    ("Distributed locks", "6.2", "Fine-grained locks with fencing tokens and renewing leases.",
+     [("Market", "market")]),
+    ("Counting semaphores", "6.3", "Fair and basic semaphores that never exceed their limit.",
+     []),
+    ("Task queues", "6.4", "Priorities, delayed tasks, at-least-once delivery, retries.",
+     [("Notices", "notices")]),
+    ("Pull messaging", "6.5", "Mailboxes and group chats with unread tracking.",
+     [("Chats", "chats"), ("Notices", "notices")]),
+    ("File distribution", "6.6", "Files streamed through a bounded buffer to many readers.",
+     []),
+]  # fmt: skip
 
 
 def _redacted(url: str) -> str:

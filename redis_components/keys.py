@@ -9,6 +9,8 @@ are percent-escaped, so no name can end the tag early or produce an empty tag
 
 from __future__ import annotations
 
+import contextlib
+import math
 import unicodedata
 
 from .conf import conf
@@ -41,6 +43,19 @@ def check_text(value: str, field: str) -> None:
         category = unicodedata.category(char)
         if category in ("Cc", "Cs"):
             raise InvalidInput(field, f"must not contain the control character {char!r}")
+
+
+def seconds(value: object, field: str, *, positive: bool = False) -> float:
+    """``value`` as a finite number of seconds (an int or float, not a bool), at least 0,
+    or above 0 when ``positive``; else :class:`InvalidInput`."""
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an int too large for a float
+            number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        kind = "a positive" if positive else "a finite, non-negative"
+        raise InvalidInput(field, f"must be {kind} number of seconds, not {value!r}")
+    return number
 
 
 def escape(name: str) -> str:

@@ -20,8 +20,10 @@ waiter. A waiter then blocks on the grant list (BLPOP). Releasing is one script:
 someone waits, the lock is handed over (new token, new fence, full lease) and the grant
 is pushed to the list, where Redis gives it to the longest-blocked waiter, who holds
 the lock as soon as its BLPOP returns; if nobody waits, the key is deleted. So
-waiting costs no polling, waiters are served first come first served (a releasing
-process cannot barge back in), and an uncontended acquire + release is two round trips.
+waiting costs no polling, blocked waiters are served in the order they blocked (a
+releasing process cannot barge back in ahead of them; a grant that finds nobody
+blocked goes to whoever asks next), and an uncontended acquire + release is two round
+trips.
 
 A waiter never blocks past the holder's lease: its BLPOP lasts until the lease
 expires, with the deadline kept on the client (a monotonic timer, then CLIENT UNBLOCK),
@@ -185,10 +187,17 @@ class RedisLock:
             if grant is not None:
                 return await attempt.granted(grant).aconfirm(), 0.0
 
-    def _nested(self) -> LockHandle | None:
+    def _held_here(self) -> LockHandle | None:
+        """This thread's or task's handle of this name, if it holds one."""
         held = _held.get({}).get(self.name)
         # A task started by the holder inherits its context, but is not the holder.
         if held is None or held.owner != _current_owner() or not held.maybe_held():
+            return None
+        return held
+
+    def _nested(self) -> LockHandle | None:
+        held = self._held_here()
+        if held is None:
             return None
         if not self.reentrant:
             raise LockError(
@@ -553,22 +562,26 @@ def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
     All or nothing: if any is busy (or one is already held by this task), what was taken
     is released and the caller takes them one by one, waiting, in the same order.
     """
-    if len(locks) < 2 or any(lock._nested() for lock in locks):
+    if len(locks) < 2 or any(lock._held_here() for lock in locks):
         return None
     attempts = [_Attempt(lock, blocking=False, blocking_timeout=None) for lock in locks]
     calls = [
         (load(ACQUIRE), lock.keys, a.arguments()) for lock, a in zip(locks, attempts, strict=True)
     ]
     replies = run_many(get_client(), calls)
-    handles = [
+    outcomes = [
         a.outcome(reply) if not isinstance(reply, Exception) else None
         for a, reply in zip(attempts, replies, strict=True)
     ]
-    taken = [handle.confirm() for handle in handles if handle is not None]
-    if len(taken) == len(locks):
-        return taken
-    _release_all(taken, ok=False)
-    return None
+    taken = [handle for handle in outcomes if handle is not None]
+    if len(taken) < len(locks):
+        _release_all(taken, ok=False)
+        return None
+    try:
+        return [handle.confirm() for handle in taken]
+    except BaseException:
+        _release_all(taken, ok=False)
+        raise
 
 
 def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
@@ -578,14 +591,20 @@ def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
         handle for handle in reversed(handles) if not handle.released and handle._outermost()
     ]
     results = run_many(get_client(), [handle._release_call() for handle in releasing])
-    lost = None
+    lost, failed = None, None
     for handle, result in zip(releasing, results, strict=True):
         if isinstance(result, Exception):
-            raise result
+            # Forget it here either way; its lease ends it in Redis.
+            handle.released = True
+            handle._stop()
+            failed = failed or result
+            continue
         try:
             handle._released(result)
         except LockNotOwned as error:
             lost = error
+    if failed is not None:
+        raise failed
     _report(lost, ok)
 
 

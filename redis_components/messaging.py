@@ -41,7 +41,6 @@ missed.
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from collections.abc import Iterable
@@ -187,8 +186,7 @@ class GroupChat:
         any of the user's chats, or in one they join meanwhile.
         """
         user = keys.validate_name(user, "user")
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
-            raise InvalidInput("wait", f"must be a number of seconds >= 0, not {wait!r}")
+        wait = keys.seconds(wait, "wait")
         client = get_client()
         pending = self._fetch(client, user, self._index(client, user))
         if pending or not wait:

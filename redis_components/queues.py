@@ -187,16 +187,7 @@ def _encode(task_id: str, task: str, queue: str, args: Any, kwargs: Any, retries
 
 def valid_seconds(value: object, field: str) -> float:
     """``value`` as a number of seconds, or :class:`InvalidInput` unless finite and >= 0."""
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise InvalidInput(
-            field, f"must be a finite, non-negative number of seconds, not {value!r}"
-        )
-    return float(value)
+    return keys.seconds(value, field)
 
 
 def new_message(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -231,13 +230,8 @@ class ChatPendingView(ChatApiView):
     """
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        wait = self.body().get("wait", 0)
-        if (
-            not isinstance(wait, (int, float))
-            or isinstance(wait, bool)
-            or not math.isfinite(wait)
-            or not 0 <= wait <= CHAT_MAX_WAIT
-        ):
+        wait = keys.seconds(self.body().get("wait", 0), "wait")
+        if wait > CHAT_MAX_WAIT:
             raise InvalidInput("wait", f"must be a number of seconds from 0 to {CHAT_MAX_WAIT:g}")
         pending = self.chats.fetch_pending(self.user, wait=wait)
         chats = [

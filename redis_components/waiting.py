@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .connection import is_cluster, text
-from .exceptions import InvalidInput
+from .keys import seconds
 
 # How long after its own deadline the client gives up on a BLPOP that Redis has not
 # answered yet, and unblocks it itself.
@@ -29,11 +29,7 @@ REGISTRATION_SLACK_MS = 1000
 
 def positive_seconds(value: object, field: str) -> float:
     """``value`` as a positive, finite number of seconds, or :class:`InvalidInput`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(field, f"must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidInput(field, f"must be a positive number of seconds, not {value!r}")
-    return float(value)
+    return seconds(value, field, positive=True)
 
 
 def ms(seconds: float) -> int:
@@ -72,8 +68,8 @@ class Attempt:
         """Block until the holder's lease ends (it may have died), or until our deadline."""
         remaining = self.remaining()
         if self.retry_after > 0:
-            return min(remaining, self.retry_after + 0.001)
-        return remaining
+            remaining = min(remaining, self.retry_after + 0.001)
+        return max(remaining, 0.001)  # BLPOP takes 0 as "forever"
 
 
 def wait_for_grant(client: Any, grant_key: str, seconds: float) -> str | None:

@@ -17,8 +17,6 @@ import threading
 import time
 from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
 from .connection import get_client
 from .scripts import Call, run_many
 
@@ -83,7 +81,7 @@ class Watchdog:
     def _renew(self, leases: list[Lease]) -> None:
         try:
             results: list[Any] = run_many(get_client(), [lease.renewal() for lease in leases])
-        except RedisError as error:
+        except Exception as error:  # Redis down, or settings changed under us: keep going
             logger.warning("Could not renew %d lease(s): %s; retrying", len(leases), error)
             with self._wakeup:
                 for lease in leases:

@@ -5,7 +5,7 @@ from django.test import override_settings
 from redis.crc import key_slot
 
 from redis_components.exceptions import InvalidInput
-from redis_components.keys import escape, key, validate_name
+from redis_components.keys import escape, key, seconds, validate_name
 
 
 def test_key_layout_and_prefix_from_settings() -> None:
@@ -47,3 +47,17 @@ def test_bad_names_are_refused_with_the_field(value: object, problem: str) -> No
 def test_any_unicode_name_is_fine() -> None:
     assert validate_name("Ærwyn 王 🎉") == "Ærwyn 王 🎉"
     assert validate_name("x" * 1000) == "x" * 1000
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), 10**400, "5", True, None])
+def test_bad_seconds_are_refused_with_the_field(value: object) -> None:
+    with pytest.raises(InvalidInput, match="number of seconds") as info:
+        seconds(value, "wait")
+    assert info.value.field == "wait"
+
+
+def test_seconds() -> None:
+    assert seconds(0, "wait") == 0.0
+    assert seconds(2.5, "wait") == 2.5
+    with pytest.raises(InvalidInput, match="positive"):
+        seconds(0, "timeout", positive=True)

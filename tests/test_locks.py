@@ -499,3 +499,21 @@ def test_a_grant_no_replica_acknowledged_is_released_and_reported() -> None:
     assert not _held("durable")  # released again
     with pytest.raises(InvalidInput, match="wait_for_replicas"):
         RedisLock("durable", wait_for_replicas=0)
+
+
+def test_reentrant_multi_lock_is_released_by_the_outermost_block() -> None:
+    with redis_lock("a", "b", reentrant=True) as outer:
+        with redis_lock("a", "b", reentrant=True) as inner:
+            assert [h.token for h in inner] == [h.token for h in outer]
+        assert _held("a")
+        assert _held("b")
+    assert not _held("a")
+    assert not _held("b")
+
+
+def test_a_multi_lock_that_fails_to_confirm_holds_nothing() -> None:
+    # No replica acknowledges on the test server, so confirming the first lock fails.
+    with pytest.raises(LockError, match="replicas"), redis_lock("x", "y", wait_for_replicas=1):
+        pass
+    assert not _held("x")
+    assert not _held("y")

@@ -200,3 +200,12 @@ def test_an_unreachable_redis_is_503(users: dict[str, User]) -> None:
         response = get(as_user("alice"), "chats")
     assert response.status_code == 503
     assert "error" in response.json()
+
+
+def test_a_huge_wait_is_a_400_not_a_500(users: dict[str, User]) -> None:
+    body = '{"wait": 1' + "0" * 400 + "}"
+    response = as_user("alice").post(
+        reverse("redis_components:chat-pending"), body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json()["field"] == "wait"

@@ -243,10 +243,11 @@ class EmbeddedRedis:
                 except redis.exceptions.ConnectionError:
                     pass
                 if time.monotonic() > deadline:
+                    log = self._log_tail()  # before stop() removes a temporary directory
                     self.stop()
                     raise EmbeddedRedisError(
                         f"redis-server did not answer PING within {START_TIMEOUT:.0f} s. "
-                        f"Its log:\n{self._log_tail()}"
+                        f"Its log:\n{log}"
                     )
                 time.sleep(0.02)
         finally:

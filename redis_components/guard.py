@@ -122,11 +122,21 @@ class Guard(ABC, Generic[T]):
                 return self.busy_response(busy)
             raise self.not_taken(busy)
 
+        def refused(args: tuple[Any, ...], error: InvalidInput) -> HttpResponse:
+            """A view whose arguments make a bad name (too long, a control character)."""
+            request = _find_request(args)
+            if request is None:
+                raise error
+            return _respond(request, 400, {"error": str(error), "field": error.field})
+
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                call = prepare(args, kwargs)
+                try:
+                    call = prepare(args, kwargs)
+                except InvalidInput as error:
+                    return refused(args, error)
                 taken = await self.atake(call.names)
                 if isinstance(taken, Busy):
                     result = when_busy(call, taken)
@@ -143,7 +153,10 @@ class Guard(ABC, Generic[T]):
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            call = prepare(args, kwargs)
+            try:
+                call = prepare(args, kwargs)
+            except InvalidInput as error:
+                return refused(args, error)
             taken = self.take(call.names)
             if isinstance(taken, Busy):
                 return when_busy(call, taken)
@@ -160,19 +173,20 @@ class Guard(ABC, Generic[T]):
     @classmethod
     def busy_response(cls, busy: Busy) -> HttpResponse:
         """The busy status with ``Retry-After``: JSON if the client prefers it, else text."""
-        from django.http import HttpResponse, JsonResponse
-
         assert busy.request is not None
-        response: HttpResponse
-        if busy.request.get_preferred_type(["application/json", "text/html"]) == "application/json":
-            body = {"error": cls.busy_message, cls.kind: busy.names[0]}
-            response = JsonResponse(body, status=cls.busy_status)
-        else:
-            response = HttpResponse(
-                cls.busy_message, status=cls.busy_status, content_type="text/plain; charset=utf-8"
-            )
+        body = {"error": cls.busy_message, cls.kind: busy.names[0]}
+        response = _respond(busy.request, cls.busy_status, body)
         response["Retry-After"] = str(max(1, math.ceil(busy.retry_after)))
         return response
+
+
+def _respond(request: HttpRequest, status: int, body: dict[str, str]) -> HttpResponse:
+    """``body`` as JSON if the client prefers it, else its ``error`` as a short text."""
+    from django.http import HttpResponse, JsonResponse
+
+    if request.get_preferred_type(["application/json", "text/html"]) == "application/json":
+        return JsonResponse(body, status=status)
+    return HttpResponse(body["error"], status=status, content_type="text/plain; charset=utf-8")
 
 
 def _find_request(args: tuple[Any, ...]) -> HttpRequest | None:

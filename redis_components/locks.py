@@ -49,8 +49,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .conf import conf
-from .connection import get_async_client, get_client, text
-from .exceptions import InvalidInput, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .connection import get_async_client, get_client, is_cluster, text
+from .exceptions import (
+    ConfigurationError,
+    InvalidInput,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+)
 from .guard import Busy, Guard
 from .keys import key, validate_name
 from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
@@ -176,6 +183,11 @@ class RedisLock:
             return nested, 0.0
         attempt = _Attempt(self, blocking, blocking_timeout)
         client = get_async_client()
+        if self.wait_for_replicas and is_cluster(client):
+            raise ConfigurationError(
+                "wait_for_replicas needs the sync API on Redis Cluster (its WAIT must share a "
+                "connection with the grant, which the asyncio cluster client does not offer)"
+            )
         while True:
             reply = await load(ACQUIRE).run_async(client, self.keys, attempt.arguments())
             handle = attempt.outcome(reply)

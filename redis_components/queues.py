@@ -284,10 +284,13 @@ class Task(Generic[P, R]):
         """Enqueue when the current database transaction commits; never if it rolls back.
 
         The arguments are encoded now (so a bad argument raises here); the task id is
-        returned at once. Outside a transaction the task is enqueued immediately.
+        returned at once. Outside a transaction the task is enqueued immediately. An
+        enqueue that fails when its turn comes (``QueueFull``, Redis down,
+        ``TaskNotDurable``) is logged with the task id, not raised: the transaction
+        has committed by then, and its caller has moved on.
         """
         task_id, payload = new_message(self.name, self.queue, args, kwargs)
-        transaction.on_commit(lambda: self._send(task_id, payload, ""))
+        transaction.on_commit(lambda: self._send(task_id, payload, ""), robust=True)
         return task_id
 
     def _send(self, task_id: str, payload: str, when: str) -> str:

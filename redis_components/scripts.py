@@ -118,7 +118,8 @@ def run_and_wait(client: Any, call: Call, replicas: int, timeout: float) -> tupl
 
 
 async def arun_and_wait(client: Any, call: Call, replicas: int, timeout: float) -> tuple[Any, int]:
-    """:func:`run_and_wait` on a ``redis.asyncio`` client (not a cluster client)."""
+    """:func:`run_and_wait` on a ``redis.asyncio`` client (not a cluster client: its
+    pipelines do not keep the WAIT on the script's connection)."""
     script, keys, args = call
     for _ in range(2):
         pipe = client.pipeline(transaction=False)

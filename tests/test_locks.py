@@ -517,3 +517,12 @@ def test_a_multi_lock_that_fails_to_confirm_holds_nothing() -> None:
         pass
     assert not _held("x")
     assert not _held("y")
+
+
+def test_a_view_whose_arguments_make_a_bad_lock_name_answers_400() -> None:
+    response = buy(_view_request("application/json"), item_id="x" * 2000)
+    assert response.status_code == 400
+    assert json.loads(response.content)["field"] == "name"
+    response = buy(_view_request("text/html"), item_id="bad\nname")
+    assert response.status_code == 400
+    assert b"control character" in response.content

@@ -32,6 +32,7 @@ from typing import Literal
 import redis
 
 from redis_components import LockNotAcquired, get_client, redis_lock
+from redis_components.scripts import Script
 
 Mode = Literal["watch", "lock", "fine"]
 MODES: tuple[Mode, ...] = ("watch", "lock", "fine")
@@ -91,24 +92,14 @@ class Market:
 
     def add_user(self, user: int, name: str, funds: int) -> None:
         """Create a user with some funds (idempotent: an existing user is left alone)."""
-        if self.client.sismember(self.key("people"), user):
-            return
-        pipe = self.client.pipeline()
-        pipe.hset(self.key("users", user), mapping={"name": name, "funds": funds})
-        pipe.sadd(self.key("people"), user)
-        pipe.incrby(self.key("total"), funds)
-        pipe.execute()
+        keys = [self.key("people"), self.key("users", user), self.key("total")]
+        ADD_USER(self.client, keys, [user, name, funds])
 
     def make_item(self, user: int, item: str) -> None:
         """Put a new item (a name never used before) in a user's inventory."""
         if "." in item or not item:
             raise ValueError("an item name must be non-empty and contain no '.'")
-        pipe = self.client.pipeline()
-        pipe.sadd(self.key("items"), item)
-        pipe.sadd(self.key("inventory", user), item)
-        added, _ = pipe.execute()
-        if not added:
-            self.client.srem(self.key("inventory", user), item)
+        if not MAKE_ITEM(self.client, [self.key("items"), self.key("inventory", user)], [item]):
             raise ValueError(f"an item called {item!r} exists already")
 
     def user(self, user: int) -> dict[str, str]:
@@ -153,7 +144,7 @@ class Market:
         with self._locked(mode, [item_lock(item, seller)] if mode == "fine" else ["market"]):
             if not self.client.sismember(inventory, item):
                 return False
-            pipe = self.client.pipeline()
+            pipe = self.client.pipeline(transaction=True)
             pipe.zadd(self.key("market"), {listing(item, seller): price})
             pipe.srem(inventory, item)
             pipe.execute()
@@ -181,7 +172,7 @@ class Market:
         if buyer == seller:
             return Purchase("own item")
         member = listing(item, seller)
-        pipe = self.client.pipeline()
+        pipe = self.client.pipeline(transaction=True)
         pipe.zscore(self.key("market"), member)
         pipe.hget(self.key("users", buyer), "funds")
         listed, funds = pipe.execute()
@@ -190,7 +181,7 @@ class Market:
             return verdict
         assert listed is not None
         cost = int(listed)
-        balance = self._apply(self.client.pipeline(), buyer, item, seller, cost)
+        balance = self._apply(self.client.pipeline(transaction=True), buyer, item, seller, cost)
         return Purchase("bought", cost, balance)
 
     def _purchase_watching(
@@ -243,15 +234,23 @@ class Market:
     def check(self) -> list[str]:
         """Every violated invariant, in words (empty when the market is sound)."""
         problems = []
-        people = [int(user) for user in self.client.smembers(self.key("people"))]
-        pipe = self.client.pipeline(transaction=True)  # one consistent snapshot
-        for user in people:
-            pipe.hget(self.key("users", user), "funds")
-            pipe.smembers(self.key("inventory", user))
-        pipe.zrange(self.key("market"), 0, -1)
-        pipe.smembers(self.key("items"))
-        pipe.get(self.key("total"))
-        *per_user, market, items, total = pipe.execute()
+        # One consistent snapshot: every read in one MULTI, and nobody joined meanwhile.
+        with self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(self.key("people"))
+                    people = [int(user) for user in pipe.smembers(self.key("people"))]
+                    pipe.multi()
+                    for user in people:
+                        pipe.hget(self.key("users", user), "funds")
+                        pipe.smembers(self.key("inventory", user))
+                    pipe.zrange(self.key("market"), 0, -1)
+                    pipe.smembers(self.key("items"))
+                    pipe.get(self.key("total"))
+                    *per_user, market, items, total = pipe.execute()
+                    break
+                except redis.WatchError:
+                    continue
         funds = [int(value or 0) for value in per_user[0::2]]
         for user, amount in zip(people, funds, strict=True):
             if amount < 0:
@@ -281,6 +280,34 @@ class Market:
         names = [self.key(part) for part in ("people", "items", "market", "total")]
         names += [self.key(kind, user) for user in people for kind in ("users", "inventory")]
         return int(self.client.delete(*names)) if names else 0
+
+
+ADD_USER = Script(
+    "market_add_user",
+    """-- KEYS: 1) the people set  2) the user's hash  3) the total of all funds
+-- ARGV: 1) the user id  2) their name  3) their funds
+-- Returns: 1 when the user was created; 0 when they existed (nothing changes)
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'name', ARGV[2], 'funds', ARGV[3])
+redis.call('INCRBY', KEYS[3], ARGV[3])
+return 1
+""",
+)
+
+MAKE_ITEM = Script(
+    "market_make_item",
+    """-- KEYS: 1) the set of every item  2) the user's inventory
+-- ARGV: 1) the item
+-- Returns: 1 when made; 0 when an item of that name exists (nothing changes)
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+""",
+)
 
 
 def _verdict(

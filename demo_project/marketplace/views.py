@@ -173,7 +173,7 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
         send_sold_email.enqueue(seller, item, purchase.price, request.user.pk)
         RecentContacts().add(request.user, _names().get(seller, str(seller)))
     _tell(request, item, _names().get(seller, f"user {seller}"), purchase)
-    return redirect(request.POST.get("next") or "market")
+    return redirect("market")
 
 
 def _tell(request: HttpRequest, item: str, seller: str, purchase: Purchase) -> None:
@@ -212,10 +212,10 @@ def inventory(request: HttpRequest) -> HttpResponse:
 def sell(request: HttpRequest) -> HttpResponse:
     item = request.POST.get("item", "")
     raw_price = request.POST.get("price", "").strip()
-    if not raw_price.isdigit() or not 1 <= int(raw_price) <= MAX_PRICE:
+    price = int(raw_price) if raw_price.isascii() and raw_price.isdigit() else 0
+    if not 1 <= price <= MAX_PRICE:
         messages.error(request, f"A price is a whole number from 1 to {MAX_PRICE:,}.")
         return redirect("inventory")
-    price = int(raw_price)
     if MARKET.list_item(item, me(request), price, "fine"):
         messages.success(request, f"{item} is for sale at {price}.")
     else:

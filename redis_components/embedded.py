@@ -440,9 +440,7 @@ class EmbeddedSentinelGroup:
 
     def master_port(self) -> int:
         """The port of the master the sentinels name now."""
-        with self.sentinels[0].client() as client:
-            _, port = client.sentinel_get_master_addr_by_name(self.master_name)
-        return int(port)
+        return int(self._sentinel_view(self.sentinels[0])["port"])
 
     def kill_master(self) -> int:
         """SIGKILL the current master (no chance to say goodbye); return its port."""
@@ -466,14 +464,20 @@ class EmbeddedSentinelGroup:
 
     def _sentinels_agree(self, port: int) -> bool:
         for sentinel in self.sentinels:
-            with sentinel.client() as client:
-                master = client.sentinel_master(self.master_name)
+            master = self._sentinel_view(sentinel)
             if (
                 int(master["port"]) != port
                 or int(master["num-other-sentinels"]) < len(self.sentinels) - 1
             ):
                 return False
         return True
+
+    def _sentinel_view(self, sentinel: EmbeddedRedis) -> dict[str, Any]:
+        """What ``sentinel`` knows of the master (SENTINEL MASTERS: redis-py 6.4 cannot
+        parse the replies of its other sentinel_* methods)."""
+        with sentinel.client() as client:
+            masters: dict[str, dict[str, Any]] = client.sentinel_masters()
+        return masters[self.master_name]
 
     def _is_master(self, port: int) -> bool:
         try:

@@ -15,6 +15,7 @@ import math
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+# What each guard (by id) has entered and not yet exited, per thread and per asyncio
+# task: one guard object shared by threads or tasks (a module-level
+# ``redis_lock("report")`` used in ``with``) gives each exit back its own lock or permit.
+_entered: ContextVar[dict[int, tuple[Any, ...]] | None] = ContextVar(
+    "rc_guard_entered", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,6 @@ class Guard(ABC, Generic[T]):
             validate_name(name, "name")
         self.names = tuple(names)
         self.on_busy = on_busy
-        self._entered: list[T] = []
 
     @abstractmethod
     def take(self, names: Sequence[str]) -> T | Busy: ...
@@ -80,21 +87,33 @@ class Guard(ABC, Generic[T]):
         taken = self.take(self.names)
         if isinstance(taken, Busy):
             raise self.not_taken(taken)
-        self._entered.append(taken)
+        self._push(taken)
         return taken
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        self.give_back(self._entered.pop(), exc_type is None)
+        self.give_back(self._pop(), exc_type is None)
 
     async def __aenter__(self) -> T:
         taken = await self.atake(self.names)
         if isinstance(taken, Busy):
             raise self.not_taken(taken)
-        self._entered.append(taken)
+        self._push(taken)
         return taken
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        await self.agive_back(self._entered.pop(), exc_type is None)
+        await self.agive_back(self._pop(), exc_type is None)
+
+    def _push(self, taken: T) -> None:
+        entered = _entered.get() or {}
+        _entered.set({**entered, id(self): (*entered.get(id(self), ()), taken)})
+
+    def _pop(self) -> T:
+        entered = dict(_entered.get() or {})
+        *rest, taken = entered.pop(id(self))
+        if rest:
+            entered[id(self)] = tuple(rest)
+        _entered.set(entered)
+        return taken  # type: ignore[no-any-return]
 
     # -- decorator -----------------------------------------------------------------
 

@@ -306,7 +306,7 @@ class Task(Generic[P, R]):
             call = (scripts.load("queue_push"), [ready], [payload])
         else:
             call = (scripts.load("queue_enqueue"), [ready, delayed], [payload, when, limit])
-        replicas = options.get("QUEUE_WAIT_REPLICAS")
+        replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
         if replicas:
             timeout = conf.QUEUE_WAIT_TIMEOUT
             added, acknowledged = scripts.run_and_wait(tasks_client(), call, replicas, timeout)
@@ -541,10 +541,14 @@ def workers() -> list[WorkerInfo]:
 
 def queue_names(extra: Iterable[str] = ()) -> list[str]:
     """Every queue known: served by a worker, used by a registered task, or limited."""
+    return _known_queues(workers(), extra)
+
+
+def _known_queues(registered: list[WorkerInfo], extra: Iterable[str] = ()) -> list[str]:
     names = {text(name) for name in tasks_client().smembers(queues_key())}
     names.update(task.queue for task in _registry.values())
     names.update(conf.TASK_QUEUE_LIMITS)
-    for worker in workers():
+    for worker in registered:
         names.update(worker.queues)
     names.update(extra)
     return sorted(names)
@@ -552,8 +556,8 @@ def queue_names(extra: Iterable[str] = ()) -> list[str]:
 
 def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
     """Ready, delayed, in-progress and dead counts of each queue (default: all known)."""
-    names = list(queue_names() if queues is None else queues)
     registered = workers()
+    names = list(_known_queues(registered) if queues is None else queues)
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
     pipe = tasks_client().pipeline(transaction=False)
     for name in names:

@@ -24,12 +24,14 @@ Keys (all sharing the ``{name}`` hash tag)::
 The book's three versions let a fourth holder in: two clients' round trips interleave,
 and clients' clocks disagree. Here acquire, refresh and release are each one Lua script
 that reads the time from the Redis server (``TIME``), so neither a race nor a skewed
-client clock can admit an extra holder or steal a permit. ``fair=False`` is the book's
-basic semaphore (holders ranked by acquisition time, a release wakes waiters who then
-compete); ``fair=True`` is the book's fair one (ranked by the counter), and a release
-hands the permit straight to the longest-waiting acquirer, so waiters are admitted in
-the order they asked. A permit expires ``timeout`` seconds after it was acquired or
-last refreshed; ``auto_refresh=True`` refreshes it every ``timeout / 3`` while held.
+client clock can admit an extra holder or steal a permit. Admission is one atomic test
+(fewer live holders than ``limit``), so no ranking is needed to keep the count right.
+``fair=False`` is the book's basic semaphore (a release wakes waiters, who then
+compete); ``fair=True`` is the book's fair one: a release hands the permit straight to
+the longest-waiting acquirer, so waiters are admitted in the order they asked, and the
+owners ZSET and counter keep the book's data (``Permit.counter``). A permit expires
+``timeout`` seconds after it was acquired or last refreshed; ``auto_refresh=True``
+refreshes it every ``timeout / 3`` while held.
 """
 
 from __future__ import annotations

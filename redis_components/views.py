@@ -3,7 +3,7 @@
 Every answer is JSON, errors included (but for the task queues' status page, an HTML
 page for staff, JSON with ``?format=json``): bad input is a 400 naming the parameter, an
 anonymous caller a 401, a forbidden one a 403, an unknown chat a 404, and a Redis that
-does not answer a 503, never a 500. POST bodies need Django's CSRF token (the
+does not answer a 503: bad input is never a 500. POST bodies need Django's CSRF token (the
 ``X-CSRFToken`` header); the chat views take JSON objects, the contacts view a form.
 Every view acts as the signed-in user only.
 """

@@ -77,9 +77,13 @@ class WorkerProcess:
 
 
 def wait_until(
-    condition: Callable[[], object], what: Callable[[], str], timeout: float = 30
+    condition: Callable[[], object], what: Callable[[], str] | None = None, timeout: float = 30
 ) -> None:
+    """Wait for ``condition``; ``timeout`` is a liveness bound, far above the expected time.
+
+    ``what()`` says what was going on, in the failure's message.
+    """
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out; {what()}"
-        time.sleep(0.01)
+        assert time.monotonic() < deadline, f"timed out; {what() if what else 'no more detail'}"
+        time.sleep(0.005)

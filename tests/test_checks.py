@@ -10,6 +10,7 @@ import pytest
 from django.test import override_settings
 
 from redis_components.checks import check_settings
+from redis_components.conf import DEFAULTS
 
 REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
 
@@ -88,18 +89,26 @@ def test_e010_sentinel_setup(change: dict[str, object], problems: list[str]) -> 
     assert ids(CACHES={"default": cache}) == problems
 
 
-@pytest.mark.parametrize("value", [0, -1, "10", True, None])
-def test_e005_bad_numeric_values(value: object) -> None:
-    from redis_components.conf import DEFAULTS
+NUMERIC = [
+    name
+    for name, default in DEFAULTS.items()
+    if isinstance(default, (int, float)) and not isinstance(default, bool)
+]
 
-    numeric = [
-        name
-        for name, default in DEFAULTS.items()
-        if isinstance(default, (int, float)) and not isinstance(default, bool)
-    ]
-    if not numeric:
-        pytest.skip("no numeric setting is defined yet")
-    assert ids(REDIS_COMPONENTS={numeric[0]: value}) == ["redis_components.E005"]
+
+def test_the_numeric_settings_are_found() -> None:
+    assert {"LOCK_TIMEOUT", "TASK_MAX_CRASHES", "FILES_BLOCK_SIZE"} <= set(NUMERIC)
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+@pytest.mark.parametrize("value", [0, -1, "10", True, None])
+def test_e005_bad_numeric_values(name: str, value: object) -> None:
+    assert ids(REDIS_COMPONENTS={name: value}) == ["redis_components.E005"]
+
+
+@pytest.mark.parametrize("name", [name for name in NUMERIC if isinstance(DEFAULTS[name], int)])
+def test_e005_an_integer_setting_refuses_a_fraction(name: str) -> None:
+    assert ids(REDIS_COMPONENTS={name: 2.5}) == ["redis_components.E005"]
 
 
 @pytest.mark.parametrize("value", [None, 30, 2.5])

@@ -28,7 +28,7 @@ from redis_components import (
     send_files,
 )
 from redis_components.embedded import EmbeddedRedis, free_port
-from tests.processes import FORK
+from tests.processes import FORK, wait_until
 
 # What is left once a channel is done: the chat id counter that every group chat uses.
 CHAT_COUNTER = [b"rc:chat:{next-id}"]
@@ -123,13 +123,6 @@ def in_thread(target: Callable[..., object], *args: Any, **kwargs: Any) -> threa
     thread = threading.Thread(target=target, args=args, kwargs=kwargs, daemon=True)
     thread.start()
     return thread
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        time.sleep(0.01)
 
 
 class Sampler:

@@ -193,15 +193,16 @@ def test_the_progress_lines_say_files_bytes_and_rate() -> None:
 
 
 def test_logging_is_configured_only_if_nothing_else_did(monkeypatch: pytest.MonkeyPatch) -> None:
-    root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", [])
-    monkeypatch.setattr(root, "level", root.level)
+    package = logging.getLogger("redis_components")
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.setattr(package, "handlers", [])
+    monkeypatch.setattr(package, "level", package.level)
     configure_logging(1)
-    assert len(root.handlers) == 1
-    assert root.level == logging.INFO
+    assert len(package.handlers) == 1
+    assert package.level == logging.INFO
     configure_logging(2)  # configured now: left alone
-    assert len(root.handlers) == 1
-    assert root.level == logging.INFO
+    assert len(package.handlers) == 1
+    assert package.level == logging.INFO
 
 
 def test_signals_only_set_the_flag_and_the_handlers_come_back() -> None:

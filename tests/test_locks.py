@@ -14,10 +14,11 @@ from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import AsyncRequestFactory, RequestFactory
 
-from conftest import CommandCount
+from conftest import CLUSTER, CommandCount
 from redis_components import locks
 from redis_components.connection import aclose_async_client, get_client
 from redis_components.exceptions import (
+    ConfigurationError,
     InvalidInput,
     LockError,
     LockLost,
@@ -499,6 +500,19 @@ def test_a_grant_no_replica_acknowledged_is_released_and_reported() -> None:
     assert not _held("durable")  # released again
     with pytest.raises(InvalidInput, match="wait_for_replicas"):
         RedisLock("durable", wait_for_replicas=0)
+
+
+@pytest.mark.skipif(not CLUSTER, reason="the asyncio cluster client is used only on a cluster")
+def test_wait_for_replicas_needs_the_sync_api_on_a_cluster() -> None:
+    async def scenario() -> None:
+        try:
+            await RedisLock("durable", wait_for_replicas=1).aacquire()
+        finally:
+            await aclose_async_client()
+
+    with pytest.raises(ConfigurationError, match="sync API"):
+        asyncio.run(scenario())
+    assert not _held("durable")
 
 
 def test_reentrant_multi_lock_is_released_by_the_outermost_block() -> None:

@@ -310,3 +310,58 @@ def test_a_waiter_gets_a_killed_holders_permit_when_it_expires() -> None:
     assert permit is not None
     late = time.monotonic() - (acquired_at + 0.5)
     assert late < 0.1, f"got the permit {late * 1000:.0f} ms after it expired"
+
+
+def test_one_guard_shared_by_threads_gives_each_exit_its_own_permit() -> None:
+    guard = redis_semaphore("shared-guard", limit=2, timeout=10)
+    permits: dict[str, Permit] = {}
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with guard as permit:
+            permits["first"] = permit
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(5)
+        with guard as permit:
+            permits["second"] = permit
+            second_in.set()
+            first_out.wait(5)
+            permits["second, when the first had left"] = permit
+            assert not permit.released
+            assert permits["first"].released
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(permits) == 3
+    assert permits["second"].released
+    assert RedisSemaphore("shared-guard", limit=2).holders() == 0
+
+
+def test_one_guard_shared_by_asyncio_tasks_gives_each_exit_its_own_permit() -> None:
+    guard = redis_semaphore("shared-guard", limit=2, timeout=10)
+
+    async def hold(seconds: float) -> Permit:
+        async with guard as permit:
+            await asyncio.sleep(seconds)
+        assert permit.released
+        return permit
+
+    async def scenario() -> tuple[Permit, Permit]:
+        try:
+            first = asyncio.ensure_future(hold(0.1))
+            await asyncio.sleep(0.05)
+            second = await hold(0.3)  # enters second, leaves last
+            return await first, second
+        finally:
+            await aclose_async_client()
+
+    first, second = asyncio.run(scenario())
+    assert first.token != second.token
+    assert RedisSemaphore("shared-guard", limit=2).holders() == 0

@@ -7,7 +7,6 @@ import datetime
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +31,7 @@ from redis_components.queues import (
     workers_key,
 )
 from redis_components.worker import Worker, recover_worker, server_warnings
-from tests.processes import run_processes
+from tests.processes import run_processes, wait_until
 from tests.testapp import tasks
 
 
@@ -60,14 +59,6 @@ def order(r: redis.Redis) -> list[str]:
 
 def runs(r: redis.Redis) -> dict[str, int]:
     return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> None:
-    """Wait for ``condition`` (a liveness bound, far above the expected time)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.005)
 
 
 @contextmanager

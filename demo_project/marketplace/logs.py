@@ -10,7 +10,9 @@ It counts the lines of access logs per day (a line starts with its ISO date). Th
 book's aggregation example stored each file's counts with ZADD, which overwrites: a day
 whose lines span two files kept the second file's count only. Here each file's counts
 are added (HINCRBY), in one transaction when the file is done, so a reader that dies
-mid-file and reads the file again from its start counts nothing twice.
+mid-file and reads the file again from its start counts nothing twice. Delivery is at
+least once, as with the task queues: a reader that dies in the instant between that
+transaction and its acknowledgement of the file counts the file again when restarted.
 """
 
 from __future__ import annotations

@@ -172,7 +172,7 @@ class Market:
         if buyer == seller:
             return Purchase("own item")
         member = listing(item, seller)
-        pipe = self.client.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=False)  # two reads, under the locks
         pipe.zscore(self.key("market"), member)
         pipe.hget(self.key("users", buyer), "funds")
         listed, funds = pipe.execute()

@@ -40,6 +40,3 @@ def guild_autocomplete(guild: str, name: str, value: str = "", **attrs: Any) -> 
 def _render(widget: AutocompleteWidget, name: str, value: str, attrs: dict[str, Any]) -> SafeString:
     attrs = {"id": f"id_{name}", **attrs}
     return format_html("{}{}", widget.render(name, value or None, attrs), widget.media)
-
-
-# --- end autocomplete -------------------------------------------------------------

@@ -37,11 +37,19 @@ def size(value: str) -> int:
 
 
 def configure_logging(verbosity: int) -> None:
-    """Log to stderr, unless the project (or a test runner) configured logging already."""
-    if logging.getLogger().handlers or logger.handlers:
+    """Log redis_components to stderr, unless the project (or a test runner) configured
+    logging for it already. ``--verbosity`` 0 logs warnings, 1 adds info, 2 and 3 debug."""
+    package = logging.getLogger("redis_components")
+    if package.hasHandlers():
         return
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s [%(processName)s %(process)d] %(name)s: %(message)s"
+        )
+    )
+    package.addHandler(handler)
+    package.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
 
 
 @contextmanager

@@ -51,7 +51,7 @@ class Command(BaseCommand):
             "--block-size",
             type=size,
             metavar="SIZE",
-            help="bytes per GETRANGE (default: the FILES_BLOCK_SIZE setting, 128KiB)",
+            help="most bytes per GETRANGE (default: 1 MiB, or FILES_BLOCK_SIZE if larger)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

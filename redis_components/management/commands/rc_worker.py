@@ -14,6 +14,7 @@ from ...connection import get_client
 from ...exceptions import InvalidInput
 from ...queues import DEFAULT_QUEUE, registered_tasks
 from ...worker import Supervisor, server_warnings
+from ._console import configure_logging
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -112,16 +113,3 @@ class Command(BaseCommand):
         except redis.exceptions.RedisError as error:
             logger.warning("Cannot reach Redis yet (%s); the workers will keep trying", error)
         supervisor.run()
-
-
-def configure_logging(verbosity: int) -> None:
-    """Log to stderr unless the project configured logging for redis_components."""
-    package = logging.getLogger("redis_components")
-    if package.hasHandlers():
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s [%(processName)s %(process)d] %(message)s")
-    )
-    package.addHandler(handler)
-    package.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))

@@ -102,8 +102,12 @@ def free_cluster_port() -> int:
     raise EmbeddedRedisError("found no free pair of ports for a cluster node")
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to send SIGTERM to the server when the process that started it dies."""
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to send this process SIGTERM when the process that started it dies.
+
+    A ``preexec_fn`` for children that must not outlive their parent, even a parent
+    killed with SIGKILL. Elsewhere than on Linux it does nothing.
+    """
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -220,7 +224,7 @@ class EmbeddedRedis:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 # Its own session: a Ctrl-C in the terminal reaches the processes that
                 # use the server, which stop it when they are done with it.
                 start_new_session=True,

@@ -659,9 +659,9 @@ class _Child:
 
 def _child_main(worker_id: str, options: dict[str, Any], parent: int) -> None:
     """Entry point of a worker process: stop on SIGTERM/SIGINT and when the parent dies."""
-    from .embedded import _die_with_parent
+    from .embedded import die_with_parent
 
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:  # the supervisor died before we asked to follow it
         return
     worker = Worker(worker_id=worker_id, **options)

@@ -3,14 +3,17 @@
 Migrates the database, seeds the demo's data when there is none, then runs the
 development server on 127.0.0.1:8000 and a task worker (``manage.py rc_worker``) beside
 the embedded Redis (started by the settings when REDIS_URL is unset). Ctrl-C stops every
-process it started, the Redis server last.
+process it started, the Redis server last; so does SIGTERM or SIGHUP sent to this
+process alone, and the children stop by themselves if it is killed outright.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
+from types import FrameType
 from typing import Any
 
 from django.conf import settings
@@ -19,9 +22,18 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from demo_project.marketplace.seed import DEMO_PASSWORD, PEOPLE
 from demo_project.marketplace.views import MARKET
+from redis_components.embedded import die_with_parent
 
-# Seconds the children get to stop by themselves after Ctrl-C.
+# Seconds the children get to stop after Ctrl-C (which they receive too) or SIGTERM.
 STOP_TIMEOUT = 10
+
+
+class Stop(Exception):
+    """SIGTERM or SIGHUP reached this process alone: its children must be told."""
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise Stop(signal.Signals(signum).name)
 
 
 class Command(BaseCommand):
@@ -41,11 +53,14 @@ class Command(BaseCommand):
         where = "embedded, data in .demo-data/" if settings.REDIS_EMBEDDED else "from REDIS_URL"
         self.stdout.write(f"Redis: {settings.REDIS_URL} ({where})")
         manage = str(settings.BASE_DIR / "manage.py")
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _stop)
         children = [
-            subprocess.Popen(
-                [sys.executable, manage, "runserver", f"127.0.0.1:{port}", "--noreload"]
-            ),
-            subprocess.Popen([sys.executable, manage, "rc_worker"]),
+            subprocess.Popen(command, preexec_fn=die_with_parent)
+            for command in (
+                [sys.executable, manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
+                [sys.executable, manage, "rc_worker"],
+            )
         ]
         people = ", ".join(PEOPLE)
         self.stdout.write(f"Log in as any of {people}, with the password {DEMO_PASSWORD!r}.")
@@ -60,10 +75,16 @@ class Command(BaseCommand):
             deadline = time.monotonic() + STOP_TIMEOUT
             while time.monotonic() < deadline and any(c.poll() is None for c in children):
                 time.sleep(0.1)
+        except Stop as signalled:
+            self.stdout.write(f"{signalled}: stopping the server and the worker.")
         finally:
             for child in children:
                 if child.poll() is None:
-                    child.terminate()
+                    child.terminate()  # the worker finishes its task, then exits
             for child in children:
-                child.wait()
+                try:
+                    child.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
         self.stdout.write("Stopped.")

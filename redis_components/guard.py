@@ -31,6 +31,9 @@ T = TypeVar("T")
 # What each guard (by id) has entered and not yet exited, per thread and per asyncio
 # task: one guard object shared by threads or tasks (a module-level
 # ``redis_lock("report")`` used in ``with``) gives each exit back its own lock or permit.
+# An exit in another context than its entry (``asyncio.wait_for(guard.__aenter__())``
+# on Python < 3.12, a generator closed by another thread) falls back to the guard's
+# own list: the last one entered.
 _entered: ContextVar[dict[int, tuple[Any, ...]] | None] = ContextVar(
     "rc_guard_entered", default=None
 )
@@ -63,6 +66,7 @@ class Guard(ABC, Generic[T]):
             validate_name(name, "name")
         self.names = tuple(names)
         self.on_busy = on_busy
+        self._held: list[T] = []  # everything entered and not exited, in every context
 
     @abstractmethod
     def take(self, names: Sequence[str]) -> T | Busy: ...
@@ -104,15 +108,19 @@ class Guard(ABC, Generic[T]):
         await self.agive_back(self._pop(), exc_type is None)
 
     def _push(self, taken: T) -> None:
+        self._held.append(taken)
         entered = _entered.get() or {}
         _entered.set({**entered, id(self): (*entered.get(id(self), ()), taken)})
 
     def _pop(self) -> T:
         entered = dict(_entered.get() or {})
+        if id(self) not in entered:  # entered in another context
+            return self._held.pop()
         *rest, taken = entered.pop(id(self))
         if rest:
             entered[id(self)] = tuple(rest)
         _entered.set(entered)
+        self._held.remove(taken)
         return taken  # type: ignore[no-any-return]
 
     # -- decorator -----------------------------------------------------------------

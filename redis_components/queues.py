@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextvars
 import datetime
 import json
+import logging
 import math
 import os
 import random
@@ -80,6 +81,8 @@ from .guard import Busy
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
 
 COMPONENT = "queue"
 TAG = "tasks"
@@ -284,13 +287,26 @@ class Task(Generic[P, R]):
         """Enqueue when the current database transaction commits; never if it rolls back.
 
         The arguments are encoded now (so a bad argument raises here); the task id is
-        returned at once. Outside a transaction the task is enqueued immediately. An
-        enqueue that fails when its turn comes (``QueueFull``, Redis down,
-        ``TaskNotDurable``) is logged with the task id, not raised: the transaction
-        has committed by then, and its caller has moved on.
+        returned at once. Outside a transaction the task is enqueued immediately, and
+        its errors raise as ``enqueue``'s do. Inside one, an enqueue that fails when
+        its turn comes (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an
+        error with the task id, not raised: the transaction has committed by then.
         """
         task_id, payload = new_message(self.name, self.queue, args, kwargs)
-        transaction.on_commit(lambda: self._send(task_id, payload, ""), robust=True)
+        if not transaction.get_connection().in_atomic_block:
+            return self._send(task_id, payload, "")
+
+        def send() -> None:
+            try:
+                self._send(task_id, payload, "")
+            except Exception:
+                logger.exception(
+                    "Task %s (%s) was not enqueued after its transaction committed",
+                    task_id,
+                    self.name,
+                )
+
+        transaction.on_commit(send)
         return task_id
 
     def _send(self, task_id: str, payload: str, when: str) -> str:

@@ -540,3 +540,24 @@ def test_a_view_whose_arguments_make_a_bad_lock_name_answers_400() -> None:
     response = buy(_view_request("text/html"), item_id="bad\nname")
     assert response.status_code == 400
     assert b"control character" in response.content
+
+
+def test_a_guard_exited_in_another_thread_or_task_than_it_entered_releases() -> None:
+    guard = redis_lock("elsewhere", timeout=5)
+    entering = threading.Thread(target=guard.__enter__)
+    entering.start()
+    entering.join(10)
+    assert _held("elsewhere")
+    guard.__exit__(None, None, None)
+    assert not _held("elsewhere")
+
+    async def scenario() -> None:
+        try:
+            await asyncio.create_task(guard.__aenter__())  # the task's context, not ours
+            assert _held("elsewhere")
+            await guard.__aexit__(None, None, None)
+        finally:
+            await aclose_async_client()
+
+    asyncio.run(scenario())
+    assert not _held("elsewhere")

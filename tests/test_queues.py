@@ -174,6 +174,21 @@ def test_enqueue_on_commit_enqueues_nothing_on_rollback(r: redis.Redis) -> None:
     assert r.keys("*") == []
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_enqueue_on_commit_is_logged_after_the_commit_and_raises_outside(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    with override_settings(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": {"test": 1}}):
+        tasks.record.enqueue("fills the queue")
+        with transaction.atomic():
+            task_id = tasks.record.enqueue_on_commit("no room")
+        assert f"Task {task_id} (tests.testapp.tasks.record) was not enqueued" in caplog.text
+        assert "QueueFull" in caplog.text
+        with pytest.raises(QueueFull):
+            tasks.record.enqueue_on_commit("no room, no transaction")
+    assert r.llen(ready_key("test")) == 1
+
+
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [

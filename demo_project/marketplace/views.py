@@ -212,7 +212,8 @@ def inventory(request: HttpRequest) -> HttpResponse:
 def sell(request: HttpRequest) -> HttpResponse:
     item = request.POST.get("item", "")
     raw_price = request.POST.get("price", "").strip()
-    price = int(raw_price) if raw_price.isascii() and raw_price.isdigit() else 0
+    plain = raw_price.isascii() and raw_price.isdigit() and len(raw_price) <= 12
+    price = int(raw_price) if plain else 0
     if not 1 <= price <= MAX_PRICE:
         messages.error(request, f"A price is a whole number from 1 to {MAX_PRICE:,}.")
         return redirect("inventory")

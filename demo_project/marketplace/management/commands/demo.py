@@ -26,14 +26,8 @@ from redis_components.embedded import die_with_parent
 
 # Seconds the children get to stop after Ctrl-C (which they receive too) or SIGTERM.
 STOP_TIMEOUT = 10
-
-
-class Stop(Exception):
-    """SIGTERM or SIGHUP reached this process alone: its children must be told."""
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise Stop(signal.Signals(signum).name)
+# SIGTERM and SIGHUP reach this process alone: it tells its children.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Command(BaseCommand):
@@ -53,8 +47,13 @@ class Command(BaseCommand):
         where = "embedded, data in .demo-data/" if settings.REDIS_EMBEDDED else "from REDIS_URL"
         self.stdout.write(f"Redis: {settings.REDIS_URL} ({where})")
         manage = str(settings.BASE_DIR / "manage.py")
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, _stop)
+        stop: list[str] = []
+
+        def note(signum: int, frame: FrameType | None) -> None:
+            stop.append(signal.Signals(signum).name)
+
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, note)
         children = [
             subprocess.Popen(command, preexec_fn=die_with_parent)
             for command in (
@@ -68,16 +67,18 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"The demo is at http://127.0.0.1:{port}/  (Ctrl-C stops it)")
         )
         try:
-            while all(child.poll() is None for child in children):
-                time.sleep(0.5)
+            while not stop and all(child.poll() is None for child in children):
+                time.sleep(0.2)
+            if stop:
+                self.stdout.write(f"{stop[0]}: stopping the server and the worker.")
         except KeyboardInterrupt:
             # Ctrl-C reached every child too: give the worker time to finish its task.
             deadline = time.monotonic() + STOP_TIMEOUT
             while time.monotonic() < deadline and any(c.poll() is None for c in children):
                 time.sleep(0.1)
-        except Stop as signalled:
-            self.stdout.write(f"{signalled}: stopping the server and the worker.")
         finally:
+            for signum in STOP_SIGNALS:  # already stopping
+                signal.signal(signum, signal.SIG_IGN)
             for child in children:
                 if child.poll() is None:
                     child.terminate()  # the worker finishes its task, then exits

@@ -129,12 +129,12 @@ def test_the_worker_survives_a_redis_restart(
 ) -> None:
     directory = tmp_path / "redis"
     server = EmbeddedRedis(directory=directory, persistent=True).start()
+    client = server.client()
+    push = redis.Redis.from_url(server.url)  # reconnects to the restarted server
     try:
         monkeypatch.setenv("RC_TEST_REDIS_URL", server.url)
         monkeypatch.delenv("RC_TEST_CLUSTER", raising=False)  # this one is a single server
-        client = server.client()
         worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
-        push = redis.Redis.from_url(server.url)
 
         def enqueue(label: str) -> None:
             # The session's CACHES point at the other server: push the task directly.
@@ -147,6 +147,7 @@ def test_the_worker_survives_a_redis_restart(
         server.stop()
         time.sleep(0.5)
         server = EmbeddedRedis(directory=directory, persistent=True, port=port).start()
+        client.close()
         client = server.client()
         enqueue("after")
         wait_until(lambda: client.hlen("{test}:runs") == 2, worker.output)
@@ -157,6 +158,8 @@ def test_the_worker_survives_a_redis_restart(
         assert "reached Redis again" in output
         assert {k.decode() for k in client.hkeys("{test}:runs")} == {"before", "after"}
     finally:
+        push.close()
+        client.close()
         server.stop()
 
 

@@ -41,15 +41,14 @@ def run_processes(
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class WorkerProcess:
-    """``python -m django rc_worker ...`` in its own process group, output in a file."""
+class LoggedProcess:
+    """A command run from the project's root in its own process group, output in a file."""
 
-    def __init__(self, tmp_path: Path, args: list[str], settings: dict[str, object]) -> None:
-        self.log = tmp_path / f"worker-{time.monotonic_ns()}.log"
-        env = {**os.environ, "RC_TEST_REDIS_COMPONENTS": json.dumps(settings)}
+    def __init__(self, log: Path, command: list[str], env: dict[str, str]) -> None:
+        self.log = log
         with open(self.log, "wb") as output:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "django", "rc_worker", *args],
+                [sys.executable, *command],
                 cwd=ROOT,
                 env=env,
                 stdout=output,
@@ -62,6 +61,15 @@ class WorkerProcess:
 
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
+
+
+class WorkerProcess(LoggedProcess):
+    """``python -m django rc_worker ...`` with the test settings and ``settings``."""
+
+    def __init__(self, tmp_path: Path, args: list[str], settings: dict[str, object]) -> None:
+        env = {**os.environ, "RC_TEST_REDIS_COMPONENTS": json.dumps(settings)}
+        log = tmp_path / f"worker-{time.monotonic_ns()}.log"
+        super().__init__(log, ["-m", "django", "rc_worker", *args], env)
 
     def kill_all(self) -> None:
         """SIGKILL the supervisor and every worker process at once."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CLUSTER
-from tests.processes import ROOT, wait_until
+from tests.processes import LoggedProcess, wait_until
 
 pytestmark = [
     pytest.mark.skipif(
@@ -30,27 +28,16 @@ pytestmark = [
 ]
 
 
-class Demo:
+class Demo(LoggedProcess):
     def __init__(self, tmp_path: Path) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
         env.update(DJANGO_SETTINGS_MODULE="demo_project.settings", DEMO_DATA_DIR=str(tmp_path))
-        self.log = tmp_path / "demo.log"
         self.tree: list[int] = []
-        with open(self.log, "wb") as output:
-            self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "demo", "--port", str(self.port)],
-                cwd=ROOT,
-                env=env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        command = ["manage.py", "demo", "--port", str(self.port)]
+        super().__init__(tmp_path / "demo.log", command, env)
 
     def serves(self) -> bool:
         try:
@@ -113,7 +100,7 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
 
 def test_sigterm_stops_the_server_the_worker_and_redis(demo: Demo) -> None:
     tree = demo.started()
-    demo.process.send_signal(signal.SIGTERM)  # to the demo alone, not its group
+    demo.signal(signal.SIGTERM)  # to the demo alone, not its group
     assert demo.process.wait(30) == 0, demo.output()
     assert "SIGTERM: stopping the server and the worker." in demo.output()
     assert "Stopped." in demo.output()

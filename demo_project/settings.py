@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 from redis_components.embedded import shared_server
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -90,9 +92,18 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "login"
-# "Item sold" emails are written to files, one per message, instead of being sent.
-EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
-EMAIL_FILE_PATH = DATA_DIR / "emails"
+# "Item sold" emails are written to files, one per message, instead of being sent
+# (Django 6.1 configures mail with MAILERS; EMAIL_BACKEND is deprecated there).
+if django.VERSION >= (6, 1):
+    MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "OPTIONS": {"file_path": DATA_DIR / "emails"},
+        }
+    }
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = "market@example.com"
 LOGOUT_REDIRECT_URL = "home"
 

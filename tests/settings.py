@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 
+import django
+
 NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock"
 
 
@@ -108,7 +110,11 @@ TEMPLATES = [
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 STATIC_URL = "static/"
 LOGIN_URL = "login"
-EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+# Email stays in memory, also in worker processes (Django 6.1 replaced EMAIL_BACKEND by MAILERS).
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # The demo's pages need these (the suite tests them too).
 REDIS_URL = "(the test server)"
 REDIS_EMBEDDED = True

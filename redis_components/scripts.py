@@ -21,6 +21,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
@@ -45,13 +46,20 @@ class Script:
     def __repr__(self) -> str:
         return f"<Script {self.name} {self.sha[:8]}>"
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Arg] = ()) -> Any:
-        """Run the script on a (sync) redis-py client."""
+    def __call__(
+        self, client: Any, keys: Sequence[str], args: Sequence[Arg] = (), *, raw: bool = False
+    ) -> Any:
+        """Run the script on a (sync) redis-py client.
+
+        ``raw``: return the reply's strings as bytes even on a decoding client (for
+        replies that may hold bytes that are not UTF-8).
+        """
+        options = {NEVER_DECODE: True} if raw else {}
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
         except NoScriptError:
             client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
 
     async def run_async(self, client: Any, keys: Sequence[str], args: Sequence[Arg] = ()) -> Any:
         """Run the script on a ``redis.asyncio`` client."""

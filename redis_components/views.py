@@ -270,7 +270,7 @@ def _require_existing_users(names: list[str]) -> None:
         raise InvalidInput("recipients", f"no such user: {', '.join(unknown)}")
 
 
-# -- task queues (queues.py): the staff-only status page -----------------------------
+# -- task queues (the tasks package): the staff-only status page -----------------------------
 
 QUEUE_PAGE_REFRESH = 5  # seconds
 
@@ -298,7 +298,7 @@ def staff_only(
 
 def queue_status_data() -> dict[str, Any]:
     """Counts per queue, registered workers and the newest dead letters, as plain data."""
-    from .queues import dead_letters, queue_stats, workers
+    from .tasks.status import dead_letters, queue_stats, workers
 
     try:
         stats = queue_stats()

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 
 from demo_project.marketplace.seed import DEMO_PASSWORD, seed
 from demo_project.marketplace.views import MARKET
-from redis_components.worker import Worker
+from redis_components.tasks.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from demo_project.marketplace.market import item_lock
 from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
 from redis_components import GroupChat, Guild, RecentContacts, RedisLock
-from redis_components.worker import Worker
+from redis_components.tasks.worker import Worker
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,9 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from redis_components.queues import TaskMessage, dead_key, ready_key
-from redis_components.worker import Worker
+from redis_components.tasks.engine import dead_key, ready_key
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.worker import Worker
 from tests.testapp import tasks
 
 
@@ -42,7 +43,7 @@ def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Re
 
 
 def test_no_queues_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("redis_components.queues._registry", {})
+    monkeypatch.setattr("redis_components.tasks.registry._registry", {})
     assert run() == "No queues yet.\n\nWorkers: 0\n"
 
 
@@ -50,8 +51,8 @@ def test_requeue_dead_of_one_queue_or_all(r: redis.Redis) -> None:
     bury(r, "test", "a")
     bury(r, "mail", "b")
     assert run("--requeue-dead", "test") == "test: requeued 1 dead tasks\n"
-    assert r.llen(ready_key("test")) == 1
-    assert TaskMessage.decode(r.lindex(ready_key("test"), 0) or b"").retries == 0
+    [raw] = r.zrange(ready_key("test"), 0, -1)
+    assert TaskMessage.decode(raw).retries == 0
     assert r.llen(dead_key("mail")) == 1
     r.sadd("rc:queue:{tasks}:queues", "mail")
     assert "mail: requeued 1 dead tasks" in run("--requeue-dead")
@@ -63,14 +64,14 @@ def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr("builtins.input", lambda question: "n")
     with pytest.raises(CommandError, match="Nothing was deleted"):
         run("--purge", "test")
-    assert r.llen(ready_key("test")) == 1
+    assert r.zcard(ready_key("test")) == 1
     asked: list[str] = []
     monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "y")
     assert run("--purge", "test") == "test: deleted 1 tasks (there were 1 a moment ago)\n"
     assert asked == ["Delete 1 ready, 0 delayed and 0 dead tasks of queue 'test'? [y/N] "]
     tasks.record.enqueue("b")
     assert "deleted 1 tasks" in run("--purge", "test", "--yes")
-    assert r.llen(ready_key("test")) == 0
+    assert r.zcard(ready_key("test")) == 0
 
 
 def test_bad_queue_names_are_refused() -> None:

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from redis_components import TaskStatus, get_result
 from redis_components.embedded import EmbeddedRedis
-from redis_components.queues import TaskMessage, dead_letters, ready_key, running_key, workers
+from redis_components.tasks.engine import ready_key, running_key
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import dead_letters, workers
 from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 
@@ -40,13 +43,15 @@ def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
         # What the workers killed now held is all that may run twice (workers killed
         # earlier may still be waiting for recovery: their tasks are counted already).
         victims = {w.id for w in workers()} - killed
-        in_flight += sum(r.llen(running_key(worker_id, "test")) for worker_id in victims)
+        in_flight += sum(r.zcard(running_key(worker_id, "test")) for worker_id in victims)
         killed |= victims
     worker = start_worker("test", "--concurrency", "2", **settings)
 
     def settled() -> bool:
         recovered = not killed & {w.id for w in workers()}
-        return recovered and r.llen(ready_key("test")) == 0 and r.hlen("{test}:runs") == len(labels)
+        return (
+            recovered and r.zcard(ready_key("test")) == 0 and r.hlen("{test}:runs") == len(labels)
+        )
 
     wait_until(settled, worker.output)
     worker.signal(signal.SIGTERM)
@@ -70,7 +75,7 @@ def test_sigterm_lets_the_running_task_finish(
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     assert r.exists("test:s:finished")
-    assert r.llen(ready_key("test")) == 0
+    assert r.zcard(ready_key("test")) == 0
     assert r.keys("rc:queue:{tasks}:running:*") == []
     assert workers() == []
     assert "signal again to stop at once" in worker.output()
@@ -87,7 +92,7 @@ def test_a_second_signal_stops_at_once_and_puts_the_task_back(
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
     assert not r.exists("test:s:finished")
-    [payload] = r.lrange(ready_key("test"), 0, -1)
+    [payload] = r.zrange(ready_key("test"), 0, -1)
     message = TaskMessage.decode(payload)
     assert (message.args, message.crashes) == (["s", 60.0], 0)  # a stop is not a crash
     assert workers() == []
@@ -138,8 +143,10 @@ def test_the_worker_survives_a_redis_restart(
 
         def enqueue(label: str) -> None:
             # The session's CACHES point at the other server: push the task directly.
-            message = TaskMessage("id-" + label, "tests.testapp.tasks.record", "test", [label], {})
-            push.rpush(ready_key("test"), message.encode())
+            message = TaskMessage(
+                label.encode().hex(), "tests.testapp.tasks.record", "test", [label], {}
+            )
+            push.zadd(ready_key("test"), {message.encode(): 1})
 
         enqueue("before")
         wait_until(lambda: client.hlen("{test}:runs") == 1, worker.output)
@@ -180,3 +187,26 @@ def test_bad_queue_names_are_refused(start_worker: Callable[..., WorkerProcess])
     worker = start_worker("ok", "")
     assert worker.wait() == 1
     assert "queues: must not be empty" in worker.output()
+
+
+def test_a_result_outlives_a_kill_9_and_ends_successful(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    result = tasks.slow.enqueue("k", 0.3)
+    settings = {"TASK_HEARTBEAT_INTERVAL": 0.5}
+    worker = start_worker("test", **settings)
+    wait_until(lambda: r.exists("test:k:started"), worker.output)
+    assert get_result(result.id).status is TaskStatus.RUNNING
+    worker.kill_all()  # the supervisor too: a live worker's heartbeat must find the task
+    dead_worker = get_result(result.id).worker_ids
+    worker = start_worker("test", **settings)
+    wait_until(lambda: get_result(result.id).status is TaskStatus.SUCCESSFUL, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    final = get_result(result.id)
+    assert final.attempts == 2
+    assert final.worker_ids[0] == dead_worker[0]
+    [crash] = final.errors
+    assert crash.exception_class_path == "redis_components.exceptions.WorkerCrashed"
+    assert runs(r) == {}  # slow() counts nothing; it ran to its end once
+    assert r.exists("test:k:finished")

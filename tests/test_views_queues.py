@@ -10,7 +10,7 @@ import redis
 from django.test import Client
 from django.test.utils import override_settings
 
-from redis_components.queues import dead_key
+from redis_components.tasks.engine import dead_key
 from tests.testapp import tasks
 
 URL = "/rc/queues/"

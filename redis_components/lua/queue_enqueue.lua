@@ -1,28 +1,42 @@
--- KEYS: 1) the queue's ready list (also the name of its wake-up channel)
---       2) the queue's delayed ZSET
+-- KEYS: 1) the queue's ready ZSET (also the name of its wake-up channel)
+--       2) the queue's delayed ZSET  3) the task system's enqueue counter
+--       4) the task's result hash
 -- ARGV: 1) the task payload
---       2) when it is due: "" now, "+<ms>" after ms by the server's clock, "@<ms>" at epoch ms
---       3) the queue's maximum length, 0 for unbounded
--- Returns: 1 when the task was added, 0 when the queue is full (nothing changed)
-local limit = tonumber(ARGV[3])
-if limit > 0 and redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= limit then
-  return 0
+--       2) its rank, (100 - priority) * 2^44 + 2^43: its score in the ready ZSET before
+--          the counter is added, so higher priorities come first and equal ones in order
+--       3) when it is due: "" now, "+<ms>" after ms by the server's clock, "@<ms>" at epoch ms
+--       4) the queue's most waiting (ready + delayed) tasks, 0 for unbounded
+--       5) how long to keep the result after its last change, in ms
+-- Returns: the server's time (epoch ms) of the enqueue, or false when the queue is full
+--          (nothing changed)
+local limit = tonumber(ARGV[4])
+if limit > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= limit then
+  return false
 end
-local when = ARGV[2]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local when, due = ARGV[3], now
 if when == '' then
-  if redis.call('RPUSH', KEYS[1], ARGV[1]) == 1 then
-    redis.call('PUBLISH', KEYS[1], 'ready')  -- see queue_push.lua
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[2]) + redis.call('INCR', KEYS[3]), ARGV[1])
+  -- Only the first task of an empty queue wakes idle workers: a worker that saw the
+  -- queue empty is woken by that task, and takes tasks until the queue is empty again.
+  if redis.call('ZCARD', KEYS[1]) == 1 then
+    redis.call('PUBLISH', KEYS[1], 'ready')
   end
-  return 1
+else
+  due = tonumber(string.sub(when, 2))
+  if string.sub(when, 1, 1) == '+' then
+    due = now + due
+  end
+  redis.call('ZADD', KEYS[2], due, ARGV[1])
+  -- A new earliest due time shortens the sleep of idle workers: wake them to re-read it.
+  if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1] then
+    redis.call('PUBLISH', KEYS[1], 'delayed')
+  end
 end
-local due = tonumber(string.sub(when, 2))
-if string.sub(when, 1, 1) == '+' then
-  local now = redis.call('TIME')
-  due = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + due
+redis.call('HSET', KEYS[4], 'status', 'READY', 'message', ARGV[1], 'enqueued_at', now)
+if due > now then
+  redis.call('HSET', KEYS[4], 'run_after', due)
 end
-redis.call('ZADD', KEYS[2], due, ARGV[1])
--- A new earliest due time shortens the sleep of idle workers: wake them to re-read it.
-if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1] then
-  redis.call('PUBLISH', KEYS[1], 'delayed')
-end
-return 1
+redis.call('PEXPIRE', KEYS[4], math.max(due - now, 0) + tonumber(ARGV[5]))
+return now

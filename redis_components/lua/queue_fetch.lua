@@ -1,62 +1,130 @@
--- KEYS: 1) the ZSET of worker leases, then for each queue the worker serves, in
---       priority order: its ready list (also the name of its wake-up channel), its
---       delayed ZSET, and the worker's in-progress list for it
+-- KEYS: 1) the ZSET of worker leases  2) the HASH of running tasks (task id -> "<start
+--       ms> <worker id>")  3) the task system's enqueue counter  4) the result hash of
+--       the finished task (ARGV 3), or any key of the task system when there is none;
+--       then for each queue the worker serves, in priority order: its ready ZSET (also
+--       the name of its wake-up channel), its delayed ZSET, the worker's in-progress
+--       ZSET for it, its dead-letter list
 -- ARGV: 1) the worker's id
---       2) the position (1-based) of the queue of a finished task to acknowledge, 0 for none
---       3) that task's payload
---       4) "take+move", "take" or "": take a task; move due delayed tasks to their queues
--- Returns: {payload, position of its queue, wait}: payload is false when no task was
---          taken; wait is the number of ms until the next delayed task is due (0 when
---          more are due now, -1 when none is or nothing was moved). Position -1: the
---          worker has no lease (it was taken for dead), so it gets nothing until it
---          registers again.
+--       2) "take+move", "take" or "": take a task; move due delayed tasks to their queues
+--       3) the position (1-based) of the queue of a finished task to record, 0 for none
+--       4) its payload as taken  5) its id ("" when unknown: no result is written)
+--       6) how it ended: "ok", "retry", "defer" or "bury"
+--       7) "ok": the return value (JSON); "retry", "bury": the error (a JSON object)
+--       8) "retry", "defer": the payload to run again  9) in how many ms
+--       10) "bury": the dead-letter entry  11) the most entries a dead-letter list keeps
+--       12) how long to keep a result after its last change, in ms
+-- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
+--          no task was taken; wait is the number of ms until the next delayed task is
+--          due (0 when more are due now, -1 when none is or nothing was moved);
+--          recorded is 1 when the finished task was recorded, 0 when the worker no
+--          longer held it (it was recovered meanwhile, and nothing changed); now is the
+--          server's time (epoch ms). Position -1: the worker has no lease (it was taken
+--          for dead), so it gets nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
-local queues = (#KEYS - 1) / 3
-local done = tonumber(ARGV[2])
+local queues = (#KEYS - 4) / 4
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+-- The task this worker finished: out of its in-progress ZSET, its outcome recorded.
+local recorded = 0
+local done = tonumber(ARGV[3])
 if done > 0 then
-  redis.call('LREM', KEYS[3 * done + 1], -1, ARGV[3])
-end
-local take = string.sub(ARGV[4], 1, 4) == 'take'
-if take and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return {false, -1, 0}
+  local delayed, running, dead = KEYS[4 * done + 2], KEYS[4 * done + 3], KEYS[4 * done + 4]
+  if redis.call('ZREM', running, ARGV[4]) == 1 then
+    recorded = 1
+    local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
+    local attempt = redis.call('HGET', KEYS[2], id)
+    redis.call('HDEL', KEYS[2], id)
+    local keep = tonumber(ARGV[12])
+    if outcome == 'bury' then
+      redis.call('RPUSH', dead, ARGV[10])
+      redis.call('LTRIM', dead, -tonumber(ARGV[11]), -1)
+    elseif outcome ~= 'ok' then
+      local delay = tonumber(ARGV[9])
+      redis.call('ZADD', delayed, now + delay, ARGV[8])
+      if redis.call('ZRANGE', delayed, 0, 0)[1] == ARGV[8] then
+        redis.call('PUBLISH', KEYS[4 * done + 1], 'delayed')
+      end
+      keep = keep + delay
+    end
+    if id ~= '' then
+      if attempt then  -- "<start ms> <worker id>", written when it was taken
+        local started, worker = string.match(attempt, '^(%d+) (.*)$')
+        local workers = redis.call('HGET', result, 'workers')
+        redis.call('HSET', result, 'last_attempted_at', started,
+          'workers', workers and (workers .. ' ' .. worker) or worker)
+        redis.call('HSETNX', result, 'started_at', started)
+      end
+      if outcome == 'retry' or outcome == 'bury' then
+        local errors = redis.call('HGET', result, 'errors')
+        redis.call('HSET', result, 'errors',
+          errors and (string.sub(errors, 1, -2) .. ',' .. ARGV[7] .. ']') or ('[' .. ARGV[7] .. ']'))
+      end
+      if outcome == 'ok' then
+        redis.call('HSET', result, 'status', 'SUCCESSFUL', 'finished_at', now, 'return_value', ARGV[7])
+      elseif outcome == 'bury' then
+        redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
+      else
+        redis.call('HSET', result, 'status', 'READY')
+      end
+      redis.call('HSETNX', result, 'message', ARGV[4])  -- its result expired while it waited
+      redis.call('PEXPIRE', result, keep)
+    end
+  end
 end
 
+local take = string.sub(ARGV[2], 1, 4) == 'take'
+if take and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return {false, -1, 0, recorded, now}
+end
+
+-- Due delayed tasks to their ready ZSETs, ranked by the priority at the start of their
+-- payload as enqueue ranks them (see queue_enqueue.lua), in the order they fell due.
 local wait = -1
 local woken = {}
-if string.sub(ARGV[4], -4) == 'move' then
-  local now
+if string.sub(ARGV[2], -4) == 'move' then
   for i = 1, queues do
-    local ready, delayed = KEYS[3 * i - 1], KEYS[3 * i]
+    local ready, delayed = KEYS[4 * i + 1], KEYS[4 * i + 2]
     local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+    if first[2] and tonumber(first[2]) <= now then
+      local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, BATCH)
+      redis.call('ZREM', delayed, unpack(due))
+      if redis.call('ZCARD', ready) == 0 then
+        woken[#woken + 1] = ready
+      end
+      local counter = redis.call('INCRBY', KEYS[3], #due) - #due
+      for j, payload in ipairs(due) do
+        local priority = tonumber(string.match(payload, '^{"id":"[^"]*","priority":(%-?%d+),'))
+        if not priority or priority < -100 or priority > 100 then
+          priority = 0
+        end
+        redis.call('ZADD', ready, (100 - priority) * 17592186044416 + 8796093022208 + counter + j,
+          payload)
+      end
+      first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+    end
     if first[2] then
-      if not now then
-        local time = redis.call('TIME')
-        now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-      end
-      if tonumber(first[2]) <= now then
-        local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, BATCH)
-        redis.call('ZREM', delayed, unpack(due))
-        if redis.call('RPUSH', ready, unpack(due)) == #due then
-          woken[#woken + 1] = ready
-        end
-        first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-      end
-      if first[2] then
-        local until_due = math.max(0, tonumber(first[2]) - now)
-        if wait < 0 or until_due < wait then
-          wait = until_due
-        end
+      local until_due = math.max(0, tonumber(first[2]) - now)
+      if wait < 0 or until_due < wait then
+        wait = until_due
       end
     end
   end
 end
 
+-- The first task of the first non-empty queue, into this worker's in-progress ZSET
+-- with its ready score, so that recovery puts it back where it was.
 local payload, position = false, 0
 if take then
   for i = 1, queues do
-    payload = redis.call('LMOVE', KEYS[3 * i - 1], KEYS[3 * i + 1], 'LEFT', 'RIGHT')
-    if payload then
-      position = i
+    local popped = redis.call('ZPOPMIN', KEYS[4 * i + 1])
+    if popped[1] then
+      payload, position = popped[1], i
+      redis.call('ZADD', KEYS[4 * i + 3], popped[2], payload)
+      local id = string.match(payload, '^{"id":"(%x+)"')
+      if id then
+        redis.call('HSET', KEYS[2], id, now .. ' ' .. ARGV[1])
+      end
       break
     end
   end
@@ -64,8 +132,8 @@ end
 -- Tasks this call made ready in an empty queue, and did not take itself, wake the
 -- other idle workers of that queue (as an enqueued task would).
 for _, ready in ipairs(woken) do
-  if redis.call('LLEN', ready) > 0 then
+  if redis.call('ZCARD', ready) > 0 then
     redis.call('PUBLISH', ready, 'ready')
   end
 end
-return {payload, position, wait}
+return {payload, position, wait, recorded, now}

@@ -1,15 +1,22 @@
--- KEYS: 1) the ZSET of worker leases  2) the hash of worker descriptions, then for each
---       queue the worker served: the worker's in-progress list for it, the queue's ready
---       list (also the name of its wake-up channel), its dead-letter list
+-- KEYS: 1) the ZSET of worker leases  2) the hash of worker descriptions  3) the HASH of
+--       running tasks (task id -> "<start ms> <worker id>"), then for each queue the
+--       worker served: the worker's in-progress ZSET for it, the queue's ready ZSET
+--       (also the name of its wake-up channel), its dead-letter list; then the result
+--       hash of each task id given in ARGV
 -- ARGV: 1) the worker's id  2) "expired": only if its lease has run out; "now": at once
 --       3) count a crash against each recovered task, and dead-letter those that reach
---       this count; 0 counts nothing  4) the most entries a dead-letter list keeps
---       5...) the name of each queue, in the order of KEYS
+--       this count; 0 counts nothing (the worker stopped them: no attempt is recorded)
+--       4) the most entries a dead-letter list keeps  5) how long to keep a result
+--       after its last change, in ms  6) the number of queues
+--       7...) the name of each queue, in the order of KEYS, then the task ids whose
+--       result hashes end KEYS (tasks seen in the in-progress ZSETs before this call)
 -- Returns: {tasks put back on their queue, tasks dead-lettered}, or false when the
 --          worker's lease has not run out (nothing changed)
 -- A task's crash count travels in its payload: the encoder ends every payload with
 -- '"retries":<n>}', and this script alone appends ',"crashes":<n>' before the final
--- brace, with string operations (re-encoding JSON in Lua could alter numbers).
+-- brace, with string operations (re-encoding JSON in Lua could alter numbers). A
+-- recovered task goes back into its ready ZSET with the score it was taken with, so it
+-- runs before every task of its priority enqueued after it.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if ARGV[2] == 'expired' then
@@ -21,41 +28,76 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 
-local max_crashes = tonumber(ARGV[3])
+local max_crashes, keep = tonumber(ARGV[3]), tonumber(ARGV[5])
+local queues = tonumber(ARGV[6])
+local results = {}
+for i = 7 + queues, #ARGV do
+  results[ARGV[i]] = KEYS[3 + 3 * queues + i - 6 - queues]
+end
+
 local requeued, buried = 0, 0
-for i = 1, (#KEYS - 2) / 3 do
-  local running, ready, dead = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-  local queue = ARGV[4 + i]
-  local before = requeued
-  -- From the newest to the oldest, each to the head of its queue: the oldest ends first.
-  local payload = redis.call('RPOP', running)
-  while payload do
-    if max_crashes > 0 and string.sub(payload, -1) == '}' then
-      local body, crashes = string.match(payload, '^(.*),"crashes":(%d+)}$')
-      if not body then
-        body, crashes = string.sub(payload, 1, -2), 0
+for i = 1, queues do
+  local running, ready, dead = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local queue = ARGV[6 + i]
+  local was_empty = redis.call('ZCARD', ready) == 0
+  local held = redis.call('ZRANGE', running, 0, -1, 'WITHSCORES')
+  redis.call('DEL', running)
+  for j = 1, #held, 2 do
+    local payload, score = held[j], held[j + 1]
+    local id = string.match(payload, '^{"id":"(%x+)"')
+    local attempt = id and redis.call('HGET', KEYS[3], id)
+    if id then
+      redis.call('HDEL', KEYS[3], id)
+    end
+    local error, crashes = nil, 0
+    if max_crashes > 0 then
+      local body, count = string.match(payload, '^(.*),"crashes":(%d+)}$')
+      if not body and string.sub(payload, -1) == '}' then
+        body, count = string.sub(payload, 1, -2), 0
       end
-      crashes = tonumber(crashes) + 1
-      if crashes >= max_crashes then
-        redis.call('RPUSH', dead, cjson.encode({
-          task = payload, queue = queue, reason = 'crashed',
-          error = 'its worker died while running it ' .. crashes .. ' times',
-          traceback = '', failed_at = now / 1000,
-        }))
-        redis.call('LTRIM', dead, -tonumber(ARGV[4]), -1)
-        buried = buried + 1
-        payload = nil
-      else
-        payload = body .. ',"crashes":' .. crashes .. '}'
+      if body then
+        crashes = tonumber(count) + 1
+        error = 'its worker died while running it (' .. crashes .. ' of ' .. max_crashes .. ')'
+        if crashes < max_crashes then
+          payload = body .. ',"crashes":' .. crashes .. '}'
+        end
+      else  -- not a task of ours: it cannot be run, so it is not counted either
+        crashes, error = max_crashes, 'its worker died while holding it, and it is not a task'
       end
     end
-    if payload then
-      redis.call('LPUSH', ready, payload)
+    if crashes >= max_crashes and max_crashes > 0 then
+      redis.call('RPUSH', dead, cjson.encode({
+        task = payload, queue = queue, reason = 'crashed', error = error,
+        traceback = '', failed_at = now / 1000,
+      }))
+      redis.call('LTRIM', dead, -tonumber(ARGV[4]), -1)
+      buried = buried + 1
+    else
+      redis.call('ZADD', ready, score, payload)
       requeued = requeued + 1
     end
-    payload = redis.call('RPOP', running)
+    local result = id and results[id]
+    if result and max_crashes > 0 then
+      if attempt then
+        local started, worker = string.match(attempt, '^(%d+) (.*)$')
+        local workers = redis.call('HGET', result, 'workers')
+        redis.call('HSET', result, 'last_attempted_at', started,
+          'workers', workers and (workers .. ' ' .. worker) or worker)
+        redis.call('HSETNX', result, 'started_at', started)
+      end
+      local entry = cjson.encode({
+        exception_class_path = 'redis_components.exceptions.WorkerCrashed', traceback = error,
+      })
+      local errors = redis.call('HGET', result, 'errors')
+      redis.call('HSET', result, 'errors',
+        errors and (string.sub(errors, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']'))
+      if crashes >= max_crashes then
+        redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
+      end
+      redis.call('PEXPIRE', result, keep)
+    end
   end
-  if requeued > before then
+  if was_empty and redis.call('ZCARD', ready) > 0 then
     redis.call('PUBLISH', ready, 'ready')
   end
 end

@@ -1,13 +1,24 @@
--- KEYS: 1) the queue's dead-letter list  2) the queue's ready list (also the name of its
---       wake-up channel)
--- ARGV: pairs of: a dead-letter entry, the payload to enqueue in its place
+-- KEYS: 1) the queue's dead-letter list  2) the queue's ready ZSET (also the name of its
+--       wake-up channel)  3) the task system's enqueue counter, then the result hash of
+--       each entry's task (any key of the task system for an entry without one)
+-- ARGV: 1) how long to keep a result after its last change, in ms, then for each entry:
+--       the dead-letter entry, the payload to enqueue in its place, its rank (see
+--       queue_enqueue.lua), its task id ("" when it has no result hash)
 -- Returns: the number of entries moved (an entry no longer in the list is skipped)
-local was_empty = redis.call('LLEN', KEYS[2]) == 0
+local was_empty = redis.call('ZCARD', KEYS[2]) == 0
 local moved = 0
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 4 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
+    local score = tonumber(ARGV[i + 2]) + redis.call('INCR', KEYS[3])
+    redis.call('ZADD', KEYS[2], score, ARGV[i + 1])
     moved = moved + 1
+    if ARGV[i + 3] ~= '' then
+      local result = KEYS[3 + (i + 2) / 4]
+      redis.call('HSET', result, 'status', 'READY')
+      redis.call('HDEL', result, 'finished_at')
+      redis.call('HSETNX', result, 'message', ARGV[i + 1])
+      redis.call('PEXPIRE', result, tonumber(ARGV[1]))
+    end
   end
 end
 if moved > 0 and was_empty then

@@ -6,11 +6,12 @@ worker process did.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
 
-from redis_components import Retry, current_task, task
+from redis_components import Retry, Task, current_task, task
 from redis_components.connection import get_client
 
 
@@ -65,3 +66,30 @@ def crash(label: str) -> None:
     """Kill the worker process running it, as a segfault would."""
     get_client().hincrby("{test}:runs", label, 1)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(queue="test")
+def add(a: int, b: int) -> int:
+    """Return a sum (its result holds it)."""
+    return a + b
+
+
+@task(queue="test")
+async def async_add(a: int, b: int) -> int:
+    """An ``async def`` task: the worker runs it on an event loop."""
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(queue="test", max_retries=3)
+def returns_object(label: str) -> object:
+    """Count a run, then return what JSON cannot carry."""
+    get_client().hincrby("{test}:runs", label, 1)
+    return object()
+
+
+def at(priority: int) -> Task[[str], None]:
+    """``record`` with a priority of its own."""
+    return task(name=f"tests.testapp.tasks.record_at_{priority}", queue="test", priority=priority)(
+        record.func
+    )

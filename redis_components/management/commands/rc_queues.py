@@ -9,7 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...exceptions import InvalidInput
-from ...queues import purge, queue_names, queue_stats, requeue_dead, validate_queue, workers
+from ...tasks.engine import purge, requeue_dead
+from ...tasks.messages import validate_queue
+from ...tasks.status import queue_names, queue_stats, workers
 
 
 class Command(BaseCommand):
@@ -78,7 +80,11 @@ class Command(BaseCommand):
                     else "expired (being recovered)"
                 )
                 up = f"{time.time() - worker.started_at:.0f} s" if worker.started_at else "?"
-                table.append((worker.id, str(worker.pid), ", ".join(worker.queues), up, lease))
+                pid = "?" if worker.pid is None else str(worker.pid)
+                queues = ", ".join(worker.queues) or "?"
+                if worker.problem:
+                    queues += f" ({worker.problem})"
+                table.append((worker.id, pid, queues, up, lease))
             self.write_table(table)
 
     def write_table(self, rows: Sequence[Sequence[str]]) -> None:
@@ -93,9 +99,10 @@ class Command(BaseCommand):
     def requeue(self, queue: str) -> None:
         names = [validate_queue(queue)] if queue else queue_names()
         for name in names:
-            moved = requeue_dead(name)
-            if moved or queue:
-                self.stdout.write(f"{name}: requeued {moved} dead tasks")
+            moved, left = requeue_dead(name)
+            if moved or left or queue:
+                kept = f"; left {left} that are not tasks this app can run" if left else ""
+                self.stdout.write(f"{name}: requeued {moved} dead tasks{kept}")
 
     def purge(self, queue: str, yes: bool) -> None:
         [stats] = queue_stats([validate_queue(queue)])

@@ -1,4 +1,4 @@
-"""``manage.py rc_worker``: run task workers (see ``redis_components.worker``)."""
+"""``manage.py rc_worker``: run task workers (see ``redis_components.tasks.worker``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import conf
 from ...connection import get_client
 from ...exceptions import InvalidInput
-from ...queues import DEFAULT_QUEUE, registered_tasks
-from ...worker import Supervisor, server_warnings
+from ...tasks.engine import server_warnings
+from ...tasks.messages import DEFAULT_QUEUE
+from ...tasks.registry import queues_in_use, registered_tasks
+from ...tasks.supervisor import Supervisor
 from ._console import configure_logging
 
 logger = logging.getLogger("redis_components.worker")
@@ -21,10 +23,12 @@ logger = logging.getLogger("redis_components.worker")
 HELP = """Run task workers: processes that take tasks from Redis queues and run them.
 
 Queues are served in the order given: a ready task in an earlier queue always runs
-before one in a later queue. Delivery is at least once: a task is held in the
-worker's in-progress list in Redis while it runs, and if the worker dies (kill -9,
-a crash, a lost machine) its tasks go back on their queue within about twice
-TASK_HEARTBEAT_INTERVAL. So a task may run twice after a crash, never zero times.
+before one in a later queue; within a queue, higher priorities first, then the oldest.
+Tasks of our @task and of Django's Tasks framework (RedisTaskBackend) run alike.
+Delivery is at least once: a task is held in the worker's in-progress set in Redis
+while it runs, and if the worker dies (kill -9, a crash, a lost machine) its tasks go
+back on their queue within about twice TASK_HEARTBEAT_INTERVAL.
+So a task may run twice after a crash, never zero times.
 
 Ctrl-C or SIGTERM: each worker finishes its current task, then exits.
 A second Ctrl-C or SIGTERM: stop at once (the running tasks go back on their queue).
@@ -55,7 +59,8 @@ class Command(BaseCommand):
             nargs="*",
             metavar="QUEUE",
             help="Queues to serve, highest priority first. Default: every queue that a "
-            "registered task uses, in alphabetical order.",
+            "registered task or a RedisTaskBackend in settings.TASKS uses, in alphabetical "
+            "order.",
         )
         parser.add_argument(
             "-c",
@@ -84,7 +89,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
         tasks = registered_tasks()
-        queues = options["queues"] or sorted({t.queue for t in tasks.values()} or {DEFAULT_QUEUE})
+        queues = options["queues"] or sorted(queues_in_use() or {DEFAULT_QUEUE})
         try:
             supervisor = Supervisor(
                 queues,

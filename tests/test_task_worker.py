@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,21 +16,19 @@ import redis
 from django.test import override_settings
 from redis.cluster import RedisCluster
 
-from redis_components import RedisLock, defer, redis_lock, task
-from redis_components.queues import (
-    TaskMessage,
+from redis_components import RedisLock, TaskStatus, defer, get_result, redis_lock, task
+from redis_components.exceptions import TaskResultDoesNotExist
+from redis_components.tasks.engine import (
     dead_key,
-    dead_letters,
     delayed_key,
     leases_key,
-    queue_stats,
     ready_key,
     requeue_dead,
-    running_key,
-    workers,
     workers_key,
 )
-from redis_components.worker import Worker, recover_worker, server_warnings
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import dead_letters, queue_stats, workers
+from redis_components.tasks.worker import Worker
 from tests.processes import run_processes, wait_until
 from tests.testapp import tasks
 
@@ -47,7 +45,7 @@ def record_in(queue: str) -> Callable[[str], None]:
     def record(label: str) -> None:
         tasks.record(label)
 
-    return task(name=f"tests.test_worker.record_{queue}", queue=queue)(record)
+    return task(name=f"tests.test_task_worker.record_{queue}", queue=queue)(record)
 
 
 high, low = record_in("high"), record_in("low")
@@ -164,7 +162,7 @@ def test_failures_retry_with_backoff_then_dead_letter_with_traceback(r: redis.Re
     assert 'raise ValueError(f"{label} failed on purpose")' in letter.traceback
     assert TaskMessage.decode(letter.task).retries == 2
 
-    assert requeue_dead("test") == 1
+    assert requeue_dead("test") == (1, 0)
     with running_worker(["test"]):
         wait_until(lambda: r.llen(dead_key("test")) == 1)
     assert runs(r) == {"f": 6}
@@ -178,20 +176,49 @@ def test_retry_exception_reschedules_without_dead_letter(r: redis.Redis) -> None
     assert r.zcard(delayed_key("test")) == 0
 
 
-def test_unknown_and_undecodable_tasks_are_dead_lettered_and_the_worker_goes_on(
+def test_unknown_tasks_are_dead_lettered_and_the_worker_goes_on(
     redis_mode: str, r: redis.Redis
 ) -> None:
-    stranger = TaskMessage("id1", "nobody.knows", "test", [], {}).encode()
-    r.rpush(ready_key("test"), stranger, "not json", '{"id": 3}')
+    stranger = TaskMessage("ab1", "nobody.knows", "test", [], {}).encode()
+    r.zadd(ready_key("test"), {stranger: 1})
     tasks.record.enqueue("after")
     assert Worker(["test"], burst=True).run() == 1
     assert order(r) == ["after"]
-    unknown, not_json, bad_shape = dead_letters("test")
+    [unknown] = dead_letters("test")
     assert (unknown.reason, unknown.task) == ("unknown task", stranger)
     assert "nobody.knows" in unknown.error
-    assert (not_json.reason, not_json.task) == ("undecodable", "not json")
-    assert bad_shape.reason == "undecodable"
-    assert "'id' must be a str" in bad_shape.error
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+MALFORMED = [
+    b"not json",
+    b"\xff\xfe not utf-8 at all",
+    b'{"id": "\xc3\x28", "task": "x"}',
+    DEEP,
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+    b"[1, 2, 3]",
+    b'"just a string"',
+    b"",
+    b'{"id": 3}',
+    b'{"id": "ab", "task": "t", "queue": "test", "args": {}, "kwargs": {}}',
+    b'{"id": "ab", "task": "t", "queue": "test", "args": [], "kwargs": {}, "retries": "0"}',
+    b'{"id":"abcdef","priority":0,"task":"t"',  # cut short: an id the scripts can read
+]
+
+
+@pytest.mark.parametrize("payload", MALFORMED)
+def test_a_payload_that_is_not_a_task_is_dead_lettered_on_the_first_take(
+    redis_mode: str, r: redis.Redis, payload: bytes
+) -> None:
+    r.zadd(ready_key("test"), {payload: 1})
+    tasks.record.enqueue("behind it")
+    assert Worker(["test"], burst=True).run() == 1
+    assert order(r) == ["behind it"]
+    [letter] = dead_letters("test")
+    assert letter.reason == "undecodable"
+    assert letter.error.startswith("not a task")
+    assert r.zcard(ready_key("test")) == 0
+    assert r.keys("rc:queue:{tasks}:running*") == []  # nothing held, no attempt left open
 
 
 def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> None:
@@ -199,7 +226,7 @@ def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> No
         names = ("item:1",)
         retry_after = 0.01
 
-    @task(name="tests.test_worker.deferring", queue="test")
+    @task(name="tests.test_task_worker.deferring", queue="test")
     def deferring() -> None:
         if r.hincrby("{test}:runs", "deferring", 1) < 3:
             defer()(Busy())
@@ -218,45 +245,18 @@ def test_a_dead_workers_tasks_are_recovered_by_a_live_one(r: redis.Redis) -> Non
         dead = Worker(["test"], worker_id="ghost.1.1.abc")
         dead._beat()  # registered, then never heard of again
         tasks.record.enqueue("orphan")
-        r.lmove(ready_key("test"), running_key(dead.id, "test"), "LEFT", "RIGHT")
+        assert dead._fetch(take=True).payload is not None
         assert [w.id for w in workers()] == [dead.id]
         with running_worker(["test"]) as live:
             wait_until(lambda: runs(r) == {"orphan": 1})
             assert [w.id for w in workers()] == [live.id]
 
 
-def test_a_task_found_after_too_many_crashes_is_dead_lettered(r: redis.Redis) -> None:
-    tasks.record.enqueue("poison")
-    with override_settings(REDIS_COMPONENTS={"TASK_MAX_CRASHES": 2}):
-        for attempt in range(2):
-            ghost = Worker(["test"], worker_id=f"ghost.1.{attempt}.abc")
-            ghost._beat()
-            assert ghost._fetch(take=True).payload is not None
-            result = recover_worker(
-                ghost.client, ghost.id, ["test"], only_if_expired=False, max_crashes=2
-            )
-            assert result == ((1, 0) if attempt == 0 else (0, 1))
-    [letter] = dead_letters("test")
-    buried = TaskMessage.decode(letter.task)
-    assert (letter.reason, buried.args, buried.crashes) == ("crashed", ["poison"], 1)
-    assert "died while running it 2 times" in letter.error
-    assert r.llen(ready_key("test")) == 0
-
-
-def test_recovery_skips_a_worker_whose_lease_is_alive(r: redis.Redis) -> None:
-    worker = Worker(["test"])
-    worker._beat()
-    tasks.record.enqueue("held")
-    worker._fetch(take=True)
-    assert recover_worker(r, worker.id, ["test"], only_if_expired=True, max_crashes=3) is None
-    assert r.llen(running_key(worker.id, "test")) == 1
-
-
 def test_an_unregistered_worker_is_given_nothing_until_it_registers(r: redis.Redis) -> None:
     tasks.record.enqueue("x")
     worker = Worker(["test"], burst=True)
     assert worker._fetch(take=True).position == -1
-    assert r.llen(ready_key("test")) == 1
+    assert r.zcard(ready_key("test")) == 1
     # Its loop registers again and goes on.
     assert worker.run() == 1
 
@@ -276,20 +276,6 @@ def test_in_progress_counts_and_live_workers(redis_mode: str, r: redis.Redis) ->
     assert r.zscore(leases_key(), worker.id) is not None
 
 
-def test_server_warnings_name_eviction_and_no_persistence(r: redis.Redis) -> None:
-    assert any("keeps nothing on disk" in warning for warning in server_warnings(r))
-    r.config_set("maxmemory-policy", "allkeys-lru")
-    try:
-        assert any("'allkeys-lru'" in warning for warning in server_warnings(r))
-    finally:
-        r.config_set("maxmemory-policy", "noeviction")
-    r.config_set("appendonly", "yes")
-    try:
-        assert server_warnings(r) == []
-    finally:
-        r.config_set("appendonly", "no")
-
-
 def test_bad_worker_options_are_refused() -> None:
     with pytest.raises(ValueError, match="at least one queue"):
         Worker([])
@@ -299,26 +285,10 @@ def test_bad_worker_options_are_refused() -> None:
         Worker(["test"], max_tasks=0)
 
 
-def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
-    r: redis.Redis,
-) -> None:
-    tricky = [',"crashes":9}', 1.0000000000000002, 12345678901234567890, "é"]
-    tasks.record.enqueue(*tricky)  # type: ignore[arg-type]
-    for attempt in (1, 2):
-        ghost = Worker(["test"], worker_id=f"ghost.2.{attempt}.abc")
-        ghost._beat()
-        assert ghost._fetch(take=True).payload is not None
-        assert recover_worker(r, ghost.id, ["test"], only_if_expired=False, max_crashes=5) == (1, 0)
-        message = TaskMessage.decode(r.lindex(ready_key("test"), 0) or b"")
-        assert (message.args, message.crashes) == (tricky, attempt)
-    # A retry keeps the count; the payload stays one that recovery can extend.
-    assert TaskMessage.decode(dataclasses.replace(message, retries=1).encode()).crashes == 2
-
-
 def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
     r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    @task(name="tests.test_worker.sell", queue="test")
+    @task(name="tests.test_task_worker.sell", queue="test")
     @redis_lock("item:{item_id}", blocking=False, on_busy=defer(0.05))
     def sell(item_id: int) -> None:
         r.hincrby("{test}:runs", f"sell {item_id}", 1)
@@ -337,3 +307,89 @@ def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
     assert r.zcard(delayed_key("test")) == 0
     # Deferrals do not count as retries: the task ran with its retries untouched.
     assert "retry" not in caplog.text
+
+
+def test_a_result_follows_a_task_to_its_return_value(redis_mode: str, r: redis.Redis) -> None:
+    result = tasks.add.enqueue(2, 3)
+    Worker(["test"], burst=True).run()
+    result.refresh()
+    assert (result.status, result.return_value, result.attempts) == (TaskStatus.SUCCESSFUL, 5, 1)
+    assert result.errors == []
+    assert result.enqueued_at is not None
+    assert result.started_at is not None
+    assert result.finished_at is not None
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert r.hlen("rc:queue:{tasks}:running") == 0
+
+
+def test_an_async_task_runs_on_an_event_loop(r: redis.Redis) -> None:
+    result = tasks.async_add.enqueue(20, 22)
+    Worker(["test"], burst=True).run()
+    assert get_result(result.id).return_value == 42
+
+
+def test_a_failing_task_keeps_the_traceback_of_each_attempt(r: redis.Redis) -> None:
+    result = tasks.fail.enqueue("f")
+    with running_worker(["test"]):
+        wait_until(lambda: get_result(result.id).is_finished)
+    result.refresh()
+    assert (result.status, result.attempts, len(result.errors)) == (TaskStatus.FAILED, 3, 3)
+    assert {error.exception_class_path for error in result.errors} == {"builtins.ValueError"}
+    assert all("f failed on purpose" in error.traceback for error in result.errors)
+    with pytest.raises(ValueError, match="failed"):
+        result.return_value  # noqa: B018
+
+
+def test_a_retry_then_a_success_records_two_attempts(r: redis.Redis) -> None:
+    result = tasks.retry_once.enqueue("r")
+    with running_worker(["test"]):
+        wait_until(lambda: get_result(result.id).is_finished)
+    result.refresh()
+    assert (result.status, result.attempts) == (TaskStatus.SUCCESSFUL, 2)
+    [error] = result.errors
+    assert error.exception_class_path == "redis_components.tasks.registry.Retry"
+
+
+def test_a_return_value_that_is_not_json_fails_the_task_without_a_retry(r: redis.Redis) -> None:
+    result = tasks.returns_object.enqueue("o")
+    Worker(["test"], burst=True).run()
+    result.refresh()
+    assert (result.status, runs(r)) == (TaskStatus.FAILED, {"o": 1})
+    assert "cannot be stored as JSON" in result.errors[0].traceback
+    [letter] = dead_letters("test")
+    assert letter.reason == "failed"
+
+
+def test_a_running_task_reads_as_running(r: redis.Redis) -> None:
+    result = tasks.slow.enqueue("s", 0.5)
+    with running_worker(["test"]) as worker:
+        wait_until(lambda: r.get("test:s:started") is not None)
+        running = get_result(result.id)
+        assert running.status is TaskStatus.RUNNING
+        assert running.worker_ids == [worker.id]
+        assert running.started_at is not None
+        wait_until(lambda: get_result(result.id).status is TaskStatus.SUCCESSFUL)
+
+
+def test_results_expire_on_their_own(r: redis.Redis) -> None:
+    with override_settings(REDIS_COMPONENTS={"TASK_RESULT_TTL": 0.2}):
+        result = tasks.add.enqueue(1, 1)
+        assert 0 < r.pttl(f"rc:queue:{{tasks}}:result:{result.id}") <= 200
+        Worker(["test"], burst=True).run()
+        assert get_result(result.id).return_value == 2
+        wait_until(lambda: r.exists(f"rc:queue:{{tasks}}:result:{result.id}") == 0)
+    with pytest.raises(TaskResultDoesNotExist):
+        result.refresh()
+
+
+def test_priorities_run_highest_first_and_in_order_among_equals(r: redis.Redis) -> None:
+    priorities = [-100, -3, 0, 5, 100]
+    rng = random.Random(7)
+    sent: list[tuple[int, int, str]] = []
+    for n in range(200):
+        priority = rng.choice(priorities)
+        label = f"{priority}:{n}"
+        tasks.at(priority).enqueue(label)
+        sent.append((-priority, n, label))
+    assert Worker(["test"], burst=True).run() == 200
+    assert order(r) == [label for _, _, label in sorted(sent)]

@@ -1,0 +1,29 @@
+"""The task system: queues, workers, results, and Django's Tasks backend.
+
+One engine (``engine.py``) runs the queue scripts; two front doors use it: our
+``@task`` (``registry.py``) and Django's Tasks framework (``backend.py``). Workers
+(``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks and
+record their results (``results.py``); ``status.py`` reads what the queues hold.
+"""
+
+from __future__ import annotations
+
+from .messages import DEFAULT_QUEUE, TaskMessage
+from .registry import Retry, RunningTask, Task, current_task, defer, get_task, task
+from .results import AttemptError, TaskResult, TaskStatus, get_result
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "AttemptError",
+    "Retry",
+    "RunningTask",
+    "Task",
+    "TaskMessage",
+    "TaskResult",
+    "TaskStatus",
+    "current_task",
+    "defer",
+    "get_result",
+    "get_task",
+    "task",
+]

@@ -1,0 +1,339 @@
+"""Django's Tasks framework on our queue: a backend for ``settings.TASKS``.
+
+::
+
+    TASKS = {
+        "default": {
+            "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
+            "QUEUES": ["default", "email"],
+            "OPTIONS": {"MAX_RETRIES": 0, "RETRY_BACKOFF": 2.0},
+        }
+    }
+
+A thin adapter: ``enqueue`` sends Django's task to the same engine as our ``@task``
+(the message carries the task's module path and this backend's alias), workers run it
+(``manage.py rc_worker``), and ``get_result`` reads the same result records. Every
+guarantee of the queue holds: at-least-once delivery, recovery after a crash, dead
+letters, ``QueueFull``, ``QUEUE_WAIT_REPLICAS``. A failing task is retried only when
+``MAX_RETRIES`` (default 0) or a raised :class:`~redis_components.Retry` asks for it.
+
+It runs on Django 6's ``django.tasks``, and on Django 5.2 with the ``django-tasks``
+backport (the ``tasks-backport`` extra; add ``"django_tasks"`` to ``INSTALLED_APPS``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import django
+from django.conf import settings
+from django.core.checks import CheckMessage, Error
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from .. import keys
+from ..conf import conf
+from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
+from . import engine, results
+from .messages import TaskMessage, new_task_id, to_json, validate_queue
+from .registry import Job, due_at
+from .results import TaskStatus
+
+if TYPE_CHECKING or django.VERSION >= (6, 0):
+    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskError
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
+    from django.tasks.exceptions import TaskResultDoesNotExist as DjangoResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
+else:  # Django 5.2 with the django-tasks backport
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist as DjangoResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+OPTIONS = {
+    # How many times a task that raised is run again (after the backoff); 0: never.
+    "MAX_RETRIES": 0,
+    # Seconds before the first retry (doubling, jittered); None: TASK_RETRY_BACKOFF.
+    "RETRY_BACKOFF": None,
+}
+
+
+class RedisTaskBackend(BaseTaskBackend):
+    """Django's Tasks backend on redis_components' queues and workers.
+
+    Every feature Django defines is supported: ``run_after`` (the delayed set, moved by
+    the workers on the Redis server's clock), priorities from -100 to 100 (higher
+    first, FIFO among equals, in one atomic fetch), results from any process, and
+    ``async def`` tasks (run on an event loop in the worker).
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    @property
+    def max_retries(self) -> int:
+        return int(self.options.get("MAX_RETRIES") or 0)
+
+    @property
+    def retry_backoff(self) -> float | None:
+        value = self.options.get("RETRY_BACKOFF")
+        return None if value is None else float(value)
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        super().validate_task(task)
+        try:
+            validate_queue(task.queue_name, "queue_name")
+        except InvalidInput as error:
+            raise InvalidTask(str(error)) from None
+
+    def enqueue(
+        self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[P, R]:
+        """Send the task to its queue; its result is READY (``TypeError`` for arguments
+        that are not JSON, as with Django's own backends; nothing is written then)."""
+        self.validate_task(task)
+        result: TaskResult[P, R] = TaskResult(
+            task=task,
+            id=new_task_id(),
+            status=TaskResultStatus("READY"),
+            enqueued_at=None,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,  # made JSON here: what JSON cannot carry raises TypeError
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        message = TaskMessage(
+            result.id,
+            task.module_path,
+            task.queue_name,
+            list(result.args),
+            dict(result.kwargs),
+            task.priority,
+            self.alias,
+        )
+        when = ""
+        if task.run_after is not None:
+            run_after = task.run_after
+            if timezone.is_naive(run_after):  # allowed when USE_TZ is False
+                run_after = timezone.make_aware(run_after)
+            when = due_at(run_after)
+        enqueued_ms = engine.enqueue(message, message.encode(), when)
+        object.__setattr__(result, "enqueued_at", _django_time(enqueued_ms))
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        """The result of a task this backend enqueued (``TaskResultDoesNotExist`` if the id
+        is unknown, expired, or names one of our own ``@task``\\ s)."""
+        try:
+            record = results.get_result(result_id)
+        except (TaskResultDoesNotExist, InvalidInput) as error:
+            raise DjangoResultDoesNotExist(str(error)) from None
+        if record.backend is None:
+            raise DjangoResultDoesNotExist(
+                f"task {result_id!r} was enqueued with redis_components' own @task; "
+                "use redis_components.tasks.get_result()"
+            )
+        try:
+            task = _find_task(record.task).using(
+                priority=record.priority,
+                queue_name=record.queue,
+                run_after=_django_datetime(record.run_after),
+                backend=record.backend,
+            )
+        except (ImportError, TypeError, InvalidTask, InvalidTaskBackend) as error:
+            raise DjangoResultDoesNotExist(
+                f"the task of result {result_id!r} cannot be found: {error}"
+            ) from None
+        return to_django(task, record)
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        return list(self._problems())
+
+    def _problems(self) -> Iterable[CheckMessage]:
+        where = f"TASKS[{self.alias!r}]"
+        for name in self.queues:
+            try:
+                validate_queue(name)
+            except InvalidInput as error:
+                yield Error(
+                    f"{where}['QUEUES'] has an invalid queue name {str(name)[:100]!r}: {error}",
+                    id="redis_components.E011",
+                )
+        if not isinstance(self.options, dict):
+            yield Error(f"{where}['OPTIONS'] must be a dict.", id="redis_components.E012")
+            return
+        for name in self.options:
+            if name not in OPTIONS:
+                yield Error(
+                    f"{where}['OPTIONS'] has an unknown key {name!r}.",
+                    hint=f"Valid keys: {', '.join(OPTIONS)}.",
+                    id="redis_components.E012",
+                )
+        retries = self.options.get("MAX_RETRIES", 0)
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            yield Error(
+                f"{where}['OPTIONS']['MAX_RETRIES'] must be a non-negative integer, "
+                f"not {retries!r}.",
+                id="redis_components.E012",
+            )
+        backoff = self.options.get("RETRY_BACKOFF")
+        if backoff is not None:
+            try:
+                keys.seconds(backoff, "RETRY_BACKOFF", positive=True)
+            except InvalidInput as error:
+                yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
+
+
+def _find_task(path: str) -> Task[..., Any]:
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{path!r} is not a Django task")
+    return found
+
+
+def _django_time(ms: int | None) -> datetime.datetime | None:
+    if ms is None:
+        return None
+    return _django_datetime(datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc))
+
+
+def _django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
+    """An aware UTC time as Django's own backends give it: aware, or naive local time
+    when ``USE_TZ`` is False."""
+    if value is None or settings.USE_TZ:
+        return value
+    return timezone.make_naive(value)
+
+
+def to_django(task: Task[..., Any], record: results.TaskResult) -> TaskResult[..., Any]:
+    """Our result record as Django's ``TaskResult`` of ``task``."""
+    result: TaskResult[..., Any] = TaskResult(
+        task=task,
+        id=record.id,
+        status=TaskResultStatus(record.status.value),
+        enqueued_at=_django_datetime(record.enqueued_at),
+        started_at=_django_datetime(record.started_at),
+        finished_at=_django_datetime(record.finished_at),
+        last_attempted_at=_django_datetime(record.last_attempted_at),
+        args=record.args,
+        kwargs=record.kwargs,
+        backend=task.backend,
+        errors=[
+            TaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
+            for error in record.errors
+        ],
+        worker_ids=record.worker_ids,
+    )
+    if record.status is TaskStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record._return_value)
+    return result
+
+
+# -- in the worker ------------------------------------------------------------------
+
+
+def django_job(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
+    """What runs a message enqueued through Django's Tasks framework, or why nothing can."""
+    alias = message.backend or ""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        return f"no Tasks backend is configured as {alias!r} in settings.TASKS here"
+    if not isinstance(backend, RedisTaskBackend):
+        return f"the Tasks backend {alias!r} is not a RedisTaskBackend here"
+    try:
+        task = _find_task(message.task).using(
+            priority=message.priority, queue_name=message.queue, backend=alias
+        )
+    except (ImportError, TypeError, InvalidTask) as error:
+        return f"no Django task {message.task!r} can run here: {error}"
+    return DjangoJob(task, backend, message, worker_id, now_ms)
+
+
+class DjangoJob(Job):
+    """One run of a Django task: its context, Django's signals, Django's JSON rules."""
+
+    def __init__(
+        self,
+        task: Task[..., Any],
+        backend: RedisTaskBackend,
+        message: TaskMessage,
+        worker_id: str,
+        now_ms: int,
+    ) -> None:
+        super().__init__(
+            task.func,
+            message,
+            max_retries=backend.max_retries,
+            retry_backoff=backend.retry_backoff
+            if backend.retry_backoff is not None
+            else conf.TASK_RETRY_BACKOFF,
+        )
+        self.task = task
+        self.sender = type(backend)
+        self.result = self._running(worker_id, now_ms)
+
+    def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
+        # The attempts so far, and this one (written when it was taken): one round trip.
+        record = results.read_results([self.message.id])[0]
+        if record is not None:
+            return to_django(self.task, record)
+        started = _django_time(now_ms)
+        return TaskResult(
+            task=self.task,
+            id=self.message.id,
+            status=TaskResultStatus("RUNNING"),
+            enqueued_at=None,
+            started_at=started,
+            finished_at=None,
+            last_attempted_at=started,
+            args=self.message.args,
+            kwargs=self.message.kwargs,
+            backend=self.task.backend,
+            errors=[],
+            worker_ids=[worker_id],
+        )
+
+    def call(self) -> Any:
+        task_started.send(sender=self.sender, task_result=self.result)
+        args, kwargs = self.message.args, self.message.kwargs
+        if self.task.takes_context:
+            return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
+        return self.task.call(*args, **kwargs)
+
+    def encode(self, value: Any) -> str:
+        try:
+            value = normalize_json(value)
+        except TypeError as error:
+            raise TaskSerializationError(
+                f"the return value of task {self.message.task!r} cannot be stored as JSON: {error}"
+            ) from None
+        object.__setattr__(self.result, "_return_value", value)
+        return to_json(value, f"the return value of task {self.message.task!r}")
+
+    def finished(self, status: TaskStatus, error: BaseException | None) -> None:
+        object.__setattr__(self.result, "status", TaskResultStatus(status.value))
+        object.__setattr__(self.result, "finished_at", timezone.now())
+        if error is not None:
+            class_path, trace = results.describe(error)
+            self.result.errors.append(TaskError(exception_class_path=class_path, traceback=trace))
+        task_finished.send(sender=self.sender, task_result=self.result)

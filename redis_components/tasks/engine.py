@@ -1,0 +1,434 @@
+"""The queue engine: the one place that runs the task system's scripts.
+
+Both front doors (our ``@task`` and Django's Tasks backend) enqueue through
+:func:`enqueue`; workers take, finish and recover tasks through :func:`fetch` and
+:func:`recover_worker`; the operations commands requeue and purge through the functions
+at the end. Nothing here knows about workers' loops, Django's API or pages.
+
+Keys
+----
+Every key of the task system shares one hash tag, ``{tasks}``, so that one script,
+transaction or move may touch any of them on Redis Cluster (a worker serving several
+queues moves a task from whichever is first non-empty into its own in-progress set;
+recovery moves tasks between keys of different queues). On a cluster the task system
+therefore lives on one shard, as it must for atomic multi-queue moves. With the
+default prefix::
+
+    rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
+    rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)
+    rc:queue:{tasks}:dead:<queue>               LIST  dead letters: JSON {task, reason, error, ...}
+    rc:queue:{tasks}:running:<worker>:<queue>   ZSET  the tasks a worker has taken, with their score
+    rc:queue:{tasks}:running                    HASH  task id -> "<start ms> <worker>" while it runs
+    rc:queue:{tasks}:result:<task id>           HASH  the task's result record (see results.py)
+    rc:queue:{tasks}:counter                    STR   the enqueue counter (FIFO among equals)
+    rc:queue:{tasks}:leases                     ZSET  worker id -> lease expiry (ms)
+    rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
+    rc:queue:{tasks}:queues                     SET   every queue a worker has served
+
+A ready task's score is ``(100 - priority) * 2**44 + 2**43 + n``, ``n`` from the
+enqueue counter: one ``ZPOPMIN`` takes the highest priority, and the oldest among
+equals, with no polling. Scores stay below 2**53, so they are exact in a double.
+
+Each queue has its own delayed ZSET (not one for all queues, as in the book) so that
+the script moving due tasks to their ready sets gets every key it writes through
+``KEYS``. Worker ids contain no ``:``, so the queue name (any validated name) is always
+the last part and keys stay unambiguous. Idle workers are woken through a Pub/Sub
+channel named like the queue's ready set (channels and keys are separate namespaces).
+
+Results
+-------
+The enqueue script writes a task's result hash (READY), and the script that records a
+finished task (inside :func:`fetch`) writes its outcome. The take cannot write the
+result hash, whose key it does not know before it takes the task (a script may only
+touch the keys it is given), so it writes the task's current attempt into the
+``running`` hash, which readers combine with the result hash. Recovery reads a dead
+worker's tasks first, then records their crash in their result hashes.
+
+Delivery
+--------
+At least once: a task leaves its ready set only by an atomic move into the
+in-progress set of a registered worker, and leaves that set only after it ran
+(acknowledged, rescheduled for a retry, or dead-lettered, each in one script). If
+the worker dies, its lease runs out and a live worker puts its in-progress tasks back
+in their queues (see ``worker.py``). A task may therefore run twice after a crash,
+never zero times: write tasks to be idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+from redis import Redis
+from redis.client import NEVER_DECODE
+
+from .. import keys, scripts
+from ..conf import conf, user_settings
+from ..connection import get_client, is_cluster, node_client, text
+from ..exceptions import QueueFull, TaskNotDurable
+from .messages import MAX_PRIORITY, MalformedTask, TaskMessage, task_id_of, validate_queue
+
+COMPONENT = "queue"
+TAG = "tasks"
+# Room for 2**43 tasks (8.8e12) in each priority's band of ready scores.
+BAND = 2**44
+FIRST = 2**43
+
+
+# -- keys ---------------------------------------------------------------------------
+
+
+def tasks_client() -> Redis:
+    """The client for the task system's keys: on a cluster, the node of their one hash tag."""
+    client = get_client()
+    return node_client(client, leases_key()) if is_cluster(client) else client
+
+
+def ready_key(queue: str) -> str:
+    return keys.key(COMPONENT, TAG, "ready", queue)
+
+
+def delayed_key(queue: str) -> str:
+    return keys.key(COMPONENT, TAG, "delayed", queue)
+
+
+def dead_key(queue: str) -> str:
+    return keys.key(COMPONENT, TAG, "dead", queue)
+
+
+def running_key(worker_id: str, queue: str) -> str:
+    return keys.key(COMPONENT, TAG, "running", worker_id, queue)
+
+
+def running_tasks_key() -> str:
+    return keys.key(COMPONENT, TAG, "running")
+
+
+def result_key(task_id: str) -> str:
+    return keys.key(COMPONENT, TAG, "result", task_id)
+
+
+def counter_key() -> str:
+    return keys.key(COMPONENT, TAG, "counter")
+
+
+def leases_key() -> str:
+    return keys.key(COMPONENT, TAG, "leases")
+
+
+def workers_key() -> str:
+    return keys.key(COMPONENT, TAG, "workers")
+
+
+def queues_key() -> str:
+    return keys.key(COMPONENT, TAG, "queues")
+
+
+def rank(priority: int) -> int:
+    """A task's ready score before the enqueue counter is added (see the module's doc)."""
+    return (MAX_PRIORITY - priority) * BAND + FIRST
+
+
+def result_ttl_ms() -> int:
+    return round(conf.TASK_RESULT_TTL * 1000)
+
+
+def raw(client: Any, *command: Any, **options: Any) -> Any:
+    """Run a command whose reply holds payloads, which may not be UTF-8: never decoded.
+
+    ``options`` go to redis-py's reply parser (``withscores=True`` for ZRANGE ... WITHSCORES).
+    """
+    return client.execute_command(*command, **options, **{NEVER_DECODE: True})
+
+
+# -- enqueue ------------------------------------------------------------------------
+
+
+def queue_limit(queue: str) -> int:
+    """The maximum number of waiting tasks of ``queue`` (0: unbounded)."""
+    return _limit(user_settings(), queue)
+
+
+def _limit(options: dict[str, Any], queue: str) -> int:
+    limits = options.get("TASK_QUEUE_LIMITS")
+    return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
+
+
+def enqueue(message: TaskMessage, payload: str, when: str = "") -> int:
+    """Add a task to its queue (``when``: "" now, "+<ms>" later, "@<epoch ms>" then).
+
+    Writes its READY result in the same script. Returns the server's time of the
+    enqueue (epoch ms). Raises :class:`QueueFull` when the queue is at its limit, and
+    :class:`TaskNotDurable` when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
+    """
+    options = user_settings()
+    limit = _limit(options, message.queue)
+    call: scripts.Call = (
+        scripts.load("queue_enqueue"),
+        [
+            ready_key(message.queue),
+            delayed_key(message.queue),
+            counter_key(),
+            result_key(message.id),
+        ],
+        [payload, rank(message.priority), when, limit, result_ttl_ms()],
+    )
+    replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
+    if replicas:
+        timeout = conf.QUEUE_WAIT_TIMEOUT
+        enqueued_at, acknowledged = scripts.run_and_wait(tasks_client(), call, replicas, timeout)
+    else:
+        script, script_keys, args = call
+        enqueued_at = script(tasks_client(), script_keys, args)
+    if enqueued_at is None:
+        raise QueueFull(message.queue, limit)
+    if replicas and acknowledged < replicas:
+        raise TaskNotDurable(
+            f"Task {message.id} was enqueued, but {acknowledged} of {replicas} replicas "
+            f"acknowledged it within {timeout:g} s",
+            message.id,
+        )
+    return int(enqueued_at)
+
+
+# -- what workers do ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task a worker took has ended, to record with the worker's next fetch."""
+
+    position: int  # 1-based index of its queue among the worker's queues
+    payload: bytes  # exactly as taken
+    task_id: str  # "" for a payload that is not a task (no result to write)
+    kind: Literal["ok", "retry", "defer", "bury"]
+    data: str = ""  # "ok": the return value (JSON); "retry", "bury": the error (JSON)
+    again: str | bytes = ""  # "retry", "defer": the payload to run again
+    delay_ms: int = 0  # "retry", "defer": in how many ms
+    dead_entry: str = ""  # "bury": the dead-letter entry
+
+
+@dataclass(frozen=True)
+class Fetched:
+    payload: bytes | None  # the task taken, never decoded
+    position: int  # 1-based index into the worker's queues; -1: the worker is unregistered
+    wait_ms: int  # until the next delayed task is due; 0: more are due; -1: none
+    recorded: bool  # the outcome sent was recorded (False: the task had been recovered)
+    now_ms: int  # the server's time
+
+
+def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
+    """The keys :func:`fetch` needs for a worker, but for the result key (index 3)."""
+    script_keys = [leases_key(), running_tasks_key(), counter_key(), leases_key()]
+    for queue in queues:
+        script_keys += [
+            ready_key(queue),
+            delayed_key(queue),
+            running_key(worker_id, queue),
+            dead_key(queue),
+        ]
+    return script_keys
+
+
+def fetch(
+    client: Redis,
+    worker_id: str,
+    script_keys: list[str],
+    mode: str,
+    outcome: Outcome | None,
+) -> Fetched:
+    """Record ``outcome`` (if any), move due delayed tasks and take a task, in one script.
+
+    ``mode``: "take+move", "take" (leave delayed tasks to others) or "" (only record).
+    """
+    args: list[scripts.Arg] = [worker_id, mode]
+    if outcome is None:
+        args += [0, "", "", "", "", "", 0, "", 0]
+    else:
+        script_keys = [*script_keys[:3], result_key(outcome.task_id), *script_keys[4:]]
+        args += [
+            outcome.position,
+            outcome.payload,
+            outcome.task_id,
+            outcome.kind,
+            outcome.data,
+            outcome.again,
+            outcome.delay_ms,
+            outcome.dead_entry,
+            conf.TASK_DEAD_LETTER_MAX,
+        ]
+    args.append(result_ttl_ms())
+    reply = scripts.load("queue_fetch")(client, script_keys, args, raw=True)
+    payload, position, wait, recorded, now = reply
+    return Fetched(payload, int(position), int(wait), bool(recorded), int(now))
+
+
+def heartbeat(
+    client: Redis, worker_id: str, lease_ms: int, info: str, queues: Sequence[str]
+) -> list[str]:
+    """Renew (or make) a worker's lease; return the ids of workers whose lease ran out."""
+    expired = scripts.load("queue_heartbeat")(
+        client,
+        [leases_key(), workers_key(), queues_key()],
+        [worker_id, lease_ms, info, 10, *queues],
+    )
+    return [text(worker_id) for worker_id in expired]
+
+
+def recover_worker(
+    client: Redis,
+    worker_id: str,
+    queues: Sequence[str],
+    *,
+    only_if_expired: bool,
+    max_crashes: int,
+) -> tuple[int, int] | None:
+    """Put a worker's in-progress tasks back in their queues; deregister it.
+
+    With ``only_if_expired``, nothing happens unless its lease has run out (``None`` is
+    returned). ``max_crashes`` > 0 counts a crash against each task (and in its result)
+    and dead-letters those that reach it. Returns ``(requeued, dead-lettered)``.
+    """
+    pipe = client.pipeline(transaction=False)
+    for queue in queues:
+        raw(pipe, "ZRANGE", running_key(worker_id, queue), 0, -1)
+    ids = sorted({task_id for held in pipe.execute() for p in held if (task_id := task_id_of(p))})
+    script_keys = [leases_key(), workers_key(), running_tasks_key()]
+    for queue in queues:
+        script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
+    script_keys += [result_key(task_id) for task_id in ids]
+    args: list[scripts.Arg] = [
+        worker_id,
+        "expired" if only_if_expired else "now",
+        max_crashes,
+        conf.TASK_DEAD_LETTER_MAX,
+        result_ttl_ms(),
+        len(queues),
+        *queues,
+        *ids,
+    ]
+    result = scripts.load("queue_recover")(client, script_keys, args)
+    if result is None:
+        return None
+    return int(result[0]), int(result[1])
+
+
+def server_warnings(client: Redis) -> list[str]:
+    """What in the server's configuration may lose queued tasks, one sentence each."""
+    try:
+        config = client.config_get("maxmemory-policy")
+        config.update(client.config_get("save"))
+        config.update(client.config_get("appendonly"))
+    except redis.exceptions.ResponseError:  # CONFIG is disabled (managed services)
+        return []
+    values = {text(name): text(value) for name, value in config.items()}
+    found = []
+    policy = values.get("maxmemory-policy", "noeviction")
+    if policy != "noeviction":
+        found.append(
+            f"Redis may evict keys (maxmemory-policy is {policy!r}): queued tasks can "
+            "disappear when memory runs short. Set maxmemory-policy to 'noeviction'."
+        )
+    if not values.get("save") and values.get("appendonly") == "no":
+        found.append(
+            "Redis keeps nothing on disk (no 'save' rules, appendonly no): a restart "
+            "loses every queued task. Enable appendonly or RDB snapshots."
+        )
+    return found
+
+
+# -- operations ---------------------------------------------------------------------
+
+
+def dead_entry(payload: str | bytes, queue: str, reason: str, error: str, traceback: str) -> str:
+    """A dead-letter entry: the payload as it was queued (as text), and why it stopped."""
+    if isinstance(payload, bytes):
+        payload = payload.decode("utf-8", "backslashreplace")
+    return json.dumps(
+        {
+            "task": payload,
+            "queue": queue,
+            "reason": reason,
+            "error": error,
+            "traceback": traceback,
+            "failed_at": round(time.time(), 3),
+        },
+        ensure_ascii=False,
+    )
+
+
+def requeue_dead(queue: str, batch: int = 500) -> tuple[int, int]:
+    """Put the dead letters of ``queue`` back on it with fresh retries.
+
+    Returns ``(requeued, left)``: entries whose payload is not a task this version can
+    run are left in the dead-letter list. Each batch moves atomically; an entry removed
+    meanwhile (by another requeue) is skipped, so no task is requeued twice.
+    """
+    validate_queue(queue)
+    client = tasks_client()
+    script = scripts.load("queue_requeue_dead")
+    moved = left = start = 0
+    while True:
+        entries = raw(client, "LRANGE", dead_key(queue), start, start + batch - 1)
+        if not entries:
+            return moved, left
+        script_keys = [dead_key(queue), ready_key(queue), counter_key()]
+        args: list[scripts.Arg] = [result_ttl_ms()]
+        for entry in entries:
+            message = _requeueable(entry)
+            if message is None:
+                left += 1
+                continue
+            fresh = TaskMessage(
+                message.id,
+                message.task,
+                message.queue,
+                message.args,
+                message.kwargs,
+                message.priority,
+                message.backend,
+            )
+            script_keys.append(result_key(message.id))
+            args += [entry, fresh.encode(), rank(fresh.priority), message.id]
+        done = int(script(client, script_keys, args)) if len(args) > 1 else 0
+        moved += done
+        start += len(entries) - done  # what stayed is before the next batch now
+        if len(args) > 1 and done == 0:  # another process is requeueing the same entries
+            return moved, left
+
+
+def _requeueable(entry: bytes) -> TaskMessage | None:
+    try:
+        data = json.loads(entry)
+        message = TaskMessage.decode(data["task"]) if isinstance(data, dict) else None
+    except (MalformedTask, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return message
+
+
+def purge(queue: str) -> int:
+    """Delete the ready, delayed and dead tasks of ``queue`` (in one transaction); return
+    how many. Tasks in progress are left to finish; results expire by themselves."""
+    validate_queue(queue)
+    pipe = tasks_client().pipeline(transaction=True)
+    pipe.zcard(ready_key(queue))
+    pipe.zcard(delayed_key(queue))
+    pipe.llen(dead_key(queue))
+    pipe.delete(ready_key(queue), delayed_key(queue), dead_key(queue))
+    ready, delayed, dead, _ = pipe.execute()
+    return int(ready) + int(delayed) + int(dead)
+
+
+def known_queue_names(extra: Iterable[str] = ()) -> set[str]:
+    """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
+    names = set(extra)
+    for name in tasks_client().smembers(queues_key()):
+        try:
+            names.add(validate_queue(text(name)))
+        except (UnicodeDecodeError, ValueError):
+            continue
+    return names

@@ -1,0 +1,169 @@
+"""The task message: what travels through Redis, its JSON encoding, and task ids.
+
+Nothing here talks to Redis. A task travels as JSON (never pickle)::
+
+    {"id":"<32 hex>","priority":0,"task":"<name>","queue":"<queue>","args":[...],
+     "kwargs":{...}[,"backend":"<alias>"],"retries":0}
+
+and ``,"crashes":<n>`` is appended before the final brace once a worker died running
+it. The order is a contract with the Lua scripts, which read the id and the priority
+from the start of a payload and append the crash count at its end with string
+operations (re-encoding JSON in Lua could alter numbers); everything else treats the
+payload as opaque. ``backend`` is present for tasks enqueued through Django's Tasks
+framework: the alias of the backend in ``settings.TASKS``, and ``task`` is then the
+task's module path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import keys
+from ..exceptions import InvalidInput, TaskSerializationError
+
+DEFAULT_QUEUE = "default"
+MAX_QUEUE_NAME = 200
+MAX_TASK_NAME = 200
+# Django's range: higher runs first; equal priorities run in the order enqueued.
+MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = -100, 100, 0
+
+# One encoder for every payload (json.dumps with options would build one per call).
+_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+class MalformedTask(ValueError):
+    """A payload that is not a task this version can read; the message says why."""
+
+
+@dataclass(frozen=True)
+class TaskMessage:
+    """One task as it travels through Redis: which task to run, with what, and its history."""
+
+    id: str
+    task: str
+    queue: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int = DEFAULT_PRIORITY
+    backend: str | None = None  # the Django Tasks backend alias, for Django's @task
+    retries: int = 0
+    crashes: int = 0  # how many workers died running it
+
+    def encode(self) -> str:
+        """The payload; :class:`TaskSerializationError` if the arguments are not JSON."""
+        body: dict[str, Any] = {
+            "id": self.id,
+            "priority": self.priority,
+            "task": self.task,
+            "queue": self.queue,
+            "args": self.args,
+            "kwargs": self.kwargs,
+        }
+        if self.backend is not None:
+            body["backend"] = self.backend
+        body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
+        payload = to_json(body, f"the arguments of task {self.task!r}")
+        return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
+
+    @classmethod
+    def decode(cls, payload: str | bytes) -> TaskMessage:
+        """Parse a payload; :class:`MalformedTask` says what is wrong with a bad one.
+
+        Whatever the payload holds (not UTF-8, not JSON, nested past the recursion
+        limit, the wrong shape), this raises only :class:`MalformedTask`.
+        """
+        try:
+            data = json.loads(payload)
+        except RecursionError:
+            raise MalformedTask("not a task: its JSON is nested too deeply") from None
+        except (ValueError, TypeError, MemoryError) as error:  # UnicodeDecodeError is a ValueError
+            raise MalformedTask(f"not a task: not JSON ({_short(error)})") from None
+        if not isinstance(data, dict):
+            raise MalformedTask(f"not a task: a JSON {type(data).__name__}, not an object")
+        fields = {"id": str, "task": str, "queue": str, "args": list, "kwargs": dict}
+        for name, kind in fields.items():
+            if not isinstance(data.get(name), kind):
+                raise MalformedTask(f"not a task: its {name!r} must be a {kind.__name__}")
+        numbers = {name: data.get(name, 0) for name in ("priority", "retries", "crashes")}
+        for name, number in numbers.items():
+            if not isinstance(number, int) or isinstance(number, bool):
+                raise MalformedTask(f"not a task: its {name!r} must be an integer")
+        if numbers["retries"] < 0 or numbers["crashes"] < 0:
+            raise MalformedTask("not a task: negative retry or crash count")
+        backend = data.get("backend")
+        if backend is not None and not isinstance(backend, str):
+            raise MalformedTask("not a task: its 'backend' must be a string")
+        if not all(isinstance(name, str) for name in data["kwargs"]):
+            raise MalformedTask("not a task: its keyword argument names must be strings")
+        return cls(
+            data["id"],
+            data["task"],
+            data["queue"],
+            data["args"],
+            data["kwargs"],
+            backend=backend,
+            **numbers,
+        )
+
+
+def to_json(value: Any, what: str) -> str:
+    """``value`` as compact JSON, or :class:`TaskSerializationError` naming ``what`` it is."""
+    try:
+        return _json(value)
+    except (TypeError, ValueError, RecursionError) as error:
+        reason = "it is nested too deeply" if isinstance(error, RecursionError) else error
+        raise TaskSerializationError(f"{what} cannot be stored as JSON: {reason}") from None
+
+
+def task_id_of(payload: bytes) -> str:
+    """The task id at the start of a payload, as the scripts read it ("" when none)."""
+    prefix = b'{"id":"'
+    end = payload.find(b'"', len(prefix))
+    found = payload[len(prefix) : end] if payload.startswith(prefix) and end > 0 else b""
+    return found.decode() if found and all(c in b"0123456789abcdefABCDEF" for c in found) else ""
+
+
+def _short(error: BaseException, limit: int = 200) -> str:
+    text = str(error)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def new_task_id() -> str:
+    """A new task id: 32 random hex digits."""
+    return os.urandom(16).hex()
+
+
+def new_message(
+    task: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    priority: int = DEFAULT_PRIORITY,
+    backend: str | None = None,
+) -> tuple[TaskMessage, str]:
+    """A new task's message and payload, or :class:`TaskSerializationError`."""
+    message = TaskMessage(new_task_id(), task, queue, list(args), kwargs, priority, backend)
+    return message, message.encode()
+
+
+def validate_queue(queue: object, field: str = "queue") -> str:
+    """Return ``queue`` if it is a usable queue name, else raise :class:`InvalidInput`."""
+    return keys.validate_name(queue, field, max_length=MAX_QUEUE_NAME)
+
+
+def validate_priority(priority: object, field: str = "priority") -> int:
+    """Return ``priority`` if it is a whole number from -100 to 100, else :class:`InvalidInput`."""
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise InvalidInput(
+            field, f"must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}"
+        )
+    return priority

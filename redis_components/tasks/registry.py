@@ -1,0 +1,437 @@
+"""``@task``: functions registered under a name that workers run, and what runs them.
+
+::
+
+    @task(queue="email", max_retries=3)
+    def send_sold_email(seller_id, item_id, price, buyer_id): ...
+
+    result = send_sold_email.enqueue(7, "ItemA", 35, 4)  # runs in a worker (rc_worker)
+    send_sold_email.enqueue_in(30, 7, "ItemA", 35, 4)    # not before 30 s from now
+    result.refresh(); result.status                      # READY, RUNNING, SUCCESSFUL, FAILED
+
+A worker finds the function by its name in the registry that ``@task`` fills when the
+task's module is imported (every installed app's ``tasks`` module is, at start-up).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import inspect
+import logging
+import random
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+
+from .. import keys
+from ..conf import conf
+from ..exceptions import InvalidInput, LockNotAcquired, TaskError, TaskNotRegistered
+from ..guard import Busy
+from . import engine
+from .messages import (
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    MAX_TASK_NAME,
+    TaskMessage,
+    new_message,
+    to_json,
+    validate_priority,
+    validate_queue,
+)
+from .results import TaskResult, TaskStatus
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+logger = logging.getLogger("redis_components.tasks")
+
+
+class Retry(Exception):
+    """Raise from a task to run it again after ``delay`` seconds (default: the backoff).
+
+    A retry counts against the task's ``max_retries``; past it, the task is
+    dead-lettered with ``reason`` as its error.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        self.delay = None if delay is None else keys.seconds(delay, "delay")
+        self.reason = reason
+        super().__init__(reason or "retry requested")
+
+
+_registry: dict[str, Task[Any, Any]] = {}
+
+
+class Task(Generic[P, R]):
+    """A function registered under a name that workers can run; made by :func:`task`.
+
+    Calling it runs the function inline. :meth:`enqueue` and its variants send it to
+    a worker instead; they return its :class:`~redis_components.tasks.results.TaskResult`
+    (READY), whose ``id`` names the task and whose ``refresh()`` follows it.
+    """
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_retries: int,
+        retry_backoff: float | None,
+    ) -> None:
+        self.func = func
+        self.name = keys.validate_name(name, "name", MAX_TASK_NAME)
+        self.queue = validate_queue(queue)
+        self.priority = validate_priority(priority)
+        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+            raise InvalidInput(
+                "max_retries", f"must be a non-negative integer, not {max_retries!r}"
+            )
+        self.max_retries = max_retries
+        self.retry_backoff = (
+            None if retry_backoff is None else keys.seconds(retry_backoff, "retry_backoff")
+        )
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", name)
+        self.__module__ = func.__module__
+        self.__wrapped__ = func
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
+        """Send the task to its queue; a worker runs it as soon as one is free."""
+        return self._send(self._message(args, kwargs), "")
+
+    def enqueue_in(self, delay: float, /, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
+        """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
+        milliseconds = round(keys.seconds(delay, "seconds") * 1000)
+        return self._send(self._message(args, kwargs), f"+{milliseconds}")
+
+    def enqueue_at(
+        self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskResult:
+        """Send the task to run at ``when``, an aware datetime (compared to the server's clock)."""
+        return self._send(self._message(args, kwargs), due_at(when))
+
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
+        """Enqueue when the current database transaction commits; never if it rolls back.
+
+        The arguments are encoded now (so a bad argument raises here), and the result
+        is returned at once (it can be read once the transaction has committed).
+        Outside a transaction the task is enqueued immediately, and its errors raise as
+        ``enqueue``'s do. Inside one, an enqueue that fails when its turn comes
+        (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an error with the
+        task id, not raised: the transaction has committed by then.
+        """
+        message, payload = self._message(args, kwargs)
+        if not transaction.get_connection().in_atomic_block:
+            return self._send((message, payload), "")
+
+        def send() -> None:
+            try:
+                engine.enqueue(message, payload)
+            except Exception:
+                logger.exception(
+                    "Task %s (%s) was not enqueued after its transaction committed",
+                    message.id,
+                    self.name,
+                )
+
+        transaction.on_commit(send)
+        return new_result(message, None, None)
+
+    def _message(self, args: Any, kwargs: Any) -> tuple[TaskMessage, str]:
+        return new_message(self.name, self.queue, args, kwargs, priority=self.priority)
+
+    def _send(self, message: tuple[TaskMessage, str], when: str) -> TaskResult:
+        enqueued_ms = engine.enqueue(*message, when)
+        run_after = None
+        if when:
+            due = int(when[1:])
+            run_after = enqueued_ms + due if when[0] == "+" else due
+        return new_result(message[0], enqueued_ms, run_after)
+
+
+def due_at(when: object) -> str:
+    """``when`` (an aware datetime) as the engine's "@<epoch ms>", or :class:`InvalidInput`."""
+    if not isinstance(when, datetime.datetime):
+        raise InvalidInput("when", f"must be a datetime, not {type(when).__name__}")
+    if when.utcoffset() is None:
+        raise InvalidInput("when", "must be an aware datetime (with a time zone)")
+    return f"@{round(when.timestamp() * 1000)}"
+
+
+def new_result(
+    message: TaskMessage, enqueued_ms: int | None, run_after_ms: int | None
+) -> TaskResult:
+    """The READY result of a task just enqueued (what Redis holds for it now)."""
+    return TaskResult(
+        id=message.id,
+        task=message.task,
+        queue=message.queue,
+        priority=message.priority,
+        args=message.args,
+        kwargs=message.kwargs,
+        backend=message.backend,
+        status=TaskStatus.READY,
+        enqueued_at=_datetime(enqueued_ms),
+        run_after=_datetime(run_after_ms),
+        started_at=None,
+        last_attempted_at=None,
+        finished_at=None,
+        worker_ids=[],
+        errors=[],
+    )
+
+
+def _datetime(ms: int | None) -> datetime.datetime | None:
+    if ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+
+
+@overload
+def task(func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = 3,
+    retry_backoff: float | None = None,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def task(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = 3,
+    retry_backoff: float | None = None,
+) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    """Register a function as a task that workers run; use as ``@task`` or ``@task(...)``.
+
+    ``name`` defaults to ``"<module>.<function>"`` and is what travels in the queue, so
+    renaming a function orphans its queued tasks unless ``name`` keeps the old one.
+    ``queue``: where :meth:`Task.enqueue` sends it; ``priority`` (-100 to 100): within
+    its queue, a task of higher priority runs first, equal ones in the order enqueued.
+    An exception in the task retries it up to ``max_retries`` times, after
+    ``retry_backoff`` (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds,
+    jittered; then it is dead-lettered with its traceback. ``async def`` functions run
+    on an event loop in the worker.
+    """
+
+    def register(function: Callable[P, R]) -> Task[P, R]:
+        task_name = name or f"{function.__module__}.{function.__qualname__}"
+        new = Task(
+            function,
+            name=task_name,
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+        )
+        existing = _registry.get(new.name)
+        if existing is not None and _origin(existing.func) != _origin(function):
+            raise TaskError(
+                f"two tasks are named {new.name!r}: {_origin(existing.func)} and "
+                f"{_origin(function)}; give one of them another name= ."
+            )
+        _registry[new.name] = new
+        return new
+
+    if func is not None:
+        return register(func)
+    return register
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{getattr(func, '__qualname__', func)}"
+
+
+def get_task(name: str) -> Task[Any, Any]:
+    """The task registered under ``name``, or :class:`TaskNotRegistered`."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise TaskNotRegistered(f"no task is registered as {name!r}") from None
+
+
+def find_task(name: str) -> Task[Any, Any] | None:
+    """The task registered under ``name``, or ``None`` (the worker's lookup)."""
+    return _registry.get(name)
+
+
+def registered_tasks() -> dict[str, Task[Any, Any]]:
+    """Every registered task by name (a copy)."""
+    return dict(_registry)
+
+
+def backoff(retries: int, base: float | None = None) -> float:
+    """Seconds to wait before retry number ``retries + 1``: exponential, capped, jittered.
+
+    The jitter (x 0.5 to 1.5) spreads the retries of tasks that failed together.
+    """
+    base = conf.TASK_RETRY_BACKOFF if base is None else base
+    delay = min(conf.TASK_RETRY_BACKOFF_MAX, base * 2.0**retries)
+    return min(conf.TASK_RETRY_BACKOFF_MAX, delay * random.uniform(0.5, 1.5))
+
+
+# -- what a worker runs ---------------------------------------------------------------
+
+
+class Job:
+    """One run of a task in a worker: what to call, how to store its value, its retries.
+
+    Django's Tasks backend gives its own (with the task context and Django's signals).
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        message: TaskMessage,
+        *,
+        max_retries: int,
+        retry_backoff: float | None,
+    ) -> None:
+        self.func = func
+        self.message = message
+        self.max_retries = max_retries
+        self.retry_backoff = retry_backoff
+
+    @classmethod
+    def of(cls, message: TaskMessage) -> Job | None:
+        r"""The job of a message for one of our ``@task``\ s (``None``: no such task here)."""
+        registered = _registry.get(message.task)
+        if registered is None:
+            return None
+        return cls(
+            registered.func,
+            message,
+            max_retries=registered.max_retries,
+            retry_backoff=registered.retry_backoff,
+        )
+
+    def call(self) -> Any:
+        """Run the task once; an ``async def`` task runs on an event loop."""
+        func = self.func
+        if inspect.iscoroutinefunction(func):
+            func = async_to_sync(func)
+        return func(*self.message.args, **self.message.kwargs)
+
+    def encode(self, value: Any) -> str:
+        """The return value as JSON (:class:`TaskSerializationError` if it is not JSON)."""
+        return to_json(value, f"the return value of task {self.message.task!r}")
+
+    def finished(self, status: TaskStatus, error: BaseException | None) -> None:
+        """Called once the task has ended for good (not before a retry)."""
+
+
+# -- the task a worker is running, and deferring it ---------------------------------
+
+
+class RunningTask:
+    """The task a worker is running now; :func:`current_task` returns it inside a task."""
+
+    def __init__(self, message: TaskMessage) -> None:
+        self.message = message
+        self.deferred_for: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.message.id
+
+    def defer(self, seconds: float) -> None:
+        """Ask the worker to run this task again in ``seconds`` instead of finishing it.
+
+        The worker moves it to the delayed queue atomically when the task returns; a
+        deferral does not count as a retry.
+        """
+        self.deferred_for = keys.seconds(seconds, "seconds")
+
+
+_current: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
+    "redis_components_current_task", default=None
+)
+
+
+def current_task() -> RunningTask | None:
+    """The task the worker is running in this context, or ``None`` outside a worker."""
+    return _current.get()
+
+
+def running(message: TaskMessage) -> tuple[RunningTask, contextvars.Token[RunningTask | None]]:
+    """Make ``message`` the current task (the worker's side of :func:`current_task`)."""
+    running_task = RunningTask(message)
+    return running_task, _current.set(running_task)
+
+
+def stop_running(token: contextvars.Token[RunningTask | None]) -> None:
+    _current.reset(token)
+
+
+def defer(seconds: float | None = None) -> Callable[[Busy], None]:
+    """A lock conflict strategy: run the current task again later instead of waiting.
+
+    ::
+
+        @task()
+        @redis_lock("item:{item_id}", on_busy=defer(5))
+        def sell(item_id): ...
+
+    When the lock is busy inside a worker, the task being run is moved to its delayed
+    queue, due in ``seconds`` (default: the lock's ``retry_after``), and the call
+    returns ``None``; a deferral does not count as a retry. Outside a worker (a plain
+    call) there is no queued task to defer, so :class:`LockNotAcquired` is raised.
+    """
+    if seconds is not None:
+        keys.seconds(seconds, "seconds")
+
+    def on_busy(busy: Busy) -> None:
+        running_task = current_task()
+        names = ", ".join(busy.names)
+        if running_task is None:
+            raise LockNotAcquired(
+                f"{names} is busy and no worker task is running to defer",
+                name=busy.names[0] if busy.names else None,
+            )
+        running_task.defer(busy.retry_after if seconds is None else seconds)
+
+    return on_busy
+
+
+BACKEND_PATH = "redis_components.tasks.backend.RedisTaskBackend"
+
+
+def queues_in_use() -> set[str]:
+    """The queues of every registered task and of every Django Tasks backend of ours.
+
+    A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
+    Names that are not valid queue names are left out (the system checks report them).
+    """
+    from django.conf import settings
+
+    names = {registered.queue for registered in _registry.values()}
+    backends = getattr(settings, "TASKS", {})
+    for params in backends.values() if isinstance(backends, dict) else ():
+        if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH:
+            for name in params.get("QUEUES") or [DEFAULT_QUEUE]:
+                try:
+                    names.add(validate_queue(name))
+                except ValueError:
+                    continue
+    return names

@@ -1,0 +1,218 @@
+"""Task results: what is known of a task, whichever front door enqueued it.
+
+The queue scripts write a task's result hash as its state changes (see ``engine.py``):
+READY when enqueued (and again when it waits for a retry), SUCCESSFUL or FAILED when it
+ends; while a worker runs it, the ``running`` hash says so. This module reads both in
+one round trip. A result is kept ``TASK_RESULT_TTL`` seconds (a day by default) after
+its last change, then Redis expires it: nothing grows forever::
+
+    result = send_sold_email.enqueue(7, "ItemA", 35, 4)
+    result.status                      # TaskStatus.READY
+    result.refresh()                   # read it again
+    get_result(result.id).return_value # once SUCCESSFUL
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import keys
+from ..exceptions import TaskResultDoesNotExist
+from .engine import raw, result_key, running_tasks_key, tasks_client
+from .messages import MalformedTask, TaskMessage
+
+MAX_TASK_ID = 100
+# The end of a traceback is kept in a result and a dead letter; the start is in the log.
+MAX_TRACEBACK = 20_000
+
+
+class TaskStatus(str, enum.Enum):
+    """Where a task is: the states of Django's ``TaskResultStatus``, same values."""
+
+    READY = "READY"  # enqueued, or waiting to run again after a failure or a crash
+    RUNNING = "RUNNING"
+    SUCCESSFUL = "SUCCESSFUL"
+    FAILED = "FAILED"  # its retries are spent, or it cannot run: it is a dead letter
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """Why one attempt failed: the exception's class path and the traceback."""
+
+    exception_class_path: str
+    traceback: str
+
+
+@dataclass
+class TaskResult:
+    """What is known of one task; :meth:`refresh` reads it again.
+
+    ``task`` is the name of one of our ``@task``\\ s, or the module path of a Django
+    ``@task`` (``backend`` is then its Tasks backend alias). Times are aware UTC
+    datetimes from the Redis server's clock. ``worker_ids`` lists the worker of each
+    attempt, ``errors`` the error of each failed one (a worker that died counts as
+    :class:`~redis_components.exceptions.WorkerCrashed`).
+    """
+
+    id: str
+    task: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    backend: str | None
+    status: TaskStatus
+    enqueued_at: datetime.datetime | None
+    run_after: datetime.datetime | None
+    started_at: datetime.datetime | None
+    last_attempted_at: datetime.datetime | None
+    finished_at: datetime.datetime | None
+    worker_ids: list[str]
+    errors: list[AttemptError]
+    _return_value: Any = field(default=None, repr=False)
+
+    @property
+    def return_value(self) -> Any:
+        """What the task returned; ``ValueError`` unless it was SUCCESSFUL (as in Django)."""
+        if self.status is TaskStatus.SUCCESSFUL:
+            return self._return_value
+        if self.status is TaskStatus.FAILED:
+            raise ValueError(f"task {self.id} failed")
+        raise ValueError(f"task {self.id} has not finished yet")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
+
+    @property
+    def attempts(self) -> int:
+        return len(self.worker_ids)
+
+    def refresh(self) -> None:
+        """Read the result again from Redis (:class:`TaskResultDoesNotExist` once expired)."""
+        fresh = get_result(self.id)
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(fresh, name))
+
+
+def describe(error: BaseException) -> tuple[str, str]:
+    """An attempt's error as results keep it: the exception's class path, its traceback."""
+    kind = type(error)
+    trace = "".join(traceback.format_exception(kind, error, error.__traceback__))
+    return f"{kind.__module__}.{kind.__qualname__}", trace[-MAX_TRACEBACK:]
+
+
+def error_json(class_path: str, trace: str) -> str:
+    """An attempt's error as a result stores it (the fields of Django's ``TaskError``)."""
+    return json.dumps({"exception_class_path": class_path, "traceback": trace}, ensure_ascii=False)
+
+
+def get_result(task_id: str) -> TaskResult:
+    """The result of task ``task_id``; :class:`TaskResultDoesNotExist` if none is kept."""
+    found = read_results([task_id])[0]
+    if found is None:
+        raise TaskResultDoesNotExist(f"no result is kept for task {task_id!r}")
+    return found
+
+
+def read_results(task_ids: list[str]) -> list[TaskResult | None]:
+    """The results of several tasks in one round trip (``None`` where none is kept).
+
+    A record that cannot be read (written by something else than this app) counts as
+    missing: reading never fails on bad data.
+    """
+    for task_id in task_ids:
+        keys.validate_name(task_id, "task_id", MAX_TASK_ID)
+    pipe = tasks_client().pipeline(transaction=False)
+    for task_id in task_ids:
+        raw(pipe, "HGETALL", result_key(task_id))
+        raw(pipe, "HGET", running_tasks_key(), task_id)
+    replies = pipe.execute()
+    return [
+        _parse(task_id, replies[2 * i], replies[2 * i + 1]) for i, task_id in enumerate(task_ids)
+    ]
+
+
+def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskResult | None:
+    fields = _as_fields(record)
+    try:
+        message = TaskMessage.decode(fields["message"])
+        status = TaskStatus(fields["status"].decode())
+    except (KeyError, MalformedTask, ValueError):
+        return None
+    workers = fields.get("workers", b"").decode("utf-8", "replace").split()
+    started = _time(fields.get("started_at"))
+    last = _time(fields.get("last_attempted_at"))
+    if status is TaskStatus.READY and attempt:
+        begun, _, worker = attempt.decode("utf-8", "replace").partition(" ")
+        status = TaskStatus.RUNNING
+        last = _time(begun.encode())
+        started = started or last
+        workers.append(worker)
+    value = None
+    if status is TaskStatus.SUCCESSFUL:
+        try:
+            value = json.loads(fields.get("return_value", b"null"))
+        except (ValueError, RecursionError):
+            value = fields["return_value"].decode("utf-8", "replace")
+    return TaskResult(
+        id=task_id,
+        task=message.task,
+        queue=message.queue,
+        priority=message.priority,
+        args=message.args,
+        kwargs=message.kwargs,
+        backend=message.backend,
+        status=status,
+        enqueued_at=_time(fields.get("enqueued_at")),
+        run_after=_time(fields.get("run_after")),
+        started_at=started,
+        last_attempted_at=last,
+        finished_at=_time(fields.get("finished_at")) if status in _ENDED else None,
+        worker_ids=workers,
+        errors=_errors(fields.get("errors")),
+        _return_value=value,
+    )
+
+
+_ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
+
+
+def _as_fields(record: Any) -> dict[str, bytes]:
+    """HGETALL's reply as a dict with str names (RESP2 gives a flat list, RESP3 a map)."""
+    if isinstance(record, list):
+        record = dict(zip(record[::2], record[1::2], strict=True))
+    return {name.decode("utf-8", "replace"): value for name, value in record.items()}
+
+
+def _time(value: bytes | None) -> datetime.datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _errors(value: bytes | None) -> list[AttemptError]:
+    if not value:
+        return []
+    try:
+        entries = json.loads(value)
+    except (ValueError, RecursionError):
+        return [AttemptError("", value.decode("utf-8", "replace"))]
+    if not isinstance(entries, list):
+        return []
+    return [
+        AttemptError(str(entry.get("exception_class_path", "")), str(entry.get("traceback", "")))
+        for entry in entries
+        if isinstance(entry, dict)
+    ]

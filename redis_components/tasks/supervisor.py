@@ -1,0 +1,237 @@
+"""The processes of ``manage.py rc_worker``: start worker processes, replace, stop.
+
+A :class:`Supervisor` forks ``concurrency`` worker processes, each running a
+:class:`~redis_components.tasks.worker.Worker`, and recovers and replaces those that
+die. It holds no task itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any
+
+from django.db import connections
+
+from ..conf import conf
+from ..exceptions import InvalidInput
+from .engine import recover_worker, tasks_client
+from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id
+
+logger = logging.getLogger("redis_components.worker")
+
+# A worker process that dies sooner than this after its start is restarted after a pause.
+QUICK_DEATH = 1.0
+FORK = multiprocessing.get_context("fork")
+
+
+@dataclass
+class _Child:
+    slot: int
+    worker_id: str
+    process: BaseProcess
+    started: float = field(default_factory=time.monotonic)
+
+
+def _child_main(worker_id: str, options: dict[str, Any], parent: int) -> None:
+    """Entry point of a worker process: stop on SIGTERM/SIGINT and when the parent dies."""
+    from ..embedded import die_with_parent
+
+    die_with_parent()
+    if os.getppid() != parent:  # the supervisor died before we asked to follow it
+        return
+    worker = Worker(worker_id=worker_id, **options)
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        worker.request_stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    signal.set_wakeup_fd(worker.wakeup_fd)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    worker.run()
+
+
+class Supervisor:
+    """Runs ``concurrency`` worker processes; restarts and recovers those that die.
+
+    A child that dies (a crash, SIGKILL, the OOM killer) has its in-progress tasks put
+    back at once, counting a crash against each, and is replaced. One SIGTERM or
+    SIGINT: the children finish their tasks and exit. A second one: they are killed
+    and their tasks put back at once. Children that exit by themselves (``burst``,
+    ``max_tasks``) are not replaced; :meth:`run` returns when none is left.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        concurrency: int = 1,
+        scheduler: bool = True,
+        burst: bool = False,
+        max_tasks: int | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
+        if max_tasks is not None and max_tasks < 1:
+            raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
+        self.queues = checked_queues(queues)
+        self.concurrency = concurrency
+        self.options: dict[str, Any] = {
+            "queues": self.queues,
+            "scheduler": scheduler,
+            "burst": burst,
+            "max_tasks": max_tasks,
+        }
+        self._signals = 0
+        self._children: dict[int, _Child] = {}
+
+    def run(self) -> int:
+        """Run until stopped by signals or until every worker process has finished."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        handled = (signal.SIGTERM, signal.SIGINT)
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in handled}
+        previous_fd = signal.set_wakeup_fd(wake_w)
+        try:
+            connections.close_all()  # children must not share the parent's DB sockets
+            for slot in range(1, self.concurrency + 1):
+                self._start(slot)
+            self._supervise(wake_r)
+        finally:
+            signal.set_wakeup_fd(previous_fd)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            os.close(wake_r)
+            os.close(wake_w)
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+
+    def _start(self, slot: int) -> None:
+        worker_id = new_worker_id(slot)
+        process = FORK.Process(
+            target=_child_main,
+            args=(worker_id, self.options, os.getpid()),
+            name=f"rc-worker-{slot}",
+        )
+        # Signals wait until the child has installed its own handlers.
+        blocked = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+        assert process.pid is not None
+        self._children[process.pid] = _Child(slot, worker_id, process)
+        logger.info("Started worker process %d (pid %d)", slot, process.pid)
+
+    def _supervise(self, wake_r: int) -> None:
+        stopping = killed = False
+        restarts: list[tuple[float, int]] = []  # (when, slot)
+        while self._children or (restarts and not stopping):
+            timeout = 1.0
+            if restarts:
+                timeout = max(0.0, min(when for when, _ in restarts) - time.monotonic())
+            sentinels = [child.process.sentinel for child in self._children.values()]
+            wait_for([*sentinels, wake_r], timeout)
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            if self._signals and not stopping:
+                stopping = True
+                restarts.clear()
+                logger.warning(
+                    "Stopping: worker processes finish their tasks (signal again to stop at once)"
+                )
+                for child in self._children.values():
+                    child.process.terminate()
+            if self._signals >= 2 and not killed:
+                killed = True
+                self._kill_all()
+            for pid, child in list(self._children.items()):
+                if child.process.is_alive():
+                    continue
+                child.process.join()
+                del self._children[pid]
+                if self._exited(child, stopping) and not stopping:
+                    pause = QUICK_DEATH if time.monotonic() - child.started < QUICK_DEATH else 0
+                    restarts.append((time.monotonic() + pause, child.slot))
+            now = time.monotonic()
+            for when, slot in [entry for entry in restarts if entry[0] <= now]:
+                restarts.remove((when, slot))
+                if not stopping:
+                    self._start(slot)
+
+    def _exited(self, child: _Child, stopping: bool) -> bool:
+        """Handle a child that exited; True if it died and should be replaced."""
+        code = child.process.exitcode
+        if code == 0:
+            logger.info("Worker process %d (pid %s) finished", child.slot, child.process.pid)
+            return False
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        try:
+            result = recover_worker(
+                tasks_client(),
+                child.worker_id,
+                self.queues,
+                only_if_expired=False,
+                max_crashes=conf.TASK_MAX_CRASHES,
+            )
+        except REDIS_DOWN as error:
+            logger.error(
+                "Worker process %d (pid %s) died (%s); Redis is unreachable (%s), so its "
+                "tasks go back when its lease runs out",
+                child.slot,
+                child.process.pid,
+                how,
+                error,
+            )
+        else:
+            requeued, buried = result or (0, 0)
+            logger.error(
+                "Worker process %d (pid %s) died (%s): put back %d of its tasks, "
+                "dead-lettered %d%s",
+                child.slot,
+                child.process.pid,
+                how,
+                requeued,
+                buried,
+                "" if stopping else "; restarting it",
+            )
+        return True
+
+    def _kill_all(self) -> None:
+        logger.warning("Stopping at once: killing the worker processes")
+        for child in self._children.values():
+            child.process.kill()
+        for child in list(self._children.values()):
+            child.process.join()
+            try:
+                result = recover_worker(
+                    tasks_client(),
+                    child.worker_id,
+                    self.queues,
+                    only_if_expired=False,
+                    max_crashes=0,
+                )
+            except REDIS_DOWN as error:
+                logger.error("Could not put back the tasks of %s: %s", child.worker_id, error)
+            else:
+                requeued = result[0] if result else 0
+                logger.warning(
+                    "Worker process %d killed; put back %d of its tasks", child.slot, requeued
+                )
+        self._children.clear()

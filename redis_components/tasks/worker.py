@@ -1,0 +1,593 @@
+"""One worker process: run queued tasks at least once, in priority order, without polling.
+
+``manage.py rc_worker`` starts a :class:`~redis_components.tasks.supervisor.Supervisor`,
+which forks worker processes, each running a :class:`Worker`. The scripts it runs and
+the keys they touch are described in ``engine.py``.
+
+Reliable fetch across several queues
+------------------------------------
+Blocking pops are reliable for one list but not across several, so taking a task and
+waiting for one are separate:
+
+* **Taking** is one script (``queue_fetch.lua``): it moves the due delayed tasks of
+  the worker's queues to their ready sets, then takes the first task of the first
+  non-empty queue, in the worker's priority order, into the worker's own in-progress
+  set. It also records how the task the worker just ran ended (done, to be retried,
+  deferred or dead-lettered), so a busy worker needs one round trip per task. A task
+  is never only in the worker's memory.
+* **Waiting** happens only after a take found nothing, on a Pub/Sub subscription to
+  the queues' wake-up channels that is confirmed before the first take. A script
+  that makes an empty ready set non-empty (enqueue, the delayed mover, recovery)
+  publishes on the queue's channel, and one that adds a new earliest delayed task
+  publishes too, because idle workers sleep until the earliest due time. A wake-up
+  cannot be lost: a worker whose take found its queues empty is subscribed already,
+  so the first task pushed after that take reaches it; if the subscription drops,
+  redis-py resubscribes and the confirmation itself makes the worker take again. Idle
+  workers wait with a client-side ``select`` (no blocking command, so the server's
+  ``hz`` does not delay them): until the next delayed task is due, a message, a
+  signal, or at most one heartbeat interval, the last only as a safety net.
+
+Every idle worker of a queue wakes for the first task of an empty queue (Pub/Sub is a
+broadcast); they race for it with the take script, and each one that finds nothing
+goes back to sleep. That costs one take per idle worker per burst of tasks, not per
+task: a queue that is not empty publishes nothing.
+
+Delayed tasks are moved by every worker that serves their queue, in the take script,
+so several workers (or ``rc_worker --no-scheduler`` ones that do not move) may run at
+once: a script is atomic, so each task moves exactly once and no lock is needed.
+
+Heartbeats and recovery
+-----------------------
+A worker registers (a lease in a ZSET, its queues in a hash) before it takes a task,
+and a thread renews the lease (1.5 x ``TASK_HEARTBEAT_INTERVAL``) twice per interval,
+whatever the task is doing. The same thread looks for workers whose lease ran out and
+puts their in-progress tasks back in their queues (``queue_recover.lua``, atomic,
+rechecking the lease), so a killed worker's tasks run again within 2 x the interval,
+however long tasks may legitimately run. The supervisor does it at once for a child
+process that dies. Each recovery counts a crash against the task; at
+``TASK_MAX_CRASHES`` the task is dead-lettered instead of killing workers forever.
+The take script refuses to hand a task to a worker that is not registered (recovered
+while it was cut off from Redis), so no task is ever held by a worker no one watches.
+
+Bad data
+--------
+A payload that is not a task (not UTF-8, not JSON, nested too deeply, the wrong
+shape), or names a task this worker does not have, is dead-lettered with the reason
+on its first take, and the worker goes on: decoding catches everything a decoder can
+raise.
+
+Signals
+-------
+Signal handlers only set a flag; a wake-up fd makes the idle wait return at once.
+SIGTERM or SIGINT: the worker finishes its task, records it and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import select
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+import redis
+from django.db import close_old_connections
+from redis.client import PubSub
+
+from ..conf import conf
+from ..connection import pubsub as new_pubsub
+from ..exceptions import InvalidInput, TaskSerializationError
+from . import engine
+from .engine import Fetched, Outcome, ready_key, tasks_client
+from .messages import MalformedTask, TaskMessage, task_id_of, validate_queue
+from .registry import Job, Retry, backoff, running, stop_running
+from .results import TaskStatus, describe, error_json
+
+logger = logging.getLogger("redis_components.worker")
+
+# Errors that mean "Redis cannot be reached now": wait and try again.
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Worker ids are parts of key names and of the results' worker lists.
+WORKER_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def new_worker_id(slot: int = 0) -> str:
+    """A unique worker id: host, supervisor pid, slot, random part (never a ``:``)."""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return f"{host[:50] or 'host'}.{os.getpid()}.{slot}.{uuid.uuid4().hex[:6]}"
+
+
+def validate_worker_id(worker_id: object) -> str:
+    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput.
+
+    A ``:`` would make two workers' key names collide, a space their result entries.
+    """
+    if not isinstance(worker_id, str) or not WORKER_ID.fullmatch(worker_id):
+        raise InvalidInput(
+            "worker_id",
+            f"must be 1-100 letters, digits, '.', '_' or '-', not {str(worker_id)[:120]!r}",
+        )
+    return worker_id
+
+
+def checked_queues(queues: Sequence[str]) -> list[str]:
+    """The queue names in priority order without repeats, or :class:`InvalidInput`."""
+    if isinstance(queues, str):
+        raise InvalidInput("queues", "must be a list of queue names, not a string")
+    names = list(dict.fromkeys(validate_queue(queue, "queues") for queue in queues))
+    if not names:
+        raise InvalidInput("queues", "must name at least one queue")
+    return names
+
+
+class Worker:
+    """One process's task loop over ``queues``, highest priority first.
+
+    ``scheduler``: also move due delayed tasks of these queues to their ready sets.
+    ``burst``: return when no task is ready. ``max_tasks``: return after running this
+    many. :meth:`run` blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a
+    signal handler, with :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it
+    return after the task it is running.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        worker_id: str | None = None,
+        scheduler: bool = True,
+        burst: bool = False,
+        max_tasks: int | None = None,
+    ) -> None:
+        self.queues = checked_queues(queues)
+        if max_tasks is not None and max_tasks < 1:
+            raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
+        self.id = validate_worker_id(worker_id or new_worker_id())
+        self.scheduler = scheduler
+        self.burst = burst
+        self.max_tasks = max_tasks
+        self.heartbeat_interval = conf.TASK_HEARTBEAT_INTERVAL
+        self.processed = 0
+        self._stopping = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._heartbeat_stop = threading.Event()
+        self._keys = engine.fetch_keys(self.id, self.queues)
+        # Each queue's wake-up channel is named like its ready set.
+        self._channels = [ready_key(queue) for queue in self.queues]
+        self._mode = "take+move" if scheduler else "take"
+        self._info = json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": self.queues,
+                "started_at": round(time.time(), 3),
+            }
+        )
+        self._pubsub: PubSub | None = None
+        # How the last task ended, to record with the next fetch (kept until recorded).
+        self._outcome: Outcome | None = None
+        # After a lost connection: a take's reply may have been lost with it.
+        self._reclaim = False
+        self._down_since: float | None = None
+
+    @property
+    def client(self) -> redis.Redis:
+        """The client for the task system's keys (looked up each time: it may move)."""
+        return tasks_client()
+
+    @property
+    def wakeup_fd(self) -> int:
+        """A non-blocking fd to pass to ``signal.set_wakeup_fd``: a signal ends an idle wait."""
+        return self._wake_w
+
+    def request_stop(self) -> None:
+        """Stop after the running task. Only sets a flag: safe in a signal handler."""
+        self._stopping = True
+
+    def stop(self) -> None:
+        """Stop after the running task, waking an idle wait at once (from any thread)."""
+        self._stopping = True
+        # A full pipe already holds a wake-up.
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"s")
+
+    def run(self) -> int:
+        """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran."""
+        logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
+        heartbeat = threading.Thread(target=self._heartbeat, name="rc-heartbeat", daemon=True)
+        crashed = True
+        try:
+            if not self._register():
+                crashed = False
+                return 0
+            heartbeat.start()
+            self._loop()
+            crashed = False
+        finally:
+            self._heartbeat_stop.set()
+            if heartbeat.is_alive():
+                heartbeat.join()
+            self._leave(crashed)
+            if self._pubsub is not None:
+                self._pubsub.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        logger.info("Worker %s stopped after %d tasks", self.id, self.processed)
+        return self.processed
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            take = self.max_tasks is None or self.processed < self.max_tasks
+            try:
+                self._reclaim_lost_take()
+                fetched = self._fetch(take)
+                if fetched.position < 0:
+                    logger.warning(
+                        "Worker %s was taken for dead (its lease ran out) and registers again",
+                        self.id,
+                    )
+                    self._beat()
+                    continue
+                self._connected()
+                if fetched.payload is None:
+                    if not take or (self.burst and fetched.wait_ms != 0):
+                        break
+                    if fetched.wait_ms != 0:
+                        self._idle(fetched.wait_ms)
+                    continue
+            except REDIS_DOWN as error:
+                self._disconnected(error)
+                continue
+            self._run(fetched)
+        try:
+            self._reclaim_lost_take()
+            if self._outcome is not None:
+                self._fetch(take=False)
+        except REDIS_DOWN as error:
+            logger.warning("Worker %s could not record its last task: %s", self.id, error)
+
+    def _reclaim_lost_take(self) -> None:
+        """After an outage: record the last outcome, and put back a take we never saw."""
+        if not self._reclaim:
+            return
+        if self._outcome is not None:
+            self._fetch(take=False)
+        # A take whose reply was lost left a task in our in-progress set that we do not
+        # know of: put it back (we run nothing now) and register again.
+        engine.recover_worker(
+            self.client, self.id, self.queues, only_if_expired=False, max_crashes=0
+        )
+        self._beat()
+        self._reclaim = False
+
+    def _fetch(self, take: bool) -> Fetched:
+        outcome = self._outcome
+        mode = self._mode if take else ""
+        fetched = engine.fetch(self.client, self.id, self._keys, mode, outcome)
+        self._outcome = None
+        # After an outage the outcome may have been recorded by a call whose reply was lost.
+        if outcome is not None and not fetched.recorded and not self._reclaim:
+            logger.warning(
+                "Task %s was put back on its queue while this worker ran it (the worker's "
+                "lease had run out); it will run again",
+                outcome.task_id or "(not a task)",
+            )
+        return fetched
+
+    def _idle(self, wait_ms: int) -> None:
+        """Wait for a wake-up message, the next due time, a signal, or one interval."""
+        interval = self.heartbeat_interval
+        timeout = interval if wait_ms < 0 else min(wait_ms / 1000, interval)
+        if self._pubsub is None:
+            self._subscribe()
+            return  # take again: a task may have come before the subscription
+        if self._drain_messages():
+            return
+        sock = getattr(self._pubsub.connection, "_sock", None)
+        if sock is None:  # pragma: no cover - redis-py reconnects lazily
+            self._pubsub.get_message(timeout=min(timeout, 0.1))
+            return
+        select.select([sock, self._wake_r], [], [], timeout)
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        self._drain_messages()
+
+    def _subscribe(self) -> None:
+        pubsub: PubSub = new_pubsub(self.client)
+        try:
+            pubsub.subscribe(*self._channels)
+            confirmed = 0
+            deadline = time.monotonic() + 10
+            while confirmed < len(self._channels):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
+                message = pubsub.get_message(timeout=left)
+                if message is not None and message["type"] == "subscribe":
+                    confirmed += 1
+        except BaseException:
+            pubsub.close()
+            raise
+        self._pubsub = pubsub
+
+    def _drain_messages(self) -> bool:
+        """Read every pending wake-up (or resubscription) message; True if there was one."""
+        assert self._pubsub is not None
+        got = False
+        while self._pubsub.get_message(timeout=0) is not None:
+            got = True
+        return got
+
+    # -- running one task ---------------------------------------------------------------
+
+    def _run(self, fetched: Fetched) -> None:
+        position, payload = fetched.position, fetched.payload
+        assert payload is not None
+        queue = self.queues[position - 1]
+        try:
+            message = TaskMessage.decode(payload)
+        except MalformedTask as error:
+            logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
+            self._bury(position, payload, task_id_of(payload), "undecodable", str(error), None)
+            return
+        job = self._job(message, fetched.now_ms)
+        if isinstance(job, str):
+            logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
+            self._bury(position, payload, message.id, "unknown task", job, None)
+            return
+
+        running_task, token = running(message)
+        close_old_connections()
+        started = time.perf_counter()
+        try:
+            value = job.call()
+            returned = job.encode(value)
+        except TaskSerializationError as error:  # the task ran; running it again cannot help
+            ms = (time.perf_counter() - started) * 1000
+            logger.error(
+                "Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error
+            )
+            self._bury(position, payload, message.id, "failed", str(error), error)
+            job.finished(TaskStatus.FAILED, error)
+        except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
+            ms = (time.perf_counter() - started) * 1000
+            self._failed(position, payload, message, job, error, ms)
+        else:
+            ms = (time.perf_counter() - started) * 1000
+            if running_task.deferred_for is not None:
+                logger.info(
+                    "Task %s[%s] deferred for %.3g s after %.1f ms",
+                    message.task,
+                    message.id,
+                    running_task.deferred_for,
+                    ms,
+                )
+                self._again(
+                    position, payload, message, "defer", payload, "", running_task.deferred_for
+                )
+            else:
+                logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
+                self._outcome = Outcome(position, payload, message.id, "ok", returned)
+                job.finished(TaskStatus.SUCCESSFUL, None)
+        finally:
+            stop_running(token)
+            close_old_connections()
+        self.processed += 1
+
+    def _job(self, message: TaskMessage, now_ms: int) -> Job | str:
+        """What runs ``message`` here, or why nothing can."""
+        if message.backend is None:
+            job = Job.of(message)
+            return job if job is not None else f"no task is registered as {message.task!r} here"
+        try:
+            from .backend import django_job
+        except ImportError as error:
+            return f"Django's Tasks framework is not installed here ({error})"
+        return django_job(message, self.id, now_ms)
+
+    def _failed(
+        self,
+        position: int,
+        payload: bytes,
+        message: TaskMessage,
+        job: Job,
+        error: BaseException,
+        ms: float,
+    ) -> None:
+        name, task_id, max_retries = message.task, message.id, job.max_retries
+        described = f"{type(error).__name__}: {error}"
+        if isinstance(error, Retry):
+            described = f"retry requested: {error.reason}" if error.reason else "retry requested"
+        if message.retries < max_retries:
+            delay = (
+                error.delay
+                if isinstance(error, Retry) and error.delay is not None
+                else backoff(message.retries, job.retry_backoff)
+            )
+            logger.warning(
+                "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
+                name,
+                task_id,
+                ms,
+                described,
+                message.retries + 1,
+                max_retries,
+                delay,
+                exc_info=not isinstance(error, Retry),
+            )
+            retried = dataclasses.replace(message, retries=message.retries + 1).encode()
+            error_entry = error_json(*describe(error))
+            self._again(position, payload, message, "retry", retried, error_entry, delay)
+        else:
+            logger.error(
+                "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
+                name,
+                task_id,
+                ms,
+                described,
+                message.retries,
+                exc_info=not isinstance(error, Retry),
+            )
+            self._bury(position, payload, task_id, "failed", described, error)
+            job.finished(TaskStatus.FAILED, error)
+
+    def _again(
+        self,
+        position: int,
+        payload: bytes,
+        message: TaskMessage,
+        kind: str,
+        again: str | bytes,
+        error: str,
+        delay: float,
+    ) -> None:
+        self._outcome = Outcome(
+            position,
+            payload,
+            message.id,
+            "retry" if kind == "retry" else "defer",
+            data=error,
+            again=again,
+            delay_ms=round(delay * 1000),
+        )
+
+    def _bury(
+        self,
+        position: int,
+        payload: bytes,
+        task_id: str,
+        reason: str,
+        problem: str,
+        error: BaseException | None,
+    ) -> None:
+        queue = self.queues[position - 1]
+        class_path, trace = describe(error) if error is not None else ("", problem)
+        self._outcome = Outcome(
+            position,
+            payload,
+            task_id,
+            "bury",
+            data=error_json(class_path, trace),
+            dead_entry=engine.dead_entry(payload, queue, reason, problem, trace),
+        )
+
+    # -- registration, heartbeats, recovery ---------------------------------------------
+
+    def _register(self) -> bool:
+        """Register before taking any task, waiting for Redis if need be; False if stopped."""
+        while not self._stopping:
+            try:
+                self._beat()
+                self._connected()
+                return True
+            except REDIS_DOWN as error:
+                self._disconnected(error)
+        return False
+
+    def _beat(self) -> list[str]:
+        """Renew this worker's lease; return the ids of workers whose lease ran out."""
+        lease_ms = round(self.heartbeat_interval * 1500)
+        return engine.heartbeat(self.client, self.id, lease_ms, self._info, self.queues)
+
+    def _heartbeat(self) -> None:
+        interval = self.heartbeat_interval / 2
+        # After an outage, give every worker a full interval to renew its lease before
+        # taking any of them for dead.
+        recover_after = 0.0
+        while not self._heartbeat_stop.wait(interval):
+            try:
+                expired = self._beat()
+                if time.monotonic() >= recover_after:
+                    for worker_id in expired:
+                        self._recover_expired(worker_id)
+            except REDIS_DOWN as error:
+                logger.debug("Heartbeat of %s failed: %s", self.id, error)
+                recover_after = time.monotonic() + self.heartbeat_interval
+            except Exception:
+                logger.exception("Heartbeat of worker %s failed", self.id)
+
+    def _recover_expired(self, worker_id: str) -> None:
+        raw_info = engine.raw(self.client, "HGET", engine.workers_key(), worker_id)
+        try:
+            described = json.loads(raw_info) if raw_info else {}
+            queues = [validate_queue(queue) for queue in described["queues"]]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            queues = []
+        result = engine.recover_worker(
+            self.client,
+            worker_id,
+            queues,
+            only_if_expired=True,
+            max_crashes=conf.TASK_MAX_CRASHES,
+        )
+        if result is not None:
+            requeued, buried = result
+            logger.warning(
+                "Worker %s stopped renewing its lease: put %d of its tasks back on their "
+                "queues, dead-lettered %d that had crashed workers %d times",
+                worker_id,
+                requeued,
+                buried,
+                conf.TASK_MAX_CRASHES,
+            )
+
+    def _leave(self, crashed: bool) -> None:
+        """Deregister; a task still held (after an error) goes back on its queue."""
+        try:
+            result = engine.recover_worker(
+                self.client,
+                self.id,
+                self.queues,
+                only_if_expired=False,
+                max_crashes=conf.TASK_MAX_CRASHES if crashed else 0,
+            )
+        except REDIS_DOWN as error:
+            logger.warning(
+                "Worker %s could not deregister (%s); a live worker will put back its "
+                "tasks when its lease runs out",
+                self.id,
+                error,
+            )
+            return
+        if result and (result[0] or result[1]):
+            logger.warning(
+                "Worker %s put back %d unfinished tasks (dead-lettered %d)", self.id, *result
+            )
+
+    # -- connection trouble --------------------------------------------------------------
+
+    def _disconnected(self, error: Exception) -> None:
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+            logger.warning("Worker %s lost Redis (%s); retrying", self.id, error)
+        self._reclaim = True
+        if self._pubsub is not None:
+            self._pubsub.close()
+            self._pubsub = None
+        # Back off from 0.1 s to 5 s while Redis stays away; a stop request ends the wait.
+        pause = min(5.0, 0.1 * 2 ** min(6, int((now - self._down_since) / 0.5)))
+        select.select([self._wake_r], [], [], pause)
+
+    def _connected(self) -> None:
+        if self._down_since is not None:
+            logger.warning(
+                "Worker %s reached Redis again after %.1f s",
+                self.id,
+                time.monotonic() - self._down_since,
+            )
+            self._down_since = None

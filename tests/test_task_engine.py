@@ -1,0 +1,199 @@
+"""The queue engine's scripts: enqueue ranks, recovery, requeueing and purging."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from django.test import override_settings
+
+from redis_components import TaskStatus, get_result, task
+from redis_components.exceptions import TaskNotDurable
+from redis_components.tasks.engine import (
+    BAND,
+    FIRST,
+    counter_key,
+    dead_key,
+    delayed_key,
+    fetch,
+    fetch_keys,
+    heartbeat,
+    leases_key,
+    purge,
+    rank,
+    ready_key,
+    recover_worker,
+    requeue_dead,
+    result_key,
+    running_key,
+    running_tasks_key,
+    server_warnings,
+    tasks_client,
+)
+from redis_components.tasks.messages import TaskMessage
+from tests.testapp import tasks
+
+
+def test_keys_share_one_hash_tag() -> None:
+    for key in (ready_key("a:b"), delayed_key("x"), dead_key("{odd}"), result_key("ab")):
+        assert key.startswith("rc:queue:{tasks}:")
+    assert counter_key() == "rc:queue:{tasks}:counter"
+
+
+def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> None:
+    assert rank(100) < rank(0) < rank(-100)
+    assert rank(0) - rank(1) == BAND
+    assert rank(-100) + FIRST < 2**53  # the largest score, with the counter, is exact
+
+
+def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
+    urgent = task(name="tests.test_task_engine.urgent", queue="test", priority=10)(tasks.record)
+    tasks.record.enqueue("first")
+    urgent.enqueue("urgent")
+    tasks.record.enqueue("second")
+    order = [TaskMessage.decode(raw).args[0] for raw in r.zrange(ready_key("test"), 0, -1)]
+    assert order == ["urgent", "first", "second"]
+    assert int(r.get(counter_key()) or 0) == 3
+
+
+def take(worker_id: str, queues: list[str]) -> bytes | None:
+    """Register a worker and take one task for it, as a worker's first fetch does."""
+    client = tasks_client()
+    heartbeat(client, worker_id, 60_000, json.dumps({"queues": queues}), queues)
+    return fetch(client, worker_id, fetch_keys(worker_id, queues), "take", None).payload
+
+
+def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.Redis) -> None:
+    first = tasks.record.enqueue("first")
+    tasks.record.enqueue("second")
+    assert take("ghost.1.1.a", ["test"]) is not None
+    assert get_result(first.id).status is TaskStatus.RUNNING
+    tasks.record.enqueue("third")
+    with override_settings(REDIS_COMPONENTS={"TASK_MAX_CRASHES": 3}):
+        assert recover_worker(r, "ghost.1.1.a", ["test"], only_if_expired=False, max_crashes=3) == (
+            1,
+            0,
+        )
+    order = [TaskMessage.decode(raw) for raw in r.zrange(ready_key("test"), 0, -1)]
+    assert [(m.args[0], m.crashes) for m in order] == [("first", 1), ("second", 0), ("third", 0)]
+    result = get_result(first.id)
+    assert (result.status, result.worker_ids) == (TaskStatus.READY, ["ghost.1.1.a"])
+    [error] = result.errors
+    assert error.exception_class_path == "redis_components.exceptions.WorkerCrashed"
+    assert "died while running it (1 of 3)" in error.traceback
+    assert r.hlen(running_tasks_key()) == 0
+
+
+def test_a_task_found_after_too_many_crashes_is_dead_lettered_and_failed(r: redis.Redis) -> None:
+    result = tasks.record.enqueue("poison")
+    for attempt in range(2):
+        worker_id = f"ghost.1.{attempt}.abc"
+        assert take(worker_id, ["test"]) is not None
+        counts = recover_worker(r, worker_id, ["test"], only_if_expired=False, max_crashes=2)
+        assert counts == ((1, 0) if attempt == 0 else (0, 1))
+    [entry] = r.lrange(dead_key("test"), 0, -1)
+    letter = json.loads(entry)
+    buried = TaskMessage.decode(letter["task"])
+    assert (letter["reason"], buried.args, buried.crashes) == ("crashed", ["poison"], 1)
+    assert "died while running it (2 of 2)" in letter["error"]
+    assert r.zcard(ready_key("test")) == 0
+    final = get_result(result.id)
+    assert final.status is TaskStatus.FAILED
+    assert final.worker_ids == ["ghost.1.0.abc", "ghost.1.1.abc"]
+    assert final.finished_at is not None
+    assert len(final.errors) == 2
+
+
+@pytest.mark.parametrize("payload", [b"not a task", b"[1, 2, 3]", b'{"id":"ab"'])
+def test_a_payload_that_is_not_a_task_is_dead_lettered_when_its_worker_dies(
+    r: redis.Redis, payload: bytes
+) -> None:
+    r.zadd(ready_key("test"), {payload: 1})
+    assert take("ghost.3.1.a", ["test"]) == payload
+    assert recover_worker(r, "ghost.3.1.a", ["test"], only_if_expired=False, max_crashes=3) == (
+        0,
+        1,
+    )
+    letter = json.loads(r.lindex(dead_key("test"), 0) or b"")
+    assert letter["reason"] == "crashed"
+    assert "not a task" in letter["error"]
+
+
+def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
+    r: redis.Redis,
+) -> None:
+    tricky = [',"crashes":9}', 1.0000000000000002, 12345678901234567890, "é"]
+    tasks.record.enqueue(*tricky)  # type: ignore[arg-type]
+    for attempt in (1, 2):
+        worker_id = f"ghost.2.{attempt}.abc"
+        assert take(worker_id, ["test"]) is not None
+        assert recover_worker(r, worker_id, ["test"], only_if_expired=False, max_crashes=5) == (
+            1,
+            0,
+        )
+        [raw] = r.zrange(ready_key("test"), 0, 0)
+        message = TaskMessage.decode(raw)
+        assert (message.args, message.crashes) == (tricky, attempt)
+
+
+def test_recovery_skips_a_worker_whose_lease_is_alive(r: redis.Redis) -> None:
+    tasks.record.enqueue("held")
+    assert take("alive.1.1.a", ["test"]) is not None
+    assert recover_worker(r, "alive.1.1.a", ["test"], only_if_expired=True, max_crashes=3) is None
+    assert r.zcard(running_key("alive.1.1.a", "test")) == 1
+    assert r.zscore(leases_key(), "alive.1.1.a") is not None
+
+
+def test_requeue_dead_gives_fresh_retries_and_leaves_what_is_not_a_task(
+    redis_mode: str, r: redis.Redis
+) -> None:
+    result = tasks.record.enqueue("x")
+    r.delete(ready_key("test"))
+    tired = TaskMessage(result.id, "tests.testapp.tasks.record", "test", ["x"], {}, retries=3)
+    r.hset(result_key(result.id), "status", "FAILED")
+    r.rpush(dead_key("test"), json.dumps({"task": tired.encode(), "reason": "failed"}))
+    r.rpush(dead_key("test"), json.dumps({"task": "undecodable", "reason": "undecodable"}))
+    r.rpush(dead_key("test"), b"\xff not even json")
+    assert requeue_dead("test") == (1, 2)
+    [raw] = r.zrange(ready_key("test"), 0, -1)
+    assert TaskMessage.decode(raw) == TaskMessage(
+        result.id, "tests.testapp.tasks.record", "test", ["x"], {}
+    )
+    assert r.llen(dead_key("test")) == 2
+    assert get_result(result.id).status is TaskStatus.READY
+    assert requeue_dead("test") == (0, 2)
+
+
+def test_purge_deletes_waiting_and_dead_tasks(redis_mode: str, r: redis.Redis) -> None:
+    tasks.record.enqueue("a")
+    tasks.record.enqueue_in(60, "b")
+    r.rpush(dead_key("test"), "{}")
+    r.zadd(ready_key("other"), {"{}": 1})
+    assert purge("test") == 3
+    assert r.exists(ready_key("test"), delayed_key("test"), dead_key("test")) == 0
+    assert r.zcard(ready_key("other")) == 1
+
+
+def test_an_enqueue_that_no_replica_acknowledged_says_so(r: redis.Redis) -> None:
+    # The test server has no replica, so WAIT times out with 0 acknowledgements.
+    settings = {"QUEUE_WAIT_REPLICAS": 1, "QUEUE_WAIT_TIMEOUT": 0.05}
+    with override_settings(REDIS_COMPONENTS=settings), pytest.raises(TaskNotDurable) as info:
+        tasks.record.enqueue("not durable")
+    assert "0 of 1 replicas" in str(info.value)
+    [payload] = r.zrange(ready_key("test"), 0, -1)
+    assert json.loads(payload)["id"] == info.value.task_id  # enqueued all the same
+
+
+def test_server_warnings_name_eviction_and_no_persistence(r: redis.Redis) -> None:
+    assert any("keeps nothing on disk" in warning for warning in server_warnings(r))
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert any("'allkeys-lru'" in warning for warning in server_warnings(r))
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("appendonly", "yes")
+    try:
+        assert server_warnings(r) == []
+    finally:
+        r.config_set("appendonly", "no")

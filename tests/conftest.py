@@ -91,6 +91,14 @@ def new_browser(_browser_binaries: tuple[str, str]) -> Iterator[Callable[[], Any
 
 
 @pytest.fixture
+def worker_may_check_db_connections(django_db_blocker: Any) -> Iterator[None]:
+    """A worker in the test process calls close_old_connections() around each task, as
+    Django does around requests; that looks at connections other tests may have left open."""
+    with django_db_blocker.unblock():
+        yield
+
+
+@pytest.fixture
 def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 

@@ -8,12 +8,18 @@ does not exist, so nothing can reach a Redis the suite did not start.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
 import django
 
 NOT_STARTED = "unix:///nonexistent/redis-components-test-server-not-started.sock"
+
+# Django's Tasks framework: built into Django 6, the django-tasks backport (an app) on 5.2.
+DJANGO_TASKS_APP = (
+    ["django_tasks"] if django.VERSION < (6, 0) and importlib.util.find_spec("django_tasks") else []
+)
 
 
 CLUSTER = bool(os.environ.get("RC_TEST_CLUSTER"))
@@ -70,6 +76,7 @@ USE_TZ = True
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.urls"
 INSTALLED_APPS = [
+    *DJANGO_TASKS_APP,
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -118,6 +125,12 @@ else:
 # The demo's pages need these (the suite tests them too).
 REDIS_URL = "(the test server)"
 REDIS_EMBEDDED = True
+TASKS = {
+    "default": {
+        "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
+        "QUEUES": ["default", "test", "email"],
+    }
+}
 # Fast hashing: the suite logs demo users in many times.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Subprocesses started by tests (workers) get their REDIS_COMPONENTS through this.

@@ -6,6 +6,7 @@ import json
 import pytest
 import redis
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 
 from redis_components.tasks.engine import dead_key, ready_key
 from redis_components.tasks.messages import TaskMessage
@@ -42,6 +43,7 @@ def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Re
     assert any(worker.id in line and "test, mail" in line and "s left" in line for line in lines)
 
 
+@override_settings(TASKS={})
 def test_no_queues_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("redis_components.tasks.registry._registry", {})
     assert run() == "No queues yet.\n\nWorkers: 0\n"

@@ -9,7 +9,6 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 import redis
@@ -32,13 +31,7 @@ from redis_components.tasks.worker import Worker
 from tests.processes import run_processes, wait_until
 from tests.testapp import tasks
 
-
-@pytest.fixture(autouse=True)
-def _db_connections_may_be_checked(django_db_blocker: Any) -> Iterator[None]:
-    """The worker calls close_old_connections() around each task, as Django does
-    around requests; that looks at connections other tests may have left open."""
-    with django_db_blocker.unblock():
-        yield
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
 
 def record_in(queue: str) -> Callable[[str], None]:

@@ -35,7 +35,7 @@ from django.utils.module_loading import import_string
 
 from .. import keys
 from ..conf import conf
-from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
+from ..exceptions import InvalidInput, TaskResultDoesNotExist
 from . import engine, results
 from .messages import TaskMessage, new_task_id, to_json, validate_queue
 from .registry import Job, due_at
@@ -321,12 +321,7 @@ class DjangoJob(Job):
         return self.task.call(*args, **kwargs)
 
     def encode(self, value: Any) -> str:
-        try:
-            value = normalize_json(value)
-        except TypeError as error:
-            raise TaskSerializationError(
-                f"the return value of task {self.message.task!r} cannot be stored as JSON: {error}"
-            ) from None
+        value = normalize_json(value)  # TypeError for what JSON cannot carry, as in Django
         object.__setattr__(self.result, "_return_value", value)
         return to_json(value, f"the return value of task {self.message.task!r}")
 

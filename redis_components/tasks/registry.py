@@ -19,6 +19,7 @@ import contextvars
 import datetime
 import inspect
 import logging
+import math
 import random
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -112,7 +113,7 @@ class Task(Generic[P, R]):
 
     def enqueue_in(self, delay: float, /, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
-        milliseconds = round(keys.seconds(delay, "seconds") * 1000)
+        milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
         return self._send(self._message(args, kwargs), f"+{milliseconds}")
 
     def enqueue_at(
@@ -160,13 +161,19 @@ class Task(Generic[P, R]):
         return new_result(message[0], enqueued_ms, run_after)
 
 
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
 def due_at(when: object) -> str:
     """``when`` (an aware datetime) as the engine's "@<epoch ms>", or :class:`InvalidInput`."""
     if not isinstance(when, datetime.datetime):
         raise InvalidInput("when", f"must be a datetime, not {type(when).__name__}")
     if when.utcoffset() is None:
         raise InvalidInput("when", "must be an aware datetime (with a time zone)")
-    return f"@{round(when.timestamp() * 1000)}"
+    # Whole milliseconds, rounded up (in integers: floats can round), so that a task
+    # never runs before its time.
+    micros = (when - EPOCH) // datetime.timedelta(microseconds=1)
+    return f"@{-(-micros // 1000)}"
 
 
 def new_result(

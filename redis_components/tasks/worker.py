@@ -76,6 +76,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 from django.db import close_old_connections
@@ -83,7 +84,7 @@ from redis.client import PubSub
 
 from ..conf import conf
 from ..connection import pubsub as new_pubsub
-from ..exceptions import InvalidInput, TaskSerializationError
+from ..exceptions import InvalidInput
 from . import engine
 from .engine import Fetched, Outcome, ready_key, tasks_client
 from .messages import MalformedTask, TaskMessage, task_id_of, validate_queue
@@ -355,38 +356,49 @@ class Worker:
         started = time.perf_counter()
         try:
             value = job.call()
-            returned = job.encode(value)
-        except TaskSerializationError as error:  # the task ran; running it again cannot help
-            ms = (time.perf_counter() - started) * 1000
-            logger.error(
-                "Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error
-            )
-            self._bury(position, payload, message.id, "failed", str(error), error)
-            job.finished(TaskStatus.FAILED, error)
         except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
             ms = (time.perf_counter() - started) * 1000
             self._failed(position, payload, message, job, error, ms)
         else:
             ms = (time.perf_counter() - started) * 1000
-            if running_task.deferred_for is not None:
-                logger.info(
-                    "Task %s[%s] deferred for %.3g s after %.1f ms",
-                    message.task,
-                    message.id,
-                    running_task.deferred_for,
-                    ms,
-                )
-                self._again(
-                    position, payload, message, "defer", payload, "", running_task.deferred_for
-                )
-            else:
-                logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
-                self._outcome = Outcome(position, payload, message.id, "ok", returned)
-                job.finished(TaskStatus.SUCCESSFUL, None)
+            self._succeeded(position, payload, message, job, value, running_task.deferred_for, ms)
         finally:
             stop_running(token)
             close_old_connections()
         self.processed += 1
+
+    def _succeeded(
+        self,
+        position: int,
+        payload: bytes,
+        message: TaskMessage,
+        job: Job,
+        value: Any,
+        deferred_for: float | None,
+        ms: float,
+    ) -> None:
+        if deferred_for is not None:
+            logger.info(
+                "Task %s[%s] deferred for %.3g s after %.1f ms",
+                message.task,
+                message.id,
+                deferred_for,
+                ms,
+            )
+            self._again(position, payload, message, "defer", payload, "", deferred_for)
+            return
+        try:
+            returned = job.encode(value)
+        except Exception as error:  # the task ran: running it again cannot help
+            logger.error(
+                "Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error
+            )
+            self._bury(position, payload, message.id, "failed", str(error), error)
+            job.finished(TaskStatus.FAILED, error)
+            return
+        logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
+        self._outcome = Outcome(position, payload, message.id, "ok", returned)
+        job.finished(TaskStatus.SUCCESSFUL, None)
 
     def _job(self, message: TaskMessage, now_ms: int) -> Job | str:
         """What runs ``message`` here, or why nothing can."""

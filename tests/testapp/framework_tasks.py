@@ -1,0 +1,59 @@
+"""Tasks declared with Django's Tasks framework, run by our backend and workers.
+
+Django 6 has it built in; on Django 5.2 the django-tasks backport provides it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import django
+
+from redis_components import Retry
+from redis_components.connection import get_client
+
+if TYPE_CHECKING or django.VERSION >= (6, 0):
+    from django.tasks import TaskContext, task
+else:
+    from django_tasks import TaskContext, task
+
+
+@task(queue_name="test")
+def multiply(a: int, b: int) -> int:
+    return a * b
+
+
+@task(queue_name="test")
+async def async_multiply(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a * b
+
+
+@task(queue_name="test")
+def explode(label: str) -> None:
+    get_client().hincrby("{test}:runs", label, 1)
+    raise ValueError(f"{label} exploded")
+
+
+@task(queue_name="test", takes_context=True)
+def attempt_number(context: TaskContext[Any, Any], label: str) -> int:
+    """Ask for one retry; return the attempt number and this task's result id."""
+    get_client().hset("{test}:context", context.task_result.id, context.attempt)
+    if context.attempt == 1:
+        raise Retry(delay=0.01, reason="once more")
+    return context.attempt
+
+
+@task(queue_name="test")
+def record(label: str) -> None:
+    client = get_client()
+    pipe = client.pipeline(transaction=True)
+    pipe.hincrby("{test}:runs", label, 1)
+    pipe.rpush("{test}:order", label)
+    pipe.execute()
+
+
+@task(queue_name="test")
+def returns_a_set() -> object:
+    return {1, 2}

@@ -386,3 +386,25 @@ def test_priorities_run_highest_first_and_in_order_among_equals(r: redis.Redis) 
         sent.append((-priority, n, label))
     assert Worker(["test"], burst=True).run() == 200
     assert order(r) == [label for _, _, label in sorted(sent)]
+
+
+def test_worker_ids_that_could_collide_in_key_names_are_refused() -> None:
+    for bad in ["a:b", "a b", "", "x" * 101, "é", "a\\n"]:
+        with pytest.raises(ValueError, match="worker_id"):
+            Worker(["test"], worker_id=bad)
+
+
+def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None:
+    # Ten of them would otherwise fill every heartbeat's list of expired workers.
+    for i in range(12):
+        r.zadd(leases_key(), {b"junk\\xff" + bytes([i]): 1})
+    with override_settings(REDIS_COMPONENTS={"TASK_HEARTBEAT_INTERVAL": 0.1}):
+        dead = Worker(["test"], worker_id="ghost.9.9.abc")
+        dead._beat()
+        tasks.record.enqueue("orphan")
+        assert dead._fetch(take=True).payload is not None
+        r.zadd(leases_key(), {dead.id: 1})  # its lease ran out long ago
+        with running_worker(["test"]) as live:
+            wait_until(lambda: runs(r) == {"orphan": 1})
+            wait_until(lambda: r.zrange(leases_key(), 0, -1) == [live.id.encode()])
+    assert [w.id for w in workers()] == []

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
 import redis
+from django.core.management import call_command
 from django.test import Client
 from django.test.utils import override_settings
 
-from redis_components.tasks.engine import dead_key
+from redis_components.tasks.engine import dead_key, leases_key, queues_key, workers_key
 from tests.testapp import tasks
 
 URL = "/rc/queues/"
@@ -81,3 +83,47 @@ def test_the_demo_links_staff_to_the_page(client: Client, django_user_model: Any
     assert URL not in client.get("/").content.decode()
     client.force_login(django_user_model.objects.create_user("boss", is_staff=True))
     assert f'href="{URL}"' in client.get("/").content.decode()
+
+
+def write_hostile_data(r: redis.Redis) -> None:
+    """What a client with write access to Redis could leave in the task system's keys."""
+    r.rpush(dead_key("test"), b"\xff\xfe not utf-8", b"[" * 50_000, b'{"task": 3}', b"{}")
+    r.hset(workers_key(), "w.1", json.dumps({"host": 1, "pid": "x", "queues": "test"}))
+    r.hset(workers_key(), "w.2", b"\xff not json")
+    r.hset(workers_key(), b"w.\xff", json.dumps({"pid": 1, "started_at": "yesterday"}))
+    r.zadd(leases_key(), {"w.1": 1, "w.2": 2**60})
+    r.sadd(queues_key(), b"\xff\xfe", "ok")
+
+
+@pytest.mark.django_db
+def test_undecodable_data_never_breaks_the_page(
+    staff: Client, r: redis.Redis, redis_mode: str
+) -> None:
+    write_hostile_data(r)
+    data = staff.get(URL, {"format": "json"}).json()
+    assert {q["name"] for q in data["queues"]} >= {"test", "ok"}
+    workers = {w["id"]: w for w in data["workers"]}
+    assert workers["w.1"]["problem"] == "unreadable queues, pid, start time"
+    assert workers["w.2"]["problem"] == "unreadable description"
+    assert "w.\\xff" in workers
+    assert len(data["dead_letters"]) == 4
+    assert sum(letter["readable"] is False for letter in data["dead_letters"]) == 3
+    html = staff.get(URL).content.decode()
+    assert "unreadable description" in html
+    assert "(unreadable)" in html
+
+
+def test_rc_queues_shows_and_requeues_around_undecodable_data(
+    r: redis.Redis, redis_mode: str
+) -> None:
+    write_hostile_data(r)
+    out = io.StringIO()
+    call_command("rc_queues", stdout=out)
+    assert "unreadable description" in out.getvalue()
+    out = io.StringIO()
+    call_command("rc_queues", "--requeue-dead", "test", stdout=out)
+    assert (
+        out.getvalue()
+        == "test: requeued 0 dead tasks; left 4 that are not tasks this app can run\n"
+    )
+    assert r.llen(dead_key("test")) == 4

@@ -269,14 +269,16 @@ def fetch(
 
 def heartbeat(
     client: Redis, worker_id: str, lease_ms: int, info: str, queues: Sequence[str]
-) -> list[str]:
-    """Renew (or make) a worker's lease; return the ids of workers whose lease ran out."""
-    expired = scripts.load("queue_heartbeat")(
+) -> list[bytes]:
+    """Renew (or make) a worker's lease; return the ids of workers whose lease ran out
+    (as bytes: anything may have been written there)."""
+    expired: list[bytes] = scripts.load("queue_heartbeat")(
         client,
         [leases_key(), workers_key(), queues_key()],
         [worker_id, lease_ms, info, 10, *queues],
+        raw=True,
     )
-    return [text(worker_id) for worker_id in expired]
+    return expired
 
 
 def recover_worker(
@@ -315,6 +317,14 @@ def recover_worker(
     if result is None:
         return None
     return int(result[0]), int(result[1])
+
+
+def drop_lease(client: Redis, raw_id: bytes) -> None:
+    """Forget a lease whose owner is not a worker of ours (it holds no task)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.zrem(leases_key(), raw_id)
+    pipe.hdel(workers_key(), raw_id)
+    pipe.execute()
 
 
 def server_warnings(client: Redis) -> list[str]:
@@ -426,9 +436,9 @@ def purge(queue: str) -> int:
 def known_queue_names(extra: Iterable[str] = ()) -> set[str]:
     """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
     names = set(extra)
-    for name in tasks_client().smembers(queues_key()):
+    for name in raw(tasks_client(), "SMEMBERS", queues_key()):
         try:
-            names.add(validate_queue(text(name)))
-        except (UnicodeDecodeError, ValueError):
+            names.add(validate_queue(name.decode()))
+        except ValueError:  # UnicodeDecodeError too
             continue
     return names

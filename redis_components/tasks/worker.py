@@ -150,7 +150,7 @@ class Worker:
         self.queues = checked_queues(queues)
         if max_tasks is not None and max_tasks < 1:
             raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
-        self.id = validate_worker_id(worker_id or new_worker_id())
+        self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
         self.scheduler = scheduler
         self.burst = burst
         self.max_tasks = max_tasks
@@ -510,7 +510,7 @@ class Worker:
                 self._disconnected(error)
         return False
 
-    def _beat(self) -> list[str]:
+    def _beat(self) -> list[bytes]:
         """Renew this worker's lease; return the ids of workers whose lease ran out."""
         lease_ms = round(self.heartbeat_interval * 1500)
         return engine.heartbeat(self.client, self.id, lease_ms, self._info, self.queues)
@@ -532,7 +532,13 @@ class Worker:
             except Exception:
                 logger.exception("Heartbeat of worker %s failed", self.id)
 
-    def _recover_expired(self, worker_id: str) -> None:
+    def _recover_expired(self, raw_id: bytes) -> None:
+        try:
+            worker_id = validate_worker_id(raw_id.decode())
+        except ValueError:  # not a worker of ours: drop its lease, or it blocks the others
+            engine.drop_lease(self.client, raw_id)
+            logger.warning("Dropped the expired lease of %r, which is not a worker id", raw_id)
+            return
         raw_info = engine.raw(self.client, "HGET", engine.workers_key(), worker_id)
         try:
             described = json.loads(raw_info) if raw_info else {}

@@ -26,7 +26,9 @@ from .exceptions import (
     SemaphoreError,
     SemaphoreNotAcquired,
     SemaphoreNotOwned,
+    SoftTimeLimitExceeded,
     TaskError,
+    TaskNotCancellable,
     TaskNotDurable,
     TaskNotRegistered,
     TaskResultDoesNotExist,
@@ -37,7 +39,18 @@ from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
 from .messaging import GroupChat, Mailbox, Message, MessageList, Pending
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
-from .tasks import Retry, Task, TaskResult, TaskStatus, current_task, defer, get_result, task
+from .tasks import (
+    Retry,
+    Task,
+    TaskResult,
+    TaskStatus,
+    cancel,
+    current_task,
+    defer,
+    get_result,
+    periodic,
+    task,
+)
 
 __version__ = "0.1.0"
 
@@ -76,8 +89,10 @@ __all__ = [
     "SemaphoreNotAcquired",
     "SemaphoreNotOwned",
     "SendProgress",
+    "SoftTimeLimitExceeded",
     "Task",
     "TaskError",
+    "TaskNotCancellable",
     "TaskNotDurable",
     "TaskNotRegistered",
     "TaskResult",
@@ -85,12 +100,14 @@ __all__ = [
     "TaskSerializationError",
     "TaskStatus",
     "__version__",
+    "cancel",
     "current_task",
     "defer",
     "fenced_update",
     "get_async_client",
     "get_client",
     "get_result",
+    "periodic",
     "receive_files",
     "redis_lock",
     "redis_semaphore",

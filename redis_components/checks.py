@@ -52,6 +52,7 @@ def check_settings(
     errors += _check_cache(merged["CACHE_ALIAS"])
     errors += _check_numbers(value)
     errors += _check_queue_limits(merged["TASK_QUEUE_LIMITS"])
+    errors += _check_schedules()
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):
         errors.append(
@@ -173,6 +174,26 @@ def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
                 )
             )
     return errors
+
+
+def _check_schedules() -> list[CheckMessage]:
+    """Every schedule (``@periodic`` and ``TASK_SCHEDULES``) names a task and is valid."""
+    from .exceptions import ConfigurationError
+    from .tasks.schedules import schedules
+
+    try:
+        schedules()
+    except ConfigurationError as error:
+        return [
+            Error(
+                str(error),
+                hint="Each entry: {'task': a @task name or a Django task's path, and "
+                "'cron': '*/5 * * * *' or 'every': seconds; optional 'tz', 'args', "
+                "'kwargs', 'missed' ('run_once' or 'skip')}.",
+                id="redis_components.E013",
+            )
+        ]
+    return []
 
 
 def _check_queue_limits(limits: object) -> list[CheckMessage]:

@@ -67,6 +67,12 @@ DEFAULTS: dict[str, Any] = {
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
     "TASK_QUEUE_LIMITS": {},
+    # Schedules of tasks declared elsewhere: {name: {"task": name or Django task path,
+    # "cron": "*/5 * * * *" or "every": seconds, "tz", "args", "kwargs", "missed"}}.
+    "TASK_SCHEDULES": {},
+    # Keep the running totals and duration histograms that the Prometheus endpoint
+    # (metrics view) reports; the per-minute throughput counts are always kept.
+    "TASK_METRICS": False,
     # Seconds a task's result is kept after its last change (a delayed task's until
     # then, and this long after); results expire by themselves.
     "TASK_RESULT_TTL": 86400.0,
@@ -195,6 +201,15 @@ class Settings:
     def TASK_QUEUE_LIMITS(self) -> dict[str, int]:
         value = self.get("TASK_QUEUE_LIMITS")
         return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def TASK_SCHEDULES(self) -> dict[str, Any]:
+        value = self.get("TASK_SCHEDULES")
+        return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def TASK_METRICS(self) -> bool:
+        return bool(self.get("TASK_METRICS"))
 
     @property
     def TASK_RESULT_TTL(self) -> float:

@@ -112,6 +112,27 @@ class WorkerCrashed(TaskError):
     """Recorded in a task's result when the worker running it died (never raised)."""
 
 
+class TaskNotCancellable(TaskError):
+    """The task cannot be cancelled; ``task_id`` names it and the message says why."""
+
+    def __init__(self, task_id: str, reason: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id} cannot be cancelled: {reason}")
+
+
+class TaskCancelled(TaskError):
+    """Recorded in a Django result of a cancelled task, shown as FAILED (never raised)."""
+
+
+class SoftTimeLimitExceeded(TaskError):
+    """Raised inside a task that ran past its ``soft_time_limit``; it may catch it."""
+
+
+class TimeLimitExceeded(TaskError):
+    """Recorded in a task's result when it ran past its ``time_limit`` and its worker
+    process was stopped (never raised)."""
+
+
 class MessagingError(RedisComponentsError):
     """Base class of messaging errors."""
 

@@ -160,3 +160,16 @@ def test_e008_bad_queue_limits(limits: object) -> None:
 
 def test_queue_limits_pass() -> None:
     assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": {"emails": 10, "é": 1}}) == []
+
+
+@pytest.mark.parametrize(
+    "schedules",
+    [
+        {"x": {"task": "no.such.task", "every": 60}},
+        {"x": {"task": "tests.testapp.tasks.record", "cron": "not cron"}},
+        {"x": {"task": "tests.testapp.tasks.record", "every": 60, "colour": "red"}},
+        {"x": "every minute"},
+    ],
+)
+def test_bad_schedules_are_e013(schedules: object) -> None:
+    assert ids(REDIS_COMPONENTS={"TASK_SCHEDULES": schedules}) == ["redis_components.E013"]

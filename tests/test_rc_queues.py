@@ -79,3 +79,24 @@ def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> No
 def test_bad_queue_names_are_refused() -> None:
     with pytest.raises(CommandError, match="queue: must not be empty"):
         run("--purge", "", "--yes")
+
+
+def test_cancel_a_task_by_id(r: redis.Redis) -> None:
+    result = tasks.record.enqueue("x")
+    assert run("--cancel", result.id) == f"{result.id}: cancelled\n"
+    with pytest.raises(CommandError, match="cannot be cancelled: it is not waiting"):
+        run("--cancel", result.id)
+    with pytest.raises(CommandError, match="--terminate goes with --cancel"):
+        run("--terminate")
+
+
+def test_the_schedules_and_their_last_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = {"task": "tests.testapp.tasks.record", "cron": "0 3 * * *", "tz": "Europe/Paris"}
+    with override_settings(REDIS_COMPONENTS={"TASK_SCHEDULES": {"nightly": spec}}):
+        lines = run("--schedules").splitlines()
+    assert lines[0].split() == ["schedule", "task", "when", "next", "last", "result"]
+    assert "nightly" in lines[1]
+    assert "cron '0 3 * * *' (Europe/Paris)" in lines[1]
+    bad = {"nightly": {"task": "nope", "every": 60}}
+    with override_settings(REDIS_COMPONENTS={"TASK_SCHEDULES": bad}), pytest.raises(CommandError):
+        run("--schedules")

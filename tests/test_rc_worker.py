@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redis_components import TaskStatus, get_result
+from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result
 from redis_components.embedded import EmbeddedRedis
 from redis_components.tasks.engine import ready_key, running_key
 from redis_components.tasks.messages import TaskMessage
@@ -210,3 +212,136 @@ def test_a_result_outlives_a_kill_9_and_ends_successful(
     assert crash.exception_class_path == "redis_components.exceptions.WorkerCrashed"
     assert runs(r) == {}  # slow() counts nothing; it ran to its end once
     assert r.exists("test:k:finished")
+
+
+def test_a_task_past_its_time_limit_is_stopped_and_fails_while_others_complete(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    stuck = tasks.forever.enqueue("stuck")
+    for i in range(50):
+        tasks.record.enqueue(f"t{i}")
+    worker = start_worker("test", "--concurrency", "2", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: get_result(stuck.id).is_finished, worker.output, timeout=60)
+    wait_until(lambda: r.hlen("{test}:runs") == 51, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    result = get_result(stuck.id)
+    assert (result.status, result.attempts, runs(r)["stuck"]) == (TaskStatus.FAILED, 2, 2)
+    assert [e.exception_class_path for e in result.errors] == [
+        "redis_components.exceptions.TimeLimitExceeded"
+    ] * 2
+    [letter] = dead_letters("test")
+    assert letter.reason == "time limit"
+    assert all(runs(r)[f"t{i}"] == 1 for i in range(50))
+    output = worker.output()
+    assert output.count(f"tests.testapp.tasks.forever[{stuck.id}] ran past its time limit") == 2
+    assert "restarting it" in output
+
+
+def test_a_soft_time_limit_is_an_exception_the_task_can_catch(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    result = tasks.slow_but_polite.enqueue("polite")
+    worker = start_worker("test")
+    wait_until(lambda: get_result(result.id).is_finished, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert get_result(result.id).return_value == "stopped in time"
+    assert runs(r) == {"polite": 1}
+
+
+def test_a_running_task_is_terminated_only_when_asked_to(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    result = tasks.slow.enqueue("long", 60.0)
+    worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: r.exists("test:long:started"), worker.output)
+    with pytest.raises(TaskNotCancellable, match="it is running; pass terminate=True"):
+        cancel(result.id)
+    assert cancel(result.id, terminate=True) == "terminating"
+    wait_until(lambda: get_result(result.id).status is TaskStatus.CANCELLED, worker.output)
+    after = tasks.record.enqueue("after")
+    wait_until(lambda: get_result(after.id).status is TaskStatus.SUCCESSFUL, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert not r.exists("test:long:finished")
+    assert "was cancelled while running: stopping this process" in worker.output()
+    assert dead_letters("test") == []
+
+
+def test_cancelling_while_workers_drain_the_queue_never_runs_a_cancelled_task(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    results = [tasks.record.enqueue(f"t{i}", pause=0.002) for i in range(500)]
+    worker = start_worker("test", "--concurrency", "2")
+    wait_until(lambda: r.hlen("{test}:runs") > 20, worker.output)
+    cancelled = set()
+    for result in reversed(results):
+        try:
+            cancel(result.id)
+            cancelled.add(result.args[0])
+        except TaskNotCancellable:
+            pass
+    wait_until(lambda: r.hlen("{test}:runs") + len(cancelled) == 500, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    ran = set(runs(r))
+    assert not ran & cancelled
+    assert ran | cancelled == {f"t{i}" for i in range(500)}
+    assert all(count == 1 for count in runs(r).values())
+    assert 0 < len(cancelled) < 480
+    statuses = {get_result(result.id).status for result in results}
+    assert statuses == {TaskStatus.SUCCESSFUL, TaskStatus.CANCELLED}
+
+
+LONG = pytest.mark.skipif(
+    not os.environ.get("RC_TEST_LONG"),
+    reason="runs for 3 minutes, once per make test (RC_TEST_LONG is set for one pass)",
+)
+
+
+@LONG
+def test_four_schedulers_enqueue_every_tick_once_even_when_killed(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    settings = {
+        "TASK_HEARTBEAT_INTERVAL": 0.5,
+        "TASK_SCHEDULES": {
+            "every5": {"task": "tests.testapp.tasks.tick", "every": 5, "args": ["every5"]},
+            "minutely": {
+                "task": "tests.testapp.tasks.tick",
+                "cron": "* * * * *",
+                "args": ["minutely"],
+            },
+        },
+    }
+    workers = [start_worker("test", **settings) for _ in range(4)]
+    started = time.monotonic()
+    kills = 0
+    while time.monotonic() - started < 180:
+        time.sleep(random.uniform(10, 25))
+        leader = r.get("rc:queue:{tasks}:scheduler")
+        if leader is None:
+            continue
+        pid = int(leader.decode().split(".")[-3])
+        for i, worker in enumerate(workers):
+            if worker.process.pid == pid:
+                worker.kill_all()  # the scheduler holding the lease, killed at any moment
+                kills += 1
+                workers[i] = start_worker("test", **settings)
+    time.sleep(6)  # the last ticks' tasks run
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        worker.wait()
+    ticks: dict[str, list[int]] = {"every5": [], "minutely": []}
+    for entry in r.lrange("{test}:ticks", 0, -1):
+        name, tick = entry.decode().split()
+        ticks[name].append(int(tick))
+    assert kills >= 4
+    for name, step in (("every5", 5000), ("minutely", 60_000)):
+        seen = sorted(ticks[name])
+        assert len(seen) == len(set(seen)), f"{name}: a tick ran twice"
+        assert seen == list(range(seen[0], seen[-1] + 1, step)), f"{name}: a tick was lost"
+    assert len(ticks["every5"]) >= 30
+    assert len(ticks["minutely"]) >= 2

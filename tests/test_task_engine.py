@@ -8,8 +8,8 @@ import pytest
 import redis
 from django.test import override_settings
 
-from redis_components import TaskStatus, get_result, task
-from redis_components.exceptions import TaskNotDurable
+from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result, task
+from redis_components.exceptions import InvalidInput, TaskNotDurable
 from redis_components.tasks.engine import (
     BAND,
     FIRST,
@@ -32,6 +32,8 @@ from redis_components.tasks.engine import (
     tasks_client,
 )
 from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.worker import Worker
+from tests.processes import run_processes
 from tests.testapp import tasks
 
 
@@ -197,3 +199,60 @@ def test_server_warnings_name_eviction_and_no_persistence(r: redis.Redis) -> Non
         assert server_warnings(r) == []
     finally:
         r.config_set("appendonly", "no")
+
+
+def test_cancel_removes_a_waiting_task_and_says_cancelled(r: redis.Redis) -> None:
+    now = tasks.record.enqueue("now")
+    later = tasks.record.enqueue_in(60, "later")
+    assert cancel(now.id) == "cancelled"
+    assert cancel(later.id) == "cancelled"
+    assert r.zcard(ready_key("test")) == r.zcard(delayed_key("test")) == 0
+    for result in (now, later):
+        result.refresh()
+        assert result.status is TaskStatus.CANCELLED
+        assert result.is_finished
+        with pytest.raises(ValueError, match="cancelled"):
+            result.return_value  # noqa: B018
+    with pytest.raises(TaskNotCancellable, match="finished"):
+        cancel(now.id)
+    with pytest.raises(TaskNotCancellable, match="no such task"):
+        cancel("0123abcd")
+    with pytest.raises(InvalidInput):
+        cancel("")
+
+
+def test_cancel_finds_a_task_waiting_for_a_retry_or_after_a_crash(r: redis.Redis) -> None:
+    result = tasks.record.enqueue("crashed")
+    assert take("ghost.7.1.a", ["test"]) is not None
+    recover_worker(r, "ghost.7.1.a", ["test"], only_if_expired=False, max_crashes=3)
+    [raw] = r.zrange(ready_key("test"), 0, -1)
+    assert TaskMessage.decode(raw).crashes == 1  # its payload changed
+    assert cancel(result.id) == "cancelled"
+    assert r.zcard(ready_key("test")) == 0
+
+
+def test_unique_tasks_are_enqueued_once_per_window_by_concurrent_enqueuers(
+    r: redis.Redis,
+) -> None:
+    def enqueue_many() -> None:
+        ids = {tasks.unique_record.enqueue("same").id for _ in range(20)}
+        tasks.unique_record.enqueue("other")
+        assert len(ids) == 1
+        r.sadd("{test}:unique-ids", *ids)
+
+    run_processes(enqueue_many, [()] * 8)
+    assert r.zcard(ready_key("test")) == 2
+    [first] = r.smembers("{test}:unique-ids")
+    assert get_result(first.decode()).args == ["same"]
+    assert tasks.record.enqueue("same").id != first.decode()  # other tasks are not unique
+
+
+def test_finished_tasks_are_counted_per_minute(r: redis.Redis) -> None:
+    for label in ("a", "b"):
+        tasks.record.enqueue(label)
+    assert take("counter.1.1.a", ["test"]) is not None
+    Worker(["test"], burst=True).run()
+    [key] = r.keys("rc:queue:{tasks}:stats:*")
+    counts = {field.decode().split(":")[1]: int(n) for field, n in r.hgetall(key).items()}
+    assert counts == {"processed": 1}
+    assert 0 < r.pttl(key) <= 25 * 3600 * 1000

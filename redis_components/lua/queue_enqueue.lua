@@ -1,17 +1,29 @@
 -- KEYS: 1) the queue's ready ZSET (also the name of its wake-up channel)
 --       2) the queue's delayed ZSET  3) the task system's enqueue counter
---       4) the task's result hash
+--       4) the task's result hash  5) the key that makes it unique (any key of the task
+--       system when it is not)
 -- ARGV: 1) the task payload
 --       2) its rank, (100 - priority) * 2^44 + 2^43: its score in the ready ZSET before
 --          the counter is added, so higher priorities come first and equal ones in order
 --       3) when it is due: "" now, "+<ms>" after ms by the server's clock, "@<ms>" at epoch ms
 --       4) the queue's most waiting (ready + delayed) tasks, 0 for unbounded
 --       5) how long to keep the result after its last change, in ms
--- Returns: the server's time (epoch ms) of the enqueue, or false when the queue is full
---          (nothing changed)
-local limit = tonumber(ARGV[4])
+--       6) its id  7) for how many ms an equal task is not enqueued again, 0 for no limit
+-- Returns: {1, the server's time (epoch ms) of the enqueue}; {0} when the queue is full;
+--          {2, the id of the equal task enqueued in the last ARGV 7 ms} (in both last
+--          cases nothing changed)
+local limit, unique = tonumber(ARGV[4]), tonumber(ARGV[7])
+if unique > 0 then
+  local first = redis.call('GET', KEYS[5])
+  if first then
+    return {2, first}
+  end
+end
 if limit > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= limit then
-  return false
+  return {0}
+end
+if unique > 0 then
+  redis.call('SET', KEYS[5], ARGV[6], 'PX', unique)
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -39,4 +51,4 @@ if due > now then
   redis.call('HSET', KEYS[4], 'run_after', due)
 end
 redis.call('PEXPIRE', KEYS[4], math.max(due - now, 0) + tonumber(ARGV[5]))
-return now
+return {1, now}

@@ -1,18 +1,22 @@
 -- KEYS: 1) the ZSET of worker leases  2) the HASH of running tasks (task id -> "<start
 --       ms> <worker id>")  3) the task system's enqueue counter  4) the result hash of
---       the finished task (ARGV 3), or any key of the task system when there is none;
---       then for each queue the worker serves, in priority order: its ready ZSET (also
---       the name of its wake-up channel), its delayed ZSET, the worker's in-progress
---       ZSET for it, its dead-letter list
+--       the finished task (ARGV 3), or any key of the task system when there is none
+--       5) the per-minute counts (HASH) of the finished task's queue for this hour
+--       6) the HASH of running totals for metrics; then for each queue the worker
+--       serves, in priority order: its ready ZSET (also the name of its wake-up
+--       channel), its delayed ZSET, the worker's in-progress ZSET for it, its
+--       dead-letter list
 -- ARGV: 1) the worker's id
 --       2) "take+move", "take" or "": take a task; move due delayed tasks to their queues
 --       3) the position (1-based) of the queue of a finished task to record, 0 for none
 --       4) its payload as taken  5) its id ("" when unknown: no result is written)
---       6) how it ended: "ok", "retry", "defer" or "bury"
+--       6) how it ended: "ok", "retry", "defer", "bury" or "cancel" (terminated)
 --       7) "ok": the return value (JSON); "retry", "bury": the error (a JSON object)
 --       8) "retry", "defer": the payload to run again  9) in how many ms
 --       10) "bury": the dead-letter entry  11) the most entries a dead-letter list keeps
 --       12) how long to keep a result after its last change, in ms
+--       13) "" without metrics, else the finished task's queue then, after a space,
+--       the upper bound of its duration's histogram bucket  14) its duration in seconds
 -- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
@@ -21,7 +25,7 @@
 --          server's time (epoch ms). Position -1: the worker has no lease (it was taken
 --          for dead), so it gets nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
-local queues = (#KEYS - 4) / 4
+local queues = (#KEYS - 6) / 4
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -29,7 +33,8 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local recorded = 0
 local done = tonumber(ARGV[3])
 if done > 0 then
-  local delayed, running, dead = KEYS[4 * done + 2], KEYS[4 * done + 3], KEYS[4 * done + 4]
+  local ready, delayed = KEYS[4 * done + 3], KEYS[4 * done + 4]
+  local running, dead = KEYS[4 * done + 5], KEYS[4 * done + 6]
   if redis.call('ZREM', running, ARGV[4]) == 1 then
     recorded = 1
     local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
@@ -39,13 +44,25 @@ if done > 0 then
     if outcome == 'bury' then
       redis.call('RPUSH', dead, ARGV[10])
       redis.call('LTRIM', dead, -tonumber(ARGV[11]), -1)
-    elseif outcome ~= 'ok' then
+    elseif outcome == 'retry' or outcome == 'defer' then
       local delay = tonumber(ARGV[9])
       redis.call('ZADD', delayed, now + delay, ARGV[8])
       if redis.call('ZRANGE', delayed, 0, 0)[1] == ARGV[8] then
-        redis.call('PUBLISH', KEYS[4 * done + 1], 'delayed')
+        redis.call('PUBLISH', ready, 'delayed')
       end
       keep = keep + delay
+    end
+    -- Throughput per minute, kept a day (the key is the hour's, given by the worker).
+    local kind = ({ok = 'processed', bury = 'failed', retry = 'retried'})[outcome]
+    if kind then
+      redis.call('HINCRBY', KEYS[5], math.floor(now / 60000) .. ':' .. kind, 1)
+      redis.call('PEXPIRE', KEYS[5], 90000000)
+      if ARGV[13] ~= '' then
+        local queue, bound = string.match(ARGV[13], '^(.*) ([^ ]+)$')
+        redis.call('HINCRBY', KEYS[6], queue .. ':' .. kind, 1)
+        redis.call('HINCRBY', KEYS[6], queue .. ':le:' .. bound, 1)
+        redis.call('HINCRBYFLOAT', KEYS[6], queue .. ':seconds', ARGV[14])
+      end
     end
     if id ~= '' then
       if attempt then  -- "<start ms> <worker id>", written when it was taken
@@ -64,8 +81,10 @@ if done > 0 then
         redis.call('HSET', result, 'status', 'SUCCESSFUL', 'finished_at', now, 'return_value', ARGV[7])
       elseif outcome == 'bury' then
         redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
-      else
-        redis.call('HSET', result, 'status', 'READY')
+      elseif outcome == 'cancel' then
+        redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
+      else  -- waits to run again: cancelling it needs its new payload
+        redis.call('HSET', result, 'status', 'READY', 'payload', ARGV[8])
       end
       redis.call('HSETNX', result, 'message', ARGV[4])  -- its result expired while it waited
       redis.call('PEXPIRE', result, keep)
@@ -84,7 +103,7 @@ local wait = -1
 local woken = {}
 if string.sub(ARGV[2], -4) == 'move' then
   for i = 1, queues do
-    local ready, delayed = KEYS[4 * i + 1], KEYS[4 * i + 2]
+    local ready, delayed = KEYS[4 * i + 3], KEYS[4 * i + 4]
     local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
     if first[2] and tonumber(first[2]) <= now then
       local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, BATCH)
@@ -117,10 +136,10 @@ end
 local payload, position = false, 0
 if take then
   for i = 1, queues do
-    local popped = redis.call('ZPOPMIN', KEYS[4 * i + 1])
+    local popped = redis.call('ZPOPMIN', KEYS[4 * i + 3])
     if popped[1] then
       payload, position = popped[1], i
-      redis.call('ZADD', KEYS[4 * i + 3], popped[2], payload)
+      redis.call('ZADD', KEYS[4 * i + 5], popped[2], payload)
       local id = string.match(payload, '^{"id":"(%x+)"')
       if id then
         redis.call('HSET', KEYS[2], id, now .. ' ' .. ARGV[1])

@@ -93,6 +93,8 @@ for i = 1, queues do
         errors and (string.sub(errors, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']'))
       if crashes >= max_crashes then
         redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
+      else  -- waits to run again: cancelling it needs its new payload
+        redis.call('HSET', result, 'payload', payload)
       end
       redis.call('PEXPIRE', result, keep)
     end

@@ -8,9 +8,11 @@ record their results (``results.py``); ``status.py`` reads what the queues hold.
 
 from __future__ import annotations
 
+from .engine import cancel
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, Task, current_task, defer, get_task, task
 from .results import AttemptError, TaskResult, TaskStatus, get_result
+from .schedules import periodic
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -21,9 +23,11 @@ __all__ = [
     "TaskMessage",
     "TaskResult",
     "TaskStatus",
+    "cancel",
     "current_task",
     "defer",
     "get_result",
     "get_task",
+    "periodic",
     "task",
 ]

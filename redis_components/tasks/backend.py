@@ -38,7 +38,7 @@ from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist
 from . import engine, results
 from .messages import TaskMessage, new_task_id, to_json, validate_queue
-from .registry import Job, due_at
+from .registry import Job, due_at, time_limits
 from .results import TaskStatus
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
@@ -59,6 +59,7 @@ else:  # Django 5.2 with the django-tasks backport
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
+CANCELLED = "redis_components.exceptions.TaskCancelled"
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -67,6 +68,10 @@ OPTIONS = {
     "MAX_RETRIES": 0,
     # Seconds before the first retry (doubling, jittered); None: TASK_RETRY_BACKOFF.
     "RETRY_BACKOFF": None,
+    # Seconds a task may run: past SOFT_TIME_LIMIT it gets SoftTimeLimitExceeded; past
+    # TIME_LIMIT its worker process is stopped and the run counts as a failed attempt.
+    "TIME_LIMIT": None,
+    "SOFT_TIME_LIMIT": None,
 }
 
 
@@ -92,6 +97,11 @@ class RedisTaskBackend(BaseTaskBackend):
     def retry_backoff(self) -> float | None:
         value = self.options.get("RETRY_BACKOFF")
         return None if value is None else float(value)
+
+    @property
+    def time_limits(self) -> tuple[float | None, float | None]:
+        """``(TIME_LIMIT, SOFT_TIME_LIMIT)`` from the options."""
+        return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
@@ -135,8 +145,8 @@ class RedisTaskBackend(BaseTaskBackend):
             if timezone.is_naive(run_after):  # allowed when USE_TZ is False
                 run_after = timezone.make_aware(run_after)
             when = due_at(run_after)
-        enqueued_ms = engine.enqueue(message, message.encode(), when)
-        object.__setattr__(result, "enqueued_at", _django_time(enqueued_ms))
+        enqueued = engine.enqueue(message, message.encode(), when)
+        object.__setattr__(result, "enqueued_at", _django_time(enqueued.at_ms))
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -196,11 +206,12 @@ class RedisTaskBackend(BaseTaskBackend):
                 id="redis_components.E012",
             )
         backoff = self.options.get("RETRY_BACKOFF")
-        if backoff is not None:
-            try:
+        try:
+            if backoff is not None:
                 keys.seconds(backoff, "RETRY_BACKOFF", positive=True)
-            except InvalidInput as error:
-                yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
+            self.time_limits  # noqa: B018 - checks them
+        except InvalidInput as error:
+            yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
 
 
 def _find_task(path: str) -> Task[..., Any]:
@@ -225,11 +236,20 @@ def _django_datetime(value: datetime.datetime | None) -> datetime.datetime | Non
 
 
 def to_django(task: Task[..., Any], record: results.TaskResult) -> TaskResult[..., Any]:
-    """Our result record as Django's ``TaskResult`` of ``task``."""
+    """Our result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
+    a cancelled task is FAILED, its last error a ``TaskCancelled``)."""
+    errors = [
+        TaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
+        for error in record.errors
+    ]
+    status = record.status.value
+    if record.status is TaskStatus.CANCELLED:
+        status = "FAILED"
+        errors.append(TaskError(exception_class_path=CANCELLED, traceback="it was cancelled"))
     result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=record.id,
-        status=TaskResultStatus(record.status.value),
+        status=TaskResultStatus(status),
         enqueued_at=_django_datetime(record.enqueued_at),
         started_at=_django_datetime(record.started_at),
         finished_at=_django_datetime(record.finished_at),
@@ -237,10 +257,7 @@ def to_django(task: Task[..., Any], record: results.TaskResult) -> TaskResult[..
         args=record.args,
         kwargs=record.kwargs,
         backend=task.backend,
-        errors=[
-            TaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
-            for error in record.errors
-        ],
+        errors=errors,
         worker_ids=record.worker_ids,
     )
     if record.status is TaskStatus.SUCCESSFUL:
@@ -287,6 +304,8 @@ class DjangoJob(Job):
             retry_backoff=backend.retry_backoff
             if backend.retry_backoff is not None
             else conf.TASK_RETRY_BACKOFF,
+            time_limit=backend.time_limits[0],
+            soft_time_limit=backend.time_limits[1],
         )
         self.task = task
         self.sender = type(backend)

@@ -56,6 +56,7 @@ never zero times: write tasks to be idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -69,7 +70,7 @@ from redis.client import NEVER_DECODE
 from .. import keys, scripts
 from ..conf import conf, user_settings
 from ..connection import get_client, is_cluster, node_client, text
-from ..exceptions import QueueFull, TaskNotDurable
+from ..exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
 from .messages import MAX_PRIORITY, MalformedTask, TaskMessage, task_id_of, validate_queue
 
 COMPONENT = "queue"
@@ -116,6 +117,27 @@ def counter_key() -> str:
     return keys.key(COMPONENT, TAG, "counter")
 
 
+def scheduler_key() -> str:
+    return keys.key(COMPONENT, TAG, "scheduler")
+
+
+def terminate_key(task_id: str) -> str:
+    return keys.key(COMPONENT, TAG, "terminate", task_id)
+
+
+def unique_key(digest: str) -> str:
+    return keys.key(COMPONENT, TAG, "unique", digest)
+
+
+def stats_key(queue: str, hour: int) -> str:
+    """The per-minute counts of ``queue`` during ``hour`` (hours since the epoch)."""
+    return keys.key(COMPONENT, TAG, "stats", str(hour), queue)
+
+
+def totals_key() -> str:
+    return keys.key(COMPONENT, TAG, "totals")
+
+
 def leases_key() -> str:
     return keys.key(COMPONENT, TAG, "leases")
 
@@ -158,12 +180,22 @@ def _limit(options: dict[str, Any], queue: str) -> int:
     return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
 
 
-def enqueue(message: TaskMessage, payload: str, when: str = "") -> int:
+@dataclass(frozen=True)
+class Enqueued:
+    at_ms: int  # the server's time of the enqueue
+    duplicate_of: str | None = None  # an equal task enqueued within its unique window
+
+
+def enqueue(
+    message: TaskMessage, payload: str, when: str = "", *, unique_key: str = "", unique_ms: int = 0
+) -> Enqueued:
     """Add a task to its queue (``when``: "" now, "+<ms>" later, "@<epoch ms>" then).
 
-    Writes its READY result in the same script. Returns the server's time of the
-    enqueue (epoch ms). Raises :class:`QueueFull` when the queue is at its limit, and
-    :class:`TaskNotDurable` when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
+    Writes its READY result in the same script. With ``unique_ms``, nothing is added
+    while ``unique_key`` holds the id of an equal task enqueued within that many ms
+    (:attr:`Enqueued.duplicate_of` names it). Raises :class:`QueueFull` when the queue
+    is at its limit, and :class:`TaskNotDurable` when ``QUEUE_WAIT_REPLICAS`` replicas
+    did not acknowledge.
     """
     options = user_settings()
     limit = _limit(options, message.queue)
@@ -174,25 +206,28 @@ def enqueue(message: TaskMessage, payload: str, when: str = "") -> int:
             delayed_key(message.queue),
             counter_key(),
             result_key(message.id),
+            unique_key or counter_key(),
         ],
-        [payload, rank(message.priority), when, limit, result_ttl_ms()],
+        [payload, rank(message.priority), when, limit, result_ttl_ms(), message.id, unique_ms],
     )
     replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
     if replicas:
         timeout = conf.QUEUE_WAIT_TIMEOUT
-        enqueued_at, acknowledged = scripts.run_and_wait(tasks_client(), call, replicas, timeout)
+        reply, acknowledged = scripts.run_and_wait(tasks_client(), call, replicas, timeout)
     else:
         script, script_keys, args = call
-        enqueued_at = script(tasks_client(), script_keys, args)
-    if enqueued_at is None:
+        reply = script(tasks_client(), script_keys, args)
+    if int(reply[0]) == 0:
         raise QueueFull(message.queue, limit)
+    if int(reply[0]) == 2:
+        return Enqueued(0, text(reply[1]))
     if replicas and acknowledged < replicas:
         raise TaskNotDurable(
             f"Task {message.id} was enqueued, but {acknowledged} of {replicas} replicas "
             f"acknowledged it within {timeout:g} s",
             message.id,
         )
-    return int(enqueued_at)
+    return Enqueued(int(reply[1]))
 
 
 # -- what workers do ----------------------------------------------------------------
@@ -205,11 +240,12 @@ class Outcome:
     position: int  # 1-based index of its queue among the worker's queues
     payload: bytes  # exactly as taken
     task_id: str  # "" for a payload that is not a task (no result to write)
-    kind: Literal["ok", "retry", "defer", "bury"]
+    kind: Literal["ok", "retry", "defer", "bury", "cancel"]
     data: str = ""  # "ok": the return value (JSON); "retry", "bury": the error (JSON)
     again: str | bytes = ""  # "retry", "defer": the payload to run again
     delay_ms: int = 0  # "retry", "defer": in how many ms
     dead_entry: str = ""  # "bury": the dead-letter entry
+    seconds: float = 0.0  # how long it ran
 
 
 @dataclass(frozen=True)
@@ -221,9 +257,19 @@ class Fetched:
     now_ms: int  # the server's time
 
 
+# The upper bounds (seconds) of the task duration histogram's buckets, for metrics.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def duration_bucket(seconds: float) -> str:
+    """The histogram bucket (its upper bound, as Prometheus writes it) of a duration."""
+    return next((f"{bound:g}" for bound in DURATION_BUCKETS if seconds <= bound), "+Inf")
+
+
 def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
-    """The keys :func:`fetch` needs for a worker, but for the result key (index 3)."""
-    script_keys = [leases_key(), running_tasks_key(), counter_key(), leases_key()]
+    """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it)."""
+    script_keys = [leases_key(), running_tasks_key(), counter_key(), leases_key(), leases_key()]
+    script_keys.append(totals_key())
     for queue in queues:
         script_keys += [
             ready_key(queue),
@@ -240,16 +286,29 @@ def fetch(
     script_keys: list[str],
     mode: str,
     outcome: Outcome | None,
+    *,
+    queue: str = "",
+    hour: int = 0,
 ) -> Fetched:
     """Record ``outcome`` (if any), move due delayed tasks and take a task, in one script.
 
     ``mode``: "take+move", "take" (leave delayed tasks to others) or "" (only record).
+    ``queue`` is the outcome's queue, ``hour`` the hour (since the epoch) whose
+    throughput counts it; with ``TASK_METRICS`` the totals and durations count it too.
     """
     args: list[scripts.Arg] = [worker_id, mode]
+    metrics = ""
     if outcome is None:
         args += [0, "", "", "", "", "", 0, "", 0]
     else:
-        script_keys = [*script_keys[:3], result_key(outcome.task_id), *script_keys[4:]]
+        script_keys = [
+            *script_keys[:3],
+            result_key(outcome.task_id),
+            stats_key(queue, hour),
+            *script_keys[5:],
+        ]
+        if conf.TASK_METRICS:
+            metrics = f"{queue} {duration_bucket(outcome.seconds)}"
         args += [
             outcome.position,
             outcome.payload,
@@ -261,24 +320,44 @@ def fetch(
             outcome.dead_entry,
             conf.TASK_DEAD_LETTER_MAX,
         ]
-    args.append(result_ttl_ms())
+    args += [result_ttl_ms(), metrics, round(outcome.seconds, 6) if outcome else 0]
     reply = scripts.load("queue_fetch")(client, script_keys, args, raw=True)
     payload, position, wait, recorded, now = reply
     return Fetched(payload, int(position), int(wait), bool(recorded), int(now))
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    expired: list[bytes]  # workers whose lease ran out (bytes: anything may be written there)
+    leader: bool  # this worker holds the scheduler's lease
+    terminate: bool  # its running task is to be terminated
+
+
 def heartbeat(
-    client: Redis, worker_id: str, lease_ms: int, info: str, queues: Sequence[str]
-) -> list[bytes]:
-    """Renew (or make) a worker's lease; return the ids of workers whose lease ran out
-    (as bytes: anything may have been written there)."""
-    expired: list[bytes] = scripts.load("queue_heartbeat")(
+    client: Redis,
+    worker_id: str,
+    lease_ms: int,
+    info: str,
+    queues: Sequence[str],
+    *,
+    lead: bool = False,
+    running_id: str = "",
+) -> Heartbeat:
+    """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
+    which workers' leases ran out and whether task ``running_id`` is to be terminated."""
+    expired, leader, terminate = scripts.load("queue_heartbeat")(
         client,
-        [leases_key(), workers_key(), queues_key()],
-        [worker_id, lease_ms, info, 10, *queues],
+        [
+            leases_key(),
+            workers_key(),
+            queues_key(),
+            scheduler_key(),
+            terminate_key(running_id) if running_id else leases_key(),
+        ],
+        [worker_id, lease_ms, info, 10, int(lead), running_id, *queues],
         raw=True,
     )
-    return expired
+    return Heartbeat(expired, bool(leader), bool(terminate))
 
 
 def recover_worker(
@@ -393,15 +472,7 @@ def requeue_dead(queue: str, batch: int = 500) -> tuple[int, int]:
             if message is None:
                 left += 1
                 continue
-            fresh = TaskMessage(
-                message.id,
-                message.task,
-                message.queue,
-                message.args,
-                message.kwargs,
-                message.priority,
-                message.backend,
-            )
+            fresh = dataclasses.replace(message, retries=0, crashes=0)
             script_keys.append(result_key(message.id))
             args += [entry, fresh.encode(), rank(fresh.priority), message.id]
         done = int(script(client, script_keys, args)) if len(args) > 1 else 0
@@ -418,6 +489,49 @@ def _requeueable(entry: bytes) -> TaskMessage | None:
     except (MalformedTask, ValueError, KeyError, TypeError, RecursionError):
         return None
     return message
+
+
+# A termination request waits this long for the worker running the task to act on it.
+TERMINATE_WAIT_MS = 3_600_000
+
+
+def cancel(task_id: str, *, terminate: bool = False) -> Literal["cancelled", "terminating"]:
+    """Cancel a task that has not started: it leaves its queue, its result is CANCELLED.
+
+    A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
+    then its worker stops it at its next heartbeat (the worker process is replaced), and
+    ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
+    """
+    keys.validate_name(task_id, "task_id", 100)
+    client = tasks_client()
+    fields = raw(client, "HMGET", result_key(task_id), "payload", "message")
+    payload = fields[0] or fields[1]
+    try:
+        queue = TaskMessage.decode(fields[1]).queue if fields[1] else None
+    except MalformedTask:
+        queue = None
+    if payload is None or queue is None:
+        raise TaskNotCancellable(task_id, "no such task is kept (unknown, or its result expired)")
+    done = scripts.load("queue_cancel")(
+        client,
+        [
+            ready_key(queue),
+            delayed_key(queue),
+            result_key(task_id),
+            running_tasks_key(),
+            terminate_key(task_id),
+        ],
+        [task_id, payload, "terminate" if terminate else "", result_ttl_ms(), TERMINATE_WAIT_MS],
+    )
+    if done == 1:
+        return "cancelled"
+    if done == 2:
+        return "terminating"
+    if done == 0:
+        raise TaskNotCancellable(
+            task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
+        )
+    raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
 
 
 def purge(queue: str) -> int:

@@ -16,8 +16,11 @@ task's module is imported (every installed app's ``tasks`` module is, at start-u
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import datetime
+import hashlib
 import inspect
+import json
 import logging
 import math
 import random
@@ -29,7 +32,13 @@ from django.db import transaction
 
 from .. import keys
 from ..conf import conf
-from ..exceptions import InvalidInput, LockNotAcquired, TaskError, TaskNotRegistered
+from ..exceptions import (
+    InvalidInput,
+    LockNotAcquired,
+    TaskError,
+    TaskNotRegistered,
+    TaskResultDoesNotExist,
+)
 from ..guard import Busy
 from . import engine
 from .messages import (
@@ -42,7 +51,7 @@ from .messages import (
     validate_priority,
     validate_queue,
 )
-from .results import TaskResult, TaskStatus
+from .results import TaskResult, TaskStatus, get_result
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -83,11 +92,16 @@ class Task(Generic[P, R]):
         priority: int,
         max_retries: int,
         retry_backoff: float | None,
+        unique_for: float | None = None,
+        time_limit: float | None = None,
+        soft_time_limit: float | None = None,
     ) -> None:
         self.func = func
         self.name = keys.validate_name(name, "name", MAX_TASK_NAME)
         self.queue = validate_queue(queue)
         self.priority = validate_priority(priority)
+        self.unique_for = _optional_seconds(unique_for, "unique_for")
+        self.time_limit, self.soft_time_limit = time_limits(time_limit, soft_time_limit)
         if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
             raise InvalidInput(
                 "max_retries", f"must be a non-negative integer, not {max_retries!r}"
@@ -138,7 +152,7 @@ class Task(Generic[P, R]):
 
         def send() -> None:
             try:
-                engine.enqueue(message, payload)
+                self._send((message, payload), "")
             except Exception:
                 logger.exception(
                     "Task %s (%s) was not enqueued after its transaction committed",
@@ -153,15 +167,53 @@ class Task(Generic[P, R]):
         return new_message(self.name, self.queue, args, kwargs, priority=self.priority)
 
     def _send(self, message: tuple[TaskMessage, str], when: str) -> TaskResult:
-        enqueued_ms = engine.enqueue(*message, when)
+        unique = {}
+        if self.unique_for:
+            unique = {
+                "unique_key": engine.unique_key(self._digest(message[0])),
+                "unique_ms": math.ceil(self.unique_for * 1000),
+            }
+        enqueued = engine.enqueue(*message, when, **unique)  # type: ignore[arg-type]
+        if enqueued.duplicate_of is not None:
+            return _existing(enqueued.duplicate_of, message[0])
         run_after = None
         if when:
             due = int(when[1:])
-            run_after = enqueued_ms + due if when[0] == "+" else due
-        return new_result(message[0], enqueued_ms, run_after)
+            run_after = enqueued.at_ms + due if when[0] == "+" else due
+        return new_result(message[0], enqueued.at_ms, run_after)
+
+    def _digest(self, message: TaskMessage) -> str:
+        """What makes two enqueues of this task equal: its name and arguments."""
+        canonical = json.dumps(
+            [self.name, message.args, message.kwargs], sort_keys=True, separators=(",", ":")
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _existing(task_id: str, message: TaskMessage) -> TaskResult:
+    """The result of the equal task that made an enqueue of ``message`` a duplicate."""
+    try:
+        return get_result(task_id)
+    except TaskResultDoesNotExist:  # its result expired before its unique window ended
+        return dataclasses.replace(new_result(message, None, None), id=task_id)
+
+
+def _optional_seconds(value: float | None, field: str) -> float | None:
+    return None if value is None else keys.seconds(value, field, positive=True)
+
+
+def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
+    """A task's ``time_limit`` and ``soft_time_limit`` (seconds, or None), checked."""
+    hard_s = _optional_seconds(hard, "time_limit")  # type: ignore[arg-type]
+    soft_s = _optional_seconds(soft, "soft_time_limit")  # type: ignore[arg-type]
+    if hard_s is not None and soft_s is not None and soft_s >= hard_s:
+        raise InvalidInput(
+            "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"
+        )
+    return hard_s, soft_s
 
 
 def due_at(when: object) -> str:
@@ -217,6 +269,9 @@ def task(
     priority: int = DEFAULT_PRIORITY,
     max_retries: int = 3,
     retry_backoff: float | None = None,
+    unique_for: float | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -229,6 +284,9 @@ def task(
     priority: int = DEFAULT_PRIORITY,
     max_retries: int = 3,
     retry_backoff: float | None = None,
+    unique_for: float | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function as a task that workers run; use as ``@task`` or ``@task(...)``.
 
@@ -240,6 +298,12 @@ def task(
     ``retry_backoff`` (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds,
     jittered; then it is dead-lettered with its traceback. ``async def`` functions run
     on an event loop in the worker.
+
+    ``unique_for`` (seconds): an enqueue equal to one made within that time (same
+    task, same arguments) enqueues nothing and returns the first one's result.
+    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`, which
+    it may catch. ``time_limit``: its worker process is stopped and replaced (by
+    ``rc_worker``'s supervisor), and the run counts as a failed attempt.
     """
 
     def register(function: Callable[P, R]) -> Task[P, R]:
@@ -251,6 +315,9 @@ def task(
             priority=priority,
             max_retries=max_retries,
             retry_backoff=retry_backoff,
+            unique_for=unique_for,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
         )
         existing = _registry.get(new.name)
         if existing is not None and _origin(existing.func) != _origin(function):
@@ -314,11 +381,15 @@ class Job:
         *,
         max_retries: int,
         retry_backoff: float | None,
+        time_limit: float | None = None,
+        soft_time_limit: float | None = None,
     ) -> None:
         self.func = func
         self.message = message
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
+        self.time_limit = time_limit
+        self.soft_time_limit = soft_time_limit
 
     @classmethod
     def of(cls, message: TaskMessage) -> Job | None:
@@ -331,6 +402,8 @@ class Job:
             message,
             max_retries=registered.max_retries,
             retry_backoff=registered.retry_backoff,
+            time_limit=registered.time_limit,
+            soft_time_limit=registered.soft_time_limit,
         )
 
     def call(self) -> Any:

@@ -32,12 +32,14 @@ MAX_TRACEBACK = 20_000
 
 
 class TaskStatus(str, enum.Enum):
-    """Where a task is: the states of Django's ``TaskResultStatus``, same values."""
+    """Where a task is: the states of Django's ``TaskResultStatus`` (same values), and
+    CANCELLED, which Django's results show as FAILED with a ``TaskCancelled`` error."""
 
     READY = "READY"  # enqueued, or waiting to run again after a failure or a crash
     RUNNING = "RUNNING"
     SUCCESSFUL = "SUCCESSFUL"
     FAILED = "FAILED"  # its retries are spent, or it cannot run: it is a dead letter
+    CANCELLED = "CANCELLED"  # cancelled before it ran (or terminated while it ran)
 
     def __str__(self) -> str:
         return self.value
@@ -86,11 +88,13 @@ class TaskResult:
             return self._return_value
         if self.status is TaskStatus.FAILED:
             raise ValueError(f"task {self.id} failed")
+        if self.status is TaskStatus.CANCELLED:
+            raise ValueError(f"task {self.id} was cancelled")
         raise ValueError(f"task {self.id} has not finished yet")
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
+        return self.status in _ENDED
 
     @property
     def attempts(self) -> int:
@@ -183,7 +187,7 @@ def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskResult | Non
     )
 
 
-_ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED)
+_ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 def _as_fields(record: Any) -> dict[str, bytes]:

@@ -22,9 +22,10 @@ from typing import Any
 from django.db import connections
 
 from ..conf import conf
-from ..exceptions import InvalidInput
-from .engine import recover_worker, tasks_client
-from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id
+from ..exceptions import InvalidInput, TimeLimitExceeded
+from .engine import fetch, fetch_keys, raw, recover_worker, running_key, tasks_client
+from .messages import MalformedTask, TaskMessage
+from .worker import REDIS_DOWN, Worker, checked_queues, failure, job_for, new_worker_id
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -38,17 +39,23 @@ class _Child:
     slot: int
     worker_id: str
     process: BaseProcess
+    deadline: Any  # a shared double: past this monotonic time, the running task is stopped
     started: float = field(default_factory=time.monotonic)
+    over_time: bool = False  # it was stopped for its task's time limit
 
 
-def _child_main(worker_id: str, options: dict[str, Any], parent: int) -> None:
+def _child_main(worker_id: str, options: dict[str, Any], parent: int, deadline: Any) -> None:
     """Entry point of a worker process: stop on SIGTERM/SIGINT and when the parent dies."""
     from ..embedded import die_with_parent
 
     die_with_parent()
     if os.getppid() != parent:  # the supervisor died before we asked to follow it
         return
-    worker = Worker(worker_id=worker_id, **options)
+
+    def terminate() -> None:  # a running task was cancelled: this process is replaced
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    worker = Worker(worker_id=worker_id, deadline=deadline, terminate=terminate, **options)
 
     def handle(signum: int, frame: FrameType | None) -> None:
         worker.request_stop()
@@ -64,7 +71,9 @@ class Supervisor:
     """Runs ``concurrency`` worker processes; restarts and recovers those that die.
 
     A child that dies (a crash, SIGKILL, the OOM killer) has its in-progress tasks put
-    back at once, counting a crash against each, and is replaced. One SIGTERM or
+    back at once, counting a crash against each, and is replaced. A child whose task
+    runs past its ``time_limit`` is killed; the task counts a failed attempt (retried
+    or dead-lettered like a task that raised), and the child is replaced. One SIGTERM or
     SIGINT: the children finish their tasks and exit. A second one: they are killed
     and their tasks put back at once. Children that exit by themselves (``burst``,
     ``max_tasks``) are not replaced; :meth:`run` returns when none is left.
@@ -120,9 +129,10 @@ class Supervisor:
 
     def _start(self, slot: int) -> None:
         worker_id = new_worker_id(slot)
+        deadline = FORK.Value("d", 0.0, lock=False)
         process = FORK.Process(
             target=_child_main,
-            args=(worker_id, self.options, os.getpid()),
+            args=(worker_id, self.options, os.getpid(), deadline),
             name=f"rc-worker-{slot}",
         )
         # Signals wait until the child has installed its own handlers.
@@ -133,7 +143,7 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         assert process.pid is not None
-        self._children[process.pid] = _Child(slot, worker_id, process)
+        self._children[process.pid] = _Child(slot, worker_id, process, deadline)
         logger.info("Started worker process %d (pid %d)", slot, process.pid)
 
     def _supervise(self, wake_r: int) -> None:
@@ -143,6 +153,9 @@ class Supervisor:
             timeout = 1.0
             if restarts:
                 timeout = max(0.0, min(when for when, _ in restarts) - time.monotonic())
+            deadlines = [c.deadline.value for c in self._children.values() if c.deadline.value]
+            if deadlines:
+                timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
             sentinels = [child.process.sentinel for child in self._children.values()]
             wait_for([*sentinels, wake_r], timeout)
             try:
@@ -161,6 +174,7 @@ class Supervisor:
             if self._signals >= 2 and not killed:
                 killed = True
                 self._kill_all()
+            self._stop_over_time()
             for pid, child in list(self._children.items()):
                 if child.process.is_alive():
                     continue
@@ -175,12 +189,61 @@ class Supervisor:
                 if not stopping:
                     self._start(slot)
 
+    def _stop_over_time(self) -> None:
+        """Kill each child whose task ran past its hard time limit."""
+        now = time.monotonic()
+        for child in self._children.values():
+            deadline = child.deadline.value
+            if deadline and now >= deadline and child.process.is_alive():
+                child.over_time = True
+                child.process.kill()
+                child.process.join()
+
+    def _fail_over_time(self, child: _Child) -> None:
+        """Record the task of a child stopped for its time limit as a failed attempt."""
+        client = tasks_client()
+        script_keys = fetch_keys(child.worker_id, self.queues)
+        now_ms = int(time.time() * 1000)
+        for position, queue in enumerate(self.queues, 1):
+            for payload in raw(client, "ZRANGE", running_key(child.worker_id, queue), 0, -1):
+                try:
+                    message = TaskMessage.decode(payload)
+                except MalformedTask:
+                    continue  # recovery dead-letters it
+                job = job_for(message, child.worker_id, now_ms)
+                if isinstance(job, str):
+                    continue
+                limit = job.time_limit or 0.0
+                logger.error(
+                    "Task %s[%s] ran past its time limit of %g s: stopped worker process %d "
+                    "(pid %s)",
+                    *(message.task, message.id, limit, child.slot, child.process.pid),
+                )
+                error = TimeLimitExceeded(f"the task ran past its time limit of {limit:g} s")
+                outcome = failure(
+                    position, queue, payload, message, job, error, limit, reason="time limit"
+                )
+                fetch(
+                    client,
+                    child.worker_id,
+                    script_keys,
+                    "",
+                    outcome,
+                    queue=queue,
+                    hour=now_ms // 3_600_000,
+                )
+
     def _exited(self, child: _Child, stopping: bool) -> bool:
         """Handle a child that exited; True if it died and should be replaced."""
         code = child.process.exitcode
         if code == 0:
             logger.info("Worker process %d (pid %s) finished", child.slot, child.process.pid)
             return False
+        if child.over_time:
+            try:
+                self._fail_over_time(child)
+            except REDIS_DOWN as error:
+                logger.error("Could not record a task's time limit (%s); it counts a crash", error)
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         try:
             result = recover_worker(

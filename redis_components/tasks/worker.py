@@ -71,11 +71,13 @@ import logging
 import os
 import re
 import select
+import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import redis
@@ -84,12 +86,13 @@ from redis.client import PubSub
 
 from ..conf import conf
 from ..connection import pubsub as new_pubsub
-from ..exceptions import InvalidInput
+from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from . import engine
 from .engine import Fetched, Outcome, ready_key, tasks_client
 from .messages import MalformedTask, TaskMessage, task_id_of, validate_queue
 from .registry import Job, Retry, backoff, running, stop_running
 from .results import TaskStatus, describe, error_json
+from .schedules import Scheduler, schedules
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -128,10 +131,123 @@ def checked_queues(queues: Sequence[str]) -> list[str]:
     return names
 
 
+def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
+    """What runs ``message`` here, or why nothing can."""
+    if message.backend is None:
+        job = Job.of(message)
+        return job if job is not None else f"no task is registered as {message.task!r} here"
+    try:
+        from .backend import django_job
+    except ImportError as error:
+        return f"Django's Tasks framework is not installed here ({error})"
+    return django_job(message, worker_id, now_ms)
+
+
+def success(
+    position: int,
+    queue: str,
+    payload: bytes,
+    message: TaskMessage,
+    job: Job,
+    value: Any,
+    deferred_for: float | None,
+    seconds: float,
+) -> Outcome:
+    """How a run that returned ends: done, deferred, or failed for its return value."""
+    ms = seconds * 1000
+    if deferred_for is not None:
+        logger.info(
+            "Task %s[%s] deferred for %.3g s after %.1f ms",
+            message.task,
+            message.id,
+            deferred_for,
+            ms,
+        )
+        delay_ms = round(deferred_for * 1000)
+        return Outcome(position, payload, message.id, "defer", "", payload, delay_ms, "", seconds)
+    try:
+        returned = job.encode(value)
+    except Exception as error:  # the task ran: running it again cannot help
+        logger.error("Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error)
+        job.finished(TaskStatus.FAILED, error)
+        return bury(position, queue, payload, message.id, "failed", str(error), error, seconds)
+    logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
+    job.finished(TaskStatus.SUCCESSFUL, None)
+    return Outcome(position, payload, message.id, "ok", returned, seconds=seconds)
+
+
+def failure(
+    position: int,
+    queue: str,
+    payload: bytes,
+    message: TaskMessage,
+    job: Job,
+    error: BaseException,
+    seconds: float,
+    reason: str = "failed",
+) -> Outcome:
+    """How a failed run ends: a retry after the backoff, or, past ``max_retries``, a dead
+    letter (with ``reason``); logged either way."""
+    name, task_id, max_retries, ms = message.task, message.id, job.max_retries, seconds * 1000
+    described = f"{type(error).__name__}: {error}"
+    if isinstance(error, Retry):
+        described = f"retry requested: {error.reason}" if error.reason else "retry requested"
+    if message.retries < max_retries:
+        delay = (
+            error.delay
+            if isinstance(error, Retry) and error.delay is not None
+            else backoff(message.retries, job.retry_backoff)
+        )
+        logger.warning(
+            "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
+            *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
+            exc_info=None if isinstance(error, Retry) else error,
+        )
+        retried = dataclasses.replace(message, retries=message.retries + 1).encode()
+        entry = error_json(*describe(error))
+        return Outcome(
+            position, payload, task_id, "retry", entry, retried, round(delay * 1000), "", seconds
+        )
+    logger.error(
+        "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
+        *(name, task_id, ms, described, message.retries),
+        exc_info=None if isinstance(error, Retry) else error,
+    )
+    job.finished(TaskStatus.FAILED, error)
+    return bury(position, queue, payload, task_id, reason, described, error, seconds)
+
+
+def bury(
+    position: int,
+    queue: str,
+    payload: bytes,
+    task_id: str,
+    reason: str,
+    problem: str,
+    error: BaseException | None = None,
+    seconds: float = 0.0,
+) -> Outcome:
+    """A dead letter for ``payload``, saying why (``problem``; the traceback of ``error``)."""
+    class_path, trace = describe(error) if error is not None else ("", problem)
+    return Outcome(
+        position,
+        payload,
+        task_id,
+        "bury",
+        data=error_json(class_path, trace),
+        dead_entry=engine.dead_entry(payload, queue, reason, problem, trace),
+        seconds=seconds,
+    )
+
+
 class Worker:
     """One process's task loop over ``queues``, highest priority first.
 
-    ``scheduler``: also move due delayed tasks of these queues to their ready sets.
+    ``scheduler``: also move due delayed tasks of these queues to their ready sets, and
+    claim the ticks of the schedules (see ``schedules.py``) when this worker holds the
+    scheduler's lease. ``deadline`` and ``terminate`` come from ``rc_worker``'s
+    supervisor: a shared value it watches for the hard time limit, and what stops this
+    process when a running task is to be terminated.
     ``burst``: return when no task is ready. ``max_tasks``: return after running this
     many. :meth:`run` blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a
     signal handler, with :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it
@@ -146,6 +262,8 @@ class Worker:
         scheduler: bool = True,
         burst: bool = False,
         max_tasks: int | None = None,
+        deadline: Any = None,
+        terminate: Callable[[], None] | None = None,
     ) -> None:
         self.queues = checked_queues(queues)
         if max_tasks is not None and max_tasks < 1:
@@ -176,6 +294,16 @@ class Worker:
         self._pubsub: PubSub | None = None
         # How the last task ended, to record with the next fetch (kept until recorded).
         self._outcome: Outcome | None = None
+        # The task running now (position, payload, id), for a termination request.
+        self._running: tuple[int, bytes, str] | None = None
+        # The server's time at the last fetch (ms): its hour files the throughput counts.
+        self._now_ms = int(time.time() * 1000)
+        # A shared double (monotonic seconds) that rc_worker's supervisor watches: past
+        # it, it stops this process (the hard time limit). 0: no deadline.
+        self._deadline = deadline
+        self._terminate = terminate
+        self._schedules = schedules() if scheduler else []
+        self._leader = False
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
@@ -204,19 +332,28 @@ class Worker:
     def run(self) -> int:
         """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran."""
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
-        heartbeat = threading.Thread(target=self._heartbeat, name="rc-heartbeat", daemon=True)
+        threads = [threading.Thread(target=self._heartbeat, name="rc-heartbeat", daemon=True)]
+        if self._schedules:
+            threads.append(
+                threading.Thread(target=self._schedule, name="rc-scheduler", daemon=True)
+            )
+        alarm = self._catch_soft_time_limits()
         crashed = True
         try:
             if not self._register():
                 crashed = False
                 return 0
-            heartbeat.start()
+            for thread in threads:
+                thread.start()
             self._loop()
             crashed = False
         finally:
             self._heartbeat_stop.set()
-            if heartbeat.is_alive():
-                heartbeat.join()
+            for thread in threads:
+                if thread.is_alive():
+                    thread.join()
+            if alarm is not None:
+                signal.signal(signal.SIGALRM, alarm)
             self._leave(crashed)
             if self._pubsub is not None:
                 self._pubsub.close()
@@ -275,8 +412,12 @@ class Worker:
     def _fetch(self, take: bool) -> Fetched:
         outcome = self._outcome
         mode = self._mode if take else ""
-        fetched = engine.fetch(self.client, self.id, self._keys, mode, outcome)
+        queue = self.queues[outcome.position - 1] if outcome else ""
+        fetched = engine.fetch(
+            self.client, self.id, self._keys, mode, outcome, queue=queue, hour=self._hour
+        )
         self._outcome = None
+        self._now_ms = fetched.now_ms
         # After an outage the outcome may have been recorded by a call whose reply was lost.
         if outcome is not None and not fetched.recorded and not self._reclaim:
             logger.warning(
@@ -285,6 +426,10 @@ class Worker:
                 outcome.task_id or "(not a task)",
             )
         return fetched
+
+    @property
+    def _hour(self) -> int:
+        return self._now_ms // 3_600_000
 
     def _idle(self, wait_ms: int) -> None:
         """Wait for a wake-up message, the next due time, a signal, or one interval."""
@@ -343,159 +488,66 @@ class Worker:
             message = TaskMessage.decode(payload)
         except MalformedTask as error:
             logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
-            self._bury(position, payload, task_id_of(payload), "undecodable", str(error), None)
+            task_id = task_id_of(payload)
+            self._outcome = bury(position, queue, payload, task_id, "undecodable", str(error))
             return
-        job = self._job(message, fetched.now_ms)
+        job = job_for(message, self.id, fetched.now_ms)
         if isinstance(job, str):
             logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
-            self._bury(position, payload, message.id, "unknown task", job, None)
+            self._outcome = bury(position, queue, payload, message.id, "unknown task", job)
             return
 
         running_task, token = running(message)
         close_old_connections()
+        self._running = (position, payload, message.id)
         started = time.perf_counter()
+        self._start_limits(job)
         try:
             value = job.call()
         except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
-            ms = (time.perf_counter() - started) * 1000
-            self._failed(position, payload, message, job, error, ms)
+            self._stop_limits()
+            seconds = time.perf_counter() - started
+            self._outcome = failure(position, queue, payload, message, job, error, seconds)
         else:
-            ms = (time.perf_counter() - started) * 1000
-            self._succeeded(position, payload, message, job, value, running_task.deferred_for, ms)
+            self._stop_limits()
+            seconds = time.perf_counter() - started
+            self._outcome = success(
+                position, queue, payload, message, job, value, running_task.deferred_for, seconds
+            )
         finally:
+            self._running = None
             stop_running(token)
             close_old_connections()
         self.processed += 1
 
-    def _succeeded(
-        self,
-        position: int,
-        payload: bytes,
-        message: TaskMessage,
-        job: Job,
-        value: Any,
-        deferred_for: float | None,
-        ms: float,
-    ) -> None:
-        if deferred_for is not None:
-            logger.info(
-                "Task %s[%s] deferred for %.3g s after %.1f ms",
-                message.task,
-                message.id,
-                deferred_for,
-                ms,
-            )
-            self._again(position, payload, message, "defer", payload, "", deferred_for)
-            return
-        try:
-            returned = job.encode(value)
-        except Exception as error:  # the task ran: running it again cannot help
-            logger.error(
-                "Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error
-            )
-            self._bury(position, payload, message.id, "failed", str(error), error)
-            job.finished(TaskStatus.FAILED, error)
-            return
-        logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
-        self._outcome = Outcome(position, payload, message.id, "ok", returned)
-        job.finished(TaskStatus.SUCCESSFUL, None)
+    # -- time limits -----------------------------------------------------------------------
 
-    def _job(self, message: TaskMessage, now_ms: int) -> Job | str:
-        """What runs ``message`` here, or why nothing can."""
-        if message.backend is None:
-            job = Job.of(message)
-            return job if job is not None else f"no task is registered as {message.task!r} here"
-        try:
-            from .backend import django_job
-        except ImportError as error:
-            return f"Django's Tasks framework is not installed here ({error})"
-        return django_job(message, self.id, now_ms)
+    def _catch_soft_time_limits(self) -> Any:
+        """In the main thread, make SIGALRM raise SoftTimeLimitExceeded in a running task;
+        return the handler it replaces (``None`` where signals cannot be used)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
 
-    def _failed(
-        self,
-        position: int,
-        payload: bytes,
-        message: TaskMessage,
-        job: Job,
-        error: BaseException,
-        ms: float,
-    ) -> None:
-        name, task_id, max_retries = message.task, message.id, job.max_retries
-        described = f"{type(error).__name__}: {error}"
-        if isinstance(error, Retry):
-            described = f"retry requested: {error.reason}" if error.reason else "retry requested"
-        if message.retries < max_retries:
-            delay = (
-                error.delay
-                if isinstance(error, Retry) and error.delay is not None
-                else backoff(message.retries, job.retry_backoff)
-            )
-            logger.warning(
-                "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
-                name,
-                task_id,
-                ms,
-                described,
-                message.retries + 1,
-                max_retries,
-                delay,
-                exc_info=not isinstance(error, Retry),
-            )
-            retried = dataclasses.replace(message, retries=message.retries + 1).encode()
-            error_entry = error_json(*describe(error))
-            self._again(position, payload, message, "retry", retried, error_entry, delay)
-        else:
-            logger.error(
-                "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
-                name,
-                task_id,
-                ms,
-                described,
-                message.retries,
-                exc_info=not isinstance(error, Retry),
-            )
-            self._bury(position, payload, task_id, "failed", described, error)
-            job.finished(TaskStatus.FAILED, error)
+        def expired(signum: int, frame: FrameType | None) -> None:
+            if self._running is not None:
+                raise SoftTimeLimitExceeded("the task ran past its soft time limit")
 
-    def _again(
-        self,
-        position: int,
-        payload: bytes,
-        message: TaskMessage,
-        kind: str,
-        again: str | bytes,
-        error: str,
-        delay: float,
-    ) -> None:
-        self._outcome = Outcome(
-            position,
-            payload,
-            message.id,
-            "retry" if kind == "retry" else "defer",
-            data=error,
-            again=again,
-            delay_ms=round(delay * 1000),
-        )
+        return signal.signal(signal.SIGALRM, expired)
 
-    def _bury(
-        self,
-        position: int,
-        payload: bytes,
-        task_id: str,
-        reason: str,
-        problem: str,
-        error: BaseException | None,
-    ) -> None:
-        queue = self.queues[position - 1]
-        class_path, trace = describe(error) if error is not None else ("", problem)
-        self._outcome = Outcome(
-            position,
-            payload,
-            task_id,
-            "bury",
-            data=error_json(class_path, trace),
-            dead_entry=engine.dead_entry(payload, queue, reason, problem, trace),
-        )
+    def _start_limits(self, job: Job) -> None:
+        if job.soft_time_limit is not None:
+            if threading.current_thread() is threading.main_thread():
+                signal.setitimer(signal.ITIMER_REAL, job.soft_time_limit)
+            else:
+                logger.warning("Soft time limits work in a worker's main thread only")
+        if job.time_limit is not None and self._deadline is not None:
+            self._deadline.value = time.monotonic() + job.time_limit
+
+    def _stop_limits(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if self._deadline is not None:
+            self._deadline.value = 0.0
 
     # -- registration, heartbeats, recovery ---------------------------------------------
 
@@ -510,10 +562,29 @@ class Worker:
                 self._disconnected(error)
         return False
 
-    def _beat(self) -> list[bytes]:
-        """Renew this worker's lease; return the ids of workers whose lease ran out."""
+    def _beat(self) -> engine.Heartbeat:
+        """Renew this worker's lease (and the scheduler's, if it may lead)."""
         lease_ms = round(self.heartbeat_interval * 1500)
-        return engine.heartbeat(self.client, self.id, lease_ms, self._info, self.queues)
+        running_task = self._running
+        beat = engine.heartbeat(
+            self.client,
+            self.id,
+            lease_ms,
+            self._info,
+            self.queues,
+            lead=bool(self._schedules),
+            running_id=running_task[2] if running_task else "",
+        )
+        if beat.leader != self._leader:
+            logger.info(
+                "Worker %s %s the scheduler",
+                self.id,
+                "now runs" if beat.leader else "no longer runs",
+            )
+            self._leader = beat.leader
+        if beat.terminate and running_task is not None:
+            self._terminate_running(running_task)
+        return beat
 
     def _heartbeat(self) -> None:
         interval = self.heartbeat_interval / 2
@@ -522,7 +593,7 @@ class Worker:
         recover_after = 0.0
         while not self._heartbeat_stop.wait(interval):
             try:
-                expired = self._beat()
+                expired = self._beat().expired
                 if time.monotonic() >= recover_after:
                     for worker_id in expired:
                         self._recover_expired(worker_id)
@@ -531,6 +602,40 @@ class Worker:
                 recover_after = time.monotonic() + self.heartbeat_interval
             except Exception:
                 logger.exception("Heartbeat of worker %s failed", self.id)
+
+    def _schedule(self) -> None:
+        """Claim the schedules' due ticks while this worker holds the scheduler's lease."""
+        scheduler = Scheduler(self._schedules)
+        wait = 0.0
+        while not self._heartbeat_stop.wait(wait):
+            wait = self.heartbeat_interval / 2
+            if not self._leader:
+                continue
+            try:
+                wait = min(wait, scheduler.run_due())
+            except REDIS_DOWN as error:
+                logger.debug("Scheduler of %s cannot reach Redis: %s", self.id, error)
+            except Exception:
+                logger.exception("Scheduler of worker %s failed", self.id)
+
+    def _terminate_running(self, running_task: tuple[int, bytes, str]) -> None:
+        """Record the running task as cancelled, then stop this process (asked by cancel)."""
+        position, payload, task_id = running_task
+        if self._terminate is None:
+            logger.warning(
+                "Task %s is to be terminated, but this worker runs outside rc_worker's "
+                "supervisor, which alone can stop it; it runs on",
+                task_id,
+            )
+            return
+        outcome = Outcome(position, payload, task_id, "cancel")
+        queue = self.queues[position - 1]
+        fetched = engine.fetch(
+            self.client, self.id, self._keys, "", outcome, queue=queue, hour=self._hour
+        )
+        if fetched.recorded:  # still running it: it finished otherwise
+            logger.warning("Task %s was cancelled while running: stopping this process", task_id)
+            self._terminate()
 
     def _recover_expired(self, raw_id: bytes) -> None:
         try:

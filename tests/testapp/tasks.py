@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from redis_components import Retry, Task, current_task, task
+from redis_components import Retry, SoftTimeLimitExceeded, Task, current_task, task
 from redis_components.connection import get_client
 
 
@@ -93,3 +93,36 @@ def at(priority: int) -> Task[[str], None]:
     return task(name=f"tests.testapp.tasks.record_at_{priority}", queue="test", priority=priority)(
         record.func
     )
+
+
+@task(queue="test")
+def tick(name: str) -> None:
+    """Record which tick of schedule ``name`` this run is for."""
+    running = current_task()
+    assert running is not None
+    get_client().rpush("{test}:ticks", f"{name} {running.message.scheduled_for}")
+
+
+@task(queue="test", time_limit=2, max_retries=1, retry_backoff=0.01)
+def forever(label: str) -> None:
+    """Count a start, then never end (its time limit stops it)."""
+    get_client().hincrby("{test}:runs", label, 1)
+    while True:
+        time.sleep(0.01)
+
+
+@task(queue="test", soft_time_limit=0.3, time_limit=10)
+def slow_but_polite(label: str) -> str:
+    """Work until told the soft time limit has passed, then tidy up and return."""
+    try:
+        while True:
+            time.sleep(0.01)
+    except SoftTimeLimitExceeded:
+        get_client().hincrby("{test}:runs", label, 1)
+        return "stopped in time"
+
+
+@task(queue="test", unique_for=60)
+def unique_record(label: str) -> None:
+    """``record``, but enqueued once per minute for equal arguments."""
+    record.func(label)

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...exceptions import InvalidInput
-from ...tasks.engine import purge, requeue_dead
+from ...exceptions import ConfigurationError, InvalidInput, TaskNotCancellable
+from ...tasks.engine import cancel, purge, requeue_dead
 from ...tasks.messages import validate_queue
+from ...tasks.schedules import schedule_states
 from ...tasks.status import queue_names, queue_stats, workers
+
+
+def _time(when: datetime.datetime | None) -> str:
+    return when.isoformat(timespec="seconds") if when else "-"
 
 
 class Command(BaseCommand):
     help = (
         "Show each task queue's ready, delayed, in-progress and dead task counts and the "
-        "registered workers; or requeue dead letters; or purge a queue."
+        "registered workers; or the schedules; or requeue dead letters, purge a queue, or "
+        "cancel a task."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,19 +42,46 @@ class Command(BaseCommand):
             metavar="QUEUE",
             help="Delete the ready, delayed and dead tasks of QUEUE (tasks in progress finish).",
         )
+        action.add_argument(
+            "--schedules",
+            action="store_true",
+            help="List the schedules: when each runs next, when it ran last and how that ended.",
+        )
+        action.add_argument(
+            "--cancel",
+            metavar="TASK_ID",
+            help="Cancel a task that has not started (it leaves its queue; its result says "
+            "CANCELLED). A running task is refused unless --terminate is given.",
+        )
+        parser.add_argument(
+            "--terminate",
+            action="store_true",
+            help="With --cancel: stop the task even if it is running (its worker process is "
+            "replaced).",
+        )
         parser.add_argument(
             "--yes", action="store_true", help="Purge without asking for confirmation."
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["terminate"] and options["cancel"] is None:
+            raise CommandError("--terminate goes with --cancel TASK_ID")
         try:
             if options["requeue_dead"] is not None:
                 self.requeue(options["requeue_dead"])
             elif options["purge"] is not None:
                 self.purge(options["purge"], options["yes"])
+            elif options["schedules"]:
+                self.show_schedules()
+            elif options["cancel"] is not None:
+                done = cancel(options["cancel"], terminate=options["terminate"])
+                self.stdout.write(
+                    f"{options['cancel']}: "
+                    + ("cancelled" if done == "cancelled" else "its worker will stop it")
+                )
             else:
                 self.show()
-        except InvalidInput as error:
+        except (InvalidInput, TaskNotCancellable, ConfigurationError) as error:
             raise CommandError(str(error)) from None
 
     def show(self) -> None:
@@ -86,6 +120,26 @@ class Command(BaseCommand):
                     queues += f" ({worker.problem})"
                 table.append((worker.id, pid, queues, up, lease))
             self.write_table(table)
+
+    def show_schedules(self) -> None:
+        states = schedule_states()
+        if not states:
+            self.stdout.write("No schedules.")
+            return
+        rows: list[tuple[str, ...]] = [("schedule", "task", "when", "next", "last", "result")]
+        for state in states:
+            result = state.last_result
+            rows.append(
+                (
+                    state.schedule.name,
+                    state.schedule.task,
+                    state.schedule.describe(),
+                    _time(state.next_run),
+                    _time(state.last_run),
+                    str(result.status) if result else "-",
+                )
+            )
+        self.write_table(rows)
 
     def write_table(self, rows: Sequence[Sequence[str]]) -> None:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -1,0 +1,26 @@
+-- KEYS: 1) the task's queue's ready ZSET  2) its delayed ZSET  3) the task's result hash
+--       4) the HASH of running tasks  5) the task's termination request key
+-- ARGV: 1) the task's id  2) its payload as it waits (see the result's "payload")
+--       3) "terminate": a running task is to be stopped; "" refuses
+--       4) how long to keep the result after its last change, in ms
+--       5) how long a termination request waits for the worker to act on it, in ms
+-- Returns: 1 when the waiting task was removed (its result is CANCELLED),
+--          2 when it is running and its worker was asked to terminate it,
+--          0 when it is running and ARGV 3 is "" (nothing changed),
+--          -1 when it is neither waiting nor running (finished, or never seen)
+-- Removal is atomic against a worker taking the task: it is either taken or cancelled.
+if redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2]) > 0 then
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
+  return 1
+end
+if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
+  if ARGV[3] ~= 'terminate' then
+    return 0
+  end
+  redis.call('SET', KEYS[5], '1', 'PX', tonumber(ARGV[5]))
+  return 2
+end
+return -1

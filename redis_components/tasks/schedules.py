@@ -1,0 +1,403 @@
+"""Periodic tasks: schedules whose every tick is enqueued exactly once.
+
+::
+
+    @periodic(cron="*/5 * * * *", tz="Europe/Paris")
+    @task(queue="reports")
+    def send_report(): ...
+
+    @periodic(every=datetime.timedelta(seconds=30))
+    @task
+    def refresh_rates(): ...
+
+    REDIS_COMPONENTS = {"TASK_SCHEDULES": {
+        "nightly-cleanup": {"task": "myapp.tasks.cleanup", "cron": "0 3 * * *", "tz": "UTC"},
+    }}  # also for tasks declared with Django's @task (by module path)
+
+Every ``rc_worker`` may run the scheduler (no separate beat process). Each schedule's
+next tick is kept in Redis; claiming a tick moves it to the next one and enqueues the
+task in one script, so however many schedulers run, on however many machines, and
+even if one is killed mid-claim, each tick is enqueued once. To spare Redis the
+others' attempts, only the worker holding the scheduler's lease (taken and renewed
+by the heartbeats workers send anyway) claims ticks.
+
+Ticks are computed on the Redis server's clock, in each schedule's time zone (cron
+expressions by `cronsim`, which knows daylight saving time); ``every=`` ticks fall on
+multiples of the interval since the epoch, so all schedulers agree on them. When no
+scheduler ran for a while, a schedule whose ticks were missed runs once at once
+(``missed="run_once"``, the default) or waits for its next tick (``missed="skip"``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+from django.utils.module_loading import import_string
+
+from .. import keys, scripts
+from ..conf import conf
+from ..exceptions import ConfigurationError, InvalidInput
+from . import engine
+from .engine import counter_key, raw, ready_key, result_key, result_ttl_ms, tasks_client
+from .messages import TaskMessage, new_task_id
+from .registry import Task, find_task
+from .results import TaskResult, read_results
+
+logger = logging.getLogger("redis_components.scheduler")
+
+Missed = Literal["run_once", "skip"]
+T = TypeVar("T", bound=Task[Any, Any])
+MAX_TICKS_AHEAD = 366 * 24 * 3600 * 1000  # a cron expression that never matches, in ms
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a task runs by itself: a cron expression or an interval, in a time zone."""
+
+    name: str
+    task: str  # our task's name, or a Django task's module path
+    queue: str
+    priority: int
+    backend: str | None  # the Django Tasks backend alias, for a Django task
+    cron: str | None = None
+    every_ms: int | None = None
+    tz: str = "UTC"
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    missed: Missed = "run_once"
+
+    def next_after(self, ms: int) -> int:
+        """The first tick strictly after ``ms`` (epoch ms)."""
+        if self.every_ms is not None:
+            return (ms // self.every_ms + 1) * self.every_ms
+        assert self.cron is not None
+        start = datetime.datetime.fromtimestamp(ms / 1000, tz=ZoneInfo(self.tz))
+        try:
+            after = next(CronSim(self.cron, start))
+        except StopIteration:  # pragma: no cover - cronsim iterates forever
+            return ms + MAX_TICKS_AHEAD
+        return max(ms + 1, math.ceil(after.timestamp() * 1000))
+
+    def describe(self) -> str:
+        if self.every_ms is not None:
+            return f"every {self.every_ms / 1000:g} s"
+        return f"cron {self.cron!r} ({self.tz})"
+
+    def message(self, tick: int) -> tuple[TaskMessage, str]:
+        message = TaskMessage(
+            new_task_id(),
+            self.task,
+            self.queue,
+            list(self.args),
+            dict(self.kwargs),
+            self.priority,
+            self.backend,
+            scheduled_for=tick,
+        )
+        return message, message.encode()
+
+
+_decorated: dict[str, Schedule] = {}
+
+
+def periodic(
+    *,
+    cron: str | None = None,
+    every: datetime.timedelta | float | None = None,
+    tz: str = "UTC",
+    missed: Missed = "run_once",
+    name: str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+) -> Callable[[T], T]:
+    """Run a task by itself: on a ``cron`` expression or ``every`` interval (seconds or a
+    timedelta), in time zone ``tz``. Put it above ``@task``. ``name`` (default: the
+    task's name) identifies the schedule in Redis; ``args``/``kwargs`` are passed to
+    each run. Bad values raise :class:`InvalidInput` at import time."""
+
+    def register(task: T) -> T:
+        if not isinstance(task, Task):
+            raise InvalidInput("periodic", "must decorate a @task (put @periodic above @task)")
+        schedule = build(
+            name or task.name,
+            task_name=task.name,
+            queue=task.queue,
+            priority=task.priority,
+            backend=None,
+            cron=cron,
+            every=every,
+            tz=tz,
+            missed=missed,
+            args=args,
+            kwargs=kwargs,
+        )
+        _decorated[schedule.name] = schedule
+        return task
+
+    return register
+
+
+def build(
+    name: object,
+    *,
+    task_name: str,
+    queue: str,
+    priority: int,
+    backend: str | None,
+    cron: object = None,
+    every: object = None,
+    tz: object = "UTC",
+    missed: object = "run_once",
+    args: object = (),
+    kwargs: object = None,
+) -> Schedule:
+    """A validated :class:`Schedule`, or :class:`InvalidInput` naming what is wrong."""
+    name = keys.validate_name(name, "name", 200)
+    if (cron is None) == (every is None):
+        raise InvalidInput("cron", f"schedule {name!r} needs either cron= or every=, not both")
+    every_ms = None
+    if every is not None:
+        seconds = every.total_seconds() if isinstance(every, datetime.timedelta) else every
+        every_ms = round(keys.seconds(seconds, "every", positive=True) * 1000)
+        if every_ms < 1000:
+            raise InvalidInput("every", f"must be at least one second, not {every!r}")
+    if not isinstance(tz, str):
+        raise InvalidInput("tz", f"must be a time zone name, not {tz!r}")
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput("tz", f"is not a known time zone: {tz!r}") from None
+    if cron is not None:
+        if not isinstance(cron, str):
+            raise InvalidInput("cron", f"must be a cron expression, not {cron!r}")
+        try:
+            CronSim(cron, datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))
+        except (CronSimError, ValueError) as error:
+            raise InvalidInput("cron", f"{cron!r} is not a cron expression: {error}") from None
+    if missed not in ("run_once", "skip"):
+        raise InvalidInput("missed", f"must be 'run_once' or 'skip', not {missed!r}")
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise InvalidInput("args", f"must be a list, not {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidInput("kwargs", f"must be a dict, not {type(kwargs).__name__}")
+    schedule = Schedule(
+        name=name,
+        task=task_name,
+        queue=queue,
+        priority=priority,
+        backend=backend,
+        cron=cron,
+        every_ms=every_ms,
+        tz=tz,
+        args=list(args),
+        kwargs=dict(kwargs or {}),
+        missed=missed,
+    )
+    schedule.message(0)  # TaskSerializationError now for arguments JSON cannot carry
+    return schedule
+
+
+def schedules() -> list[Schedule]:
+    """Every schedule: ``@periodic`` ones and those of the ``TASK_SCHEDULES`` setting.
+
+    :class:`ConfigurationError` for a setting that names no task or has a bad value.
+    """
+    found = dict(_decorated)
+    for name, spec in conf.TASK_SCHEDULES.items():
+        if not isinstance(spec, dict):
+            raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] must be a dict")
+        spec = dict(spec)
+        target = spec.pop("task", None)
+        try:
+            found[name] = build(name, **_target(name, target), **spec)
+        except (InvalidInput, TypeError) as error:
+            raise ConfigurationError(f"TASK_SCHEDULES[{name!r}]: {error}") from None
+    return sorted(found.values(), key=lambda schedule: schedule.name)
+
+
+def _target(name: str, target: object) -> dict[str, Any]:
+    """What runs a schedule of the setting: one of our tasks, or a Django task."""
+    if not isinstance(target, str):
+        raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] needs 'task': a task's name")
+    ours = find_task(target)
+    if ours is not None:
+        return {
+            "task_name": ours.name,
+            "queue": ours.queue,
+            "priority": ours.priority,
+            "backend": None,
+        }
+    try:
+        django_task = import_string(target)
+    except ImportError:
+        django_task = None
+    backend = getattr(django_task, "backend", None)
+    if not isinstance(backend, str) or not hasattr(django_task, "module_path"):
+        raise ConfigurationError(
+            f"TASK_SCHEDULES[{name!r}]: {target!r} is neither a registered @task nor a Django task"
+        )
+    return {
+        "task_name": django_task.module_path,
+        "queue": django_task.queue_name,
+        "priority": django_task.priority,
+        "backend": backend,
+    }
+
+
+# -- in Redis -------------------------------------------------------------------------
+
+
+def next_key() -> str:
+    return keys.key(engine.COMPONENT, engine.TAG, "schedule", "next")
+
+
+def last_key() -> str:
+    return keys.key(engine.COMPONENT, engine.TAG, "schedule", "last")
+
+
+class Scheduler:
+    """Claims the due ticks of ``schedules``; run by the worker holding the lease."""
+
+    def __init__(self, schedules: Sequence[Schedule]) -> None:
+        self.schedules = list(schedules)
+
+    def run_due(self) -> float:
+        """Claim every due tick; return the seconds until the next one is due.
+
+        One round trip reads the schedules' next ticks and the server's clock; then one
+        script per due tick claims it (and enqueues its task).
+        """
+        client = tasks_client()
+        pipe = client.pipeline(transaction=False)
+        raw(pipe, "HGETALL", next_key())
+        pipe.time()
+        stored, (seconds, micros) = pipe.execute()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        known = {name.decode("utf-8", "replace"): value for name, value in stored.items()}
+        upcoming = []
+        for schedule in self.schedules:
+            try:
+                tick = int(known[schedule.name])
+            except (KeyError, ValueError):
+                tick = None
+            if tick is None:  # a new schedule starts with its next tick
+                first = schedule.next_after(now)
+                client.hsetnx(next_key(), schedule.name, first)
+                upcoming.append(first)
+            elif tick > now:
+                upcoming.append(tick)
+            else:
+                upcoming.append(self._claim(client, schedule, tick, now))
+        return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
+
+    def _claim(self, client: Any, schedule: Schedule, tick: int, now: int) -> int:
+        following = schedule.next_after(tick)
+        run = "run"
+        if following <= now:  # ticks were missed while no scheduler ran
+            following = schedule.next_after(now)
+            run = "run" if schedule.missed == "run_once" else "skip"
+            logger.warning(
+                "Schedule %s missed its ticks since %s; %s",
+                schedule.name,
+                _when(tick),
+                "running it once now" if run == "run" else "skipping to the next tick",
+            )
+        message, payload = schedule.message(tick)
+        claimed = scripts.load("schedule_claim")(
+            client,
+            [
+                next_key(),
+                last_key(),
+                ready_key(schedule.queue),
+                counter_key(),
+                result_key(message.id),
+            ],
+            [
+                schedule.name,
+                tick,
+                following,
+                run,
+                payload,
+                engine.rank(schedule.priority),
+                message.id,
+                result_ttl_ms(),
+            ],
+        )
+        if claimed and run == "run":
+            logger.info(
+                "Schedule %s: enqueued %s[%s] for %s",
+                schedule.name,
+                schedule.task,
+                message.id,
+                _when(tick),
+            )
+        return following
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc).isoformat()
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A schedule as Redis holds it: its next tick, its last run and that run's result."""
+
+    schedule: Schedule
+    next_run: datetime.datetime | None
+    last_run: datetime.datetime | None
+    last_result: TaskResult | None
+
+
+def schedule_states() -> list[ScheduleState]:
+    """Every schedule with its next and last run (three round trips at most)."""
+    known = schedules()
+    client = tasks_client()
+    pipe = client.pipeline(transaction=False)
+    raw(pipe, "HGETALL", next_key())
+    raw(pipe, "HGETALL", last_key())
+    next_ticks, last_runs = (
+        {name.decode("utf-8", "replace"): value for name, value in reply.items()}
+        for reply in pipe.execute()
+    )
+    lasts: dict[str, tuple[int, str]] = {}
+    for name, value in last_runs.items():
+        tick, _, task_id = value.decode("utf-8", "replace").partition(" ")
+        try:
+            lasts[name] = (int(tick), keys.validate_name(task_id, "task_id", 100))
+        except ValueError:
+            continue
+    ids = [lasts[s.name][1] for s in known if s.name in lasts]
+    results = dict(zip(ids, read_results(ids), strict=True)) if ids else {}
+    states = []
+    for schedule in known:
+        next_tick = _int(next_ticks.get(schedule.name))
+        last = lasts.get(schedule.name)
+        states.append(
+            ScheduleState(
+                schedule,
+                _datetime(next_tick),
+                _datetime(last[0]) if last else None,
+                results.get(last[1]) if last else None,
+            )
+        )
+    return states
+
+
+def _int(value: bytes | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _datetime(ms: int | None) -> datetime.datetime | None:
+    if ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

@@ -482,6 +482,28 @@ def requeue_dead(queue: str, batch: int = 500) -> tuple[int, int]:
             return moved, left
 
 
+def requeue_dead_entry(queue: str, entry: bytes) -> bool:
+    """Put one dead letter back on its queue with fresh retries; False if it is gone or
+    is not a task this app can run."""
+    validate_queue(queue)
+    message = _requeueable(entry)
+    if message is None:
+        return False
+    fresh = dataclasses.replace(message, retries=0, crashes=0)
+    moved = scripts.load("queue_requeue_dead")(
+        tasks_client(),
+        [dead_key(queue), ready_key(queue), counter_key(), result_key(message.id)],
+        [result_ttl_ms(), entry, fresh.encode(), rank(fresh.priority), message.id],
+    )
+    return bool(moved)
+
+
+def delete_dead_entry(queue: str, entry: bytes) -> bool:
+    """Delete one dead letter; False if it was gone."""
+    validate_queue(queue)
+    return bool(raw(tasks_client(), "LREM", dead_key(queue), 1, entry))
+
+
 def _requeueable(entry: bytes) -> TaskMessage | None:
     try:
         data = json.loads(entry)

@@ -7,6 +7,7 @@ command because of one bad entry.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from collections.abc import Iterable
@@ -22,11 +23,14 @@ from .engine import (
     queue_limit,
     raw,
     ready_key,
+    result_key,
     running_key,
+    running_tasks_key,
+    stats_key,
     tasks_client,
     workers_key,
 )
-from .messages import validate_queue
+from .messages import MalformedTask, TaskMessage, validate_queue
 from .registry import queues_in_use
 
 UNREADABLE = "(unreadable)"
@@ -188,3 +192,143 @@ def _dead_letter(queue: str, entry: bytes) -> DeadLetter:
         )
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
         return DeadLetter(queue, shown, UNREADABLE, "", "", 0.0, shown, readable=False)
+
+
+def dead_letter_page(queue: str, offset: int = 0, count: int = 50) -> tuple[int, list[DeadLetter]]:
+    """How many dead letters ``queue`` holds, and ``count`` of them from ``offset``, newest
+    first (one round trip; never the whole list)."""
+    validate_queue(queue)
+    pipe = tasks_client().pipeline(transaction=False)
+    pipe.llen(dead_key(queue))
+    raw(pipe, "LRANGE", dead_key(queue), -offset - count, -offset - 1)
+    total, entries = pipe.execute()
+    return int(total), [_dead_letter(queue, entry) for entry in reversed(entries)]
+
+
+def dead_letter_entry(queue: str, index: int) -> bytes | None:
+    """The raw dead letter at ``index`` (0: the newest), or ``None``."""
+    validate_queue(queue)
+    found: bytes | None = raw(tasks_client(), "LINDEX", dead_key(queue), -index - 1)
+    return found
+
+
+@dataclass(frozen=True)
+class WaitingTask:
+    """A task waiting in a queue: ready, or delayed until ``due``.
+
+    ``message`` is ``None`` for a payload that is not a task (``shown`` is what can be
+    shown of it).
+    """
+
+    message: TaskMessage | None
+    shown: str
+    due: datetime.datetime | None
+
+
+def waiting_tasks(
+    queue: str, state: str, offset: int = 0, count: int = 50
+) -> tuple[int, list[WaitingTask]]:
+    """How many tasks wait in ``queue`` as ``state`` ("ready" or "delayed"), and ``count``
+    of them from ``offset`` in the order they will run (one round trip)."""
+    validate_queue(queue)
+    key = {"ready": ready_key, "delayed": delayed_key}[state](queue)
+    pipe = tasks_client().pipeline(transaction=False)
+    pipe.zcard(key)
+    raw(pipe, "ZRANGE", key, offset, offset + count - 1, "WITHSCORES", withscores=True)
+    total, members = pipe.execute()
+    found = []
+    for payload, score in members:
+        try:
+            message: TaskMessage | None = TaskMessage.decode(payload)
+        except MalformedTask:
+            message = None
+        due = _datetime(int(score)) if state == "delayed" else None
+        found.append(WaitingTask(message, _text(payload)[:2000], due))
+    return int(total), found
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    """A task a worker is running now, since ``started_at``."""
+
+    task_id: str
+    worker_id: str
+    started_at: datetime.datetime | None
+    task: str  # its name, "" when its result (which names it) has expired
+
+
+def running_tasks() -> list[RunningTask]:
+    """Every task running now, by worker (two round trips)."""
+    client = tasks_client()
+    attempts = raw(client, "HGETALL", running_tasks_key())
+    ids = [task_id.decode("utf-8", "replace") for task_id in attempts]
+    pipe = client.pipeline(transaction=False)
+    for task_id in ids:
+        raw(pipe, "HGET", result_key(task_id), "message")
+    messages = pipe.execute() if ids else []
+    found = []
+    for task_id, message in zip(ids, messages, strict=True):
+        begun, _, worker_id = attempts[task_id.encode()].decode("utf-8", "replace").partition(" ")
+        try:
+            name = TaskMessage.decode(message).task if message else ""
+        except MalformedTask:
+            name = ""
+        found.append(RunningTask(task_id, worker_id, _datetime(_int(begun)), name))
+    return sorted(found, key=lambda running: running.worker_id)
+
+
+@dataclass(frozen=True)
+class Minute:
+    """What a queue's workers finished in one minute."""
+
+    at: datetime.datetime
+    processed: int = 0
+    failed: int = 0
+    retried: int = 0
+
+
+def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]:
+    """Per queue, the last ``hours`` hours minute by minute, oldest first (one round trip)."""
+    names = list(queues)
+    client = tasks_client()
+    seconds, _ = client.time()
+    now_minute = int(seconds) // 60
+    hour = now_minute // 60
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        for h in range(hour - hours, hour + 1):
+            raw(pipe, "HGETALL", stats_key(name, h))
+    replies = iter(pipe.execute())
+    found = {}
+    first = now_minute - hours * 60 + 1
+    for name in names:
+        counts: dict[int, dict[str, int]] = {}
+        for _ in range(hours + 1):
+            for field_name, value in next(replies).items():
+                minute, _, kind = field_name.decode("utf-8", "replace").partition(":")
+                number = _int(minute)
+                if number is not None and number >= first:
+                    counts.setdefault(number, {})[kind] = _int(value) or 0
+        found[name] = [
+            Minute(
+                _datetime(minute * 60_000) or datetime.datetime.min,
+                counts.get(minute, {}).get("processed", 0),
+                counts.get(minute, {}).get("failed", 0),
+                counts.get(minute, {}).get("retried", 0),
+            )
+            for minute in range(first, now_minute + 1)
+        ]
+    return found
+
+
+def _int(value: bytes | str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _datetime(ms: int | None) -> datetime.datetime | None:
+    if ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

@@ -1,0 +1,80 @@
+"""What the queues hold, read for the operations pages: paged, and robust to bad data."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from redis_components.tasks.engine import (
+    dead_key,
+    delete_dead_entry,
+    ready_key,
+    requeue_dead_entry,
+)
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import (
+    dead_letter_entry,
+    dead_letter_page,
+    running_tasks,
+    throughput,
+    waiting_tasks,
+)
+from redis_components.tasks.worker import Worker
+from tests.testapp import tasks
+
+
+def test_waiting_tasks_are_paged_in_the_order_they_will_run(r: redis.Redis) -> None:
+    for i in range(30):
+        tasks.record.enqueue(f"t{i}")
+    r.zadd(ready_key("test"), {b"\xff junk": 1})  # runs first: the lowest score
+    total, page = waiting_tasks("test", "ready", offset=0, count=3)
+    assert total == 31
+    assert page[0].message is None
+    assert page[0].shown == "\\xff junk"
+    assert [w.message.args[0] for w in page[1:] if w.message] == ["t0", "t1"]
+    total, page = waiting_tasks("test", "ready", offset=29, count=5)
+    assert [w.message.args[0] for w in page if w.message] == ["t28", "t29"]
+    tasks.record.enqueue_in(60, "later")
+    total, [delayed] = waiting_tasks("test", "delayed")
+    assert total == 1
+    assert delayed.due is not None
+
+
+def test_dead_letters_are_paged_newest_first_and_acted_on_one_by_one(r: redis.Redis) -> None:
+    entries = []
+    for i in range(5):
+        message = TaskMessage(f"ab{i}", "tests.testapp.tasks.record", "test", [f"d{i}"], {})
+        entry = json.dumps({"task": message.encode(), "reason": "failed"}).encode()
+        r.rpush(dead_key("test"), entry)
+        entries.append(entry)
+    total, page = dead_letter_page("test", offset=1, count=2)
+    assert total == 5
+    assert [json.loads(letter.task)["args"] for letter in page] == [["d3"], ["d2"]]
+    assert dead_letter_entry("test", 0) == entries[4]
+    assert dead_letter_entry("test", 9) is None
+    assert requeue_dead_entry("test", entries[4])
+    assert not requeue_dead_entry("test", entries[4])  # gone already
+    assert delete_dead_entry("test", entries[0])
+    assert r.llen(dead_key("test")) == 3
+    [ready] = r.zrange(ready_key("test"), 0, -1)
+    assert TaskMessage.decode(ready).args == ["d4"]
+
+
+def test_running_tasks_and_throughput(r: redis.Redis) -> None:
+    worker = Worker(["test"])
+    worker._beat()
+    result = tasks.record.enqueue("running")
+    tasks.record.enqueue("done")
+    assert worker._fetch(take=True).payload is not None
+    [running] = running_tasks()
+    assert (running.task_id, running.worker_id, running.task) == (
+        result.id,
+        worker.id,
+        "tests.testapp.tasks.record",
+    )
+    Worker(["test"], burst=True).run()
+    minutes = throughput(["test"], hours=1)["test"]
+    assert len(minutes) == 60
+    assert sum(m.processed for m in minutes) == 1
+    assert minutes[-1].processed == 1 or minutes[-2].processed == 1

@@ -54,7 +54,7 @@ browser:
 test: lint browser
 	rm -f .coverage .coverage.*
 	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
-	$(BIN)/pytest --cov
+	RC_TEST_LONG=1 $(BIN)/pytest --cov
 	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append
 	@$(MAKE) --no-print-directory legacy-leg
 	$(BIN)/coverage report

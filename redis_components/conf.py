@@ -70,9 +70,12 @@ DEFAULTS: dict[str, Any] = {
     # Schedules of tasks declared elsewhere: {name: {"task": name or Django task path,
     # "cron": "*/5 * * * *" or "every": seconds, "tz", "args", "kwargs", "missed"}}.
     "TASK_SCHEDULES": {},
-    # Keep the running totals and duration histograms that the Prometheus endpoint
-    # (metrics view) reports; the per-minute throughput counts are always kept.
-    "TASK_METRICS": False,
+    # Serve Prometheus metrics at the metrics view, and keep in Redis the running totals
+    # and duration histograms of tasks it reports (the per-minute counts that the
+    # dashboard charts are always kept). With METRICS_TOKEN set, a scrape must send
+    # "Authorization: Bearer <token>".
+    "METRICS": False,
+    "METRICS_TOKEN": None,
     # Seconds a task's result is kept after its last change (a delayed task's until
     # then, and this long after); results expire by themselves.
     "TASK_RESULT_TTL": 86400.0,
@@ -208,8 +211,13 @@ class Settings:
         return dict(value) if isinstance(value, dict) else {}
 
     @property
-    def TASK_METRICS(self) -> bool:
-        return bool(self.get("TASK_METRICS"))
+    def METRICS(self) -> bool:
+        return bool(self.get("METRICS"))
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        value = self.get("METRICS_TOKEN")
+        return None if value is None else str(value)
 
     @property
     def TASK_RESULT_TTL(self) -> float:

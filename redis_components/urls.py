@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import path
 
 from . import views
+from .metrics import metrics_view
 
 app_name = "redis_components"
 
@@ -29,4 +30,6 @@ urlpatterns = [
     path("chats/<int:chat_id>/leave/", views.ChatLeaveView.as_view(), name="chat-leave"),
     # Task queues: the staff-only status page
     path("queues/", views.queue_status, name="queue-status"),
+    # Prometheus metrics (when REDIS_COMPONENTS["METRICS"] is on)
+    path("metrics/", metrics_view, name="metrics"),
 ]

@@ -301,6 +301,7 @@ LONG = pytest.mark.skipif(
 
 
 @LONG
+@pytest.mark.timeout(300)
 def test_four_schedulers_enqueue_every_tick_once_even_when_killed(
     r: redis.Redis, start_worker: Callable[..., WorkerProcess]
 ) -> None:

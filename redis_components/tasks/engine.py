@@ -294,7 +294,7 @@ def fetch(
 
     ``mode``: "take+move", "take" (leave delayed tasks to others) or "" (only record).
     ``queue`` is the outcome's queue, ``hour`` the hour (since the epoch) whose
-    throughput counts it; with ``TASK_METRICS`` the totals and durations count it too.
+    throughput counts it; with ``METRICS`` the totals and durations count it too.
     """
     args: list[scripts.Arg] = [worker_id, mode]
     metrics = ""
@@ -307,7 +307,7 @@ def fetch(
             stats_key(queue, hour),
             *script_keys[5:],
         ]
-        if conf.TASK_METRICS:
+        if conf.METRICS:
             metrics = f"{queue} {duration_bucket(outcome.seconds)}"
         args += [
             outcome.position,

@@ -1,0 +1,134 @@
+"""Prometheus metrics, served by :func:`metrics_view` when the ``METRICS`` setting is on.
+
+::
+
+    # settings.py
+    REDIS_COMPONENTS = {"METRICS": True, "METRICS_TOKEN": "a long random string"}
+    # urls.py: path("rc/", include("redis_components.urls")) serves rc/metrics/
+
+Task metrics come from Redis, so any web process reports the whole task system: queue
+depths (gauges), tasks processed, failed and retried (counters, kept by the workers
+in the script they run for each task anyway), task durations (a histogram) and the
+workers alive. Lock and semaphore metrics are counted in each process, at no cost in
+Redis: under several processes (gunicorn), use prometheus-client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums them. Needs the ``[metrics]`` extra
+(``prometheus-client``).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+
+from .conf import conf
+
+LOCK_EVENTS = {
+    "lock_waits": "Lock acquisitions that had to wait for a holder",
+    "lock_grants": "Locks granted",
+    "lock_refusals": "Lock acquisitions refused (busy, or the wait ran out)",
+    "semaphore_grants": "Semaphore permits granted",
+    "semaphore_refusals": "Semaphore acquisitions refused (every permit taken)",
+}
+
+
+@cache
+def _local() -> dict[str, Any]:
+    """This process's counters of lock and semaphore events (prometheus-client's)."""
+    from prometheus_client import Counter
+
+    return {
+        name: Counter(f"redis_components_{name}", help_text)
+        for name, help_text in LOCK_EVENTS.items()
+    }
+
+
+def count(event: str) -> None:
+    """Count a lock or semaphore event in this process (nothing unless METRICS is on)."""
+    if conf.METRICS:
+        _local()[event].inc()
+
+
+class TaskCollector:
+    """Reads the task system's state from Redis at each scrape (a few round trips)."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        from .tasks.engine import DURATION_BUCKETS, raw, tasks_client, totals_key
+        from .tasks.status import queue_stats, workers
+
+        depth = GaugeMetricFamily(
+            "redis_components_queue_tasks",
+            "Tasks in each queue, by state",
+            labels=["queue", "state"],
+        )
+        stats = queue_stats()
+        for queue in stats:
+            for state in ("ready", "delayed", "in_progress", "dead"):
+                depth.add_metric([queue.name, state], getattr(queue, state))
+        yield depth
+        alive = GaugeMetricFamily("redis_components_workers", "Workers whose lease is alive")
+        alive.add_metric([], sum(worker.lease_left >= 0 for worker in workers()))
+        yield alive
+
+        totals = {
+            name.decode("utf-8", "replace"): value
+            for name, value in raw(tasks_client(), "HGETALL", totals_key()).items()
+        }
+        for kind, help_text in (
+            ("processed", "Tasks that ran to their end"),
+            ("failed", "Tasks dead-lettered after their last failed attempt"),
+            ("retried", "Failed attempts followed by a retry"),
+        ):
+            counter = CounterMetricFamily(
+                f"redis_components_tasks_{kind}", help_text, labels=["queue"]
+            )
+            for queue in stats:
+                counter.add_metric([queue.name], float(totals.get(f"{queue.name}:{kind}", 0)))
+            yield counter
+        histogram = HistogramMetricFamily(
+            "redis_components_task_duration_seconds",
+            "How long task attempts ran",
+            labels=["queue"],
+        )
+        bounds = [f"{bound:g}" for bound in DURATION_BUCKETS] + ["+Inf"]
+        for queue in stats:
+            cumulative, buckets = 0.0, []
+            for bound in bounds:
+                cumulative += float(totals.get(f"{queue.name}:le:{bound}", 0))
+                buckets.append((bound, cumulative))
+            seconds = float(totals.get(f"{queue.name}:seconds", 0))
+            histogram.add_metric([queue.name], buckets, seconds)
+        yield histogram
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus text format; 404 unless METRICS is on, 401 without the token."""
+    if not conf.METRICS:
+        return JsonResponse({"error": "metrics are off (REDIS_COMPONENTS['METRICS'])"}, status=404)
+    token = conf.METRICS_TOKEN
+    if token is not None:
+        sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if not hmac.compare_digest(sent.encode(), token.encode()):
+            return JsonResponse({"error": "a valid Bearer token is required"}, status=401)
+    try:
+        from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+    except ImportError:
+        return JsonResponse(
+            {"error": "prometheus-client is not installed (the [metrics] extra)"}, status=503
+        )
+    tasks = CollectorRegistry(auto_describe=False)
+    tasks.register(TaskCollector())
+    _local()
+    body = generate_latest(tasks) + generate_latest(REGISTRY)
+    return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,71 @@
+"""The Prometheus endpoint: off by default, behind a token, fed from Redis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.test import Client, override_settings
+
+from redis_components.metrics import count
+from redis_components.tasks.worker import Worker
+from tests.testapp import tasks
+
+URL = "/rc/metrics/"
+ON = {"METRICS": True, "METRICS_TOKEN": "s3cret"}
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
+
+def scrape(client: Client, token: str = "s3cret") -> str:
+    response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain")
+    return response.content.decode()
+
+
+def test_off_by_default_and_a_token_guards_it(client: Client) -> None:
+    assert client.get(URL).status_code == 404
+    with override_settings(REDIS_COMPONENTS=ON):
+        assert client.get(URL).status_code == 401
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+        assert client.post(URL, HTTP_AUTHORIZATION="Bearer s3cret").status_code == 405
+        scrape(client)
+    with override_settings(REDIS_COMPONENTS={"METRICS": True}):
+        assert client.get(URL).status_code == 200  # no token set: open (protect it otherwise)
+
+
+def test_task_metrics_come_from_redis(client: Client, r: redis.Redis) -> None:
+    with override_settings(REDIS_COMPONENTS=ON):
+        tasks.add.enqueue(1, 2)
+        tasks.fail.enqueue("m")  # fails, is retried twice, then dead-lettered
+        tasks.record.enqueue_in(60, "later")
+        Worker(["test"], burst=True).run()
+        text = scrape(client)
+    # "later", and the retry of "m", wait
+    assert 'redis_components_queue_tasks{queue="test",state="delayed"} 2.0' in text
+    assert 'redis_components_tasks_processed_total{queue="test"} 1.0' in text
+    assert 'redis_components_tasks_retried_total{queue="test"} 1.0' in text
+    assert 'redis_components_task_duration_seconds_count{queue="test"} 2.0' in text
+    assert 'redis_components_task_duration_seconds_bucket{le="+Inf",queue="test"} 2.0' in text
+    assert "redis_components_workers 0.0" in text
+
+
+def test_metrics_off_keeps_no_totals(r: redis.Redis) -> None:
+    tasks.add.enqueue(1, 2)
+    Worker(["test"], burst=True).run()
+    assert r.exists("rc:queue:{tasks}:totals") == 0
+
+
+def test_lock_and_semaphore_events_are_counted_in_the_process(client: Client) -> None:
+    with override_settings(REDIS_COMPONENTS=ON):
+        before = scrape(client)
+        count("lock_grants")
+        after = scrape(client)
+
+    def grants(text: str) -> float:
+        [line] = [
+            ln for ln in text.splitlines() if ln.startswith("redis_components_lock_grants_total ")
+        ]
+        return float(line.split()[1])
+
+    assert grants(after) == grants(before) + 1

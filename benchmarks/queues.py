@@ -3,6 +3,7 @@
     .venv/bin/pip install -e '.[embedded,bench]'
     .venv/bin/python benchmarks/queues.py            # all contenders, 3 rounds
     .venv/bin/python benchmarks/queues.py --only ours huey --rounds 1
+    .venv/bin/python benchmarks/queues.py --scheduler-overhead 2   # idle schedulers
 
 Each contender runs against a private redis-server that this script starts (never
 the machine's Redis), with its library's defaults, and its worker started the way a
@@ -72,6 +73,8 @@ class Contender:
     setup: Callable[[], Senders] = field(repr=False)
     # The worker command for delayed tasks, when the library needs another one.
     delayed_command: list[str] | None = None
+    # What the worker's environment adds.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def ours() -> Senders:
@@ -145,6 +148,14 @@ CONTENDERS = [
         setup=ours,
     ),
     Contender(
+        "ours-metrics",
+        "redis_components (rc_worker, METRICS on)",
+        [sys.executable, "-m", "django", "rc_worker", "bench"],
+        recovery_window=10,
+        setup=ours,
+        env={"BENCH_METRICS": "1"},
+    ),
+    Contender(
         "rq",
         "RQ SimpleWorker",
         [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-u", "{url}", "bench"],
@@ -198,7 +209,7 @@ class Worker:
         self.process = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": str(ROOT), **contender.env},
             stdout=self.output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -352,6 +363,80 @@ def kills(
     return KILL_TASKS - r.hlen("bench:finished"), sum(starts) - len(starts)
 
 
+def count_commands(url: str, seconds: float) -> tuple[int, int]:
+    """Commands the server ran during ``seconds``: (sent by clients, run inside scripts),
+    as MONITOR sees them."""
+    monitor_client = redis.Redis.from_url(url)
+    sent = inside = 0
+    stop = time.monotonic() + seconds
+    with monitor_client.monitor() as monitor:
+        pinger = redis.Redis.from_url(url)
+        for command in monitor.listen():
+            if time.monotonic() >= stop:
+                break
+            if command["client_type"] == "lua":
+                inside += 1
+            else:
+                sent += 1
+            if sent % 50 == 0:
+                pinger.ping()  # MONITOR yields only when something runs: keep it ticking
+        pinger.close()
+    monitor_client.close()
+    return sent, inside
+
+
+def scheduler_overhead(url: str, minutes: float, logs: Path) -> None:
+    """Commands per minute of idle rc_workers with no schedule, then with 100.
+
+    The schedules' task goes to a queue these workers do not serve, so the difference
+    is the cost of scheduling alone (claims and reads), not of running the tasks.
+    """
+    ours_contender = CONTENDERS[0]
+    ours_contender.setup()  # the workers' Django settings
+    rows = []
+    for count in (1, 4):
+        per_minute = {}
+        for schedules in (0, 100):
+            server_client = redis.Redis.from_url(url)
+            server_client.flushall()
+            env = {"BENCH_SCHEDULES": str(schedules)}
+            contender = Contender(
+                "ours", "", ours_contender.command, 10, ours_contender.setup, env=env
+            )
+            workers = [
+                Worker(contender, url, logs / f"sched-{count}-{schedules}.log")
+                for _ in range(count)
+            ]
+            try:
+                time.sleep(10)  # started, registered, schedules stored
+                sent, inside = count_commands(url, minutes * 60)
+            finally:
+                for worker in workers:
+                    worker.stop()
+            per_minute[schedules] = (sent / minutes, (sent + inside) / minutes)
+        sent_cost = per_minute[100][0] - per_minute[0][0]
+        all_cost = per_minute[100][1] - per_minute[0][1]
+        rows.append(
+            [
+                str(count),
+                f"{per_minute[0][0]:,.0f} / {per_minute[0][1]:,.0f}",
+                f"{per_minute[100][0]:,.0f} / {per_minute[100][1]:,.0f}",
+                f"{sent_cost / 100:.2f}",
+                f"{all_cost / 100:.2f}",
+            ]
+        )
+        print(f"{count} workers: {per_minute}", flush=True)
+    headers = [
+        "idle rc_worker processes",
+        "commands/min, no schedule (sent / all)",
+        "commands/min, 100 schedules (sent / all)",
+        "scheduling, sent per schedule per minute",
+        "scheduling, all (scripts' too) per schedule per minute",
+    ]
+    print()
+    print(table(headers, rows))
+
+
 def versions() -> str:
     names = ("rq", "huey", "dramatiq")
     return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
@@ -364,6 +449,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=[c.name for c in CONTENDERS])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-kills", action="store_true")
+    parser.add_argument(
+        "--scheduler-overhead",
+        type=float,
+        metavar="MINUTES",
+        help="instead of the rest: measure idle schedulers for MINUTES per setting",
+    )
     options = parser.parse_args()
     contenders = [c for c in CONTENDERS if not options.only or c.name in options.only]
     logs = Path(tempfile.mkdtemp(prefix="rc-bench-"))
@@ -373,6 +464,10 @@ def main() -> None:
         os.environ["BENCH_REDIS_URL"] = server.url
         r = server.client()
         info = machine(r)
+        if options.scheduler_overhead:
+            print(f"Machine: {info}")
+            scheduler_overhead(server.url, options.scheduler_overhead, logs)
+            return
         senders = {contender.name: contender.setup() for contender in contenders}
         for enqueue, _ in senders.values():  # connections, scripts, caches: warm for all
             for _ in range(2000):

@@ -14,3 +14,14 @@ CACHES = {
         "LOCATION": os.environ.get("BENCH_REDIS_URL", "unix:///nonexistent.sock"),
     }
 }
+
+REDIS_COMPONENTS: dict[str, object] = {}
+# The cost of metrics: the workers keep the totals and histograms that rc/metrics/ reports.
+if os.environ.get("BENCH_METRICS"):
+    REDIS_COMPONENTS["METRICS"] = True
+# The cost of idle schedulers: N schedules every minute, of a task on a queue no worker
+# of the benchmark serves, so that only scheduling is measured, not running the tasks.
+REDIS_COMPONENTS["TASK_SCHEDULES"] = {
+    f"s{i}": {"task": "bench.scheduled", "cron": "* * * * *"}
+    for i in range(int(os.environ.get("BENCH_SCHEDULES", "0")))
+}

@@ -304,6 +304,7 @@ class Worker:
         self._terminate = terminate
         self._schedules = schedules() if scheduler else []
         self._leader = False
+        self._leading = threading.Event()  # set while this worker holds the scheduler's lease
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
@@ -349,6 +350,7 @@ class Worker:
             crashed = False
         finally:
             self._heartbeat_stop.set()
+            self._leading.set()  # wakes the scheduler thread, which then sees the stop
             for thread in threads:
                 if thread.is_alive():
                     thread.join()
@@ -582,6 +584,10 @@ class Worker:
                 "now runs" if beat.leader else "no longer runs",
             )
             self._leader = beat.leader
+            if beat.leader:
+                self._leading.set()
+            else:
+                self._leading.clear()
         if beat.terminate and running_task is not None:
             self._terminate_running(running_task)
         return beat
@@ -604,19 +610,26 @@ class Worker:
                 logger.exception("Heartbeat of worker %s failed", self.id)
 
     def _schedule(self) -> None:
-        """Claim the schedules' due ticks while this worker holds the scheduler's lease."""
+        """Claim the schedules' due ticks while this worker holds the scheduler's lease.
+
+        It sleeps until the next tick is due (at most a minute, to notice schedules
+        moved by another scheduler), so an idle scheduler costs Redis one read and one
+        claim per due tick.
+        """
         scheduler = Scheduler(self._schedules)
-        wait = 0.0
-        while not self._heartbeat_stop.wait(wait):
-            wait = self.heartbeat_interval / 2
+        while not self._heartbeat_stop.is_set():
             if not self._leader:
+                self._leading.wait(self.heartbeat_interval)
                 continue
             try:
-                wait = min(wait, scheduler.run_due())
+                wait = min(60.0, scheduler.run_due())
             except REDIS_DOWN as error:
                 logger.debug("Scheduler of %s cannot reach Redis: %s", self.id, error)
+                wait = self.heartbeat_interval
             except Exception:
                 logger.exception("Scheduler of worker %s failed", self.id)
+                wait = self.heartbeat_interval
+            self._heartbeat_stop.wait(wait)
 
     def _terminate_running(self, running_task: tuple[int, bytes, str]) -> None:
         """Record the running task as cancelled, then stop this process (asked by cancel)."""

@@ -36,6 +36,8 @@ from redis_components.tasks.worker import Worker
 from tests.processes import run_processes
 from tests.testapp import tasks
 
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
 
 def test_keys_share_one_hash_tag() -> None:
     for key in (ready_key("a:b"), delayed_key("x"), dead_key("{odd}"), result_key("ab")):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 
 from redis_components.tasks.engine import (
@@ -22,6 +23,8 @@ from redis_components.tasks.status import (
 )
 from redis_components.tasks.worker import Worker
 from tests.testapp import tasks
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
 
 def test_waiting_tasks_are_paged_in_the_order_they_will_run(r: redis.Redis) -> None:

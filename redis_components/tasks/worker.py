@@ -499,8 +499,8 @@ class Worker:
             self._outcome = bury(position, queue, payload, message.id, "unknown task", job)
             return
 
-        running_task, token = running(message)
         close_old_connections()
+        running_task, token = running(message)
         self._running = (position, payload, message.id)
         started = time.perf_counter()
         self._start_limits(job)

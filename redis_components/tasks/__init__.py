@@ -1,9 +1,10 @@
 """The task system: queues, workers, results, and Django's Tasks backend.
 
-One engine (``engine.py``) runs the queue scripts; two front doors use it: our
-``@task`` (``registry.py``) and Django's Tasks framework (``backend.py``). Workers
-(``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks and
-record their results (``results.py``); ``status.py`` reads what the queues hold.
+One engine (``engine.py``) runs the queue scripts on task messages (``messages.py``);
+two front doors use it: our ``@task`` (``registry.py``) and Django's Tasks framework
+(``backend.py``). Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py
+rc_worker``) run tasks (``runs.py``), record their results (``results.py``) and claim
+the ticks of schedules (``schedules.py``); ``status.py`` reads what the queues hold.
 """
 
 from __future__ import annotations

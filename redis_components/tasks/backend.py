@@ -38,8 +38,9 @@ from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist
 from . import engine, results
 from .messages import TaskMessage, new_task_id, to_json, validate_queue
-from .registry import Job, due_at, time_limits
+from .registry import due_at, time_limits
 from .results import TaskStatus
+from .runs import Job
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends

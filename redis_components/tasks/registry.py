@@ -19,7 +19,6 @@ import contextvars
 import dataclasses
 import datetime
 import hashlib
-import inspect
 import json
 import logging
 import math
@@ -27,7 +26,6 @@ import random
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from .. import keys
@@ -47,7 +45,6 @@ from .messages import (
     MAX_TASK_NAME,
     TaskMessage,
     new_message,
-    to_json,
     validate_priority,
     validate_queue,
 )
@@ -363,62 +360,6 @@ def backoff(retries: int, base: float | None = None) -> float:
     base = conf.TASK_RETRY_BACKOFF if base is None else base
     delay = min(conf.TASK_RETRY_BACKOFF_MAX, base * 2.0**retries)
     return min(conf.TASK_RETRY_BACKOFF_MAX, delay * random.uniform(0.5, 1.5))
-
-
-# -- what a worker runs ---------------------------------------------------------------
-
-
-class Job:
-    """One run of a task in a worker: what to call, how to store its value, its retries.
-
-    Django's Tasks backend gives its own (with the task context and Django's signals).
-    """
-
-    def __init__(
-        self,
-        func: Callable[..., Any],
-        message: TaskMessage,
-        *,
-        max_retries: int,
-        retry_backoff: float | None,
-        time_limit: float | None = None,
-        soft_time_limit: float | None = None,
-    ) -> None:
-        self.func = func
-        self.message = message
-        self.max_retries = max_retries
-        self.retry_backoff = retry_backoff
-        self.time_limit = time_limit
-        self.soft_time_limit = soft_time_limit
-
-    @classmethod
-    def of(cls, message: TaskMessage) -> Job | None:
-        r"""The job of a message for one of our ``@task``\ s (``None``: no such task here)."""
-        registered = _registry.get(message.task)
-        if registered is None:
-            return None
-        return cls(
-            registered.func,
-            message,
-            max_retries=registered.max_retries,
-            retry_backoff=registered.retry_backoff,
-            time_limit=registered.time_limit,
-            soft_time_limit=registered.soft_time_limit,
-        )
-
-    def call(self) -> Any:
-        """Run the task once; an ``async def`` task runs on an event loop."""
-        func = self.func
-        if inspect.iscoroutinefunction(func):
-            func = async_to_sync(func)
-        return func(*self.message.args, **self.message.kwargs)
-
-    def encode(self, value: Any) -> str:
-        """The return value as JSON (:class:`TaskSerializationError` if it is not JSON)."""
-        return to_json(value, f"the return value of task {self.message.task!r}")
-
-    def finished(self, status: TaskStatus, error: BaseException | None) -> None:
-        """Called once the task has ended for good (not before a retry)."""
 
 
 # -- the task a worker is running, and deferring it ---------------------------------

@@ -25,7 +25,8 @@ from ..conf import conf
 from ..exceptions import InvalidInput, TimeLimitExceeded
 from .engine import fetch, fetch_keys, raw, recover_worker, running_key, tasks_client
 from .messages import MalformedTask, TaskMessage
-from .worker import REDIS_DOWN, Worker, checked_queues, failure, job_for, new_worker_id
+from .runs import failure, job_for
+from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id
 
 logger = logging.getLogger("redis_components.worker")
 

@@ -65,7 +65,6 @@ SIGTERM or SIGINT: the worker finishes its task, records it and exits.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -90,8 +89,8 @@ from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from . import engine
 from .engine import Fetched, Outcome, ready_key, tasks_client
 from .messages import MalformedTask, TaskMessage, task_id_of, validate_queue
-from .registry import Job, Retry, backoff, running, stop_running
-from .results import TaskStatus, describe, error_json
+from .registry import running, stop_running
+from .runs import Job, bury, failure, job_for, success
 from .schedules import Scheduler, schedules
 
 logger = logging.getLogger("redis_components.worker")
@@ -129,115 +128,6 @@ def checked_queues(queues: Sequence[str]) -> list[str]:
     if not names:
         raise InvalidInput("queues", "must name at least one queue")
     return names
-
-
-def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
-    """What runs ``message`` here, or why nothing can."""
-    if message.backend is None:
-        job = Job.of(message)
-        return job if job is not None else f"no task is registered as {message.task!r} here"
-    try:
-        from .backend import django_job
-    except ImportError as error:
-        return f"Django's Tasks framework is not installed here ({error})"
-    return django_job(message, worker_id, now_ms)
-
-
-def success(
-    position: int,
-    queue: str,
-    payload: bytes,
-    message: TaskMessage,
-    job: Job,
-    value: Any,
-    deferred_for: float | None,
-    seconds: float,
-) -> Outcome:
-    """How a run that returned ends: done, deferred, or failed for its return value."""
-    ms = seconds * 1000
-    if deferred_for is not None:
-        logger.info(
-            "Task %s[%s] deferred for %.3g s after %.1f ms",
-            message.task,
-            message.id,
-            deferred_for,
-            ms,
-        )
-        delay_ms = round(deferred_for * 1000)
-        return Outcome(position, payload, message.id, "defer", "", payload, delay_ms, "", seconds)
-    try:
-        returned = job.encode(value)
-    except Exception as error:  # the task ran: running it again cannot help
-        logger.error("Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error)
-        job.finished(TaskStatus.FAILED, error)
-        return bury(position, queue, payload, message.id, "failed", str(error), error, seconds)
-    logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
-    job.finished(TaskStatus.SUCCESSFUL, None)
-    return Outcome(position, payload, message.id, "ok", returned, seconds=seconds)
-
-
-def failure(
-    position: int,
-    queue: str,
-    payload: bytes,
-    message: TaskMessage,
-    job: Job,
-    error: BaseException,
-    seconds: float,
-    reason: str = "failed",
-) -> Outcome:
-    """How a failed run ends: a retry after the backoff, or, past ``max_retries``, a dead
-    letter (with ``reason``); logged either way."""
-    name, task_id, max_retries, ms = message.task, message.id, job.max_retries, seconds * 1000
-    described = f"{type(error).__name__}: {error}"
-    if isinstance(error, Retry):
-        described = f"retry requested: {error.reason}" if error.reason else "retry requested"
-    if message.retries < max_retries:
-        delay = (
-            error.delay
-            if isinstance(error, Retry) and error.delay is not None
-            else backoff(message.retries, job.retry_backoff)
-        )
-        logger.warning(
-            "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
-            *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
-            exc_info=None if isinstance(error, Retry) else error,
-        )
-        retried = dataclasses.replace(message, retries=message.retries + 1).encode()
-        entry = error_json(*describe(error))
-        return Outcome(
-            position, payload, task_id, "retry", entry, retried, round(delay * 1000), "", seconds
-        )
-    logger.error(
-        "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
-        *(name, task_id, ms, described, message.retries),
-        exc_info=None if isinstance(error, Retry) else error,
-    )
-    job.finished(TaskStatus.FAILED, error)
-    return bury(position, queue, payload, task_id, reason, described, error, seconds)
-
-
-def bury(
-    position: int,
-    queue: str,
-    payload: bytes,
-    task_id: str,
-    reason: str,
-    problem: str,
-    error: BaseException | None = None,
-    seconds: float = 0.0,
-) -> Outcome:
-    """A dead letter for ``payload``, saying why (``problem``; the traceback of ``error``)."""
-    class_path, trace = describe(error) if error is not None else ("", problem)
-    return Outcome(
-        position,
-        payload,
-        task_id,
-        "bury",
-        data=error_json(class_path, trace),
-        dead_entry=engine.dead_entry(payload, queue, reason, problem, trace),
-        seconds=seconds,
-    )
 
 
 class Worker:

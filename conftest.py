@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 from django.test import override_settings
+from redis.cluster import RedisCluster
 
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
 from tests.settings import caches
@@ -41,9 +43,24 @@ def redis_server() -> Iterator[EmbeddedRedis | EmbeddedCluster]:
             yield server
 
 
+class _WholeCluster(RedisCluster):
+    """A cluster client whose KEYS asks every master (redis-py asks one node by default).
+
+    Tests look for keys with ``r.keys(pattern)``: on a cluster they must see all of them.
+    """
+
+    def keys(self, pattern: Any = "*", **kwargs: Any) -> Any:
+        kwargs.setdefault("target_nodes", RedisCluster.PRIMARIES)
+        return super().keys(pattern, **kwargs)
+
+
 @pytest.fixture(scope="session")
 def _admin_client(redis_server: EmbeddedRedis | EmbeddedCluster) -> Iterator[redis.Redis]:
-    client = redis_server.client()
+    if isinstance(redis_server, EmbeddedCluster):
+        node = redis_server.nodes[0]
+        client: Any = _WholeCluster(host=node.host, port=node.port)
+    else:
+        client = redis_server.client()
     yield client
     client.close()
 

@@ -8,6 +8,7 @@ from django.utils.module_loading import autodiscover_modules
 class RedisComponentsConfig(AppConfig):
     name = "redis_components"
     verbose_name = "Redis components"
+    default_auto_field = "django.db.models.BigAutoField"  # the admin's model has no table
 
     def ready(self) -> None:
         from .checks import check_settings

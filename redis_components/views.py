@@ -23,6 +23,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
@@ -322,5 +323,14 @@ def queue_status(request: HttpRequest) -> HttpResponse:
     data = queue_status_data()
     if request.GET.get("format") == "json":
         return JsonResponse(data, status=503 if "error" in data else 200)
-    context = {**data, "refresh": QUEUE_PAGE_REFRESH}
+    context = {**data, "refresh": QUEUE_PAGE_REFRESH, "admin_url": _dashboard_url()}
     return render(request, "redis_components/queues.html", context)
+
+
+def _dashboard_url() -> str:
+    """The task queues' admin pages, where one can act on what this page shows ("" if the
+    admin is not installed or not routed)."""
+    try:
+        return reverse("admin:redis_components_taskqueues_changelist")
+    except NoReverseMatch:
+        return ""

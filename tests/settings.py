@@ -77,6 +77,7 @@ ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.urls"
 INSTALLED_APPS = [
     *DJANGO_TASKS_APP,
+    "django.contrib.admin",  # the task queues' admin pages
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

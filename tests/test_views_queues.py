@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client
-from django.test.utils import override_settings
+from django.test.utils import modify_settings, override_settings
 
 from redis_components.tasks.engine import dead_key, leases_key, queues_key, workers_key
 from tests.testapp import tasks
@@ -26,7 +27,13 @@ def staff(client: Client, django_user_model: Any) -> Client:
 
 @pytest.mark.django_db
 def test_anonymous_users_are_sent_to_log_in(client: Client) -> None:
-    with override_settings(LOGIN_URL="/login/"):
+    response = client.get(URL)  # through the admin's login page, when the admin is installed
+    assert response.status_code == 302
+    assert response["Location"] == "/admin/login/?next=/rc/queues/"
+    with (
+        modify_settings(INSTALLED_APPS={"remove": "django.contrib.admin"}),
+        override_settings(LOGIN_URL="/login/"),
+    ):
         response = client.get(URL)
     assert response.status_code == 302
     assert response["Location"] == "/login/?next=/rc/queues/"
@@ -51,6 +58,7 @@ def test_staff_see_the_counts_on_a_refreshing_page(staff: Client, r: redis.Redis
     assert "<td>test</td>" in html
     assert "ValueError: &lt;boom&gt;" in html  # escaped
     assert "No worker is running" in html
+    assert 'href="/admin/redis_components/taskqueues/"' in html  # where to act on it
     assert response["Cache-Control"].startswith("max-age=0")
 
 
@@ -78,11 +86,16 @@ def test_an_unreachable_redis_is_reported(staff: Client) -> None:
 
 
 @pytest.mark.django_db
-def test_the_demo_links_staff_to_the_page(client: Client, django_user_model: Any) -> None:
-    client.force_login(django_user_model.objects.create_user("someone"))
-    assert URL not in client.get("/").content.decode()
-    client.force_login(django_user_model.objects.create_user("boss", is_staff=True))
-    assert f'href="{URL}"' in client.get("/").content.decode()
+def test_the_demo_links_those_allowed_to_the_admin_pages(
+    client: Client, django_user_model: Any
+) -> None:
+    dashboard = 'href="/admin/redis_components/taskqueues/"'
+    client.force_login(django_user_model.objects.create_user("someone", is_staff=True))
+    assert dashboard not in client.get("/").content.decode()
+    boss = django_user_model.objects.create_user("boss", is_staff=True)
+    boss.user_permissions.add(Permission.objects.get(codename="view_task_queues"))
+    client.force_login(boss)
+    assert dashboard in client.get("/").content.decode()
 
 
 def write_hostile_data(r: redis.Redis) -> None:

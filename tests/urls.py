@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib.util
 
 import django
+from django.contrib import admin
 from django.urls import include, path
 
 from tests import pages
@@ -10,6 +11,7 @@ from tests import pages
 TASKS_FRAMEWORK = django.VERSION >= (6, 0) or importlib.util.find_spec("django_tasks") is not None
 
 urlpatterns = [
+    path("admin/", admin.site.urls),
     path("rc/", include("redis_components.urls")),
     path("autocomplete-page/", pages.autocomplete_page, name="autocomplete-page"),
     path("", include("demo_project.marketplace.urls")),

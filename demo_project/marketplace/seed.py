@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 
 from redis_components import GroupChat, Guild, RecentContacts
 
@@ -55,8 +56,15 @@ def _people(progress: Progress) -> dict[str, int]:
         if created:
             user.set_password(DEMO_PASSWORD)
             user.save()
+            if n == 0:  # staff: the task queues' admin pages, and their actions
+                user.user_permissions.add(
+                    Permission.objects.get(
+                        content_type__app_label="redis_components", codename="manage_task_queues"
+                    )
+                )
         ids[name] = user.pk
-    progress(f"{len(ids)} users (password {DEMO_PASSWORD!r}); {PEOPLE[0]} is staff", False)
+    staff = f"{PEOPLE[0]} is staff and may act on the task queues"
+    progress(f"{len(ids)} users (password {DEMO_PASSWORD!r}); {staff}", False)
     return ids
 
 

@@ -174,10 +174,11 @@ def dead_letters(queue: str, count: int = 100) -> list[DeadLetter]:
     """The newest ``count`` dead letters of ``queue``, newest last."""
     validate_queue(queue)
     entries = raw(tasks_client(), "LRANGE", dead_key(queue), -count, -1)
-    return [_dead_letter(queue, entry) for entry in entries]
+    return [read_dead_letter(queue, entry) for entry in entries]
 
 
-def _dead_letter(queue: str, entry: bytes) -> DeadLetter:
+def read_dead_letter(queue: str, entry: bytes) -> DeadLetter:
+    """What can be read of one dead-letter entry (an unreadable one is marked, never raised)."""
     shown = _text(entry)
     try:
         data: Any = json.loads(entry)
@@ -202,7 +203,7 @@ def dead_letter_page(queue: str, offset: int = 0, count: int = 50) -> tuple[int,
     pipe.llen(dead_key(queue))
     raw(pipe, "LRANGE", dead_key(queue), -offset - count, -offset - 1)
     total, entries = pipe.execute()
-    return int(total), [_dead_letter(queue, entry) for entry in reversed(entries)]
+    return int(total), [read_dead_letter(queue, entry) for entry in reversed(entries)]
 
 
 def dead_letter_entry(queue: str, index: int) -> bytes | None:

@@ -1,0 +1,484 @@
+"""The task queues in Django's admin: what waits, runs and failed, and what to do about it.
+
+``redis_components.admin`` registers :class:`TaskQueuesAdmin` for the table-less
+:class:`~redis_components.models.TaskQueues` model, which gives the admin index its
+"Task queues" entry and two permissions: ``view_task_queues`` to see the pages,
+``manage_task_queues`` to act (requeue, delete, cancel, terminate, purge). Every action
+is a POST with Django's CSRF token, after a confirmation page that says what it will do,
+and is logged (logger ``redis_components.tasks``) with the user's name.
+
+The pages read Redis page by page (never a whole queue), show what they cannot decode
+instead of failing, work without JavaScript, and refresh themselves when it is on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
+
+from ..exceptions import InvalidInput, TaskNotCancellable
+from .engine import cancel, delete_dead_entry, purge, requeue_dead, requeue_dead_entry
+from .messages import validate_queue
+from .schedules import schedule_states
+from .status import (
+    Minute,
+    WaitingTask,
+    dead_letter_entry,
+    dead_letter_page,
+    queue_stats,
+    read_dead_letter,
+    running_tasks,
+    throughput,
+    waiting_tasks,
+    workers,
+)
+
+log = logging.getLogger("redis_components.tasks")
+
+PAGE_SIZE = 50
+CHART_HOURS = 6
+REFRESH_SECONDS = 10
+VIEW = "redis_components.view_task_queues"
+MANAGE = "redis_components.manage_task_queues"
+
+
+def can_view(request: HttpRequest) -> bool:
+    return request.user.has_perm(VIEW) or request.user.has_perm(MANAGE)
+
+
+def can_manage(request: HttpRequest) -> bool:
+    return request.user.has_perm(MANAGE)
+
+
+def entry_digest(entry: bytes) -> str:
+    """Names one dead letter on a confirmation page, so that the action applies to the
+    entry the user saw even if the list moved meanwhile."""
+    return hashlib.sha256(entry).hexdigest()[:20]
+
+
+# -- throughput chart ------------------------------------------------------------------------
+
+CHART_WIDTH, CHART_HEIGHT = 720, 120
+SERIES = (("processed", "#2e7d32"), ("failed", "#c62828"), ("retried", "#ef6c00"))
+
+
+@dataclass(frozen=True)
+class Line:
+    kind: str
+    color: str
+    points: str  # an SVG polyline's points
+    total: int
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One queue's finished tasks per minute, as polylines (server-rendered SVG)."""
+
+    queue: str
+    lines: list[Line]
+    peak: int
+    start: datetime.datetime
+    end: datetime.datetime
+    width: int = CHART_WIDTH
+    height: int = CHART_HEIGHT
+
+
+def chart(queue: str, minutes: list[Minute]) -> Chart | None:
+    """``None`` when nothing finished in the window (there is nothing to draw)."""
+    peak = max((max(m.processed, m.failed, m.retried) for m in minutes), default=0)
+    if not peak:
+        return None
+    step = CHART_WIDTH / max(len(minutes) - 1, 1)
+    lines = []
+    for kind, color in SERIES:
+        values = [getattr(minute, kind) for minute in minutes]
+        points = " ".join(
+            f"{i * step:.1f},{CHART_HEIGHT - value * CHART_HEIGHT / peak:.1f}"
+            for i, value in enumerate(values)
+        )
+        lines.append(Line(kind, color, points, sum(values)))
+    return Chart(queue, lines, peak, minutes[0].at, minutes[-1].at)
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an action applies to, from the query string (confirmation) or the form (POST)."""
+
+    queue: str = ""
+    task_id: str = ""
+    index: int | None = None
+    digest: str = ""
+
+    @classmethod
+    def from_data(cls, data: Any) -> Target:
+        index = data.get("index")
+        try:
+            number = int(index) if index not in (None, "") else None
+        except ValueError:
+            raise InvalidInput("index", f"must be a whole number, not {index[:40]!r}") from None
+        if number is not None and number < 0:
+            raise InvalidInput("index", "must not be negative")
+        queue = data.get("queue", "")
+        return cls(
+            queue=validate_queue(queue) if queue else "",
+            task_id=data.get("task", "")[:100],
+            index=number,
+            digest=data.get("digest", "")[:40],
+        )
+
+    def query(self) -> str:
+        fields = {"queue": self.queue, "task": self.task_id, "digest": self.digest}
+        if self.index is not None:
+            fields["index"] = str(self.index)
+        return urlencode({k: v for k, v in fields.items() if v})
+
+    def dead_entry(self) -> bytes:
+        """The dead letter this names, still at its place; else :class:`InvalidInput`."""
+        if not self.queue or self.index is None:
+            raise InvalidInput("index", "a queue and the dead letter's index are needed")
+        entry = dead_letter_entry(self.queue, self.index)
+        if entry is None or (self.digest and entry_digest(entry) != self.digest):
+            raise InvalidInput("index", "that dead letter is no longer there (the list changed)")
+        return entry
+
+
+def _requeue(target: Target) -> str:
+    if requeue_dead_entry(target.queue, target.dead_entry()):
+        return f"Requeued the dead letter on {target.queue!r}."
+    return "That dead letter could not be requeued (another user moved it, or it is unreadable)."
+
+
+def _delete(target: Target) -> str:
+    if delete_dead_entry(target.queue, target.dead_entry()):
+        return f"Deleted the dead letter from {target.queue!r}."
+    return "That dead letter was already gone."
+
+
+def _requeue_all(target: Target) -> str:
+    moved, left = requeue_dead(_queue_of(target))
+    kept = f"; {left} unreadable left in the list" if left else ""
+    return f"Requeued {moved} dead letter(s) on {target.queue!r}{kept}."
+
+
+def _purge(target: Target) -> str:
+    return f"Purged {purge(_queue_of(target))} task(s) from {target.queue!r}."
+
+
+def _cancel(target: Target) -> str:
+    cancel(target.task_id)
+    return f"Cancelled task {target.task_id}."
+
+
+def _terminate(target: Target) -> str:
+    outcome = cancel(target.task_id, terminate=True)
+    if outcome == "cancelled":  # it had not started after all
+        return f"Cancelled task {target.task_id} (it had not started)."
+    return f"Task {target.task_id} is being stopped (its worker process is replaced)."
+
+
+def _queue_of(target: Target) -> str:
+    if not target.queue:
+        raise InvalidInput("queue", "which queue?")
+    return target.queue
+
+
+@dataclass(frozen=True)
+class Action:
+    title: str
+    warning: str
+    run: Callable[[Target], str]
+
+
+ACTIONS = {
+    "requeue": Action(
+        "Requeue a dead letter", "It goes back to its queue with fresh retries.", _requeue
+    ),
+    "delete": Action("Delete a dead letter", "It is gone for good.", _delete),
+    "requeue-all": Action(
+        "Requeue every dead letter of a queue",
+        "Each goes back to its queue with fresh retries.",
+        _requeue_all,
+    ),
+    "purge": Action(
+        "Purge a queue",
+        "Every ready, delayed and dead task of the queue is deleted; running ones finish.",
+        _purge,
+    ),
+    "cancel": Action(
+        "Cancel a waiting task", "It leaves its queue and its result says CANCELLED.", _cancel
+    ),
+    "terminate": Action(
+        "Terminate a running task",
+        "The worker process running it is stopped and replaced; the attempt fails.",
+        _terminate,
+    ),
+}
+
+
+# -- the admin -------------------------------------------------------------------------------
+
+
+class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The "Task queues" pages of the admin; nothing here reads or writes the database."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return can_view(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return can_view(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+
+        def page(view: Callable[..., HttpResponse]) -> Any:
+            return self.admin_site.admin_view(self._guarded(view))
+
+        return [
+            path("", page(self.overview), name=f"{prefix}_changelist"),
+            path("queue/", page(self.queue), name=f"{prefix}_queue"),
+            path("dead/", page(self.dead_letter), name=f"{prefix}_dead"),
+            path("do/<str:action>/", page(self.action), name=f"{prefix}_action"),
+        ]
+
+    def url(self, name: str, *args: str, query: str = "") -> str:
+        found = reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{name}",
+            args=args,
+        )
+        return f"{found}?{query}" if query else found
+
+    def _cancel_url(self, task: WaitingTask, queue: str) -> str:
+        if task.message is None:
+            return ""
+        return self.url("action", "cancel", query=Target(queue, task.message.id).query())
+
+    def _guarded(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        """Permission first; then bad input is a message, Redis down a 503 page."""
+
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not can_view(request):
+                raise PermissionDenied("You may not see the task queues.")
+            try:
+                return view(request, *args, **kwargs)
+            except InvalidInput as error:
+                messages.error(request, str(error))
+                return HttpResponseRedirect(self.url("changelist"))
+            except redis.RedisError as error:
+                log.warning("Task queues page: Redis cannot be reached: %s", error)
+                context = self._context(request, "Task queues", error=str(error))
+                return render(request, "admin/redis_components/error.html", context, status=503)
+
+        return guarded
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "overview_url": self.url("changelist"),
+            "can_manage": can_manage(request),
+            **extra,
+        }
+
+    def overview(self, request: HttpRequest) -> HttpResponse:
+        stats = queue_stats()
+        now = datetime.datetime.now(datetime.timezone.utc)
+        running = running_tasks()
+        by_worker: dict[str, list[dict[str, Any]]] = {}
+        for task in running:
+            seconds = (now - task.started_at).total_seconds() if task.started_at else None
+            by_worker.setdefault(task.worker_id, []).append(
+                {
+                    "task": task,
+                    "seconds": seconds,
+                    "terminate_url": self.url(
+                        "action", "terminate", query=Target(task_id=task.task_id).query()
+                    ),
+                }
+            )
+        found_workers = [
+            {"worker": worker, "running": by_worker.pop(worker.id, [])} for worker in workers()
+        ]
+        minutes = throughput([s.name for s in stats], CHART_HOURS)
+        charts = [c for s in stats if (c := chart(s.name, minutes[s.name])) is not None]
+        context = self._context(
+            request,
+            "Task queues",
+            refresh=REFRESH_SECONDS,
+            queues=[
+                {
+                    "stats": s,
+                    "url": self.url("queue", query=urlencode({"name": s.name})),
+                    "dead_url": self.url(
+                        "queue", query=urlencode({"name": s.name, "state": "dead"})
+                    ),
+                    "requeue_url": self.url("action", "requeue-all", query=Target(s.name).query()),
+                    "purge_url": self.url("action", "purge", query=Target(s.name).query()),
+                }
+                for s in stats
+            ],
+            workers=found_workers,
+            orphans=[entry for entries in by_worker.values() for entry in entries],
+            schedules=schedule_states(),
+            charts=charts,
+            chart_hours=CHART_HOURS,
+        )
+        return render(request, "admin/redis_components/overview.html", context)
+
+    def queue(self, request: HttpRequest) -> HttpResponse:
+        name = validate_queue(request.GET.get("name", ""))
+        state = request.GET.get("state", "ready")
+        if state not in ("ready", "delayed", "dead"):
+            raise Http404("No such state: ready, delayed or dead.")
+        number = _page_number(request.GET.get("page", "1"))
+        offset = (number - 1) * PAGE_SIZE
+        rows: list[dict[str, Any]] = []
+        if state == "dead":
+            total, letters = dead_letter_page(name, offset, PAGE_SIZE)
+            for i, letter in enumerate(letters):
+                query = Target(name, index=offset + i).query()
+                failed = datetime.datetime.fromtimestamp(letter.failed_at, datetime.timezone.utc)
+                rows.append(
+                    {"letter": letter, "failed": failed, "url": self.url("dead", query=query)}
+                )
+        else:
+            total, waiting = waiting_tasks(name, state, offset, PAGE_SIZE)
+            rows = [
+                {
+                    "waiting": task,
+                    "arguments": _arguments(task),
+                    "cancel_url": self._cancel_url(task, name),
+                }
+                for task in waiting
+            ]
+        pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
+        base: dict[str, str | int] = {"name": name, "state": state}
+        context = self._context(
+            request,
+            f"Queue {name}",
+            refresh=REFRESH_SECONDS,
+            requeue_all_url=self.url("action", "requeue-all", query=Target(name).query()),
+            queue=name,
+            state=state,
+            rows=rows,
+            total=total,
+            offset=offset,
+            last_shown=offset + len(rows),
+            page=number,
+            pages=pages,
+            tabs=[
+                (tab, self.url("queue", query=urlencode({**base, "state": tab})))
+                for tab in ("ready", "delayed", "dead")
+            ],
+            previous_url=self.url("queue", query=urlencode({**base, "page": number - 1}))
+            if number > 1
+            else "",
+            next_url=self.url("queue", query=urlencode({**base, "page": number + 1}))
+            if number < pages
+            else "",
+        )
+        return render(request, "admin/redis_components/queue.html", context)
+
+    def dead_letter(self, request: HttpRequest) -> HttpResponse:
+        target = Target.from_data(request.GET)
+        entry = target.dead_entry()
+        found = Target(target.queue, index=target.index, digest=entry_digest(entry))
+        context = self._context(
+            request,
+            f"Dead letter on {target.queue}",
+            letter=read_dead_letter(target.queue, entry),
+            queue=target.queue,
+            queue_url=self.url("queue", query=urlencode({"name": target.queue, "state": "dead"})),
+            requeue_url=self.url("action", "requeue", query=found.query()),
+            delete_url=self.url("action", "delete", query=found.query()),
+        )
+        return render(request, "admin/redis_components/dead_letter.html", context)
+
+    def action(self, request: HttpRequest, action: str) -> HttpResponse:
+        """GET: the confirmation page; POST (with CSRF): do it, log it, go back."""
+        chosen = ACTIONS.get(action)
+        if chosen is None:
+            raise Http404(f"No such action: {action[:40]!r}.")
+        if not can_manage(request):
+            raise PermissionDenied("You may see the task queues but not act on them.")
+        if request.method != "POST":
+            target = Target.from_data(request.GET)
+            entry = None
+            if target.index is not None:
+                entry = target.dead_entry()  # it must be there to be confirmed
+                target = Target(target.queue, index=target.index, digest=entry_digest(entry))
+            context = self._context(
+                request, chosen.title, action=chosen, target=target, shown=_shown(target, entry)
+            )
+            return render(request, "admin/redis_components/confirm.html", context)
+        target = Target.from_data(request.POST)
+        try:
+            outcome = chosen.run(target)
+        except TaskNotCancellable as error:
+            messages.error(request, str(error))
+            return HttpResponseRedirect(self.url("changelist"))
+        log.info("%s (admin user %r): %s", chosen.title, request.user.get_username(), outcome)
+        messages.success(request, outcome)
+        if target.queue:
+            state = "dead" if action in ("requeue", "delete") else "ready"
+            query = urlencode({"name": target.queue, "state": state})
+            return HttpResponseRedirect(self.url("queue", query=query))
+        return HttpResponseRedirect(self.url("changelist"))
+
+
+def _arguments(task: WaitingTask) -> str:
+    """A waiting task's arguments as JSON, cut to what a table cell can show."""
+    if task.message is None:
+        return ""
+    shown = json.dumps(task.message.args, ensure_ascii=False)
+    if task.message.kwargs:
+        shown += " " + json.dumps(task.message.kwargs, ensure_ascii=False)
+    return shown[:300]
+
+
+def _page_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidInput("page", f"must be a whole number, not {value[:40]!r}") from None
+    if number < 1:
+        raise InvalidInput("page", "must be 1 or more")
+    return number
+
+
+def _shown(target: Target, entry: bytes | None) -> list[tuple[str, str]]:
+    """What the confirmation page lists about the target."""
+    shown = []
+    if target.queue:
+        shown.append(("Queue", target.queue))
+    if target.task_id:
+        shown.append(("Task id", target.task_id))
+    if entry is not None:
+        letter = read_dead_letter(target.queue, entry)
+        shown += [("Dead letter", letter.reason), ("Error", letter.error), ("Task", letter.task)]
+    return shown

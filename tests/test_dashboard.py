@@ -1,0 +1,263 @@
+"""The task queues' admin pages (redis_components.tasks.dashboard)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.test.utils import override_settings
+
+from redis_components import TaskStatus, get_result
+from redis_components.tasks.engine import dead_entry, dead_key, ready_key
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.worker import Worker
+from tests.processes import wait_until
+from tests.testapp import tasks
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_may_check_db_connections")]
+
+ADMIN = "/admin/redis_components/taskqueues/"
+
+
+def user_with(django_user_model: Any, name: str, *codenames: str) -> Any:
+    user = django_user_model.objects.create_user(name, is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+@pytest.fixture
+def viewer(client: Client, django_user_model: Any) -> Client:
+    client.force_login(user_with(django_user_model, "watcher", "view_task_queues"))
+    return client
+
+
+@pytest.fixture
+def manager(django_user_model: Any) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user_with(django_user_model, "operator", "manage_task_queues"))
+    return client
+
+
+def dead_letter(r: redis.Redis, label: str, error: str = "ValueError: boom") -> TaskMessage:
+    message = TaskMessage(f"id{label}", "tests.testapp.tasks.record", "test", [label], {})
+    entry = dead_entry(message.encode(), "test", "failed 3 times", error, f"Traceback of {label}")
+    r.rpush(dead_key("test"), entry)
+    return message
+
+
+def csrf_token(page: Any) -> str:
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode())
+    assert found, "the page has no CSRF token"
+    return found.group(1)
+
+
+def confirm(client: Client, url: str) -> tuple[Any, dict[str, str]]:
+    """GET the confirmation page of ``url``; the form's fields, as the browser would post."""
+    page = client.get(url)
+    assert page.status_code == 200, page.content[:500]
+    form = re.search(r'<form method="post">(.*?)</form>', page.content.decode(), re.S)
+    assert form, "no confirmation form"
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(1)))
+    del fields["csrfmiddlewaretoken"]  # the tests post it, or not, on purpose
+    return page, fields
+
+
+def test_the_admin_lists_task_queues_for_those_allowed(
+    client: Client, django_user_model: Any
+) -> None:
+    client.force_login(user_with(django_user_model, "staff-only"))
+    assert "Task queues" not in client.get("/admin/").content.decode()
+    assert client.get(ADMIN).status_code == 403
+    client.force_login(user_with(django_user_model, "watcher", "view_task_queues"))
+    index = client.get("/admin/").content.decode()
+    assert "Task queues" in index
+    assert ADMIN in index
+    client.logout()
+    response = client.get(ADMIN)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+def test_the_overview_shows_queues_workers_running_tasks_schedules_and_throughput(
+    viewer: Client, r: redis.Redis
+) -> None:
+    for i in range(3):
+        tasks.record.enqueue(f"done{i}")
+    Worker(["test"], burst=True).run()
+    tasks.record.enqueue("waiting")
+    tasks.record.enqueue_in(600, "later")
+    page = viewer.get(ADMIN).content.decode()
+    row = re.search(r"<tr>\s*<td><a [^>]*>test</a></td>(.*?)</tr>", page, re.S)
+    assert row, page
+    numbers = re.findall(r'<td class="n">(?:<a [^>]*>)?(\d+|-)', row.group(1))
+    assert numbers[:3] == ["1", "1", "0"]  # ready, delayed, running
+    assert "<svg" in page
+    assert "<polyline" in page
+    assert "processed: 3" in page
+    assert "No worker is running" in page  # the burst worker has gone
+    assert "Schedules (" in page
+
+
+def test_a_running_task_shows_with_its_worker_and_for_how_long(
+    viewer: Client, r: redis.Redis, start_worker: Any
+) -> None:
+    worker = start_worker("test")
+    tasks.slow.enqueue("long", 30)
+    wait_until(lambda: r.get("test:long:started") is not None, worker.output)
+    page = viewer.get(ADMIN).content.decode()
+    assert "tests.testapp.tasks.slow" in page
+    assert re.search(r"</code>, \d+ s", page), "how long it has run"
+    assert "Terminate" not in page  # a viewer may not act
+
+
+def test_a_queue_is_shown_page_by_page_with_its_tasks_arguments(viewer: Client) -> None:
+    for i in range(120):
+        tasks.record.enqueue(f"arg-{i}")
+    first = viewer.get(ADMIN + "queue/", {"name": "test"}).content.decode()
+    assert "120 ready tasks; 1 to 50 shown" in first
+    assert "arg-0" in first
+    assert "arg-49" in first
+    assert "arg-50" not in first
+    last = viewer.get(ADMIN + "queue/", {"name": "test", "page": 3}).content.decode()
+    assert "101 to 120 shown" in last
+    assert "arg-119" in last
+    assert "Page 3 of 3" in last
+    assert "Cancel" not in last  # a viewer may not act
+
+
+def test_unreadable_entries_are_marked_not_fatal(viewer: Client, r: redis.Redis) -> None:
+    r.zadd(ready_key("test"), {b"\xff\xfe not a task": 1})
+    r.rpush(dead_key("test"), b"{not json", b"\x80")
+    ready = viewer.get(ADMIN + "queue/", {"name": "test"})
+    assert ready.status_code == 200
+    assert "(unreadable)" in ready.content.decode()
+    dead = viewer.get(ADMIN + "queue/", {"name": "test", "state": "dead"})
+    assert dead.status_code == 200
+    assert dead.content.decode().count("(unreadable)") == 2
+    assert viewer.get(ADMIN).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"name": ""},
+        {"name": "bad\x00name"},
+        {"name": "test", "page": "0"},
+        {"name": "test", "page": "x" * 5000},
+    ],
+)
+def test_bad_parameters_say_what_is_wrong_and_go_back(viewer: Client, query: Any) -> None:
+    response = viewer.get(ADMIN + "queue/", query, follow=True)
+    assert response.status_code == 200
+    shown = [str(m) for m in response.context["messages"]]
+    [message] = shown
+    assert len(message) < 200  # the bad value is cut
+
+
+def test_an_unknown_state_or_action_is_404(viewer: Client) -> None:
+    assert viewer.get(ADMIN + "queue/", {"name": "test", "state": "lost"}).status_code == 404
+    assert viewer.get(ADMIN + "do/explode/").status_code == 404
+
+
+def test_a_dead_letter_shows_its_error_and_traceback(viewer: Client, r: redis.Redis) -> None:
+    dead_letter(r, "old")
+    dead_letter(r, "new", error="KeyError: 'x'")
+    listing = viewer.get(ADMIN + "queue/", {"name": "test", "state": "dead"}).content.decode()
+    assert listing.index("KeyError") < listing.index("ValueError")  # newest first
+    page = viewer.get(ADMIN + "dead/", {"queue": "test", "index": 0}).content.decode()
+    assert "KeyError: &#x27;x&#x27;" in page
+    assert "Traceback of new" in page
+    assert "Requeue" not in page  # a viewer may not act
+    gone = viewer.get(ADMIN + "dead/", {"queue": "test", "index": 5}, follow=True)
+    assert "no longer there" in str(next(iter(gone.context["messages"])))
+
+
+def test_viewers_cannot_act(viewer: Client, r: redis.Redis) -> None:
+    dead_letter(r, "x")
+    assert viewer.get(ADMIN + "do/purge/", {"queue": "test"}).status_code == 403
+    assert viewer.post(ADMIN + "do/purge/", {"queue": "test"}).status_code == 403
+    assert r.llen(dead_key("test")) == 1
+
+
+def test_requeue_asks_first_needs_csrf_then_requeues_and_logs(
+    manager: Client, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    message = dead_letter(r, "again")
+    url = ADMIN + "do/requeue/?queue=test&index=0"
+    page, fields = confirm(manager, url)
+    assert "Yes, requeue a dead letter" in page.content.decode()
+    assert r.llen(dead_key("test")) == 1  # asking changed nothing
+    assert manager.post(ADMIN + "do/requeue/", fields).status_code == 403  # no CSRF token
+    assert r.llen(dead_key("test")) == 1
+    with caplog.at_level(logging.INFO, logger="redis_components.tasks"):
+        done = manager.post(
+            ADMIN + "do/requeue/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}
+        )
+    assert done.status_code == 302
+    assert r.llen(dead_key("test")) == 0
+    assert r.zcard(ready_key("test")) == 1
+    assert get_result(message.id).status is TaskStatus.READY
+    assert "operator" in caplog.text
+    assert "Requeued the dead letter" in caplog.text
+
+
+def test_a_dead_letter_that_moved_is_not_acted_on(manager: Client, r: redis.Redis) -> None:
+    dead_letter(r, "first")
+    page, fields = confirm(manager, ADMIN + "do/delete/?queue=test&index=0")
+    dead_letter(r, "second")  # index 0 is now another entry
+    response = manager.post(
+        ADMIN + "do/delete/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}, follow=True
+    )
+    assert "no longer there" in str(next(iter(response.context["messages"])))
+    assert r.llen(dead_key("test")) == 2
+
+
+def test_delete_requeue_all_and_purge(manager: Client, r: redis.Redis) -> None:
+    for label in "abc":
+        dead_letter(r, label)
+    r.rpush(dead_key("test"), b"junk")
+    page, fields = confirm(manager, ADMIN + "do/delete/?queue=test&index=1")
+    manager.post(ADMIN + "do/delete/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})
+    assert r.llen(dead_key("test")) == 3
+    page, fields = confirm(manager, ADMIN + "do/requeue-all/?queue=test")
+    done = manager.post(
+        ADMIN + "do/requeue-all/",
+        {**fields, "csrfmiddlewaretoken": csrf_token(page)},
+        follow=True,
+    )
+    assert "Requeued 2 dead letter(s)" in done.content.decode()
+    assert "1 unreadable left" in done.content.decode()
+    assert r.zcard(ready_key("test")) == 2
+    page, fields = confirm(manager, ADMIN + "do/purge/?queue=test")
+    manager.post(ADMIN + "do/purge/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})
+    assert r.zcard(ready_key("test")) == 0
+    assert r.llen(dead_key("test")) == 0
+
+
+def test_cancel_a_waiting_task_from_its_queue_page(manager: Client) -> None:
+    waiting = tasks.record.enqueue("never")
+    listing = manager.get(ADMIN + "queue/", {"name": "test"}).content.decode()
+    link = re.search(r'href="([^"]*do/cancel/[^"]*)"', listing)
+    assert link, listing
+    page, fields = confirm(manager, link.group(1).replace("&amp;", "&"))
+    manager.post(ADMIN + "do/cancel/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})
+    assert get_result(waiting.id).status is TaskStatus.CANCELLED
+    again = manager.post(
+        ADMIN + "do/cancel/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}, follow=True
+    )
+    assert "not waiting to run" in str(list(again.context["messages"])[-1])
+
+
+def test_redis_down_is_a_503_page(viewer: Client) -> None:
+    caches = {
+        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    }
+    with override_settings(CACHES=caches):
+        response = viewer.get(ADMIN)
+    assert response.status_code == 503
+    assert "Redis cannot be reached" in response.content.decode()

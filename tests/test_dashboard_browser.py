@@ -1,0 +1,77 @@
+"""The task queues' admin pages in a real browser (headless Chromium), with a worker running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.auth.models import Permission
+
+from redis_components.tasks.engine import dead_entry, dead_key
+from redis_components.tasks.messages import TaskMessage
+from tests.processes import wait_until
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSWORD = "queues-on-call"
+
+
+@pytest.fixture
+def site(live_server: Any, browser: Any, django_user_model: Any) -> str:
+    """The live server, with ``browser`` signed in to the admin as a queue manager."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    user = django_user_model.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="manage_task_queues"))
+    browser.delete_all_cookies()
+    browser.get(f"{live_server.url}/admin/login/")
+    browser.find_element(By.ID, "id_username").send_keys("operator")
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.current_url == f"{live_server.url}/admin/", "the login did not go through"
+    )
+    return str(live_server.url)
+
+
+def test_a_dead_task_requeued_from_the_page_runs(
+    site: str, browser: Any, r: redis.Redis, start_worker: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    message = TaskMessage("deadbeef01", "tests.testapp.tasks.record", "test", ["revived"], {})
+    r.rpush(dead_key("test"), dead_entry(message.encode(), "test", "failed", "ValueError", "tb"))
+    worker = start_worker("test")
+    browser.get(f"{site}/admin/")
+    browser.find_element(By.LINK_TEXT, "Task queues").click()
+    browser.find_element(By.CSS_SELECTOR, "a.bad").click()  # the dead count of "test"
+    browser.find_element(By.LINK_TEXT, "1").click()  # the newest dead letter
+    assert "ValueError" in browser.page_source
+    browser.find_element(By.LINK_TEXT, "Requeue").click()
+    assert r.llen(dead_key("test")) == 1  # the confirmation page changed nothing
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: "Requeued the dead letter" in b.page_source, "no message that it was requeued"
+    )
+    wait_until(lambda: r.hget("{test}:runs", "revived") == b"1", worker.output)
+
+
+def test_the_overview_refreshes_itself(site: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    tasks.record.enqueue("first")
+    browser.get(f"{site}/admin/redis_components/taskqueues/")
+    assert browser.find_element(By.CSS_SELECTOR, ".rc-js-only").is_displayed()
+
+    def ready_count(_: Any) -> str:
+        row = browser.find_element(By.XPATH, "//tr[td/a[text()='test']]")
+        return str(row.find_elements(By.CSS_SELECTOR, "td.n")[0].text)
+
+    assert ready_count(None) == "1"
+    tasks.record.enqueue("second")
+    WebDriverWait(browser, 30).until(lambda b: ready_count(b) == "2", "no refresh")

@@ -11,6 +11,7 @@ import redis
 from django.contrib.auth.models import Permission
 from django.test import Client
 from django.test.utils import override_settings
+from django.utils.http import urlencode
 
 from redis_components import TaskStatus, get_result
 from redis_components.tasks.engine import dead_entry, dead_key, ready_key
@@ -173,15 +174,57 @@ def test_a_dead_letter_shows_its_error_and_traceback(viewer: Client, r: redis.Re
     assert "KeyError: &#x27;x&#x27;" in page
     assert "Traceback of new" in page
     assert "Requeue" not in page  # a viewer may not act
-    gone = viewer.get(ADMIN + "dead/", {"queue": "test", "index": 5}, follow=True)
-    assert "no longer there" in str(next(iter(gone.context["messages"])))
+    assert viewer.get(ADMIN + "dead/", {"queue": "test", "index": 5}).status_code == 404
 
 
-def test_viewers_cannot_act(viewer: Client, r: redis.Redis) -> None:
+def every_action(r: redis.Redis) -> list[tuple[str, dict[str, str]]]:
+    """Each action with a target that exists (a dead letter, waiting and running tasks)."""
     dead_letter(r, "x")
-    assert viewer.get(ADMIN + "do/purge/", {"queue": "test"}).status_code == 403
-    assert viewer.post(ADMIN + "do/purge/", {"queue": "test"}).status_code == 403
-    assert r.llen(dead_key("test")) == 1
+    waiting = tasks.record.enqueue("waiting").id
+    return [
+        ("requeue", {"queue": "test", "index": "0"}),
+        ("delete", {"queue": "test", "index": "0"}),
+        ("requeue-all", {"queue": "test"}),
+        ("purge", {"queue": "test"}),
+        ("cancel", {"task": waiting}),
+        ("terminate", {"task": waiting}),
+    ]
+
+
+def snapshot(r: redis.Redis) -> list[Any]:
+    return [r.zrange(ready_key("test"), 0, -1), r.lrange(dead_key("test"), 0, -1)]
+
+
+def test_no_action_is_done_without_the_permission_csrf_or_a_post(
+    viewer: Client, manager: Client, r: redis.Redis
+) -> None:
+    actions = every_action(r)
+    before = snapshot(r)
+    for action, target in actions:
+        url = f"{ADMIN}do/{action}/"
+        assert viewer.get(url, target).status_code == 403, action
+        assert viewer.post(url, target).status_code == 403, action  # (the test client skips CSRF)
+        _, fields = confirm(manager, f"{url}?{urlencode(target)}")  # a GET only asks
+        assert manager.post(url, fields).status_code == 403, action  # no CSRF token
+        assert snapshot(r) == before, action
+
+
+@pytest.mark.parametrize(
+    ("action", "target"),
+    [
+        ("requeue", {"queue": "test", "index": "3"}),
+        ("delete", {"queue": "test", "index": "-1"}),
+        ("requeue", {"queue": "test", "index": "x"}),
+        ("cancel", {"task": "0123456789abcdef0123456789abcdef"}),
+        ("terminate", {"task": "bad id\x00"}),
+        ("cancel", {"task": ""}),
+        ("delete", {"queue": "test"}),
+        ("purge", {}),
+    ],
+)
+def test_bad_ids_are_404(manager: Client, r: redis.Redis, action: str, target: Any) -> None:
+    dead_letter(r, "x")
+    assert manager.get(f"{ADMIN}do/{action}/", target).status_code == 404
 
 
 def test_requeue_asks_first_needs_csrf_then_requeues_and_logs(

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from django.contrib import admin, messages
@@ -29,9 +29,10 @@ from django.shortcuts import render
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
-from ..exceptions import InvalidInput, TaskNotCancellable
+from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
 from .engine import cancel, delete_dead_entry, purge, requeue_dead, requeue_dead_entry
 from .messages import validate_queue
+from .results import get_result
 from .schedules import schedule_states
 from .status import (
     Minute,
@@ -203,30 +204,40 @@ class Action:
     title: str
     warning: str
     run: Callable[[Target], str]
+    needs: Literal["dead letter", "queue", "task"]
 
 
 ACTIONS = {
     "requeue": Action(
-        "Requeue a dead letter", "It goes back to its queue with fresh retries.", _requeue
+        "Requeue a dead letter",
+        "It goes back to its queue with fresh retries.",
+        _requeue,
+        "dead letter",
     ),
-    "delete": Action("Delete a dead letter", "It is gone for good.", _delete),
+    "delete": Action("Delete a dead letter", "It is gone for good.", _delete, "dead letter"),
     "requeue-all": Action(
         "Requeue every dead letter of a queue",
         "Each goes back to its queue with fresh retries.",
         _requeue_all,
+        "queue",
     ),
     "purge": Action(
         "Purge a queue",
         "Every ready, delayed and dead task of the queue is deleted; running ones finish.",
         _purge,
+        "queue",
     ),
     "cancel": Action(
-        "Cancel a waiting task", "It leaves its queue and its result says CANCELLED.", _cancel
+        "Cancel a waiting task",
+        "It leaves its queue and its result says CANCELLED.",
+        _cancel,
+        "task",
     ),
     "terminate": Action(
         "Terminate a running task",
         "The worker process running it is stopped and replaced; the attempt fails.",
         _terminate,
+        "task",
     ),
 }
 
@@ -405,8 +416,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return render(request, "admin/redis_components/queue.html", context)
 
     def dead_letter(self, request: HttpRequest) -> HttpResponse:
-        target = Target.from_data(request.GET)
-        entry = target.dead_entry()
+        target = _target_or_404(request.GET)
+        entry = _existing_dead_entry(target)
         found = Target(target.queue, index=target.index, digest=entry_digest(entry))
         context = self._context(
             request,
@@ -427,13 +438,9 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not can_manage(request):
             raise PermissionDenied("You may see the task queues but not act on them.")
         if request.method != "POST":
-            target = Target.from_data(request.GET)
-            entry = None
-            if target.index is not None:
-                entry = target.dead_entry()  # it must be there to be confirmed
-                target = Target(target.queue, index=target.index, digest=entry_digest(entry))
+            target, shown = _confirmable(chosen, request.GET)
             context = self._context(
-                request, chosen.title, action=chosen, target=target, shown=_shown(target, entry)
+                request, chosen.title, action=chosen, target=target, shown=shown
             )
             return render(request, "admin/redis_components/confirm.html", context)
         target = Target.from_data(request.POST)
@@ -471,14 +478,40 @@ def _page_number(value: str) -> int:
     return number
 
 
-def _shown(target: Target, entry: bytes | None) -> list[tuple[str, str]]:
-    """What the confirmation page lists about the target."""
-    shown = []
-    if target.queue:
-        shown.append(("Queue", target.queue))
-    if target.task_id:
-        shown.append(("Task id", target.task_id))
-    if entry is not None:
+def _existing_dead_entry(target: Target) -> bytes:
+    """The dead letter ``target`` names; a 404 when there is none."""
+    try:
+        return target.dead_entry()
+    except InvalidInput as error:
+        raise Http404(error.problem) from None
+
+
+def _target_or_404(data: Any) -> Target:
+    try:
+        return Target.from_data(data)
+    except InvalidInput as error:
+        raise Http404(str(error)) from None
+
+
+def _confirmable(action: Action, data: Any) -> tuple[Target, list[tuple[str, str]]]:
+    """The target as the confirmation page's form names it, and what the page lists
+    about it; a 404 when it names no target, or a dead letter or task that does not
+    exist."""
+    target = _target_or_404(data)
+    if not {"dead letter": target.index is not None, "queue": target.queue, "task": target.task_id}[
+        action.needs
+    ]:
+        raise Http404(f"Which {action.needs}?")
+    shown = [("Queue", target.queue)] if target.queue else []
+    if action.needs == "dead letter":
+        entry = _existing_dead_entry(target)
         letter = read_dead_letter(target.queue, entry)
         shown += [("Dead letter", letter.reason), ("Error", letter.error), ("Task", letter.task)]
-    return shown
+        return Target(target.queue, index=target.index, digest=entry_digest(entry)), shown
+    if action.needs == "task":
+        try:
+            result = get_result(target.task_id)
+        except (TaskResultDoesNotExist, InvalidInput):
+            raise Http404("No such task is kept (unknown, or its result expired).") from None
+        shown += [("Task", f"{result.task} ({result.status.value})"), ("Id", result.id)]
+    return target, shown

@@ -105,6 +105,16 @@ else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = "market@example.com"
+# On Django 6 the sold notice is a Django @task, run by our queue through its Tasks
+# backend (demo_project/marketplace/tasks.py); on Django 5.2 it is our own @task.
+if django.VERSION >= (6, 0):
+    TASKS = {
+        "default": {
+            "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
+            "QUEUES": ["email"],
+            "OPTIONS": {"MAX_RETRIES": 3},
+        }
+    }
 LOGOUT_REDIRECT_URL = "home"
 
 LOGGING = {

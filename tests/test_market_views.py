@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import re
 import threading
 
+import django
 import pytest
 import redis
 from django.contrib.auth import get_user_model
@@ -11,7 +13,7 @@ from django.test import Client
 from demo_project.marketplace.market import item_lock
 from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
-from redis_components import GroupChat, Guild, RecentContacts, RedisLock
+from redis_components import GroupChat, Guild, RecentContacts, RedisLock, get_result
 from redis_components.tasks.worker import Worker
 
 pytestmark = pytest.mark.django_db
@@ -86,13 +88,22 @@ def test_buying_moves_money_and_item_and_notifies_the_seller(users: dict[str, in
     assert item in MARKET.inventory(users["alice"])
     assert MARKET.funds(bob) == 1000 + price
     assert MARKET.check() == []
-    # The notice goes through the task queue: nothing is sent until a worker runs it.
+    # The notice goes through the task queue: nothing is sent until a worker runs it,
+    # and alice's notices page shows where the task is.
     assert mail.outbox == []
+    sent = alice.get("/notices/").content.decode()
+    assert f'To bob, about {item}: <strong class="task-status">READY</strong>' in sent
     assert Worker(["email"], burst=True).run() == 1
     [email] = mail.outbox
     assert email.to == ["bob@example.com"]
     notices = login("bob").get("/notices/").content.decode()
     assert f"Your {item} sold to alice for {price}." in notices
+    sent = alice.get("/notices/").content.decode()
+    assert f'To bob, about {item}: <strong class="task-status">SUCCESSFUL</strong>' in sent
+    # On Django 6 it is a Django @task, on our queue through RedisTaskBackend.
+    [task_id] = re.findall(r'<code class="muted">(\w+)</code>', sent)
+    backend = get_result(task_id).backend
+    assert backend == ("default" if django.VERSION >= (6, 0) else None)
 
 
 def test_purchase_refusals_change_nothing(users: dict[str, int]) -> None:

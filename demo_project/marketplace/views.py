@@ -27,7 +27,7 @@ from redis_components import (
 from redis_components.locks import LockScope
 
 from .market import Market, Purchase
-from .tasks import send_sold_email
+from .tasks import notify_seller, sent_notices
 
 MARKET = Market("main")
 MAX_PRICE = 1_000_000
@@ -170,7 +170,7 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
         return redirect("market")
     purchase = MARKET.purchase_under_lock(me(request), item, seller, price)
     if purchase.ok:
-        send_sold_email.enqueue(seller, item, purchase.price, request.user.pk)
+        notify_seller(request, seller, item, purchase.price, _names().get(seller, str(seller)))
         RecentContacts().add(request.user, _names().get(seller, str(seller)))
     _tell(request, item, _names().get(seller, f"user {seller}"), purchase)
     return redirect("market")
@@ -274,7 +274,10 @@ def notices(request: HttpRequest) -> HttpResponse:
     from .models import Notice
 
     Notice.collect(request.user)
-    context = {"notices": Notice.objects.filter(user=request.user).order_by("-created")[:100]}
+    context = {
+        "notices": Notice.objects.filter(user=request.user).order_by("-created")[:100],
+        "sent": sent_notices(request),
+    }
     return render(request, "marketplace/notices.html", context)
 
 

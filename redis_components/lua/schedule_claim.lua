@@ -1,29 +1,39 @@
+-- Claim the due ticks of several schedules in one step (one call per scheduler wake-up).
 -- KEYS: 1) the HASH of each schedule's next tick (name -> epoch ms)
 --       2) the HASH of each schedule's last run (name -> "<tick ms> <task id>")
---       3) the task's queue's ready ZSET (also the name of its wake-up channel)
---       4) the task system's enqueue counter  5) the new task's result hash
--- ARGV: 1) the schedule's name  2) the tick being claimed (epoch ms)
---       3) the tick after it  4) "run": enqueue the task for this tick; "skip": only move on
---       5) the task payload  6) its rank (see queue_enqueue.lua)  7) the new task's id
---       8) how long to keep the result after its last change, in ms
--- Returns: 1 when the tick was claimed (and the task enqueued if "run"), 0 when it was
---          not due yet or another scheduler had claimed it (nothing changed)
+--       3) the task system's enqueue counter
+--       then for each claim: its task's queue's ready ZSET (also the name of its wake-up
+--       channel), and the new task's result hash
+-- ARGV: 1) how long to keep a result after its last change, in ms
+--       then 7 for each claim: the schedule's name, the tick being claimed (epoch ms),
+--       the tick after it, "run" (enqueue the task for this tick) or "skip" (only move
+--       on), the task payload, its rank (see queue_enqueue.lua), the new task's id
+-- Returns: for each claim, 1 when the tick was claimed (and its task enqueued if "run"),
+--          0 when it was not due yet or another scheduler had claimed it (nothing changed)
 -- Claiming and enqueueing are one atomic step: whatever the number of schedulers, and
 -- even if one is killed mid-claim, each tick is enqueued once or (when skipped) never.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local tick = tonumber(ARGV[2])
-if tick > now or tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1') ~= tick then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-if ARGV[4] == 'run' then
-  redis.call('ZADD', KEYS[3], tonumber(ARGV[6]) + redis.call('INCR', KEYS[4]), ARGV[5])
-  if redis.call('ZCARD', KEYS[3]) == 1 then
-    redis.call('PUBLISH', KEYS[3], 'ready')
+local ttl = tonumber(ARGV[1])
+local claimed = {}
+for i = 0, (#ARGV - 1) / 7 - 1 do
+  local name, tick = ARGV[2 + i * 7], tonumber(ARGV[3 + i * 7])
+  local ready, result = KEYS[4 + i * 2], KEYS[5 + i * 2]
+  if tick > now or tonumber(redis.call('HGET', KEYS[1], name) or '-1') ~= tick then
+    claimed[i + 1] = 0
+  else
+    redis.call('HSET', KEYS[1], name, ARGV[4 + i * 7])
+    if ARGV[5 + i * 7] == 'run' then
+      local payload = ARGV[6 + i * 7]
+      redis.call('ZADD', ready, tonumber(ARGV[7 + i * 7]) + redis.call('INCR', KEYS[3]), payload)
+      if redis.call('ZCARD', ready) == 1 then
+        redis.call('PUBLISH', ready, 'ready')
+      end
+      redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
+      redis.call('PEXPIRE', result, ttl)
+      redis.call('HSET', KEYS[2], name, tick .. ' ' .. ARGV[8 + i * 7])
+    end
+    claimed[i + 1] = 1
   end
-  redis.call('HSET', KEYS[5], 'status', 'READY', 'message', ARGV[5], 'enqueued_at', now)
-  redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[8]))
-  redis.call('HSET', KEYS[2], ARGV[1], tick .. ' ' .. ARGV[7])
 end
-return 1
+return claimed

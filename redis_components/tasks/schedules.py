@@ -272,7 +272,7 @@ class Scheduler:
         """Claim every due tick; return the seconds until the next one is due.
 
         One round trip reads the schedules' next ticks and the server's clock; then one
-        script per due tick claims it (and enqueues its task).
+        script claims every due tick (and enqueues their tasks).
         """
         client = tasks_client()
         pipe = client.pipeline(transaction=False)
@@ -282,6 +282,7 @@ class Scheduler:
         now = int(seconds) * 1000 + int(micros) // 1000
         known = {name.decode("utf-8", "replace"): value for name, value in stored.items()}
         upcoming = []
+        due = []
         for schedule in self.schedules:
             try:
                 tick = int(known[schedule.name])
@@ -294,51 +295,65 @@ class Scheduler:
             elif tick > now:
                 upcoming.append(tick)
             else:
-                upcoming.append(self._claim(client, schedule, tick, now))
+                due.append(Claim.of(schedule, tick, now))
+        if due:
+            self._claim(client, due)
+            upcoming += [claim.following for claim in due]
         return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
 
-    def _claim(self, client: Any, schedule: Schedule, tick: int, now: int) -> int:
+    def _claim(self, client: Any, due: list[Claim]) -> None:
+        script_keys = [next_key(), last_key(), counter_key()]
+        args: list[scripts.Arg] = [result_ttl_ms()]
+        for claim in due:
+            schedule = claim.schedule
+            script_keys += [ready_key(schedule.queue), result_key(claim.message.id)]
+            args += [
+                schedule.name,
+                claim.tick,
+                claim.following,
+                "run" if claim.run else "skip",
+                claim.payload,
+                engine.rank(schedule.priority),
+                claim.message.id,
+            ]
+        claimed = scripts.load("schedule_claim")(client, script_keys, args)
+        for claim, done in zip(due, claimed, strict=True):
+            if done and claim.run:
+                logger.info(
+                    "Schedule %s: enqueued %s[%s] for %s",
+                    claim.schedule.name,
+                    claim.schedule.task,
+                    claim.message.id,
+                    _when(claim.tick),
+                )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A due tick of a schedule, as the claim script takes it."""
+
+    schedule: Schedule
+    tick: int
+    following: int  # the tick after it
+    run: bool  # False: skip it (ticks were missed and the schedule says "skip")
+    message: TaskMessage
+    payload: str
+
+    @classmethod
+    def of(cls, schedule: Schedule, tick: int, now: int) -> Claim:
         following = schedule.next_after(tick)
-        run = "run"
+        run = True
         if following <= now:  # ticks were missed while no scheduler ran
             following = schedule.next_after(now)
-            run = "run" if schedule.missed == "run_once" else "skip"
+            run = schedule.missed == "run_once"
             logger.warning(
                 "Schedule %s missed its ticks since %s; %s",
                 schedule.name,
                 _when(tick),
-                "running it once now" if run == "run" else "skipping to the next tick",
+                "running it once now" if run else "skipping to the next tick",
             )
         message, payload = schedule.message(tick)
-        claimed = scripts.load("schedule_claim")(
-            client,
-            [
-                next_key(),
-                last_key(),
-                ready_key(schedule.queue),
-                counter_key(),
-                result_key(message.id),
-            ],
-            [
-                schedule.name,
-                tick,
-                following,
-                run,
-                payload,
-                engine.rank(schedule.priority),
-                message.id,
-                result_ttl_ms(),
-            ],
-        )
-        if claimed and run == "run":
-            logger.info(
-                "Schedule %s: enqueued %s[%s] for %s",
-                schedule.name,
-                schedule.task,
-                message.id,
-                _when(tick),
-            )
-        return following
+        return cls(schedule, tick, following, run, message, payload)
 
 
 def _when(ms: int) -> str:

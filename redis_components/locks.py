@@ -270,6 +270,9 @@ class LockHandle:
         self.owner: object = None
         self.released = False
         self._lost = False
+        # A release was sent and its reply never handled (the connection dropped, the task
+        # was cancelled, a signal handler raised): Redis may have released the lock.
+        self._release_interrupted = False
 
     def __repr__(self) -> str:
         state = "lost" if self._lost else "released" if self.released else "held"
@@ -379,6 +382,10 @@ class LockHandle:
     # -- check -------------------------------------------------------------------
 
     def _checked(self, value: object) -> None:
+        if self.released:
+            raise LockLost(
+                f"Lock {self.name!r} was released: this handle holds it no more", self.name
+            )
         if value is None or text(value) != self.token:
             self._mark_lost()
         if self._lost:
@@ -386,44 +393,62 @@ class LockHandle:
 
     def check(self) -> None:
         """Raise :class:`LockLost` if the lease is gone (one GET, or none once known lost)."""
-        self._checked(None if self._lost else get_client().get(self.lock.keys[0]))
+        self._checked(None if self._lost or self.released else get_client().get(self.lock.keys[0]))
 
     async def acheck(self) -> None:
-        self._checked(None if self._lost else await get_async_client().get(self.lock.keys[0]))
+        gone = self._lost or self.released
+        self._checked(None if gone else await get_async_client().get(self.lock.keys[0]))
 
     # -- release -----------------------------------------------------------------
 
-    def _release_call(self) -> Call:
+    def _release_call(self) -> tuple[Call, bool]:
+        """The release script's call, and whether an earlier release was interrupted.
+
+        Nothing about the handle changes until the reply is handled (:meth:`_released`):
+        a release that raises, for whatever reason, leaves the handle held, and a retry
+        sends the release again.
+        """
+        interrupted = self._release_interrupted
+        self._release_interrupted = True  # until the reply is handled
         args: list[Arg] = [self.token, self.registration, ms(self.lock.timeout)]
-        return load(RELEASE), self.lock.keys, args
+        return (load(RELEASE), self.lock.keys, args), interrupted
 
     def _outermost(self) -> bool:
+        """Whether this release must reach Redis; an inner one of a reentrant lock only
+        counts down (no I/O, so it cannot be interrupted half-way)."""
         if self.released:
             raise LockNotOwned(f"Lock {self.name!r} was already released", self.name)
-        self.depth -= 1
-        return self.depth == 0
+        if self.depth > 1:
+            self.depth -= 1
+            return False
+        return True
 
-    def _released(self, result: object) -> None:
+    def _released(self, result: object, retried: bool) -> None:
+        self._release_interrupted = False
+        self.depth = 0
         self.released = True
-        if not result:
+        if not result and not retried:
             self._mark_lost()
             raise LockNotOwned(f"Lock {self.name!r} was lost before it was released", self.name)
+        # After an interrupted release, finding the lock gone is that release's success.
         self._stop()
 
     def release(self) -> None:
         """Release the lock (hand it to the next waiter, if any).
 
         Raises :class:`LockNotOwned` if the lease had run out (someone else may hold the
-        lock now). With ``reentrant=True``, only the outermost release releases.
+        lock now). With ``reentrant=True``, only the outermost release releases. If the
+        call raises (a lost connection, a cancelled task), the handle is still held:
+        call ``release()`` again.
         """
         if self._outermost():
-            script, keys, args = self._release_call()
-            self._released(script(get_client(), keys, args))
+            (script, keys, args), retried = self._release_call()
+            self._released(script(get_client(), keys, args), retried)
 
     async def arelease(self) -> None:
         if self._outermost():
-            script, keys, args = self._release_call()
-            self._released(await script.run_async(get_async_client(), keys, args))
+            (script, keys, args), retried = self._release_call()
+            self._released(await script.run_async(get_async_client(), keys, args), retried)
 
     # -- the watchdog's Lease protocol -------------------------------------------
 
@@ -602,17 +627,15 @@ def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
     releasing = [
         handle for handle in reversed(handles) if not handle.released and handle._outermost()
     ]
-    results = run_many(get_client(), [handle._release_call() for handle in releasing])
+    calls = [handle._release_call() for handle in releasing]
+    results = run_many(get_client(), [call for call, _ in calls])
     lost, failed = None, None
-    for handle, result in zip(releasing, results, strict=True):
+    for handle, (_, retried), result in zip(releasing, calls, results, strict=True):
         if isinstance(result, Exception):
-            # Forget it here either way; its lease ends it in Redis.
-            handle.released = True
-            handle._stop()
-            failed = failed or result
+            failed = failed or result  # still held: releasing the handle again retries
             continue
         try:
-            handle._released(result)
+            handle._released(result, retried)
         except LockNotOwned as error:
             lost = error
     if failed is not None:

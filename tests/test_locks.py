@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import AsyncRequestFactory, RequestFactory
 
-from conftest import CLUSTER, CommandCount
+from conftest import CLUSTER, CommandCount, single_server_only
 from redis_components import locks
 from redis_components.connection import aclose_async_client, get_client
 from redis_components.exceptions import (
@@ -561,3 +562,129 @@ def test_a_guard_exited_in_another_thread_or_task_than_it_entered_releases() -> 
 
     asyncio.run(scenario())
     assert not _held("elsewhere")
+
+
+# -- a release that is interrupted can be retried ------------------------------------------
+
+
+class Interrupted(Exception):
+    """What a signal handler raised in the middle of a release."""
+
+
+def _take_and_release(name: str) -> None:
+    handle = RedisLock(name, timeout=5).acquire(blocking=False)
+    assert handle is not None, f"{name} is still held"
+    handle.release()
+
+
+def _free_for_everyone(name: str) -> None:
+    """The lock is free: this thread takes it again, and so does another process."""
+    assert not _held(name)
+    again = RedisLock(name, timeout=5).acquire(blocking=False)
+    assert again is not None
+    again.release()
+    run_processes(_take_and_release, [(name,)])
+
+
+def _while_redis_sleeps(r: redis.Redis, seconds: float) -> threading.Thread:
+    """Put the server to sleep (DEBUG SLEEP) from another connection; return at once."""
+    sleeper = threading.Thread(target=r.execute_command, args=("DEBUG", "SLEEP", seconds))
+    sleeper.start()
+    time.sleep(0.1)  # it is asleep: a command sent now waits for it
+    return sleeper
+
+
+@single_server_only
+def test_a_release_interrupted_by_a_signal_handler_can_be_retried(r: redis.Redis) -> None:
+    handle = RedisLock("job", timeout=30, auto_renew=True).acquire()
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        sleeper = _while_redis_sleeps(r, 0.6)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(Interrupted):
+            handle.release()  # sent; the reply never read
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not handle.released  # nothing is marked that was not confirmed
+    sleeper.join()
+    handle.release()  # Redis had run the release when it woke: the retry finds it gone
+    assert handle.released
+    assert not handle.lost
+    _free_for_everyone("job")
+
+
+def _drop_connections_soon() -> None:
+    """In 0.2 s, shut down the sockets of the app's client that are in use, as a network
+    failure would (the next read finds the connection closed)."""
+
+    def drop() -> None:
+        for connection in list(get_client().connection_pool._in_use_connections):
+            connection._sock.shutdown(socket.SHUT_RDWR)
+
+    threading.Timer(0.2, drop).start()
+
+
+@single_server_only
+def test_a_release_whose_connection_drops_before_redis_runs_it_still_holds(
+    r: redis.Redis,
+) -> None:
+    handle = RedisLock("job", timeout=30).acquire()
+    r.execute_command("CLIENT", "PAUSE", 600)  # commands of other clients wait
+    _drop_connections_soon()
+    with pytest.raises(redis.ConnectionError):
+        handle.release()
+    assert not handle.released
+    time.sleep(0.5)  # the pause is over; the dropped client's release never ran
+    assert _held("job")
+    with pytest.raises(LockError):
+        RedisLock("job", timeout=5).acquire()  # this thread still holds it
+    handle.release()  # the retry releases it
+    assert handle.released
+    _free_for_everyone("job")
+
+
+@single_server_only
+def test_a_cancelled_async_release_can_be_retried(r: redis.Redis) -> None:
+    async def scenario() -> None:
+        handle = await RedisLock("job", timeout=30).aacquire()
+        assert handle is not None
+        sleeper = _while_redis_sleeps(r, 0.6)
+        releasing = asyncio.ensure_future(handle.arelease())
+        await asyncio.sleep(0.2)
+        releasing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await releasing
+        assert not handle.released
+        sleeper.join()
+        await handle.arelease()
+        assert handle.released
+        await aclose_async_client()
+
+    asyncio.run(scenario())
+    _free_for_everyone("job")
+
+
+@single_server_only
+def test_a_with_block_whose_release_fails_leaves_the_handle_to_retry(r: redis.Redis) -> None:
+    scope = redis_lock("a", "b", timeout=30)
+    with pytest.raises(redis.ConnectionError), scope as group:  # noqa: PT012 - its exit fails
+        r.execute_command("CLIENT", "PAUSE", 600)
+        _drop_connections_soon()
+    time.sleep(0.5)
+    assert all(not handle.released for handle in group)
+    for handle in group:
+        handle.release()
+    _free_for_everyone("a")
+    _free_for_everyone("b")
+
+
+def test_check_after_a_release_says_it_was_released() -> None:
+    handle = RedisLock("job", timeout=5).acquire()
+    handle.release()
+    with pytest.raises(LockLost, match="was released"):
+        handle.check()

@@ -439,7 +439,13 @@ def scheduler_overhead(url: str, minutes: float, logs: Path) -> None:
 
 def versions() -> str:
     names = ("rq", "huey", "dramatiq")
-    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in names)
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return ", ".join(found)
 
 
 def main() -> None:

@@ -80,33 +80,49 @@ class TaskCollector:
         alive.add_metric([], sum(worker.lease_left >= 0 for worker in workers()))
         yield alive
 
-        totals = {
-            name.decode("utf-8", "replace"): value
-            for name, value in raw(tasks_client(), "HGETALL", totals_key()).items()
-        }
-        for kind, help_text in (
-            ("processed", "Tasks that ran to their end"),
-            ("failed", "Tasks dead-lettered after their last failed attempt"),
-            ("retried", "Failed attempts followed by a retry"),
+        # Fields "<queue>:<outcome>:<bucket>" (a count) and "<queue>:us" (total µs).
+        counts: dict[tuple[str, str, str], float] = {}
+        micros: dict[str, float] = {}
+        for field, value in raw(tasks_client(), "HGETALL", totals_key()).items():
+            name = field.decode("utf-8", "replace")
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if name.endswith(":us"):
+                micros[name[:-3]] = number
+            elif name.count(":") >= 2:
+                queue_name, kind, bound = name.rsplit(":", 2)
+                counts[queue_name, kind, bound] = number
+        bounds = [f"{bound:g}" for bound in DURATION_BUCKETS] + ["+Inf"]
+        kinds = ("processed", "failed", "retried")
+        for kind, help_text in zip(
+            kinds,
+            (
+                "Tasks that ran to their end",
+                "Tasks dead-lettered after their last failed attempt",
+                "Failed attempts followed by a retry",
+            ),
+            strict=True,
         ):
             counter = CounterMetricFamily(
                 f"redis_components_tasks_{kind}", help_text, labels=["queue"]
             )
             for queue in stats:
-                counter.add_metric([queue.name], float(totals.get(f"{queue.name}:{kind}", 0)))
+                total = sum(counts.get((queue.name, kind, bound), 0) for bound in bounds)
+                counter.add_metric([queue.name], total)
             yield counter
         histogram = HistogramMetricFamily(
             "redis_components_task_duration_seconds",
             "How long task attempts ran",
             labels=["queue"],
         )
-        bounds = [f"{bound:g}" for bound in DURATION_BUCKETS] + ["+Inf"]
         for queue in stats:
             cumulative, buckets = 0.0, []
             for bound in bounds:
-                cumulative += float(totals.get(f"{queue.name}:le:{bound}", 0))
+                cumulative += sum(counts.get((queue.name, kind, bound), 0) for kind in kinds)
                 buckets.append((bound, cumulative))
-            seconds = float(totals.get(f"{queue.name}:seconds", 0))
+            seconds = micros.get(queue.name, 0) / 1_000_000
             histogram.add_metric([queue.name], buckets, seconds)
         yield histogram
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import redis
 from django.test import Client, override_settings
@@ -47,6 +49,9 @@ def test_task_metrics_come_from_redis(client: Client, r: redis.Redis) -> None:
     assert 'redis_components_tasks_retried_total{queue="test"} 1.0' in text
     assert 'redis_components_task_duration_seconds_count{queue="test"} 2.0' in text
     assert 'redis_components_task_duration_seconds_bucket{le="+Inf",queue="test"} 2.0' in text
+    spent = re.search(r'redis_components_task_duration_seconds_sum\{queue="test"\} (\S+)', text)
+    assert spent
+    assert 0 < float(spent.group(1)) < 5  # two attempts of tasks that do next to nothing
     assert "redis_components_workers 0.0" in text
 
 

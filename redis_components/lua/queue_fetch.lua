@@ -16,7 +16,7 @@
 --       10) "bury": the dead-letter entry  11) the most entries a dead-letter list keeps
 --       12) how long to keep a result after its last change, in ms
 --       13) "" without metrics, else the finished task's queue then, after a space,
---       the upper bound of its duration's histogram bucket  14) its duration in seconds
+--       the upper bound of its duration's histogram bucket  14) its duration in µs
 -- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
@@ -58,10 +58,11 @@ if done > 0 then
       redis.call('HINCRBY', KEYS[5], math.floor(now / 60000) .. ':' .. kind, 1)
       redis.call('PEXPIRE', KEYS[5], 90000000)
       if ARGV[13] ~= '' then
+        -- One count per queue, outcome and duration bucket, and the total µs per queue:
+        -- the outcomes' totals and the histogram are sums of these (see metrics.py).
         local queue, bound = string.match(ARGV[13], '^(.*) ([^ ]+)$')
-        redis.call('HINCRBY', KEYS[6], queue .. ':' .. kind, 1)
-        redis.call('HINCRBY', KEYS[6], queue .. ':le:' .. bound, 1)
-        redis.call('HINCRBYFLOAT', KEYS[6], queue .. ':seconds', ARGV[14])
+        redis.call('HINCRBY', KEYS[6], queue .. ':' .. kind .. ':' .. bound, 1)
+        redis.call('HINCRBY', KEYS[6], queue .. ':us', ARGV[14])
       end
     end
     if id ~= '' then

@@ -320,7 +320,7 @@ def fetch(
             outcome.dead_entry,
             conf.TASK_DEAD_LETTER_MAX,
         ]
-    args += [result_ttl_ms(), metrics, round(outcome.seconds, 6) if outcome else 0]
+    args += [result_ttl_ms(), metrics, round(outcome.seconds * 1_000_000) if outcome else 0]
     reply = scripts.load("queue_fetch")(client, script_keys, args, raw=True)
     payload, position, wait, recorded, now = reply
     return Fetched(payload, int(position), int(wait), bool(recorded), int(now))

@@ -9,6 +9,7 @@ as ``redis.exceptions.ConnectionError``.
 
 from __future__ import annotations
 
+import redis.exceptions
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -32,20 +33,30 @@ class InvalidInput(RedisComponentsError, ValueError):
         super().__init__(f"{field}: {problem}")
 
 
-class LockError(RedisComponentsError):
-    """Base class of lock errors; ``name`` is the lock's name when known."""
+class LockError(RedisComponentsError, redis.exceptions.LockError):
+    """Base class of lock errors; ``name`` is the lock's name when known.
+
+    Also redis-py's ``LockError`` (so ``except redis.exceptions.LockError`` written for
+    redis-py's locks keeps working), which makes it a ``ValueError`` too.
+    """
 
     def __init__(self, message: str, name: str | None = None) -> None:
         self.name = name
-        super().__init__(message)
+        super().__init__(message, name)
 
 
 class LockNotAcquired(LockError):
     """The lock was held by someone else for longer than the caller would wait."""
 
 
-class LockNotOwned(LockError):
-    """The caller tried to extend or release a lock it no longer holds."""
+class LockAlreadyHeld(LockError):
+    """A blocking acquire of a lock this thread or asyncio task holds already: it would
+    wait for its own lease to run out."""
+
+
+class LockNotOwned(LockError, redis.exceptions.LockNotOwnedError):
+    """The caller tried to extend or release a lock it no longer holds (also redis-py's
+    ``LockNotOwnedError``)."""
 
 
 class LockLost(LockError):

@@ -45,17 +45,36 @@ def check_text(value: str, field: str) -> None:
             raise InvalidInput(field, f"must not contain the control character {char!r}")
 
 
+# The longest duration any argument may name: ten years (Redis's expiry times, in ms
+# since the epoch, must stay far inside 64 bits).
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
 def seconds(value: object, field: str, *, positive: bool = False) -> float:
-    """``value`` as a finite number of seconds (an int or float, not a bool), at least 0,
-    or above 0 when ``positive``; else :class:`InvalidInput`."""
+    """``value`` as a number of seconds (an int or float, not a bool), from 0 (above 0 when
+    ``positive``) to :data:`MAX_SECONDS`; else :class:`InvalidInput`."""
     number = math.nan
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         with contextlib.suppress(OverflowError):  # an int too large for a float
             number = float(value)
+    shown = shorten(value)
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
         kind = "a positive" if positive else "a finite, non-negative"
-        raise InvalidInput(field, f"must be {kind} number of seconds, not {value!r}")
+        raise InvalidInput(field, f"must be {kind} number of seconds, not {shown}")
+    if number > MAX_SECONDS:
+        raise InvalidInput(
+            field, f"must be at most {MAX_SECONDS:,} seconds (ten years), not {shown}"
+        )
     return number
+
+
+def shorten(value: object, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters: error messages never repeat all of a
+    large bad value."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit - 3]}..."
 
 
 def escape(name: str) -> str:

@@ -53,6 +53,7 @@ from .connection import get_async_client, get_client, is_cluster, text
 from .exceptions import (
     ConfigurationError,
     InvalidInput,
+    LockAlreadyHeld,
     LockError,
     LockLost,
     LockNotAcquired,
@@ -61,7 +62,7 @@ from .exceptions import (
 from .guard import Busy, Guard
 from .keys import key, validate_name
 from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
-from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant
+from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant, wait_seconds
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
@@ -99,10 +100,14 @@ class RedisLock:
     gone, the handle is marked lost and ``on_lost(handle)`` is called (in the watchdog's
     thread).
 
-    Nested acquisition: acquiring a name that the same thread or asyncio task already
-    holds raises :class:`LockError` at once (instead of waiting for its own lease to run
-    out), unless ``reentrant=True``, in which case the same handle is returned and
-    counted, and only the outermost release releases the lock.
+    Nested acquisition: a blocking acquire of a name that the same thread or asyncio
+    task already holds raises :class:`LockAlreadyHeld` at once (instead of waiting for
+    its own lease to run out), and a non-blocking one returns ``None`` (busy), unless
+    ``reentrant=True``: then the same handle is returned and counted, and only the
+    outermost release releases the lock.
+
+    ``with RedisLock(...) as handle:`` acquires as :meth:`acquire` does (raising
+    :class:`LockNotAcquired` when it times out) and releases at the end.
     """
 
     def __init__(
@@ -133,6 +138,8 @@ class RedisLock:
             )
         self.wait_for_replicas = wait_for_replicas
         self.keys = [key("lock", name), *(key("lock", name, part) for part in PARTS)]
+        # What `with` took, per thread or task: its exit releases that one.
+        self._entered: dict[object, list[LockHandle]] = {}
 
     def __repr__(self) -> str:
         return f"<RedisLock {self.name!r} timeout={self.timeout:g}>"
@@ -142,9 +149,10 @@ class RedisLock:
     ) -> LockHandle | None:
         """Take the lock; return its handle, or ``None`` if not acquired in time.
 
-        ``blocking=False`` tries once. Otherwise wait at most ``blocking_timeout``
-        seconds (default ``LOCK_BLOCKING_TIMEOUT``), woken by the holder's release or
-        its lease's expiry, never by polling.
+        ``blocking=False`` (or ``blocking_timeout=0``) tries once. Otherwise wait at most
+        ``blocking_timeout`` seconds (default ``LOCK_BLOCKING_TIMEOUT``; ``math.inf``:
+        without a limit), woken by the holder's release or its lease's expiry, never by
+        polling.
         """
         return self._acquire(blocking, blocking_timeout)[0]
 
@@ -160,10 +168,10 @@ class RedisLock:
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[LockHandle | None, float]:
         """The handle (or None) and, when busy, the seconds left on the holder's lease."""
-        nested = self._nested()
-        if nested is not None:
-            return nested, 0.0
         attempt = _Attempt(self, blocking, blocking_timeout)
+        nested = self._nested(attempt.waits)
+        if nested is not None:
+            return nested
         client = get_client()
         while True:
             handle = attempt.outcome(load(ACQUIRE)(client, self.keys, attempt.arguments()))
@@ -178,10 +186,10 @@ class RedisLock:
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[LockHandle | None, float]:
-        nested = self._nested()
-        if nested is not None:
-            return nested, 0.0
         attempt = _Attempt(self, blocking, blocking_timeout)
+        nested = self._nested(attempt.waits)
+        if nested is not None:
+            return nested
         client = get_async_client()
         if self.wait_for_replicas and is_cluster(client):
             raise ConfigurationError(
@@ -207,18 +215,56 @@ class RedisLock:
             return None
         return held
 
-    def _nested(self) -> LockHandle | None:
+    def _nested(self, waits: bool) -> tuple[LockHandle | None, float] | None:
+        """What an acquire of a name this thread or task holds gives (``None``: it does
+        not hold it): the same handle if reentrant, else busy, or an error if it would
+        wait."""
         held = self._held_here()
         if held is None:
             return None
-        if not self.reentrant:
-            raise LockError(
-                f"Lock {self.name!r} is already held by this thread or task; acquiring it "
-                "again would wait for its own lease. Use reentrant=True to allow nesting.",
-                self.name,
-            )
-        held.depth += 1
-        return held
+        if self.reentrant:
+            held.depth += 1
+            return held, 0.0
+        if not waits:
+            return None, max(held.lease_ends - time.monotonic(), 0.0)
+        raise LockAlreadyHeld(
+            f"Lock {self.name!r} is already held by this thread or task: waiting for it "
+            "would wait for its own lease. Release it first, try with blocking=False, or "
+            "create the lock with reentrant=True to allow nesting.",
+            self.name,
+        )
+
+    def locked(self) -> bool:
+        """Whether anyone holds this name now (one round trip)."""
+        return bool(get_client().exists(self.keys[0]))
+
+    async def alocked(self) -> bool:
+        return bool(await get_async_client().exists(self.keys[0]))
+
+    def __enter__(self) -> LockHandle:
+        return self._entering(self.acquire())
+
+    def __exit__(self, *exc: object) -> None:
+        self._leaving().release()
+
+    async def __aenter__(self) -> LockHandle:
+        return self._entering(await self.aacquire())
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._leaving().arelease()
+
+    def _entering(self, handle: LockHandle | None) -> LockHandle:
+        if handle is None:
+            raise LockNotAcquired(f"Lock {self.name!r} is busy", self.name)
+        self._entered.setdefault(_current_owner(), []).append(handle)
+        return handle
+
+    def _leaving(self) -> LockHandle:
+        owner = _current_owner()
+        handle = self._entered[owner].pop()
+        if not self._entered[owner]:
+            del self._entered[owner]
+        return handle
 
 
 class _Attempt(Attempt):
@@ -228,7 +274,7 @@ class _Attempt(Attempt):
         wait = 0.0
         if blocking:
             default = conf.LOCK_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout
-            wait = positive_seconds(default, "blocking_timeout")
+            wait = wait_seconds(default, "blocking_timeout")
         super().__init__(wait)
         self.lock = lock
 
@@ -323,7 +369,7 @@ class LockHandle:
         return self._start()
 
     def _replicated(self, extended: object, acknowledged: int) -> None:
-        self._extended(extended, self.lock.timeout)
+        self._extended(extended)
         if acknowledged < (self.lock.wait_for_replicas or 0):
             self.depth = 1
             with contextlib.suppress(LockNotOwned):
@@ -355,29 +401,51 @@ class LockHandle:
 
     # -- extend ------------------------------------------------------------------
 
-    def _extend_call(self, seconds: float) -> Call:
-        args: list[Arg] = [self.token, ms(seconds)]
+    def _extend_call(self, seconds: float, add: bool = False) -> Call:
+        args: list[Arg] = [self.token, ms(seconds), "add" if add else "set"]
         return load(EXTEND), self.lock.keys[:1], args
 
-    def _extended(self, result: object, seconds: float) -> None:
+    def _extended(self, result: object) -> None:
         if not result:
             self._mark_lost()
             raise LockNotOwned(f"Lock {self.name!r} was lost before it was extended", self.name)
-        self.lease_ends = time.monotonic() + seconds
+        self.lease_ends = time.monotonic() + int(str(result)) / 1000
 
-    def extend(self, timeout: float | None = None) -> None:
-        """Set the lease to ``timeout`` seconds from now (default: the lock's timeout).
+    def _extension(self, additional_time: float | None, replace_ttl: bool) -> Call:
+        if additional_time is None:
+            return self._extend_call(self.lock.timeout)
+        seconds = positive_seconds(additional_time, "additional_time")
+        return self._extend_call(seconds, add=not replace_ttl)
+
+    def extend(self, additional_time: float | None = None, replace_ttl: bool = False) -> None:
+        """Lengthen the lease, as redis-py's ``Lock.extend`` does: add ``additional_time``
+        seconds to what is left of it, or, with ``replace_ttl=True``, make it
+        ``additional_time`` seconds from now. Without arguments, renew it: the lock's
+        ``timeout`` from now.
 
         Raises :class:`LockNotOwned` (and marks the handle lost) if the lease had run out.
         """
-        seconds = self.lock.timeout if timeout is None else positive_seconds(timeout, "timeout")
-        script, keys, args = self._extend_call(seconds)
-        self._extended(script(get_client(), keys, args), seconds)
+        script, keys, args = self._extension(additional_time, replace_ttl)
+        self._extended(script(get_client(), keys, args))
 
-    async def aextend(self, timeout: float | None = None) -> None:
-        seconds = self.lock.timeout if timeout is None else positive_seconds(timeout, "timeout")
-        script, keys, args = self._extend_call(seconds)
-        self._extended(await script.run_async(get_async_client(), keys, args), seconds)
+    async def aextend(
+        self, additional_time: float | None = None, replace_ttl: bool = False
+    ) -> None:
+        script, keys, args = self._extension(additional_time, replace_ttl)
+        self._extended(await script.run_async(get_async_client(), keys, args))
+
+    def owned(self) -> bool:
+        """Whether this handle still holds the lock (one round trip; none once released)."""
+        if self.released or self._lost:
+            return False
+        value = get_client().get(self.lock.keys[0])
+        return value is not None and text(value) == self.token
+
+    async def aowned(self) -> bool:
+        if self.released or self._lost:
+            return False
+        value = await get_async_client().get(self.lock.keys[0])
+        return value is not None and text(value) == self.token
 
     # -- check -------------------------------------------------------------------
 
@@ -525,7 +593,7 @@ class LockScope(Guard[H]):
         self.blocking = blocking
         self.blocking_timeout = None
         if blocking:
-            self.blocking_timeout = positive_seconds(
+            self.blocking_timeout = wait_seconds(
                 conf.LOCK_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout,
                 "blocking_timeout",
             )

@@ -27,6 +27,17 @@ CLIENT_SLACK = 0.002
 REGISTRATION_SLACK_MS = 1000
 
 
+# The longest a waiter blocks at once; one that waits longer (or without a limit) asks again.
+MAX_SLICE = 60.0
+
+
+def wait_seconds(value: object, field: str) -> float:
+    """How long to wait: ``value`` seconds (0: try once), or ``math.inf``: no limit."""
+    if value == math.inf and not isinstance(value, bool):
+        return math.inf
+    return seconds(value, field)
+
+
 def positive_seconds(value: object, field: str) -> float:
     """``value`` as a positive, finite number of seconds, or :class:`InvalidInput`."""
     return seconds(value, field, positive=True)
@@ -49,6 +60,7 @@ class Attempt:
     """
 
     def __init__(self, wait: float) -> None:
+        self.waits = wait > 0
         self.token = new_token()
         self.deadline = time.monotonic() + wait
         self.retry_after = 0.0
@@ -60,13 +72,15 @@ class Attempt:
         return self.remaining() <= 0
 
     def register_ms(self) -> int:
-        """How long to stay registered as a waiter if refused (0: do not wait)."""
-        remaining = self.remaining()
+        """How long to stay registered as a waiter if refused (0: do not wait); a caller
+        that waits without a limit registers for a slice at a time."""
+        remaining = min(self.remaining(), MAX_SLICE)
         return ms(remaining) + REGISTRATION_SLACK_MS if remaining > 0 else 0
 
     def wait_slice(self) -> float:
-        """Block until the holder's lease ends (it may have died), or until our deadline."""
-        remaining = self.remaining()
+        """Block until the holder's lease ends (it may have died), or until our deadline
+        (at most :data:`MAX_SLICE`: then the caller asks again)."""
+        remaining = min(self.remaining(), MAX_SLICE)
         if self.retry_after > 0:
             remaining = min(remaining, self.retry_after + 0.001)
         return max(remaining, 0.001)  # BLPOP takes 0 as "forever"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from redis_components.connection import aclose_async_client, get_client
 from redis_components.exceptions import (
     ConfigurationError,
     InvalidInput,
+    LockAlreadyHeld,
     LockError,
     LockLost,
     LockNotAcquired,
@@ -36,6 +38,7 @@ from redis_components.locks import (
     fenced_update,
     redis_lock,
 )
+from redis_components.semaphores import RedisSemaphore
 from tests.processes import FORK, run_processes
 from tests.testapp.models import Document
 
@@ -191,7 +194,7 @@ def test_bad_blocking_timeout_is_refused(count_commands: CommandCount) -> None:
         with pytest.raises(InvalidInput, match="blocking_timeout"):
             RedisLock("ok").acquire(blocking_timeout=-1)
         with pytest.raises(InvalidInput, match="blocking_timeout"):
-            redis_lock("ok", blocking_timeout=0)
+            redis_lock("ok", blocking_timeout=float("nan"))
     assert counted.sent == 0
 
 
@@ -688,3 +691,95 @@ def test_check_after_a_release_says_it_was_released() -> None:
     handle.release()
     with pytest.raises(LockLost, match="was released"):
         handle.check()
+
+
+# -- what users of redis-py's and python-redis-lock's locks expect -------------------------
+
+
+def test_our_lock_errors_are_redis_py_lock_errors() -> None:
+    assert issubclass(LockError, redis.exceptions.LockError)
+    assert issubclass(LockNotOwned, redis.exceptions.LockNotOwnedError)
+    handle = hold_elsewhere("gone", timeout=0.05)
+    time.sleep(0.1)
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        handle.release()
+
+
+def test_acquiring_a_lock_this_thread_holds() -> None:
+    held = RedisLock("own", timeout=5).acquire()
+    assert RedisLock("own", timeout=5).acquire(blocking=False) is None  # busy, like the peers
+    assert RedisLock("own", timeout=5).acquire(blocking_timeout=0) is None
+    with pytest.raises(LockAlreadyHeld, match="reentrant=True"):
+        RedisLock("own", timeout=5).acquire()  # would wait for its own lease
+    assert redis_lock("own", blocking=False).take(["own"]) == Busy(
+        ("own",), pytest.approx(5, abs=0.1)
+    )
+    held.release()
+
+
+def test_extend_adds_time_or_replaces_it_as_in_redis_py() -> None:
+    handle = RedisLock("ext2", timeout=2).acquire()
+    handle.extend(3)  # 3 s more than what is left
+    assert 4_500 < get_client().pttl("rc:lock:{ext2}") <= 5_000
+    handle.extend(1, replace_ttl=True)
+    assert 500 < get_client().pttl("rc:lock:{ext2}") <= 1_000
+    handle.extend()  # a renewal: the lock's timeout from now
+    assert 1_500 < get_client().pttl("rc:lock:{ext2}") <= 2_000
+    with pytest.raises(InvalidInput, match="additional_time"):
+        handle.extend(0)
+    handle.release()
+
+
+def test_locked_owned_and_with_a_lock() -> None:
+    lock = RedisLock("w", timeout=5)
+    assert not lock.locked()
+    with lock as handle:
+        assert lock.locked()
+        assert handle.owned()
+        assert not RedisLock("w", timeout=5).acquire(blocking=False)
+    assert not handle.owned()
+    assert not lock.locked()
+
+    async def scenario() -> None:
+        async with RedisLock("w", timeout=5) as handle:
+            assert await handle.aowned()
+            assert await RedisLock("w").alocked()
+        assert not await handle.aowned()
+        await aclose_async_client()
+
+    asyncio.run(scenario())
+
+
+def test_waiting_without_a_limit() -> None:
+    hold_elsewhere("forever", timeout=0.3)
+    started = time.monotonic()
+    handle = RedisLock("forever", timeout=5).acquire(blocking_timeout=math.inf)
+    assert handle is not None
+    assert time.monotonic() - started < 5  # taken when the holder's lease ran out
+    handle.release()
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        lambda: RedisLock("huge", timeout=1e14),
+        lambda: RedisLock("huge", timeout=5).acquire(blocking_timeout=1e300),
+        lambda: RedisLock("huge", timeout=5).acquire(blocking_timeout=10**5000),
+        lambda: redis_lock("huge", timeout=1e12),
+        lambda: RedisSemaphore("huge", 2, timeout=1e300),
+        lambda: RedisSemaphore("huge", 2).acquire(blocking=True, blocking_timeout=1e300),
+    ],
+)
+def test_huge_durations_are_refused_and_say_the_maximum(attempt: Any, r: redis.Redis) -> None:
+    with pytest.raises(InvalidInput, match=r"at most 315,360,000 seconds|finite") as info:
+        attempt()
+    assert len(str(info.value)) < 150
+    assert r.keys("*") == []
+
+
+def test_a_huge_extension_is_refused() -> None:
+    handle = RedisLock("huge", timeout=5).acquire()
+    with pytest.raises(InvalidInput, match="at most"):
+        handle.extend(1e300)
+    assert 4_000 < get_client().pttl("rc:lock:{huge}") <= 5_000  # unchanged
+    handle.release()

@@ -1,7 +1,13 @@
 -- KEYS: 1) the lock
--- ARGV: 1) the holder's token  2) the new lease in ms, counted from now
--- Returns: 1 when the lease was extended; 0 when the token no longer holds the lock
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- ARGV: 1) the holder's token  2) milliseconds  3) "add": add them to what is left of the
+--       lease; "set": make the lease that long from now
+-- Returns: the new lease in ms; 0 when the token no longer holds the lock
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+local lease = tonumber(ARGV[2])
+if ARGV[3] == 'add' then
+  lease = lease + math.max(redis.call('PTTL', KEYS[1]), 0)
+end
+redis.call('PEXPIRE', KEYS[1], lease)
+return lease

@@ -68,7 +68,8 @@ def test_acquire_release_and_handle(redis_mode: str) -> None:
     assert isinstance(handle, LockHandle)
     assert handle.name == "market:item:42"
     assert len(handle.token) == 32
-    assert handle.fence == 1
+    seconds, micros = get_client().time()
+    assert 0 < seconds * 1_000_000 + micros - handle.fence < 1_000_000  # a new name: the clock
     assert not handle.lost
     assert _held("market:item:42")
     handle.check()
@@ -76,8 +77,42 @@ def test_acquire_release_and_handle(redis_mode: str) -> None:
     assert not _held("market:item:42")
     again = RedisLock("market:item:42").acquire()
     assert again is not None
-    assert again.fence == 2
+    assert again.fence == handle.fence + 1
     again.release()
+
+
+def test_fence_counters_expire_and_fences_still_grow(r: redis.Redis) -> None:
+    for n in range(50):  # names used once, as failed purchases of new items use them
+        RedisLock(f"once:{n}", timeout=5).acquire().release()
+    fences = r.keys("rc:lock:*:fence")
+    assert len(fences) == 50
+    assert all(0 < r.pttl(fence) <= 5_000 + 3_600_000 for fence in fences)  # none forever
+    first = RedisLock("kept", timeout=5).acquire()
+    first.release()
+    second = RedisLock("kept", timeout=5).acquire()
+    second.release()
+    r.pexpire("rc:lock:{kept}:fence", 1)  # as an hour without use would
+    time.sleep(0.01)
+    assert not r.exists("rc:lock:{kept}:fence")
+    third = RedisLock("kept", timeout=5).acquire()
+    third.release()
+    assert first.fence < second.fence < third.fence
+    # handed over to a waiter across the expiry too
+    holder = RedisLock("kept", timeout=5).acquire()
+    r.pexpire("rc:lock:{kept}:fence", 1)
+    time.sleep(0.01)
+    waiter: list[LockHandle | None] = []
+    thread = threading.Thread(
+        target=lambda: waiter.append(RedisLock("kept", timeout=5).acquire(blocking_timeout=5))
+    )
+    thread.start()
+    time.sleep(0.2)  # blocked
+    holder.release()
+    thread.join()
+    assert waiter[0] is not None
+    assert holder.fence > third.fence
+    assert waiter[0].fence > holder.fence
+    waiter[0].release()
 
 
 def test_lock_keys_share_one_hash_tag(r: redis.Redis) -> None:

@@ -8,13 +8,28 @@
 local lock, fence, waiters, grant = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
+-- The next fence of this name (the same step is in lock_release.lua). The counter expires
+-- an hour after the lease it was last used for, so names used once leave nothing behind;
+-- a counter that is new or expired starts from the server's clock in microseconds, above
+-- every fence it gave before (unless that clock went back by more than the hour).
+local function next_fence()
+  local value = redis.call('INCR', fence)
+  if value == 1 then
+    local now = redis.call('TIME')
+    value = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', fence, string.format('%d', value))
+  end
+  redis.call('PEXPIRE', fence, lease + 3600000)
+  return value
+end
+
 if redis.call('SET', lock, token, 'NX', 'PX', lease) then
   -- The lock was free, so a grant still listed belongs to a lease that expired.
   redis.call('DEL', grant)
   if redis.call('EXISTS', waiters) == 1 then
     redis.call('ZREM', waiters, token)
   end
-  return {1, token, redis.call('INCR', fence), lease}
+  return {1, token, next_fence(), lease}
 end
 
 local pending = redis.call('LPOP', grant)

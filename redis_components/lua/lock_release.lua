@@ -28,7 +28,14 @@ if redis.call('ZCARD', waiters) == 0 then
   return 1
 end
 
+-- The next fence, as in lock_acquire.lua (written with %d: a large one stays whole).
 local next_fence = redis.call('INCR', fence)
+if next_fence == 1 then
+  next_fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  redis.call('SET', fence, string.format('%d', next_fence))
+end
+redis.call('PEXPIRE', fence, lease + 3600000)
+next_fence = string.format('%d', next_fence)
 local next_token = string.match(token, '^[^:]*') .. ':' .. next_fence
 local expires_at = now + lease
 redis.call('SET', lock, next_token, 'PXAT', expires_at)

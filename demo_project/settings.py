@@ -83,7 +83,8 @@ CACHES = {
         else {},
     }
 }
-REDIS_COMPONENTS = {"CACHE_ALIAS": "default", "KEY_PREFIX": "rc"}
+# Chats keep their last messages, read or not: a reload shows the conversation.
+REDIS_COMPONENTS = {"CACHE_ALIAS": "default", "KEY_PREFIX": "rc", "CHAT_KEEP_READ": True}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -92,6 +93,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "login"
+# A failed CSRF check answers JSON to clients that sent or asked for JSON.
+CSRF_FAILURE_VIEW = "redis_components.views.csrf_failure"
 # "Item sold" emails are written to files, one per message, instead of being sent
 # (Django 6.1 configures mail with MAILERS; EMAIL_BACKEND is deprecated there).
 if django.VERSION >= (6, 1):

@@ -10,6 +10,7 @@ from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
 from .exceptions import (
     ChannelBusy,
+    ChatLimitReached,
     ChatNotFound,
     ConfigurationError,
     FilesError,
@@ -38,7 +39,7 @@ from .exceptions import (
 from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
 from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
-from .messaging import GroupChat, Mailbox, Message, MessageList, Pending
+from .messaging import GroupChat, Mailbox, Message, MessageList, Pending, UnreadableMessage
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
 from .tasks import (
     Retry,
@@ -58,6 +59,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Busy",
     "ChannelBusy",
+    "ChatLimitReached",
     "ChatNotFound",
     "ConfigurationError",
     "FilesError",
@@ -101,6 +103,7 @@ __all__ = [
     "TaskResultDoesNotExist",
     "TaskSerializationError",
     "TaskStatus",
+    "UnreadableMessage",
     "__version__",
     "cancel",
     "current_task",

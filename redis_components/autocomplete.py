@@ -123,6 +123,18 @@ def check_name(name: object, field: str = "name") -> str:
     return keys.validate_name(name, field, max_length=MAX_NAME_LENGTH)
 
 
+def check_contact(name: object, field: str = "contact") -> str:
+    """A name a person is known by: as :func:`check_name`, and not only whitespace, nor
+    holding U+FFFD (what a decoder puts for bytes that were not UTF-8: the name meant is
+    not known)."""
+    name = check_name(name, field)
+    if not name.strip():
+        raise InvalidInput(field, "must not be only whitespace")
+    if "\ufffd" in name:
+        raise InvalidInput(field, "must be valid UTF-8 text (it holds U+FFFD)")
+    return name
+
+
 class Guild:
     """A large set of names searched by prefix: a game guild's members, an address book.
 
@@ -216,7 +228,7 @@ class RecentContacts:
         over-long list.
         """
         key = _contacts_key(user)
-        contact = check_name(contact, "contact")
+        contact = check_contact(contact)
         pipe = get_client().pipeline(transaction=True)
         pipe.lrem(key, 0, contact)
         pipe.lpush(key, contact)

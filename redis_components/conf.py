@@ -38,6 +38,11 @@ DEFAULTS: dict[str, Any] = {
     # Seconds after which a chat message is dropped, read or not; None keeps messages
     # until every member has seen them (or CHAT_MAX_MESSAGES pushes them out).
     "CHAT_MAX_AGE": None,
+    # True: keep chat messages every member has read, as the chat's history (only
+    # CHAT_MAX_MESSAGES and CHAT_MAX_AGE drop them); False: delete them once all have read.
+    "CHAT_KEEP_READ": False,
+    # The most chats one user may create per minute (None or 0: no limit).
+    "CHAT_CREATES_PER_MINUTE": 30,
     # Mailboxes (messaging.py): the most messages one user's mailbox keeps; sending
     # to a full mailbox drops its oldest message.
     "MAILBOX_MAX_MESSAGES": 1000,
@@ -144,6 +149,14 @@ class Settings:
     def CHAT_MAX_AGE(self) -> float | None:
         value = self.get("CHAT_MAX_AGE")
         return None if value is None else float(value)
+
+    @property
+    def CHAT_KEEP_READ(self) -> bool:
+        return bool(self.get("CHAT_KEEP_READ"))
+
+    @property
+    def CHAT_CREATES_PER_MINUTE(self) -> int:
+        return int(self.get("CHAT_CREATES_PER_MINUTE") or 0)
 
     @property
     def MAILBOX_MAX_MESSAGES(self) -> int:

@@ -156,6 +156,15 @@ class ChatNotFound(MessagingError):
     """No chat exists with the given id."""
 
 
+class ChatLimitReached(MessagingError):
+    """The user created as many chats as ``CHAT_CREATES_PER_MINUTE`` allows; another may
+    be created in ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
 class FilesError(RedisComponentsError):
     """Base class of file distribution errors; ``channel`` names the channel."""
 

@@ -99,7 +99,7 @@ RETRY_FIRST, RETRY_MAX = 0.1, 5.0
 
 T = TypeVar("T")
 Stop = Callable[[], bool]
-chats = GroupChat()
+chats = GroupChat(keep_read=False, creates_per_minute=0)  # a chat per channel: read, gone
 
 
 @dataclass

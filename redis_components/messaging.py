@@ -52,7 +52,7 @@ from redis.client import PubSub
 from . import keys, scripts
 from .conf import conf
 from .connection import get_client, pubsub, text
-from .exceptions import ChatNotFound, InvalidInput, MessagingError, NotAMember
+from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, MessagingError, NotAMember
 
 # The statuses that lua/chat.lua returns first.
 DONE, NO_CHAT, NOT_MEMBER, EXISTS = 0, 1, 2, 3
@@ -92,6 +92,19 @@ class Pending(NamedTuple):
         return self.messages.missed
 
 
+class UnreadableMessage(str):
+    """A mailbox entry that is not JSON (written by something other than
+    :meth:`Mailbox.send`): its text, undecodable bytes shown as ``\\x..`` escapes."""
+
+
+def _mail(item: bytes | str) -> Any:
+    try:
+        return json.loads(item)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deeply
+        raw = item.decode("utf-8", "backslashreplace") if isinstance(item, bytes) else item
+        return UnreadableMessage(raw)
+
+
 class Mailbox:
     """Single-recipient pull messaging: one list per user, drained by its owner.
 
@@ -120,14 +133,15 @@ class Mailbox:
         """Remove and return every message in ``user``'s mailbox, oldest first.
 
         Reading and emptying are one transaction: of two concurrent fetches, each
-        message goes to exactly one.
+        message goes to exactly one. An entry that is not JSON comes back as an
+        :class:`UnreadableMessage`: nothing is lost, nothing raises.
         """
         key = keys.key("mailbox", keys.validate_name(user, "user"))
         pipe = get_client().pipeline(transaction=True)
         pipe.lrange(key, 0, -1)
         pipe.delete(key)
         packed, _ = pipe.execute()
-        return [json.loads(item) for item in packed]
+        return [_mail(item) for item in packed]
 
 
 class GroupChat:
@@ -139,7 +153,20 @@ class GroupChat:
     message twice to the same member. Bad input raises :class:`InvalidInput`, an
     unknown chat :class:`ChatNotFound`, a non-member :class:`NotAMember`; in each
     case nothing is written.
+
+    ``keep_read`` (default: the ``CHAT_KEEP_READ`` setting) keeps messages every member
+    has read, so that members see the conversation's history; only ``CHAT_MAX_MESSAGES``
+    and ``CHAT_MAX_AGE`` drop messages then. Off, a message is deleted once every
+    member has read it (the book's way). ``creates_per_minute`` (default: the
+    ``CHAT_CREATES_PER_MINUTE`` setting; 0: no limit) bounds the chats one sender
+    creates per minute.
     """
+
+    def __init__(
+        self, *, keep_read: bool | None = None, creates_per_minute: int | None = None
+    ) -> None:
+        self.keep_read = keep_read
+        self.creates_per_minute = creates_per_minute
 
     def create(
         self, sender: str, recipients: Iterable[str], message: str, *, public: bool = False
@@ -157,6 +184,7 @@ class GroupChat:
         members = list(dict.fromkeys([sender, *named]))
         body = _message_text(message)
         client = get_client()
+        self._count_creation(client, sender)
         chat_id = str(client.incr(keys.key("chat", "next-id")))
         versions = self._add_to_indexes(client, chat_id, members)
         pairs = [value for pair in zip(members, versions, strict=True) for value in pair]
@@ -205,8 +233,9 @@ class GroupChat:
     ) -> list[Message]:
         """The chat's messages still held, oldest first: the ``limit`` newest below ``before``.
 
-        Members only. It marks nothing seen. Messages every member has seen are
-        deleted, so history holds what some member has not read yet.
+        Members only, and from their join on: a member who joined an existing chat does
+        not see what was sent before. It marks nothing seen. Messages every member has
+        seen are deleted, so history holds what some member has not read yet.
         """
         chat_id = _chat_id(chat_id)
         user = keys.validate_name(user, "user")
@@ -224,11 +253,14 @@ class GroupChat:
         """Add ``user`` to the chat; they will receive the messages sent from now on.
 
         Joining a chat one is in already changes nothing. Joining an unknown chat
-        raises :class:`ChatNotFound` and leaves only the user's join counter advanced.
+        raises :class:`ChatNotFound` and changes nothing (if the chat is deleted between
+        the check and the join, the user's index entry is taken back).
         """
         chat_id = _chat_id(chat_id)
         user = keys.validate_name(user, "user")
         client = get_client()
+        if not client.exists(_chat_keys(chat_id)[0]):
+            raise ChatNotFound(f"no chat {chat_id}")
         [version] = self._add_to_indexes(client, chat_id, [user])
         reply = self._run(client, chat_id, "join", user, version)
         if reply[0] == NO_CHAT:
@@ -277,11 +309,38 @@ class GroupChat:
 
     # Helpers. Each reads or writes one slot: a chat's or a user's.
 
+    def _count_creation(self, client: Redis, sender: str) -> None:
+        """Count a chat ``sender`` creates; :class:`ChatLimitReached` past
+        ``CHAT_CREATES_PER_MINUTE`` (a window that starts with their first in a minute)."""
+        limit = self.creates_per_minute
+        if limit is None:
+            limit = conf.CHAT_CREATES_PER_MINUTE
+        if not limit:
+            return
+        key = keys.key("chat-creates", sender)
+        pipe = client.pipeline(transaction=True)
+        pipe.set(key, 0, ex=60, nx=True)
+        pipe.incr(key)
+        pipe.ttl(key)
+        _, count, ttl = pipe.execute()
+        if int(count) > limit:
+            raise ChatLimitReached(
+                f"{sender!r} created {limit} chats in the last minute (CHAT_CREATES_PER_MINUTE)",
+                retry_after=max(int(ttl), 1),
+            )
+
+    def _args(self, operation: str, user: str, *rest: scripts.Arg) -> list[scripts.Arg]:
+        max_age = conf.CHAT_MAX_AGE
+        keep = conf.CHAT_KEEP_READ if self.keep_read is None else self.keep_read
+        limits = [conf.CHAT_MAX_MESSAGES, 0 if max_age is None else max_age, int(keep)]
+        return [operation, user, *limits, *rest]
+
     def _run(
         self, client: Redis, chat_id: str, operation: str, user: str, *rest: scripts.Arg
     ) -> list[Any]:
         script = scripts.load("chat")
-        return cast(list[Any], script(client, _chat_keys(chat_id), _args(operation, user, *rest)))
+        args = self._args(operation, user, *rest)
+        return cast(list[Any], script(client, _chat_keys(chat_id), args))
 
     def _index(self, client: Redis, user: str) -> dict[str, int]:
         """The user's index, chat id -> join version, in chat id order."""
@@ -299,7 +358,7 @@ class GroupChat:
         overtaken (an entry whose join is still on its way is kept).
         """
         chat = scripts.load("chat")
-        calls = [(chat, _chat_keys(chat_id), _args(operation, user)) for chat_id in index]
+        calls = [(chat, _chat_keys(chat_id), self._args(operation, user)) for chat_id in index]
         replies = scripts.run_many(client, calls)
         done, stale = [], []
         for (chat_id, version), reply in zip(index.items(), replies, strict=True):
@@ -369,11 +428,6 @@ def _chat_keys(chat_id: str) -> list[str]:
     """meta, members, joins, messages: the KEYS of lua/chat.lua."""
     chat = keys.key("chat", chat_id)  # built once: sending is a hot path
     return [f"{chat}:{part}" for part in ("meta", "members", "joins", "messages")]
-
-
-def _args(operation: str, user: str, *rest: scripts.Arg) -> list[scripts.Arg]:
-    max_age = conf.CHAT_MAX_AGE
-    return [operation, user, conf.CHAT_MAX_MESSAGES, 0 if max_age is None else max_age, *rest]
 
 
 def _checked(reply: list[Any], chat_id: str, user: str) -> list[Any]:

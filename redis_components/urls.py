@@ -32,4 +32,6 @@ urlpatterns = [
     path("queues/", views.queue_status, name="queue-status"),
     # Prometheus metrics (when REDIS_COMPONENTS["METRICS"] is on)
     path("metrics/", metrics_view, name="metrics"),
+    # Anything else under these URLs: a JSON 404
+    path("<path:path>", views.not_found),
 ]

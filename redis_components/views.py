@@ -20,12 +20,13 @@ import redis
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
 from django.views import View
+from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 from redis.exceptions import RedisClusterException
@@ -33,7 +34,7 @@ from redis.exceptions import RedisClusterException
 from . import keys
 from .autocomplete import Guild, RecentContacts
 from .conf import conf
-from .exceptions import ChatNotFound, InvalidInput, NotAMember
+from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, NotAMember
 from .messaging import GroupChat
 
 logger = logging.getLogger(__name__)
@@ -65,10 +66,15 @@ class JsonView(View):
         except InvalidInput as error:
             field = self.parameters.get(error.field, error.field)
             return json_error(400, f"{field}: {error.problem}", field)
-        except NotAMember as error:
-            return json_error(403, str(error))
-        except ChatNotFound as error:
-            return json_error(404, str(error))
+        except (NotAMember, ChatNotFound):
+            # The same answer whether the chat exists or not: non-members learn nothing.
+            return json_error(404, "No such chat among yours.")
+        except ChatLimitReached as error:
+            response = json_error(429, str(error))
+            response["Retry-After"] = str(error.retry_after)
+            return response
+        except RequestDataTooBig:
+            return json_error(413, "The request body is too large.")
         except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
             logger.exception("Redis is unreachable")
             return json_error(503, "Redis is unavailable; try again shortly.")
@@ -90,7 +96,27 @@ def int_parameter(request: HttpRequest, name: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise InvalidInput(name, f"must be an integer, not {value!r}") from None
+        raise InvalidInput(name, f"must be an integer, not {keys.shorten(value)}") from None
+
+
+def wants_json(request: HttpRequest) -> bool:
+    """Whether the client sent or asked for JSON (the app's views answer it JSON)."""
+    return "json" in request.headers.get("Accept", "") or request.content_type == (
+        "application/json"
+    )
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: a JSON 403 for a client that sent or asked for JSON,
+    Django's own page otherwise."""
+    if wants_json(request):
+        return json_error(403, f"CSRF check failed: {reason}")
+    return django_csrf_failure(request, reason)
+
+
+def not_found(request: HttpRequest, path: str) -> HttpResponse:
+    """The app's URLs end here: an unknown route is a JSON 404."""
+    return json_error(404, "No such endpoint.")
 
 
 # -- autocomplete (autocomplete.py) ---------------------------------------------------
@@ -160,7 +186,7 @@ class ChatApiView(JsonView):
             return {}
         try:
             data = json.loads(self.request.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deeply
             raise InvalidInput("body", "must be a JSON object") from None
         if not isinstance(data, dict):
             raise InvalidInput("body", "must be a JSON object")
@@ -248,7 +274,7 @@ class ChatJoinView(ChatApiView):
     def post(self, request: HttpRequest, chat_id: int) -> HttpResponse:
         key = str(chat_id)
         if not self.chats.is_public(key) and self.user not in self.chats.members(key):
-            return json_error(403, f"chat {key} is invite-only")
+            raise NotAMember(f"chat {key} is invite-only")  # answered as if it did not exist
         self.chats.join(key, self.user)
         return JsonResponse({"id": key, "members": self.chats.members(key)})
 

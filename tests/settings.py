@@ -118,6 +118,8 @@ TEMPLATES = [
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 STATIC_URL = "static/"
 LOGIN_URL = "login"
+# A failed CSRF check answers JSON to clients that sent or asked for JSON.
+CSRF_FAILURE_VIEW = "redis_components.views.csrf_failure"
 # Email stays in memory, also in worker processes (Django 6.1 replaced EMAIL_BACKEND by MAILERS).
 if django.VERSION >= (6, 1):
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}

@@ -61,7 +61,14 @@ def test_post_adds_a_contact_with_a_csrf_token(alice: User) -> None:
 
 @pytest.mark.parametrize(
     ("data", "field"),
-    [({}, "contact"), ({"contact": "x" * 201}, "contact"), ({"contact": "a\x07"}, "contact")],
+    [
+        ({}, "contact"),
+        ({"contact": "x" * 201}, "contact"),
+        ({"contact": "a\x07"}, "contact"),
+        ({"contact": "   "}, "contact"),
+        ({"contact": "\u3000\t"}, "contact"),
+        ({"contact": "Zo\ufffd"}, "contact"),
+    ],
 )
 def test_post_bad_contact_is_a_400(client: Client, alice: User, data: dict, field: str) -> None:
     response = client.post(CONTACTS, data)

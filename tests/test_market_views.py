@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 import threading
+from urllib.parse import quote
 
 import django
 import pytest
@@ -184,6 +185,28 @@ def test_selling_only_your_own_items_at_a_sane_price(users: dict[str, int]) -> N
     assert MARKET.check() == []
 
 
+def test_item_names_no_item_can_have_are_refused_with_the_reason(
+    users: dict[str, int], r: redis.Redis
+) -> None:
+    alice = login("alice")
+    bob = users["bob"]
+    before = sorted(r.keys("*"))
+    for name, reason in (
+        ("bad\x07name", "control characters"),
+        ("tab\there", "control characters"),
+        ("x" * 1000, "at most 100 characters"),
+        ("   ", "needs a name"),
+    ):
+        sold = flash(alice.post("/inventory/sell/", {"item": name, "price": "5"}, follow=True))
+        assert len(sold) == 1
+        assert reason in sold[0]
+        url = f"/market/buy/{quote(name, safe='')}/{bob}/"
+        bought = alice.post(url, {"price": "5"}, follow=True)
+        assert bought.status_code == 200
+        assert reason in flash(bought)[0]
+    assert sorted(r.keys("*")) == before  # nothing written, no lock or fence key left
+
+
 def test_chat_pages(users: dict[str, int]) -> None:
     chats = login("bob").get("/chats/")
     [(chat_id, members, unread)] = chats.context["chats"]
@@ -238,3 +261,25 @@ def test_home_page_lists_the_components_and_the_redis_in_use(
         assert name in page
     assert 'href="/market/"' in page
     assert f"Redis {r.info('server')['redis_version']}" in page
+
+
+def test_notices_of_any_shape_are_all_shown_and_none_lost(
+    users: dict[str, int], r: redis.Redis
+) -> None:
+    from redis_components import Mailbox
+
+    Mailbox().send("bob", {"text": "Your lamp sold."})
+    Mailbox().send("bob", ["not", "a", "notice"])
+    Mailbox().send("bob", {"text": 5})
+    r.rpush("rc:mailbox:{bob}", b"\xff junk")
+    Mailbox().send("bob", {"text": "Your rug sold."})
+    page = login("bob").get("/notices/")
+    assert page.status_code == 200
+    shown = [notice.text for notice in page.context["notices"]]
+    assert len(shown) == 5
+    assert "Your lamp sold." in shown
+    assert "Your rug sold." in shown
+    assert '(a message of an unexpected shape: ["not", "a", "notice"])' in shown
+    assert '(a message of an unexpected shape: {"text": 5})' in shown
+    assert "(a message that could not be read: \\xff junk)" in shown
+    assert r.llen("rc:mailbox:{bob}") == 0

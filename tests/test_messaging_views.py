@@ -66,7 +66,7 @@ def test_a_chat_through_the_views(users: dict[str, User]) -> None:
     assert detail == {"id": chat_id, "members": ["alice", "bob"], "public": False}
 
     assert post(bob, "chat-leave", chat_id=chat_id).json() == {"id": chat_id}
-    assert post(bob, "chat-leave", chat_id=chat_id).status_code == 403
+    assert post(bob, "chat-leave", chat_id=chat_id).status_code == 404  # not one of bob's
     assert chats.members(chat_id) == ["alice"]
 
 
@@ -77,19 +77,23 @@ def test_a_user_acts_as_themself_only(users: dict[str, User]) -> None:
     assert [m["sender"] for m in messages] == ["alice", "bob"]
 
 
-def test_a_non_member_gets_403_and_no_messages(users: dict[str, User]) -> None:
+def test_a_non_member_learns_nothing_not_even_that_the_chat_exists(
+    users: dict[str, User],
+) -> None:
     chat_id = chats.create("alice", ["bob"], "secret")
     mallory = as_user("mallory")
-    for response in (
-        get(mallory, "chat-messages", chat_id=chat_id),
-        get(mallory, "chat", chat_id=chat_id),
-        post(mallory, "chat-messages", {"message": "let me in"}, chat_id=chat_id),
-        post(mallory, "chat-join", chat_id=chat_id),
-        post(mallory, "chat-leave", chat_id=chat_id),
-    ):
-        assert response.status_code == 403
-        assert "secret" not in response.content.decode()
-        assert "error" in response.json()
+    for other in (chat_id, 42):  # a chat mallory is not in, and one that does not exist
+        for response in (
+            get(mallory, "chat-messages", chat_id=other),
+            get(mallory, "chat", chat_id=other),
+            post(mallory, "chat-messages", {"message": "let me in"}, chat_id=other),
+            post(mallory, "chat-join", chat_id=other),
+            post(mallory, "chat-leave", chat_id=other),
+        ):
+            assert (response.status_code, response.json()) == (
+                404,
+                {"error": "No such chat among yours."},
+            )
     assert post(mallory, "chat-pending").json() == {"chats": []}
     assert chats.members(chat_id) == ["alice", "bob"]
 
@@ -100,6 +104,8 @@ def test_anyone_may_join_a_public_chat(users: dict[str, User]) -> None:
     joined = post(as_user("carol"), "chat-join", chat_id=chat_id)
     assert joined.json() == {"id": chat_id, "members": ["alice", "carol"]}
     chats.send(chat_id, "alice", "after carol")
+    history = get(as_user("carol"), "chat-messages", chat_id=chat_id).json()["messages"]
+    assert [m["message"] for m in history] == ["after carol"]  # nothing from before the join
     [(_, messages)] = chats.fetch_pending("carol")
     assert [m["message"] for m in messages] == ["after carol"]
 
@@ -118,7 +124,10 @@ def test_unknown_chats_are_404(users: dict[str, User]) -> None:
         post(alice, "chat-join", chat_id=42),
         post(alice, "chat-leave", chat_id=42),
     ):
-        assert (response.status_code, response.json()) == (404, {"error": "no chat 42"})
+        assert (response.status_code, response.json()) == (
+            404,
+            {"error": "No such chat among yours."},
+        )
 
 
 @pytest.mark.parametrize(
@@ -209,3 +218,57 @@ def test_a_huge_wait_is_a_400_not_a_500(users: dict[str, User]) -> None:
     )
     assert response.status_code == 400
     assert response.json()["field"] == "wait"
+
+
+def test_bodies_that_cannot_be_read_are_4xx_json(users: dict[str, User]) -> None:
+    alice = as_user("alice")
+    chat_id = chats.create("alice", [], "hello")
+    deep_list, deep_object = "[" * 5000 + "]" * 5000, '{"a":' * 3000 + "1" + "}" * 3000
+    urls = {  # each with a body whose own field is nested deeply
+        reverse("redis_components:chats"): f'{{"recipients": {deep_list}, "message": "hi"}}',
+        reverse("redis_components:chat-messages", kwargs={"chat_id": chat_id}): (
+            f'{{"message": {deep_object}}}'
+        ),
+        reverse("redis_components:chat-pending"): f'{{"wait": {deep_list}}}',
+    }
+    for url, own in urls.items():
+        for body in (deep_list, b"\xff\xfe{}", own):
+            response = alice.post(url, body, content_type="application/json")
+            assert response.status_code == 400, (url, str(body)[:20])
+            assert response.json()["error"]
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000):
+        response = alice.post(url, json.dumps({"message": "x" * 2000}), "application/json")
+    assert response.status_code == 413
+    assert "too large" in response.json()["error"]
+    assert chats.chats_of("alice") == [chat_id]
+    assert [m["message"] for m in chats.history(chat_id, "alice")] == ["hello"]
+
+
+def test_a_huge_bad_parameter_is_not_repeated_in_full(users: dict[str, User]) -> None:
+    chat_id = chats.create("alice", [], "hello")
+    response = get(as_user("alice"), "chat-messages", {"limit": "9" * 100_000}, chat_id=chat_id)
+    assert response.status_code == 400
+    assert len(response.content) < 300
+
+
+def test_unknown_routes_and_csrf_failures_answer_json(users: dict[str, User]) -> None:
+    alice = as_user("alice", csrf=True)
+    response = alice.get("/rc/no/such/thing/")
+    assert (response.status_code, response.json()) == (404, {"error": "No such endpoint."})
+    refused = post(alice, "chats", {"recipients": [], "message": "hi"})
+    assert refused.status_code == 403
+    assert refused.json()["error"].startswith("CSRF check failed")
+    page = alice.post(reverse("redis_components:chats"), {"message": "hi"})  # a form: HTML
+    assert page.status_code == 403
+    assert page["Content-Type"].startswith("text/html")
+
+
+def test_too_many_new_chats_are_429_with_retry_after(users: dict[str, User]) -> None:
+    alice = as_user("alice")
+    with override_settings(REDIS_COMPONENTS={"CHAT_CREATES_PER_MINUTE": 1}):
+        assert post(alice, "chats", {"recipients": ["bob"], "message": "hi"}).status_code == 201
+        refused = post(alice, "chats", {"recipients": ["bob"], "message": "again"})
+    assert refused.status_code == 429
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert "CHAT_CREATES_PER_MINUTE" in refused.json()["error"]
+    assert len(chats.chats_of("bob")) == 1

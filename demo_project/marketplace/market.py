@@ -24,6 +24,7 @@ buyers (or a buyer and the item's seller) apart is the mode, one of the book's t
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,6 +65,21 @@ def listing(item: str, seller: int) -> str:
 def parse_listing(member: str) -> tuple[str, int]:
     item, _, seller = member.rpartition(".")
     return item, int(seller)
+
+
+MAX_ITEM_NAME = 100
+
+
+def item_name_problem(item: str) -> str | None:
+    """What is wrong with ``item`` as an item's name, or ``None``: names are 1 to
+    100 characters of text (no control characters), not only spaces."""
+    if not item.strip():
+        return "An item needs a name."
+    if len(item) > MAX_ITEM_NAME:
+        return f"An item's name has at most {MAX_ITEM_NAME} characters."
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in item):
+        return "An item's name cannot hold control characters."
+    return None
 
 
 def item_lock(item: str, seller: int) -> str:

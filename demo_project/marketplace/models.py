@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from redis_components import Mailbox
+from redis_components.messaging import UnreadableMessage
 
 logger = logging.getLogger(__name__)
 
@@ -26,9 +29,13 @@ class Notice(models.Model):
 
     @classmethod
     def collect(cls, user: models.Model) -> int:
-        """Move what waits in the user's mailbox into notices; how many came."""
+        """Move what waits in the user's mailbox into notices; how many came.
+
+        A message of another shape than the sold notice's (``{"text": ...}``), or one that
+        is not even JSON, becomes a notice that shows what it holds: nothing is lost.
+        """
         messages = Mailbox().fetch(user.get_username())  # type: ignore[attr-defined]
-        notices = [cls(user=user, text=str(message.get("text", message))) for message in messages]
+        notices = [cls(user=user, text=notice_text(message)) for message in messages]
         try:
             cls.objects.bulk_create(notices)
         except Exception:
@@ -37,3 +44,12 @@ class Notice(models.Model):
                 Mailbox().send(user.get_username(), message)  # type: ignore[attr-defined]
             raise
         return len(notices)
+
+
+def notice_text(message: Any) -> str:
+    """What a notice says for one mailbox message, whatever its shape."""
+    if isinstance(message, UnreadableMessage):
+        return f"(a message that could not be read: {message})"
+    if isinstance(message, dict) and isinstance(message.get("text"), str):
+        return str(message["text"])
+    return f"(a message of an unexpected shape: {json.dumps(message, ensure_ascii=False)})"

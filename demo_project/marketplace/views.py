@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from redis_components import (
     Busy,
+    ChatLimitReached,
     GroupChat,
     Guild,
     InvalidInput,
@@ -24,9 +27,10 @@ from redis_components import (
     get_client,
     redis_lock,
 )
+from redis_components.keys import shorten
 from redis_components.locks import LockScope
 
-from .market import Market, Purchase
+from .market import Market, Purchase, item_name_problem
 from .tasks import notify_seller, sent_notices
 
 MARKET = Market("main")
@@ -152,8 +156,23 @@ def _busy(busy: Busy) -> HttpResponse:
     return redirect("market")
 
 
+def _named_item(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Refuse an item name that no item can have before its lock's name is made of it."""
+
+    @functools.wraps(view)
+    def checked(request: HttpRequest, item: str, seller: int) -> HttpResponse:
+        problem = item_name_problem(item)
+        if problem is not None:
+            messages.error(request, problem)
+            return redirect("market")
+        return view(request, item=item, seller=seller)
+
+    return checked
+
+
 @require_POST
 @login_required
+@_named_item
 @redis_lock(
     "market:item:{item}.{seller}",
     "market:user:{user}",
@@ -211,6 +230,10 @@ def inventory(request: HttpRequest) -> HttpResponse:
 @login_required
 def sell(request: HttpRequest) -> HttpResponse:
     item = request.POST.get("item", "")
+    problem = item_name_problem(item)
+    if problem is not None:
+        messages.error(request, problem)
+        return redirect("inventory")
     raw_price = request.POST.get("price", "").strip()
     plain = raw_price.isascii() and raw_price.isdigit() and len(raw_price) <= 12
     price = int(raw_price) if plain else 0
@@ -234,7 +257,7 @@ def contacts(request: HttpRequest) -> HttpResponse:
         to = request.POST.get("to", "").strip()
         text = request.POST.get("message", "").strip()
         if not get_user_model()._default_manager.filter(username=to).exists():
-            messages.error(request, f"There is no user called {to!r}.")
+            messages.error(request, f"There is no user called {shorten(to)}.")
         elif to == request.user.get_username():
             messages.error(request, "Pick someone other than yourself.")
         else:
@@ -242,6 +265,12 @@ def contacts(request: HttpRequest) -> HttpResponse:
                 chat_id = GroupChat().create(request.user.get_username(), [to], text)
             except InvalidInput as error:
                 messages.error(request, f"That message cannot be sent: {error.problem}.")
+            except ChatLimitReached as error:
+                messages.error(
+                    request,
+                    f"You started many chats in the last minute; try again in "
+                    f"{error.retry_after} s.",
+                )
             else:
                 RecentContacts().add(request.user, to)
                 return redirect("chat", chat_id=chat_id)

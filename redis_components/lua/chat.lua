@@ -8,7 +8,9 @@
 --          which the id of every new message is published
 -- ARGV: 1) operation: create, send, fetch, unread, history, join or leave
 --       2) the acting user  3) CHAT_MAX_MESSAGES  4) CHAT_MAX_AGE in seconds (0: none)
---       5...) the operation's own arguments, listed at each operation below
+--       5) "1": keep messages read by every member (only the limits drop them); "0":
+--          delete them (the book's way)
+--       6...) the operation's own arguments, listed at each operation below
 -- Returns: {status, ...}: status 0 done, 1 no such chat, 2 the user is not a member
 --          (then also the version of their last join here, 0 if none), 3 the chat
 --          exists already (create); after status 0, what the operation returns
@@ -16,6 +18,7 @@
 local meta, members, joins, messages = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local operation, user = ARGV[1], ARGV[2]
 local max_messages, max_age = tonumber(ARGV[3]), tonumber(ARGV[4])
+local keep_read = ARGV[5] == '1'
 local DONE, NO_CHAT, NOT_MEMBER, EXISTS = 0, 1, 2, 3
 
 -- Server time in seconds, to the millisecond: every message's "ts".
@@ -28,8 +31,11 @@ local function last_id()
   return tonumber(redis.call('HGET', meta, 'last_id')) or 0
 end
 
--- Messages every member has seen are no longer needed by anyone.
+-- Messages every member has seen are no longer needed by anyone (unless kept as history).
 local function drop_seen_by_all()
+  if keep_read then
+    return
+  end
   local lowest = redis.call('ZRANGE', members, 0, 0, 'WITHSCORES')[2]
   if lowest then
     redis.call('ZREMRANGEBYSCORE', messages, '-inf', lowest)
@@ -63,18 +69,18 @@ local function add_message(text)
 end
 
 if operation == 'create' then
-  -- ARGV: 5) "1" if anyone may join, else "0"  6) the first message
-  --       7...) member, join version pairs (the sender among them)
+  -- ARGV: 6) "1" if anyone may join, else "0"  7) the first message
+  --       8...) member, join version pairs (the sender among them)
   -- Returns: the first message's id
   if redis.call('EXISTS', meta) == 1 then
     return {EXISTS}
   end
-  redis.call('HSET', meta, 'last_id', 0, 'public', ARGV[5])
-  for i = 7, #ARGV, 2 do
+  redis.call('HSET', meta, 'last_id', 0, 'public', ARGV[6])
+  for i = 8, #ARGV, 2 do
     redis.call('ZADD', members, 0, ARGV[i])
     redis.call('HSET', joins, ARGV[i], ARGV[i + 1])
   end
-  return {DONE, add_message(ARGV[6])}
+  return {DONE, add_message(ARGV[7])}
 end
 
 if redis.call('EXISTS', meta) == 0 then
@@ -82,15 +88,19 @@ if redis.call('EXISTS', meta) == 0 then
 end
 
 if operation == 'join' then
-  -- ARGV: 5) the join's version, from the user's index
+  -- ARGV: 6) the join's version, from the user's index
   -- A member keeps their place; a newcomer starts after the newest message. A join
   -- older than one already applied here lost the race to it and changes nothing.
-  local version = tonumber(ARGV[5])
+  local version = tonumber(ARGV[6])
   if version <= (tonumber(redis.call('HGET', joins, user)) or 0) then
     return {DONE}
   end
   redis.call('HSET', joins, user, version)
-  redis.call('ZADD', members, 'NX', last_id(), user)
+  local newest = last_id()
+  if redis.call('ZADD', members, 'NX', newest, user) == 1 then
+    -- What came before the join is not theirs to read, in history either.
+    redis.call('HSET', meta, 'from:' .. user, newest)
+  end
   return {DONE}
 end
 
@@ -100,8 +110,8 @@ if not seen then
 end
 
 if operation == 'send' then
-  -- ARGV: 5) the message.  Returns: its id
-  return {DONE, add_message(ARGV[5])}
+  -- ARGV: 6) the message.  Returns: its id
+  return {DONE, add_message(ARGV[6])}
 end
 
 if operation == 'fetch' then
@@ -124,10 +134,12 @@ if operation == 'unread' then
 end
 
 if operation == 'history' then
-  -- ARGV: 5) only ids below this one ("+inf": from the newest)  6) at most this many
+  -- ARGV: 6) only ids below this one ("+inf": from the newest)  7) at most this many
   -- Returns: the messages held, newest first
   apply_limits()
-  return {DONE, redis.call('ZREVRANGEBYSCORE', messages, '(' .. ARGV[5], '-inf', 'LIMIT', 0, ARGV[6])}
+  local from = redis.call('HGET', meta, 'from:' .. user) or '-inf'
+  return {DONE, redis.call('ZREVRANGEBYSCORE', messages, '(' .. ARGV[6], '(' .. from,
+    'LIMIT', 0, ARGV[7])}
 end
 
 if operation == 'leave' then
@@ -135,6 +147,7 @@ if operation == 'leave' then
   -- leave deletes the chat.
   local version = tonumber(redis.call('HGET', joins, user)) or 0
   redis.call('ZREM', members, user)
+  redis.call('HDEL', meta, 'from:' .. user)
   if redis.call('ZCARD', members) == 0 then
     redis.call('DEL', meta, members, joins, messages)
   else

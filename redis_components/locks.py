@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, is_cluster, text
 from .exceptions import (
@@ -173,15 +174,17 @@ class RedisLock:
         if nested is not None:
             return nested
         client = get_client()
+        waited = False
         while True:
             handle = attempt.outcome(load(ACQUIRE)(client, self.keys, attempt.arguments()))
             if handle is not None:
-                return handle.confirm(), 0.0
+                return _counted((handle.confirm(), 0.0), waited)
             if attempt.expired():
-                return None, attempt.retry_after
+                return _counted((None, attempt.retry_after), waited)
+            waited = True
             grant = wait_for_grant(client, self.keys[3], attempt.wait_slice())
             if grant is not None:
-                return attempt.granted(grant).confirm(), 0.0
+                return _counted((attempt.granted(grant).confirm(), 0.0), waited)
 
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
@@ -196,16 +199,18 @@ class RedisLock:
                 "wait_for_replicas needs the sync API on Redis Cluster (its WAIT must share a "
                 "connection with the grant, which the asyncio cluster client does not offer)"
             )
+        waited = False
         while True:
             reply = await load(ACQUIRE).run_async(client, self.keys, attempt.arguments())
             handle = attempt.outcome(reply)
             if handle is not None:
-                return await handle.aconfirm(), 0.0
+                return _counted((await handle.aconfirm(), 0.0), waited)
             if attempt.expired():
-                return None, attempt.retry_after
+                return _counted((None, attempt.retry_after), waited)
+            waited = True
             grant = await await_grant(client, self.keys[3], attempt.wait_slice())
             if grant is not None:
-                return await attempt.granted(grant).aconfirm(), 0.0
+                return _counted((await attempt.granted(grant).aconfirm(), 0.0), waited)
 
     def _held_here(self) -> LockHandle | None:
         """This thread's or task's handle of this name, if it holds one."""
@@ -265,6 +270,16 @@ class RedisLock:
         if not self._entered[owner]:
             del self._entered[owner]
         return handle
+
+
+def _counted(
+    outcome: tuple[LockHandle | None, float], waited: bool
+) -> tuple[LockHandle | None, float]:
+    """Count an acquisition for the metrics (nothing is counted unless METRICS is on)."""
+    if waited:
+        metrics.count("lock_waits")
+    metrics.count("lock_grants" if outcome[0] is not None else "lock_refusals")
+    return outcome
 
 
 class _Attempt(Attempt):
@@ -683,10 +698,13 @@ def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
         _release_all(taken, ok=False)
         return None
     try:
-        return [handle.confirm() for handle in taken]
+        confirmed = [handle.confirm() for handle in taken]
     except BaseException:
         _release_all(taken, ok=False)
         raise
+    for _ in confirmed:
+        metrics.count("lock_grants")
+    return confirmed
 
 
 def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:

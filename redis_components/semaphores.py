@@ -40,6 +40,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, text
 from .exceptions import InvalidInput, SemaphoreError, SemaphoreNotAcquired, SemaphoreNotOwned
@@ -110,12 +111,12 @@ class RedisSemaphore:
         while True:
             permit = attempt.outcome(load(ACQUIRE)(client, self.keys, attempt.arguments()))
             if permit is not None:
-                return permit.start(), 0.0
+                return _counted((permit.start(), 0.0))
             if attempt.expired():
-                return None, attempt.retry_after
+                return _counted((None, attempt.retry_after))
             signal = wait_for_grant(client, self.keys[4], attempt.wait_slice())
             if signal is not None and signal != "wake":
-                return attempt.granted(signal).start(), 0.0
+                return _counted((attempt.granted(signal).start(), 0.0))
 
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
@@ -126,12 +127,12 @@ class RedisSemaphore:
             reply = await load(ACQUIRE).run_async(client, self.keys, attempt.arguments())
             permit = attempt.outcome(reply)
             if permit is not None:
-                return permit.start(), 0.0
+                return _counted((permit.start(), 0.0))
             if attempt.expired():
-                return None, attempt.retry_after
+                return _counted((None, attempt.retry_after))
             signal = await await_grant(client, self.keys[4], attempt.wait_slice())
             if signal is not None and signal != "wake":
-                return attempt.granted(signal).start(), 0.0
+                return _counted((attempt.granted(signal).start(), 0.0))
 
     # -- refresh and release ---------------------------------------------------------
 
@@ -168,6 +169,12 @@ class RedisSemaphore:
 
 
 PARTS = ("owners", "counter", "waiters", "grant")
+
+
+def _counted(outcome: tuple[Permit | None, float]) -> tuple[Permit | None, float]:
+    """Count an acquisition for the metrics (nothing is counted unless METRICS is on)."""
+    metrics.count("semaphore_grants" if outcome[0] is not None else "semaphore_refusals")
+    return outcome
 
 
 def _prefix() -> str:

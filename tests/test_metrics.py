@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 import redis
 from django.test import Client, override_settings
 
-from redis_components.metrics import count
+from redis_components import RedisLock, RedisSemaphore
 from redis_components.tasks.worker import Worker
 from tests.testapp import tasks
 
@@ -62,15 +64,41 @@ def test_metrics_off_keeps_no_totals(r: redis.Redis) -> None:
 
 
 def test_lock_and_semaphore_events_are_counted_in_the_process(client: Client) -> None:
+    def counts(text: str) -> dict[str, float]:
+        found = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name.endswith("_total") and ("_lock_" in name or "_semaphore_" in name):
+                found[name.removeprefix("redis_components_").removesuffix("_total")] = float(value)
+        return found
+
     with override_settings(REDIS_COMPONENTS=ON):
-        before = scrape(client)
-        count("lock_grants")
-        after = scrape(client)
+        before = counts(scrape(client))
+        held = RedisLock("counted", timeout=5).acquire()
+        waiter: list[object] = []
 
-    def grants(text: str) -> float:
-        [line] = [
-            ln for ln in text.splitlines() if ln.startswith("redis_components_lock_grants_total ")
-        ]
-        return float(line.split()[1])
+        def other_thread() -> None:
+            lock = RedisLock("counted", timeout=5)
+            waiter.append(lock.acquire(blocking=False))  # refused
+            waiter.append(lock.acquire(blocking_timeout=5))  # waits, then granted
 
-    assert grants(after) == grants(before) + 1
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        time.sleep(0.2)
+        held.release()  # handed to the waiter
+        thread.join()
+        semaphore = RedisSemaphore("counted", 1, timeout=5)
+        permit = semaphore.acquire()
+        assert semaphore.acquire() is None
+        after = counts(scrape(client))
+    assert permit is not None
+    assert waiter[0] is None
+    assert waiter[1] is not None
+    moved = {name: after[name] - before.get(name, 0) for name in after}
+    assert moved == {
+        "lock_waits": 1,
+        "lock_grants": 2,
+        "lock_refusals": 1,
+        "semaphore_grants": 1,
+        "semaphore_refusals": 1,
+    }

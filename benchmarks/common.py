@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -48,9 +49,18 @@ def machine(client: redis.Redis) -> str:
     hz = client.config_get("hz")["hz"]
     return (
         f"{os.cpu_count()} CPUs ({model}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, redis-py {redis.__version__}, "
-        f"Redis {info['redis_version']} (hz {hz})"
+        f"Python {platform.python_version()}, redis-py {redis.__version__} "
+        f"({reply_parser()}), Redis {info['redis_version']} (hz {hz})"
     )
+
+
+def reply_parser() -> str:
+    """Which reply parser redis-py uses in this environment: hiredis's C one, or its own."""
+    from redis.utils import HIREDIS_AVAILABLE
+
+    if HIREDIS_AVAILABLE:
+        return f"hiredis {importlib.metadata.version('hiredis')} parser"
+    return "its pure-Python parser; hiredis is not installed"
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

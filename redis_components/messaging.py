@@ -40,10 +40,11 @@ missed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, TypedDict, cast
 
 from redis import Redis
@@ -78,6 +79,16 @@ class MessageList(list[Message]):
     def __init__(self, messages: Iterable[Message] = (), missed: int = 0) -> None:
         super().__init__(messages)
         self.missed = missed
+
+
+class UnreadCounts(dict[str, int]):
+    """Unread messages per chat id; ``mark`` is a short fingerprint of them, for a client
+    to send back to :meth:`GroupChat.unread_counts` as what it shows."""
+
+    @property
+    def mark(self) -> str:
+        text = json.dumps(sorted(self.items()), separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 class Pending(NamedTuple):
@@ -221,12 +232,38 @@ class GroupChat:
             return pending
         return self._wait_and_fetch(client, user, time.monotonic() + wait)
 
-    def unread_counts(self, user: str) -> dict[str, int]:
-        """How many unread messages ``user`` has per chat, without marking any seen."""
+    def unread_counts(
+        self, user: str, *, wait: float = 0, shown: Mapping[str, int] | str | None = None
+    ) -> UnreadCounts:
+        """How many unread messages ``user`` has per chat, without marking any seen.
+
+        With ``wait``, a long poll: answers once the counts differ from ``shown`` (the
+        counts the caller shows, or their :attr:`UnreadCounts.mark`; by default the
+        counts at the call), or when ``wait`` seconds have passed. It listens before it
+        looks, so a message sent between two polls is never missed.
+        """
         user = keys.validate_name(user, "user")
+        deadline = time.monotonic() + keys.seconds(wait, "wait")
         client = get_client()
+        if not wait:
+            return self._counts(client, user)
+        with pubsub(client) as subscriber:
+            channels = {_counts_channel(user)}
+            channels |= {_chat_keys(chat_id)[3] for chat_id in self._index(client, user)}
+            _subscribe(subscriber, channels, deadline)
+            counts = self._counts(client, user)
+            if shown is None:
+                shown = counts.mark
+            elif not isinstance(shown, str):
+                shown = UnreadCounts(shown).mark
+            while counts.mark == shown and (remaining := deadline - time.monotonic()) > 0:
+                if subscriber.get_message(timeout=remaining) is not None:
+                    counts = self._counts(client, user)
+            return counts
+
+    def _counts(self, client: Redis, user: str) -> UnreadCounts:
         replies = self._on_chats_of(client, user, self._index(client, user), "unread")
-        return {chat_id: int(reply[1]) for chat_id, reply in replies}
+        return UnreadCounts((chat_id, int(reply[1])) for chat_id, reply in replies)
 
     def history(
         self, chat_id: str, user: str, before: int | None = None, limit: int = 50
@@ -234,8 +271,9 @@ class GroupChat:
         """The chat's messages still held, oldest first: the ``limit`` newest below ``before``.
 
         Members only, and from their join on: a member who joined an existing chat does
-        not see what was sent before. It marks nothing seen. Messages every member has
-        seen are deleted, so history holds what some member has not read yet.
+        not see what was sent before. It marks nothing seen. Unless read messages are kept
+        (``keep_read``), messages every member has seen are deleted, so history holds
+        what some member has not read yet.
         """
         chat_id = _chat_id(chat_id)
         user = keys.validate_name(user, "user")
@@ -248,6 +286,51 @@ class GroupChat:
         below = "+inf" if before is None else before
         reply = self._run(get_client(), chat_id, "history", user, below, limit)
         return _decode(reversed(_checked(reply, chat_id, user)[1]))
+
+    def messages_after(
+        self, chat_id: str, user: str, after: int = 0, *, wait: float = 0, limit: int = 100
+    ) -> list[Message]:
+        """The chat's messages after id ``after``, oldest first (at most ``limit``),
+        marking nothing seen: every open page of every member can follow a chat this way.
+
+        Members only. With ``wait`` (seconds), when there is none yet, wait up to that
+        long for one to be sent. It shows what is held: with ``keep_read`` off, messages
+        that every member has read are gone.
+        """
+        chat_id = _chat_id(chat_id)
+        user = keys.validate_name(user, "user")
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise InvalidInput("after", f"must be a message id (an integer >= 0), not {after!r}")
+        if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
+            raise InvalidInput(
+                "limit", f"must be an integer from 1 to {HISTORY_MAX_LIMIT}, not {limit!r}"
+            )
+        deadline = time.monotonic() + keys.seconds(wait, "wait")
+        client = get_client()
+        if not wait:
+            return self._since(client, chat_id, user, after, limit)
+        with pubsub(client) as subscriber:
+            _subscribe(subscriber, {_chat_keys(chat_id)[3]}, deadline)
+            while True:
+                found = self._since(client, chat_id, user, after, limit)
+                remaining = deadline - time.monotonic()
+                if found or remaining <= 0:
+                    return found
+                subscriber.get_message(timeout=remaining)
+
+    def _since(
+        self, client: Redis, chat_id: str, user: str, after: int, limit: int
+    ) -> list[Message]:
+        reply = self._run(client, chat_id, "since", user, after, limit)
+        return _decode(_checked(reply, chat_id, user)[1])
+
+    def mark_read(self, chat_id: str, user: str) -> int:
+        """Mark everything in the chat read by ``user``; how many messages were unread."""
+        chat_id = _chat_id(chat_id)
+        user = keys.validate_name(user, "user")
+        reply = self._run(get_client(), chat_id, "fetch", user, _counts_channel(user))
+        reply = _checked(reply, chat_id, user)
+        return int(reply[1]) + len(reply[2])
 
     def join(self, chat_id: str, user: str) -> None:
         """Add ``user`` to the chat; they will receive the messages sent from now on.
@@ -349,7 +432,7 @@ class GroupChat:
         return dict(sorted(index.items(), key=lambda entry: int(entry[0])))
 
     def _on_chats_of(
-        self, client: Redis, user: str, index: dict[str, int], operation: str
+        self, client: Redis, user: str, index: dict[str, int], operation: str, *rest: str
     ) -> list[tuple[str, list[Any]]]:
         """Run ``operation`` on every chat of the index in one pipeline.
 
@@ -358,7 +441,8 @@ class GroupChat:
         overtaken (an entry whose join is still on its way is kept).
         """
         chat = scripts.load("chat")
-        calls = [(chat, _chat_keys(chat_id), self._args(operation, user)) for chat_id in index]
+        args = self._args(operation, user, *rest)
+        calls = [(chat, _chat_keys(chat_id), args) for chat_id in index]
         replies = scripts.run_many(client, calls)
         done, stale = [], []
         for (chat_id, version), reply in zip(index.items(), replies, strict=True):
@@ -374,7 +458,8 @@ class GroupChat:
 
     def _fetch(self, client: Redis, user: str, index: dict[str, int]) -> list[Pending]:
         pending = []
-        for chat_id, (_, missed, packed) in self._on_chats_of(client, user, index, "fetch"):
+        replies = self._on_chats_of(client, user, index, "fetch", _counts_channel(user))
+        for chat_id, (_, missed, packed) in replies:
             if packed or missed:
                 pending.append(Pending(chat_id, MessageList(_decode(packed), int(missed))))
         return pending
@@ -437,6 +522,12 @@ def _checked(reply: list[Any], chat_id: str, user: str) -> list[Any]:
     if reply[0] == NOT_MEMBER:
         raise NotAMember(f"{user!r} is not a member of chat {chat_id}")
     return reply
+
+
+def _counts_channel(user: str) -> str:
+    """Where the user's pages waiting in :meth:`GroupChat.unread_counts` hear of chats
+    joined and of messages read (in any tab), to show the new counts."""
+    return keys.key("chat-index", user)
 
 
 def _decode(packed: Iterable[bytes | str]) -> list[Message]:

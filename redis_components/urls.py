@@ -26,6 +26,7 @@ urlpatterns = [
     path("chats/pending/", views.ChatPendingView.as_view(), name="chat-pending"),
     path("chats/<int:chat_id>/", views.ChatDetailView.as_view(), name="chat"),
     path("chats/<int:chat_id>/messages/", views.ChatMessagesView.as_view(), name="chat-messages"),
+    path("chats/<int:chat_id>/read/", views.ChatReadView.as_view(), name="chat-read"),
     path("chats/<int:chat_id>/join/", views.ChatJoinView.as_view(), name="chat-join"),
     path("chats/<int:chat_id>/leave/", views.ChatLeaveView.as_view(), name="chat-leave"),
     # Task queues: the staff-only status page

@@ -204,8 +204,14 @@ class ChatListView(ChatApiView):
     """GET: my chats with their unread counts. POST: create a chat."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        counts = self.chats.unread_counts(self.user)
-        return JsonResponse({"chats": [{"id": key, "unread": n} for key, n in counts.items()]})
+        """``?wait=<seconds>&shown=<mark>`` (wait at most :data:`CHAT_MAX_WAIT`): a long
+        poll, answered once the counts differ from those whose ``mark`` the client shows
+        (a mark from an earlier answer), or when the time is up."""
+        counts = self.chats.unread_counts(
+            self.user, wait=_wait_parameter(request), shown=request.GET.get("shown")
+        )
+        chats = [{"id": key, "unread": n} for key, n in counts.items()]
+        return JsonResponse({"chats": chats, "mark": counts.mark})
 
     def post(self, request: HttpRequest) -> HttpResponse:
         """Body: ``{"recipients": [user names], "message": "...", "public": false}``."""
@@ -236,8 +242,18 @@ class ChatMessagesView(ChatApiView):
     """GET: history (``?before=<id>&limit=<n>``). POST ``{"message": "..."}``: send."""
 
     def get(self, request: HttpRequest, chat_id: int) -> HttpResponse:
-        before = int_parameter(request, "before")
         limit = int_parameter(request, "limit")
+        after = int_parameter(request, "after")
+        if after is not None:  # following the chat: what came after, waiting if nothing yet
+            messages = self.chats.messages_after(
+                str(chat_id),
+                self.user,
+                after,
+                wait=_wait_parameter(request),
+                limit=100 if limit is None else limit,
+            )
+            return JsonResponse({"messages": messages})
+        before = int_parameter(request, "before")
         messages = self.chats.history(
             str(chat_id), self.user, before, 50 if limit is None else limit
         )
@@ -246,6 +262,27 @@ class ChatMessagesView(ChatApiView):
     def post(self, request: HttpRequest, chat_id: int) -> HttpResponse:
         message_id = self.chats.send(str(chat_id), self.user, self.body().get("message", ""))
         return JsonResponse({"id": message_id}, status=201)
+
+
+class ChatReadView(ChatApiView):
+    """POST: mark everything in the chat read (members only); answers how many were unread."""
+
+    def post(self, request: HttpRequest, chat_id: int) -> HttpResponse:
+        return JsonResponse({"read": self.chats.mark_read(str(chat_id), self.user)})
+
+
+def _wait_parameter(request: HttpRequest) -> float:
+    """The ``wait`` query parameter: seconds, from 0 (the default) to CHAT_MAX_WAIT."""
+    value = request.GET.get("wait", "0")
+    try:
+        wait = float(value)
+    except ValueError:
+        raise InvalidInput(
+            "wait", f"must be a number of seconds, not {keys.shorten(value)}"
+        ) from None
+    if not 0 <= wait <= CHAT_MAX_WAIT:
+        raise InvalidInput("wait", f"must be a number of seconds from 0 to {CHAT_MAX_WAIT:g}")
+    return wait
 
 
 class ChatPendingView(ChatApiView):

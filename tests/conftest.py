@@ -91,9 +91,22 @@ def new_browser(_browser_binaries: tuple[str, str]) -> Iterator[Callable[[], Any
 
 
 @pytest.fixture
-def worker_may_check_db_connections(django_db_blocker: Any) -> Iterator[None]:
+def worker_may_check_db_connections(django_db_blocker: Any, monkeypatch: Any) -> Iterator[None]:
     """A worker in the test process calls close_old_connections() around each task, as
-    Django does around requests; that looks at connections other tests may have left open."""
+    Django does around requests; that looks at connections other tests may have left open,
+    and would close the test's own, inside the transaction a non-transactional test runs in
+    (the test database is a file: see tests/settings.py). Such a connection is kept."""
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    close = BaseDatabaseWrapper.close_if_unusable_or_obsolete
+
+    def unless_in_the_tests_transaction(self: BaseDatabaseWrapper) -> None:
+        if not self.in_atomic_block:
+            close(self)
+
+    monkeypatch.setattr(
+        BaseDatabaseWrapper, "close_if_unusable_or_obsolete", unless_in_the_tests_transaction
+    )
     with django_db_blocker.unblock():
         yield
 
@@ -111,3 +124,19 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     for worker in started:
         if worker.process.poll() is None:
             worker.kill_all()
+
+
+@pytest.fixture(scope="session")
+def live_server(django_db_setup: None) -> Iterator[Any]:
+    """pytest-django's live server, started once the test database exists.
+
+    Its own fixture starts before the database is set up, takes the settings' ``:memory:``
+    for a database to share, and hands one SQLite connection to all the server's threads;
+    the long polls of the chat pages then use it at once. Started here, every thread opens
+    its own connection to the test database file (tests/settings.py).
+    """
+    from pytest_django.live_server_helper import LiveServer
+
+    server = LiveServer(os.environ.get("DJANGO_LIVE_TEST_SERVER_ADDRESS", "localhost"))
+    yield server
+    server.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import tempfile
 
 import django
 
@@ -92,8 +93,19 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # The demo's pages answer 503 while Redis cannot be reached.
+    "demo_project.marketplace.middleware.RedisUnavailableMiddleware",
 ]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# The test database is a file, not memory: the browser tests' live server answers several
+# requests at once (long polls), and an in-memory database would be one connection shared
+# by all its threads, which SQLite refuses.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",
+        "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"rc-tests-{os.getpid()}.sqlite3")},
+    }
+}
 CACHES = caches(
     os.environ.get("RC_TEST_REDIS_URL", NOT_STARTED), os.environ.get("RC_TEST_REDIS_OTHER_URL")
 )

@@ -17,7 +17,7 @@ from demo_project.marketplace.views import MARKET
 from redis_components import GroupChat, Guild, RecentContacts, RedisLock, get_result
 from redis_components.tasks.worker import Worker
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_may_check_db_connections")]
 
 
 @pytest.fixture
@@ -283,3 +283,96 @@ def test_notices_of_any_shape_are_all_shown_and_none_lost(
     assert '(a message of an unexpected shape: {"text": 5})' in shown
     assert "(a message that could not be read: \\xff junk)" in shown
     assert r.llen("rc:mailbox:{bob}") == 0
+
+
+def test_pages_say_redis_is_unavailable_then_recover_by_themselves(
+    users: dict[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.test import override_settings
+
+    bob = login("bob")
+    unreachable = "redis://127.0.0.1:1/0"
+    gone = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": unreachable}}
+    with override_settings(CACHES=gone):
+        pages = [bob.get(page) for page in ("/market/", "/inventory/", "/chats/", "/market/")]
+    for page in pages:
+        assert page.status_code == 503
+        assert page["Retry-After"] == "5"
+        assert "cannot be reached" in page.content.decode()
+    logged = [r for r in caplog.records if "Redis is unavailable" in r.getMessage()]
+    assert len(logged) == 1  # once, not once per request
+    assert bob.get("/market/").status_code == 200  # back, with nothing restarted
+
+
+def test_a_seller_withdraws_a_listing_and_a_sold_one_cannot_be_withdrawn(
+    users: dict[str, int],
+) -> None:
+    alice_id, bob_id = users["alice"], users["bob"]
+    item, price = listing_of(alice_id)
+    alice = login("alice")
+    page = alice.get("/inventory/").content.decode()
+    assert f'aria-label="Withdraw {item}"' in page
+    done = alice.post("/inventory/withdraw/", {"item": item}, follow=True)
+    assert flash(done) == [f"{item} is back in your items."]
+    assert item in MARKET.inventory(alice_id)
+    assert MARKET.price(item, alice_id) is None
+    # Bought first, then withdrawn: the withdraw says it was sold and changes nothing.
+    other, other_price = listing_of(alice_id)
+    bought = login("bob").post(f"/market/buy/{other}/{alice_id}/", {"price": other_price})
+    assert bought.status_code == 302
+    late = alice.post("/inventory/withdraw/", {"item": other}, follow=True)
+    assert flash(late) == [f"{other} is not for sale any more: it was sold."]
+    assert other in MARKET.inventory(bob_id)
+    assert other not in MARKET.inventory(alice_id)
+    # Withdrawn first, then bought: the purchase finds nothing.
+    refused = login("bob").post(f"/market/buy/{item}/{alice_id}/", {"price": price}, follow=True)
+    assert f"{item} is no longer for sale" in flash(refused)[0]
+    assert MARKET.check() == []
+
+
+def _buy_all(buyer: int, seller: int, items: list[str]) -> None:
+    for item in items:
+        MARKET.purchase_item(buyer, item, seller)
+
+
+def _withdraw_all(seller: int, items: list[str]) -> None:
+    for item in reversed(items):
+        MARKET.withdraw(item, seller)
+
+
+def test_withdraws_racing_purchases_end_in_exactly_one_of_them(users: dict[str, int]) -> None:
+    from tests.processes import run_processes
+
+    alice_id, bob_id = users["alice"], users["bob"]
+    items = [f"race item {n}" for n in range(60)]
+    for item in items:
+        MARKET.make_item(alice_id, item)
+        assert MARKET.list_item(item, alice_id, 1)
+    run_processes(
+        lambda role, *args: role(*args),
+        [(_buy_all, bob_id, alice_id, items), (_withdraw_all, alice_id, items)],
+    )
+    bought = set(MARKET.inventory(bob_id)) & set(items)
+    withdrawn = set(MARKET.inventory(alice_id)) & set(items)
+    assert bought | withdrawn == set(items)  # each ended one way...
+    assert not bought & withdrawn  # ...and only one
+    assert bought
+    assert withdrawn
+    assert MARKET.check() == []
+
+
+def test_the_market_pages_its_listings_and_says_how_many(users: dict[str, int]) -> None:
+    alice_id = users["alice"]
+    items = [f"page item {n:03}" for n in range(230)]
+    for item in items:
+        MARKET.make_item(alice_id, item)
+        MARKET.list_item(item, alice_id, 1)
+    total = len(MARKET.listings())
+    bob = login("bob")
+    first = bob.get("/market/", {"sort": "item"})
+    assert f"{total} listings; 1 to 100 shown." in first.content.decode()
+    assert len(first.context["rows"]) == 100
+    last = bob.get("/market/", {"sort": "item", "page": 3})
+    assert len(last.context["rows"]) == total - 200
+    narrowed = bob.get("/market/", {"q": "page item 1"}).content.decode()
+    assert "100 listings matching “page item 1”." in narrowed

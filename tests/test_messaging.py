@@ -686,3 +686,45 @@ def test_a_user_may_create_a_bounded_number_of_chats_per_minute(r: redis.Redis) 
         assert len(limited.chats_of("bob")) == 3  # nothing written for the refused one
         limited.create("carol", ["bob"], "others may")
     assert 0 < r.ttl("rc:chat-creates:{alice}") <= 60  # the count does not outlive its minute
+
+
+def test_following_a_chat_marks_nothing_read_and_wakes_on_a_new_message() -> None:
+    chat_id = keeping.create("alice", ["bob"], "one")
+    keeping.send(chat_id, "alice", "two")
+    assert [m["message"] for m in keeping.messages_after(chat_id, "bob")] == ["one", "two"]
+    assert [m["message"] for m in keeping.messages_after(chat_id, "bob", 1)] == ["two"]
+    assert keeping.unread_counts("bob") == {chat_id: 2}  # following reads nothing
+    started = time.monotonic()
+    threading.Timer(0.2, keeping.send, args=(chat_id, "alice", "three")).start()
+    [third] = keeping.messages_after(chat_id, "bob", 2, wait=5)
+    assert third["message"] == "three"
+    assert time.monotonic() - started < 2  # woken by the message, not the time limit
+    assert keeping.messages_after(chat_id, "bob", 3, wait=0.1) == []
+    assert keeping.mark_read(chat_id, "bob") == 3
+    assert keeping.unread_counts("bob") == {chat_id: 0}
+    with pytest.raises(NotAMember):
+        keeping.messages_after(chat_id, "mallory")
+    with pytest.raises(InvalidInput, match="after"):
+        keeping.messages_after(chat_id, "bob", -1)
+
+
+def test_waiting_for_unread_counts_wakes_on_a_message_in_any_chat_or_a_new_chat() -> None:
+    first = keeping.create("alice", ["bob"], "hello")
+    started = time.monotonic()
+    threading.Timer(0.2, keeping.send, args=(first, "alice", "news")).start()
+    counts = keeping.unread_counts("bob", wait=5)
+    assert counts == {first: 2}
+    threading.Timer(0.2, keeping.create, args=("carol", ["bob"], "a new chat")).start()
+    counts = keeping.unread_counts("bob", wait=5, shown=counts)
+    [second] = set(counts) - {first}
+    assert counts == {first: 2, second: 1}
+    assert time.monotonic() - started < 3
+    # Nothing new: the time runs out and the same counts come back.
+    assert keeping.unread_counts("bob", wait=0.1, shown=counts.mark) == counts
+    # A message sent between two polls is not missed: the counts shown are older.
+    keeping.send(first, "alice", "between two polls")
+    assert keeping.unread_counts("bob", wait=5, shown=counts) == {first: 3, second: 1}
+    assert time.monotonic() - started < 3
+    # Read elsewhere: the counts differ from those shown, whatever woke the poll.
+    keeping.mark_read(first, "bob")
+    assert keeping.unread_counts("bob", wait=5, shown=counts) == {first: 0, second: 1}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -49,7 +50,7 @@ def test_a_chat_through_the_views(users: dict[str, User]) -> None:
 
     sent = post(bob, "chat-messages", {"message": "hi alice"}, chat_id=chat_id)
     assert (sent.status_code, sent.json()) == (201, {"id": 2})
-    assert get(alice, "chats").json() == {"chats": [{"id": chat_id, "unread": 2}]}
+    assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 2}]
 
     pending = post(alice, "chat-pending").json()["chats"]
     assert [(c["id"], c["missed"]) for c in pending] == [(chat_id, 0)]
@@ -58,7 +59,7 @@ def test_a_chat_through_the_views(users: dict[str, User]) -> None:
         ("bob", "hi alice"),
     ]
     assert post(alice, "chat-pending", {"wait": 0}).json() == {"chats": []}
-    assert get(alice, "chats").json() == {"chats": [{"id": chat_id, "unread": 0}]}
+    assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 0}]
 
     history = get(bob, "chat-messages", {"limit": "1"}, chat_id=chat_id).json()
     assert [m["message"] for m in history["messages"]] == ["hi alice"]
@@ -272,3 +273,27 @@ def test_too_many_new_chats_are_429_with_retry_after(users: dict[str, User]) -> 
     assert 0 < int(refused["Retry-After"]) <= 60
     assert "CHAT_CREATES_PER_MINUTE" in refused.json()["error"]
     assert len(chats.chats_of("bob")) == 1
+
+
+def test_following_a_chat_and_its_counts_through_the_views(users: dict[str, User]) -> None:
+    alice, bob = as_user("alice"), as_user("bob")
+    chat_id = chats.create("alice", ["bob"], "hello")
+    chats.send(chat_id, "alice", "again")
+    after = get(bob, "chat-messages", {"after": "1", "wait": "1"}, chat_id=chat_id).json()
+    assert [m["message"] for m in after["messages"]] == ["again"]
+    listed = get(bob, "chats", {"wait": "0.1"}).json()
+    assert listed["chats"] == [{"id": chat_id, "unread": 2}]
+    assert post(bob, "chat-read", chat_id=chat_id).json() == {"read": 2}
+    # Counts that differ from those shown answer at once, with a new mark.
+    started = time.monotonic()
+    again = get(bob, "chats", {"wait": "5", "shown": listed["mark"]}).json()
+    assert again["chats"] == [{"id": chat_id, "unread": 0}]
+    assert again["mark"] != listed["mark"]
+    assert time.monotonic() - started < 2
+    assert post(as_user("mallory"), "chat-read", chat_id=chat_id).status_code == 404
+    for query in ({"wait": "31"}, {"wait": "nan"}, {"wait": "x" * 10_000}):
+        response = get(alice, "chats", query)
+        assert (response.status_code, response.json()["field"]) == (400, "wait")
+        assert len(response.content) < 300
+    bad = get(alice, "chat-messages", {"after": "-1"}, chat_id=chat_id)
+    assert (bad.status_code, bad.json()["field"]) == (400, "after")

@@ -166,6 +166,19 @@ class Market:
             pipe.execute()
             return True
 
+    def withdraw(self, item: str, seller: int) -> bool:
+        """Take ``item`` off the market, back to the seller's inventory; False if it is not
+        listed (sold, or withdrawn already). Under the listing's lock, as a purchase is:
+        of a withdraw and a purchase racing, exactly one happens."""
+        with self._locked("fine", [item_lock(item, seller)]):
+            if self.price(item, seller) is None:
+                return False
+            pipe = self.client.pipeline(transaction=True)
+            pipe.zrem(self.key("market"), listing(item, seller))
+            pipe.sadd(self.key("inventory", seller), item)
+            pipe.execute()
+            return True
+
     # -- buying -------------------------------------------------------------------------
 
     def purchase_item(

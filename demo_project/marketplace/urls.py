@@ -13,6 +13,7 @@ urlpatterns = [
     path("market/buy/<str:item>/<int:seller>/", views.buy, name="buy"),
     path("inventory/", views.inventory, name="inventory"),
     path("inventory/sell/", views.sell, name="sell"),
+    path("inventory/withdraw/", views.withdraw, name="withdraw"),
     path("notices/", views.notices, name="notices"),
     path("contacts/", views.contacts, name="contacts"),
     path("guild/", views.guild, name="guild"),

@@ -13,6 +13,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -23,10 +24,12 @@ from redis_components import (
     GroupChat,
     Guild,
     InvalidInput,
+    LockNotAcquired,
     RecentContacts,
     get_client,
     redis_lock,
 )
+from redis_components.conf import conf
 from redis_components.keys import shorten
 from redis_components.locks import LockScope
 
@@ -116,6 +119,9 @@ def me(request: HttpRequest) -> int:
 # -- the market --------------------------------------------------------------------------
 
 
+LISTINGS_PER_PAGE = 100
+
+
 @login_required
 def market(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()[:100]
@@ -129,9 +135,11 @@ def market(request: HttpRequest) -> HttpResponse:
         if query.casefold() in item.casefold()
     ]
     rows.sort(key=SORTS[sort])
+    page = Paginator(rows, LISTINGS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
-        "rows": rows[:200],
-        "more": max(0, len(rows) - 200),
+        "rows": page.object_list,
+        "page": page,
+        "total": len(rows),
         "query": query,
         "sort": sort,
         "funds": MARKET.funds(me(request)),
@@ -247,6 +255,27 @@ def sell(request: HttpRequest) -> HttpResponse:
     return redirect("inventory")
 
 
+@require_POST
+@login_required
+def withdraw(request: HttpRequest) -> HttpResponse:
+    """Take one of my listings off the market, under the listing's lock (as a purchase)."""
+    item = request.POST.get("item", "")
+    problem = item_name_problem(item)
+    if problem is not None:
+        messages.error(request, problem)
+    else:
+        try:
+            withdrawn = MARKET.withdraw(item, me(request))
+        except LockNotAcquired:
+            messages.warning(request, f"Someone is buying {item} right now; try again.")
+        else:
+            if withdrawn:
+                messages.success(request, f"{item} is back in your items.")
+            else:
+                messages.error(request, f"{item} is not for sale any more: it was sold.")
+    return redirect("inventory")
+
+
 # -- contacts and the guild --------------------------------------------------------------
 
 
@@ -326,5 +355,10 @@ def chats(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
         (key, [name for name in group_chat.members(key) if name != user] or ["only you"], unread)
         for key, unread in counts.items()
     ]
-    context = {"chats": rows, "chat_id": chat_id, "members": members}
+    context = {
+        "chats": rows,
+        "chat_id": chat_id,
+        "members": members,
+        "kept": f"{conf.CHAT_MAX_MESSAGES:,}",
+    }
     return render(request, "marketplace/chats.html", context)

@@ -6,7 +6,7 @@
 --          they leave, so a stale index entry can be told from a join on its way)
 --       4) messages zset: message JSON -> message id; its name is also the channel on
 --          which the id of every new message is published
--- ARGV: 1) operation: create, send, fetch, unread, history, join or leave
+-- ARGV: 1) operation: create, send, fetch, since, unread, history, join or leave
 --       2) the acting user  3) CHAT_MAX_MESSAGES  4) CHAT_MAX_AGE in seconds (0: none)
 --       5) "1": keep messages read by every member (only the limits drop them); "0":
 --          delete them (the book's way)
@@ -115,6 +115,8 @@ if operation == 'send' then
 end
 
 if operation == 'fetch' then
+  -- ARGV: 6) a channel told "read" when this marks something seen (the user's pages
+  --          that follow their unread counts)
   -- Returns: how many unread messages the limits dropped, then the unread messages,
   -- oldest first. Everything up to the newest id counts as seen afterwards.
   apply_limits()
@@ -123,8 +125,18 @@ if operation == 'fetch' then
   if newest > tonumber(seen) then
     redis.call('ZADD', members, newest, user)
     drop_seen_by_all()
+    redis.call('PUBLISH', ARGV[6], 'read')
   end
   return {DONE, newest - tonumber(seen) - #unread, unread}
+end
+
+if operation == 'since' then
+  -- ARGV: 6) only ids above this one  7) at most this many
+  -- Returns: the messages held after that id (and after the user's join), oldest first;
+  -- marks nothing seen
+  apply_limits()
+  local from = math.max(tonumber(ARGV[6]), tonumber(redis.call('HGET', meta, 'from:' .. user) or 0))
+  return {DONE, redis.call('ZRANGEBYSCORE', messages, '(' .. from, '+inf', 'LIMIT', 0, ARGV[7])}
 end
 
 if operation == 'unread' then

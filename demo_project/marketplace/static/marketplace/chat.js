@@ -1,17 +1,19 @@
-// The chat page: shows one chat, sends to it, and long-polls the user's pending messages.
-// Configured by the data-* attributes of [data-chat-app]; no globals.
+// The chat page: shows the open chat's history and follows it live, sends to it, and keeps
+// the unread counts of every chat current. Configured by the data-* attributes of
+// [data-chat-app]; no globals.
+//
+// Two long polls, neither of which marks anything read, so that every open tab of every
+// member sees every message: one follows the open chat (messages after the last one
+// shown), the other the unread counts (answered when they differ from those shown).
+// Seeing a message in the open chat marks the chat read.
 (function () {
   "use strict";
   const app = document.querySelector("[data-chat-app]");
   if (!app) return;
   const me = app.dataset.me;
   const current = app.dataset.current;
-  const storeKey = "chat-messages:" + me;
   const csrf = (document.cookie.match(/(?:^|; )csrftoken=([^;]*)/) || [])[1] || "";
-
-  // Messages this tab has received, per chat (fetching pending marks them read on the server).
-  const store = JSON.parse(sessionStorage.getItem(storeKey) || "{}");
-  const save = () => sessionStorage.setItem(storeKey, JSON.stringify(store));
+  const WAIT = 25; // seconds a long poll waits; under common proxy timeouts
 
   function url(template, id) {
     return template.replace("/0/", "/" + encodeURIComponent(id) + "/");
@@ -29,22 +31,24 @@
     return data;
   }
 
-  function remember(chatId, messages) {
-    const known = store[chatId] || [];
-    const seen = new Set(known.map((m) => m.id));
-    for (const message of messages) if (!seen.has(message.id)) known.push(message);
-    known.sort((a, b) => a.id - b.id);
-    store[chatId] = known.slice(-200);
-    save();
-  }
+  const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+  // The open chat's messages, by id: history and live ones may overlap, each shows once.
+  const shown = new Map();
+  let lastId = 0;
   const log = app.querySelector("[data-log]");
-  function render() {
+
+  function show(messages) {
+    for (const message of messages) {
+      shown.set(message.id, message);
+      lastId = Math.max(lastId, message.id);
+    }
     if (!log) return;
     log.replaceChildren();
-    for (const message of store[current] || []) {
+    for (const message of [...shown.values()].sort((a, b) => a.id - b.id)) {
       const item = document.createElement("li");
       item.className = message.sender === me ? "mine" : "";
+      item.dataset.id = String(message.id);
       const who = document.createElement("strong");
       who.textContent = message.sender;
       const when = document.createElement("time");
@@ -57,38 +61,41 @@
     log.scrollTop = log.scrollHeight;
   }
 
-  function bump(chatId, count) {
-    const badge = app.querySelector('[data-unread="' + chatId + '"]');
-    if (!badge) return;
-    badge.textContent = String(Number(badge.textContent || 0) + count);
-    badge.hidden = false;
+  function showCounts(chats) {
+    for (const chat of chats) {
+      const badge = app.querySelector('[data-unread="' + chat.id + '"]');
+      if (!badge) continue; // a chat new since the page loaded: the next load lists it
+      badge.textContent = String(chat.unread);
+      badge.hidden = chat.unread === 0;
+    }
   }
 
-  async function poll() {
+  async function followOpenChat() {
+    const messagesUrl = url(app.dataset.messagesUrl, current);
+    const history = await call("GET", messagesUrl + "?limit=100").catch(() => ({messages: []}));
+    show(history.messages);
     for (;;) {
       try {
-        const data = await call("POST", app.dataset.pendingUrl, {wait: 25});
-        for (const chat of data.chats) {
-          remember(chat.id, chat.messages);
-          if (chat.id !== current) bump(chat.id, chat.messages.length);
-        }
-        render();
+        await call("POST", url(app.dataset.readUrl, current));
+        const data = await call("GET", messagesUrl + "?after=" + lastId + "&wait=" + WAIT);
+        show(data.messages);
       } catch (error) {
-        await new Promise((resolve) => setTimeout(resolve, 3000));
+        await pause(3000); // Redis or the network is away for a moment
       }
     }
   }
 
-  async function start() {
-    if (current) {
-      const address = url(app.dataset.messagesUrl, current) + "?limit=100";
-      const data = await call("GET", address).catch(() => ({messages: []}));
-      remember(current, data.messages);
-      const badge = app.querySelector('[data-unread="' + current + '"]');
-      if (badge) badge.hidden = true;
-      render();
+  async function followCounts() {
+    let query = "?wait=0";
+    for (;;) {
+      try {
+        const data = await call("GET", app.dataset.chatsUrl + query);
+        showCounts(data.chats);
+        query = "?wait=" + WAIT + "&shown=" + encodeURIComponent(data.mark);
+      } catch (error) {
+        await pause(3000);
+      }
     }
-    poll();
   }
 
   const send = app.querySelector("[data-send]");
@@ -114,7 +121,7 @@
     const recipients = create.elements.recipients.value.split(",").map((s) => s.trim()).filter(Boolean);
     const error = app.querySelector("[data-new-chat-error]");
     try {
-      const data = await call("POST", app.dataset.createUrl, {recipients: recipients, message: create.elements.message.value});
+      const data = await call("POST", app.dataset.chatsUrl, {recipients: recipients, message: create.elements.message.value});
       window.location.assign(url(app.dataset.pageUrl, data.id));
     } catch (problem) {
       error.textContent = problem.message;
@@ -122,5 +129,6 @@
     }
   });
 
-  start();
+  if (current) followOpenChat();
+  followCounts();
 })();

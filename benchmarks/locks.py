@@ -9,9 +9,10 @@ settings (hz 10), each library with its own defaults (redis-py's Lock polls ever
 
 1. uncontended: acquire + release cycles per second from one process;
 2. contended: N processes on one lock name, holding it 0 ms and then 1 ms, for
-   ``--duration`` seconds each: acquisitions per second, wait p50 / p99, Redis commands
-   per acquisition (client commands only; commands run inside Lua scripts are not
-   counted), and fairness (fewest / most acquisitions of one process);
+   ``--duration`` seconds each: acquisitions per second, wait p50 / p99, commands per
+   acquisition (those the clients send, and every command Redis runs, those its Lua
+   scripts call included: INFO commandstats), Redis's CPU time per acquisition (INFO
+   cpu), and fairness (fewest / most acquisitions of one process);
 3. dead holder: a holder with a 1 s lease is SIGKILLed; how long after the lease
    expired does a waiter get the lock (median and worst of several trials).
 """
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
 from common import machine, median, percentile, setup_django, start_redis, table
+from queues import server_cpu
 
 FORK = multiprocessing.get_context("fork")
 NAME = "bench"
@@ -130,16 +132,24 @@ def contended(
         worker.start()
     time.sleep(1)  # let every process import and connect before the clock starts
     admin.config_resetstat()
+    cpu_before = server_cpu(admin)
     stop_at.value = time.monotonic() + seconds
     start.set()
     per_process = [results.get() for _ in workers]
     for worker in workers:
         worker.join()
+    cpu = server_cpu(admin) - cpu_before
     stats = admin.info("commandstats")
     sent = sum(
         int(value["calls"])
         for name, value in stats.items()
         if name.removeprefix("cmdstat_") in CLIENT_COMMANDS[kind.title]
+    )
+    # Every command Redis ran, those of Lua scripts included (not the admin's INFO calls).
+    run = sum(
+        int(value["calls"])
+        for name, value in stats.items()
+        if not name.startswith(("cmdstat_info", "cmdstat_config"))
     )
     counts = [len(waits) for waits in per_process]
     waits = [wait for waits in per_process for wait in waits]
@@ -151,6 +161,8 @@ def contended(
         f"{percentile(waits, 0.5) * 1000:.2f} ms",
         f"{percentile(waits, 0.99) * 1000:.1f} ms",
         f"{sent / max(total, 1):.1f}",
+        f"{run / max(total, 1):.1f}",
+        f"{cpu / max(total, 1) * 1e6:.0f} µs",
         f"{min(counts) / max(max(counts), 1):.2f} ({min(counts)} / {max(counts)})",
     ]
 
@@ -208,7 +220,9 @@ def main() -> None:
         "acquisitions / s",
         "wait p50",
         "wait p99",
-        "commands / acquisition",
+        "client commands / acq.",
+        "server commands / acq.",
+        "Redis CPU / acq.",
         "fairness (min / max)",
     ]
     print(table(headers, rows), "\n")

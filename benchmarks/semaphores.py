@@ -6,8 +6,10 @@ In one run against one private redis-server (Redis's defaults, hz 10): N process
 share a semaphore of the given limit and, for ``--duration`` seconds each, acquire a
 permit, hold it 1 ms, and release it. The book's semaphores fail at once when full, so
 their processes try again every millisecond (the book's own retry interval for locks);
-ours block until a permit is free. Reported per version: acquisitions per second, the
-wait p50 / p99 (from the first try to the permit), round trips per acquisition
+ours block until a permit is free. Reported per version: acquisitions per second, and
+as a fraction of the bound (limit / the mean time a permit was held, sleep and watcher
+included: no version can do better), the wait p50 / p99 (from the first try to the
+permit), round trips per acquisition
 (counted on each client's socket), and acquisitions that found more than ``limit``
 holders inside (an independent counter, INCR / DECR around the hold).
 
@@ -36,6 +38,8 @@ from common import machine, percentile, setup_django, start_redis, table
 
 FORK = multiprocessing.get_context("fork")
 NAME = "semaphore:bench"
+# How long each acquisition sleeps holding its permit.
+HOLD = 0.001
 
 # -- the book's code (Redis in Action, 6.2-6.3), ported to redis-py 5+ ----------------
 
@@ -188,19 +192,21 @@ def contender(
     watcher = redis.Redis.from_url(url)
     start.wait()
     sent = count_round_trips()
-    waits, over = [], 0
+    waits, holds, over = [], [], 0
     deadline = stop_at.value
     while time.monotonic() < deadline:
         began = time.perf_counter()
         release = semaphore.acquire()
-        waits.append(time.perf_counter() - began)
+        granted = time.perf_counter()
+        waits.append(granted - began)
         # The watcher's own two round trips are subtracted below.
         if watcher.incr("inside") > limit:
             over += 1
-        time.sleep(0.001)
+        time.sleep(HOLD)
         watcher.decr("inside")
+        holds.append(time.perf_counter() - granted)
         release()
-    results.put((waits, over, sent[0] - 2 * len(waits)))
+    results.put((waits, holds, over, sent[0] - 2 * len(waits)))
 
 
 def run(
@@ -224,13 +230,18 @@ def run(
     outcomes = [results.get() for _ in workers]
     for worker in workers:
         worker.join()
-    waits = [wait for waits, _, _ in outcomes for wait in waits]
-    over = sum(over for _, over, _ in outcomes)
-    trips = sum(trips for _, _, trips in outcomes)
+    waits = [wait for waits, _, _, _ in outcomes for wait in waits]
+    holds = [hold for _, holds, _, _ in outcomes for hold in holds]
+    over = sum(over for _, _, over, _ in outcomes)
+    trips = sum(trips for _, _, _, trips in outcomes)
     count = len(waits)
+    # No version can do better than `limit` permits each busy for the mean hold.
+    bound = limit / (sum(holds) / max(len(holds), 1))
     return [
         title,
         f"{count / seconds:,.0f}",
+        f"{bound:,.0f}",
+        f"{count / seconds / bound:.2f}",
         f"{percentile(waits, 0.5) * 1000:.2f} ms",
         f"{percentile(waits, 0.99) * 1000:.1f} ms",
         f"{trips / max(count, 1):.1f}",
@@ -257,6 +268,8 @@ def main() -> None:
     headers = [
         "version",
         "acquisitions / s",
+        "bound",
+        "of the bound",
         "wait p50",
         "wait p99",
         "round trips / acquisition",

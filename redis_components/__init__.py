@@ -39,7 +39,15 @@ from .exceptions import (
 from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
 from .guard import Busy
 from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
-from .messaging import GroupChat, Mailbox, Message, MessageList, Pending, UnreadableMessage
+from .messaging import (
+    ChatSummary,
+    GroupChat,
+    Mailbox,
+    Message,
+    MessageList,
+    Pending,
+    UnreadableMessage,
+)
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
 from .tasks import (
     Retry,
@@ -61,6 +69,7 @@ __all__ = [
     "ChannelBusy",
     "ChatLimitReached",
     "ChatNotFound",
+    "ChatSummary",
     "ConfigurationError",
     "FilesError",
     "GroupChat",

@@ -91,6 +91,14 @@ class UnreadCounts(dict[str, int]):
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+class ChatSummary(NamedTuple):
+    """One of a user's chats, as :meth:`GroupChat.chat_list` lists them."""
+
+    chat_id: str
+    members: list[str]  # sorted by name
+    unread: int
+
+
 class Pending(NamedTuple):
     """The new messages of one chat, as :meth:`GroupChat.fetch_pending` returns them."""
 
@@ -260,6 +268,17 @@ class GroupChat:
                 if subscriber.get_message(timeout=remaining) is not None:
                     counts = self._counts(client, user)
             return counts
+
+    def chat_list(self, user: str) -> list[ChatSummary]:
+        """Each of ``user``'s chats with its members and unread count, in chat id order,
+        marking nothing seen: two round trips for any number of chats."""
+        user = keys.validate_name(user, "user")
+        client = get_client()
+        replies = self._on_chats_of(client, user, self._index(client, user), "summary")
+        return [
+            ChatSummary(chat_id, sorted(text(name) for name in names), int(unread))
+            for chat_id, (_, unread, names) in replies
+        ]
 
     def _counts(self, client: Redis, user: str) -> UnreadCounts:
         replies = self._on_chats_of(client, user, self._index(client, user), "unread")

@@ -14,6 +14,7 @@ from conftest import single_server_only
 from redis_components import (
     ChatLimitReached,
     ChatNotFound,
+    ChatSummary,
     GroupChat,
     InvalidInput,
     Mailbox,
@@ -279,6 +280,27 @@ def test_fetch_pending_takes_two_round_trips_for_any_number_of_chats(
         pending = chats.fetch_pending("carol")
         assert CountingConnection.sent - before == 2
     assert len(pending) == chat_count
+
+
+@single_server_only
+def test_the_chat_list_takes_two_round_trips_for_any_number_of_chats(
+    redis_server: EmbeddedRedis,
+) -> None:
+    created = [chats.create("alice", ["carol", f"guest{n}"], f"chat {n}") for n in range(40)]
+    chats.send(created[3], "carol", "again")
+    url = f"{redis_server.url}?client_name=rc-counting"
+    options = {"CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection}}
+    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
+    with override_settings(CACHES={"default": cache}):
+        chats.unread_counts("carol")  # connects and loads the scripts
+        before = CountingConnection.sent
+        listed = chats.chat_list("carol")
+        assert CountingConnection.sent - before == 2
+    assert [chat.chat_id for chat in listed] == created
+    assert listed[0] == ChatSummary(created[0], ["alice", "carol", "guest0"], 1)
+    assert listed[3].unread == 2
+    assert chats.chat_list("carol") == listed  # listing marks nothing seen
+    assert chats.chat_list("nobody") == []
 
 
 # Retention

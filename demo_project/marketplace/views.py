@@ -343,17 +343,17 @@ def notices(request: HttpRequest) -> HttpResponse:
 def chats(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
     """The chat page: my chats, and the one open (its messages arrive through the JSON views)."""
     user = request.user.get_username()
-    group_chat = GroupChat()
-    counts = group_chat.unread_counts(user)
+    listed = GroupChat().chat_list(user)  # two round trips, however many chats
+    mine = {chat.chat_id: chat for chat in listed}
     members: list[str] = []
     if chat_id is not None:
-        if str(chat_id) not in counts:
+        if str(chat_id) not in mine:
             messages.error(request, f"You are not in chat {chat_id}.")
             return redirect("chats")
-        members = [name for name in group_chat.members(str(chat_id)) if name != user]
+        members = [name for name in mine[str(chat_id)].members if name != user]
     rows = [
-        (key, [name for name in group_chat.members(key) if name != user] or ["only you"], unread)
-        for key, unread in counts.items()
+        (chat.chat_id, [name for name in chat.members if name != user] or ["only you"], chat.unread)
+        for chat in listed
     ]
     context = {
         "chats": rows,

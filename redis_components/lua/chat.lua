@@ -6,7 +6,7 @@
 --          they leave, so a stale index entry can be told from a join on its way)
 --       4) messages zset: message JSON -> message id; its name is also the channel on
 --          which the id of every new message is published
--- ARGV: 1) operation: create, send, fetch, since, unread, history, join or leave
+-- ARGV: 1) operation: create, send, fetch, since, unread, summary, history, join or leave
 --       2) the acting user  3) CHAT_MAX_MESSAGES  4) CHAT_MAX_AGE in seconds (0: none)
 --       5) "1": keep messages read by every member (only the limits drop them); "0":
 --          delete them (the book's way)
@@ -143,6 +143,13 @@ if operation == 'unread' then
   -- Returns: how many unread messages a fetch would return now
   apply_limits()
   return {DONE, redis.call('ZCOUNT', messages, '(' .. seen, '+inf')}
+end
+
+if operation == 'summary' then
+  -- Returns: how many unread messages a fetch would return now, and the members
+  apply_limits()
+  return {DONE, redis.call('ZCOUNT', messages, '(' .. seen, '+inf'),
+    redis.call('ZRANGE', members, 0, -1)}
 end
 
 if operation == 'history' then

@@ -202,6 +202,8 @@ CONTENDERS = [
 class Worker:
     """A contender's worker command in its own process group."""
 
+    stop_timeout = 10  # seconds a SIGTERMed worker gets to finish, before SIGKILL
+
     def __init__(self, contender: Contender, url: str, log: Path, delayed: bool = False) -> None:
         command = (contender.delayed_command if delayed else None) or contender.command
         command = [part.replace("{url}", url) for part in command]
@@ -224,7 +226,7 @@ class Worker:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(10)
+                self.process.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
         self.output.close()

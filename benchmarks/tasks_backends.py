@@ -68,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The repository's root, for benchmarks.django_tasks_apps (here and in the workers).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import queues
 import redis
 from common import machine, median, percentile, start_redis, table
 from queues import server_cpu, wait_for
@@ -227,8 +228,10 @@ class PrivatePostgres:
 # -- what runs in a contender's child process -----------------------------------------------
 
 
-class Worker:
+class Worker(queues.Worker):
     """A contender's worker command (``python -m django <command>``) in its own session."""
+
+    stop_timeout = 20
 
     def __init__(self, contender: Contender, log: Path) -> None:
         self.output = open(log, "ab")  # noqa: SIM115 - closed in stop() or kill()
@@ -254,21 +257,6 @@ class Worker:
                 # utime, stime, and cutime, cstime: RQ's worker forks a child per job.
                 total += sum(int(value) for value in fields[11:15])
         return total / ticks
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        self.output.close()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                return
-        self.output.close()
 
 
 @contextmanager

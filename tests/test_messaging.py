@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +265,20 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
+@contextmanager
+def round_trips(redis_server: EmbeddedRedis, user: str) -> Iterator[Callable[[], int]]:
+    """The requests the app writes from here on (one per command or pipeline), once its
+    connection is open and its scripts loaded."""
+    # Its own URL: django-redis keeps one connection pool per URL.
+    url = f"{redis_server.url}?client_name=rc-counting"
+    options = {"CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection}}
+    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
+    with override_settings(CACHES={"default": cache}):
+        chats.unread_counts(user)  # connects and loads the scripts
+        before = CountingConnection.sent
+        yield lambda: CountingConnection.sent - before
+
+
 @single_server_only
 @pytest.mark.parametrize("chat_count", [1, 10, 40])
 def test_fetch_pending_takes_two_round_trips_for_any_number_of_chats(
@@ -270,15 +286,9 @@ def test_fetch_pending_takes_two_round_trips_for_any_number_of_chats(
 ) -> None:
     for n in range(chat_count):
         chats.create("alice", ["carol"], f"chat {n}")
-    # Its own URL: django-redis keeps one connection pool per URL.
-    url = f"{redis_server.url}?client_name=rc-counting"
-    options = {"CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection}}
-    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
-    with override_settings(CACHES={"default": cache}):
-        chats.unread_counts("carol")  # connects and loads the scripts
-        before = CountingConnection.sent
+    with round_trips(redis_server, "carol") as sent:
         pending = chats.fetch_pending("carol")
-        assert CountingConnection.sent - before == 2
+        assert sent() == 2
     assert len(pending) == chat_count
 
 
@@ -288,14 +298,9 @@ def test_the_chat_list_takes_two_round_trips_for_any_number_of_chats(
 ) -> None:
     created = [chats.create("alice", ["carol", f"guest{n}"], f"chat {n}") for n in range(40)]
     chats.send(created[3], "carol", "again")
-    url = f"{redis_server.url}?client_name=rc-counting"
-    options = {"CONNECTION_POOL_KWARGS": {"connection_class": CountingConnection}}
-    cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url, "OPTIONS": options}
-    with override_settings(CACHES={"default": cache}):
-        chats.unread_counts("carol")  # connects and loads the scripts
-        before = CountingConnection.sent
+    with round_trips(redis_server, "carol") as sent:
         listed = chats.chat_list("carol")
-        assert CountingConnection.sent - before == 2
+        assert sent() == 2
     assert [chat.chat_id for chat in listed] == created
     assert listed[0] == ChatSummary(created[0], ["alice", "carol", "guest0"], 1)
     assert listed[3].unread == 2

@@ -127,3 +127,45 @@ def test_a_withdraw_and_a_purchase_end_in_one_of_them_in_either_order(
     assert flash(alice) == f"{second} is not for sale any more: it was sold."
     assert second in MARKET.inventory(user_id("bob"))
     assert MARKET.check() == []
+
+
+def test_a_new_chat_picks_a_recent_contact_from_the_autocomplete(site: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    log_in(browser, site, "alice")
+    browser.get(f"{site}/chats/")
+    field = browser.find_element(By.ID, "id_recipients")
+    field.send_keys("ca")
+    listbox = browser.find_element(By.ID, field.get_attribute("aria-controls"))
+    WebDriverWait(browser, 10).until(
+        lambda _: (
+            [o.text for o in listbox.find_elements(By.CSS_SELECTOR, "[role=option]")] == ["carol"]
+        ),
+        "alice's recent contact carol was not offered",
+    )
+    field.send_keys(Keys.ARROW_DOWN, Keys.ENTER)
+    assert field.get_attribute("value") == "carol"
+    browser.find_element(By.ID, "first-message").send_keys("hello carol")
+    browser.find_element(By.CSS_SELECTOR, "[data-new-chat] button").click()
+    WebDriverWait(browser, 10).until(lambda b: "hello carol" in shown_messages(b))
+    [new_chat] = set(GroupChat().chats_of("carol")) - set(GroupChat().chats_of("bob"))
+    assert browser.current_url.endswith(f"/chats/{new_chat}/")
+    assert GroupChat().members(new_chat) == ["alice", "carol"]
+
+
+def test_the_market_pages_past_a_hundred_listings(site: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    alice = user_id("alice")
+    for n in range(120):
+        MARKET.make_item(alice, f"paged item {n:03}")
+        MARKET.list_item(f"paged item {n:03}", alice, 5)
+    total = len(MARKET.listings())
+    log_in(browser, site, "bob")
+    browser.get(f"{site}/market/?sort=item")
+    assert f"{total} listings; 1 to 100 shown." in browser.page_source
+    browser.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
+    assert f"{total} listings; 101 to {min(total, 200)} shown." in browser.page_source
+    assert browser.find_element(By.CSS_SELECTOR, "a[rel=prev]").is_displayed()

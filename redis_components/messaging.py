@@ -254,20 +254,26 @@ class GroupChat:
         deadline = time.monotonic() + keys.seconds(wait, "wait")
         client = get_client()
         if not wait:
-            return self._counts(client, user)
+            return self._counts(client, user, self._index(client, user))
         with pubsub(client) as subscriber:
-            channels = {_counts_channel(user)}
-            channels |= {_chat_keys(chat_id)[3] for chat_id in self._index(client, user)}
-            _subscribe(subscriber, channels, deadline)
-            counts = self._counts(client, user)
-            if shown is None:
-                shown = counts.mark
-            elif not isinstance(shown, str):
-                shown = UnreadCounts(shown).mark
-            while counts.mark == shown and (remaining := deadline - time.monotonic()) > 0:
-                if subscriber.get_message(timeout=remaining) is not None:
-                    counts = self._counts(client, user)
-            return counts
+            # As in _wait_and_fetch: the user's own channel first, then each chat's
+            # before its count is read, chats joined meanwhile included.
+            subscribed = {_counts_channel(user)}
+            _subscribe(subscriber, subscribed, deadline)
+            while True:
+                index = self._index(client, user)
+                channels = {_chat_keys(chat_id)[3] for chat_id in index}
+                _subscribe(subscriber, channels - subscribed, deadline)
+                subscribed |= channels
+                counts = self._counts(client, user, index)
+                if shown is None:
+                    shown = counts.mark
+                elif not isinstance(shown, str):
+                    shown = UnreadCounts(shown).mark
+                remaining = deadline - time.monotonic()
+                if counts.mark != shown or remaining <= 0:
+                    return counts
+                subscriber.get_message(timeout=remaining)
 
     def chat_list(self, user: str) -> list[ChatSummary]:
         """Each of ``user``'s chats with its members and unread count, in chat id order,
@@ -280,8 +286,8 @@ class GroupChat:
             for chat_id, (_, unread, names) in replies
         ]
 
-    def _counts(self, client: Redis, user: str) -> UnreadCounts:
-        replies = self._on_chats_of(client, user, self._index(client, user), "unread")
+    def _counts(self, client: Redis, user: str, index: dict[str, int]) -> UnreadCounts:
+        replies = self._on_chats_of(client, user, index, "unread")
         return UnreadCounts((chat_id, int(reply[1])) for chat_id, reply in replies)
 
     def history(

@@ -12,7 +12,9 @@ to and the user drains.
     rc:chat:{42}:members     zset: member -> id of the last message they have seen
     rc:chat:{42}:joins       hash: user -> version of their latest join (kept after leaving)
     rc:chat:{42}:messages    zset: message JSON -> message id
-    rc:chat-index:{alice}    hash: chat id -> version of alice's latest join of it
+    rc:chat-index:{alice}    hash: chat id -> version of alice's latest join of it; also
+                             the channel that tells alice's waiting pages of a chat joined
+                             ("joined") or of messages she read ("read")
     rc:chat-index:{alice}:versions   alice's join version counter (see :meth:`GroupChat.forget`)
     rc:chat:{next-id}        the chat id counter
 

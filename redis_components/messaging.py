@@ -46,8 +46,9 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, TypedDict, cast
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import Any, NamedTuple, TypedDict, TypeVar, cast
 
 from redis import Redis
 from redis.client import PubSub
@@ -59,6 +60,7 @@ from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, MessagingE
 
 # The statuses that lua/chat.lua returns first.
 DONE, NO_CHAT, NOT_MEMBER, EXISTS = 0, 1, 2, 3
+T = TypeVar("T")
 
 # The most messages one history call returns.
 HISTORY_MAX_LIMIT = 1000
@@ -240,7 +242,8 @@ class GroupChat:
         pending = self._fetch(client, user, self._index(client, user))
         if pending or not wait:
             return pending
-        return self._wait_and_fetch(client, user, time.monotonic() + wait)
+        fetch = partial(self._fetch, client, user)
+        return self._watch(client, user, time.monotonic() + wait, fetch, bool)
 
     def unread_counts(
         self, user: str, *, wait: float = 0, shown: Mapping[str, int] | str | None = None
@@ -257,25 +260,14 @@ class GroupChat:
         client = get_client()
         if not wait:
             return self._counts(client, user, self._index(client, user))
-        with pubsub(client) as subscriber:
-            # As in _wait_and_fetch: the user's own channel first, then each chat's
-            # before its count is read, chats joined meanwhile included.
-            subscribed = {_counts_channel(user)}
-            _subscribe(subscriber, subscribed, deadline)
-            while True:
-                index = self._index(client, user)
-                channels = {_chat_keys(chat_id)[3] for chat_id in index}
-                _subscribe(subscriber, channels - subscribed, deadline)
-                subscribed |= channels
-                counts = self._counts(client, user, index)
-                if shown is None:
-                    shown = counts.mark
-                elif not isinstance(shown, str):
-                    shown = UnreadCounts(shown).mark
-                remaining = deadline - time.monotonic()
-                if counts.mark != shown or remaining <= 0:
-                    return counts
-                subscriber.get_message(timeout=remaining)
+        baseline = UnreadCounts(shown).mark if isinstance(shown, Mapping) else shown
+
+        def differs(counts: UnreadCounts) -> bool:
+            nonlocal baseline
+            baseline = baseline or counts.mark  # none shown: the counts at the call
+            return counts.mark != baseline
+
+        return self._watch(client, user, deadline, partial(self._counts, client, user), differs)
 
     def chat_list(self, user: str) -> list[ChatSummary]:
         """Each of ``user``'s chats with its members and unread count, in chat id order,
@@ -491,27 +483,34 @@ class GroupChat:
                 pending.append(Pending(chat_id, MessageList(_decode(packed), int(missed))))
         return pending
 
-    def _wait_and_fetch(self, client: Redis, user: str, deadline: float) -> list[Pending]:
-        """Fetch whenever something is published on the user's chats, until ``deadline``.
+    def _watch(
+        self,
+        client: Redis,
+        user: str,
+        deadline: float,
+        look: Callable[[dict[str, int]], T],
+        enough: Callable[[T], bool],
+    ) -> T:
+        """``look(index)`` at the user's chats whenever something is published on them or
+        on the user's own channel, until ``enough`` of what it returns or ``deadline``;
+        the last look.
 
-        Every channel is subscribed (and the subscription confirmed) before the fetch
-        that follows it, and the index's own channel before the index is read, so a
-        message sent or a chat joined in between wakes the loop rather than wait for the
-        deadline.
+        Every channel is subscribed (and the subscription confirmed) before the look that
+        follows it, and the user's own channel before the index is read, so a message
+        sent or a chat joined in between wakes the loop rather than wait for the deadline.
         """
-        index_channel = keys.key("chat-index", user)
         with pubsub(client) as subscriber:
-            _subscribe(subscriber, {index_channel}, deadline)
-            subscribed = {index_channel}
+            subscribed = {_counts_channel(user)}
+            _subscribe(subscriber, subscribed, deadline)
             while True:
                 index = self._index(client, user)
                 channels = {_chat_keys(chat_id)[3] for chat_id in index}
                 _subscribe(subscriber, channels - subscribed, deadline)
                 subscribed |= channels
-                pending = self._fetch(client, user, index)
+                seen = look(index)
                 remaining = deadline - time.monotonic()
-                if pending or remaining <= 0:
-                    return pending
+                if enough(seen) or remaining <= 0:
+                    return seen
                 subscriber.get_message(timeout=remaining)
 
     def _add_to_indexes(self, client: Redis, chat_id: str, users: list[str]) -> list[int]:

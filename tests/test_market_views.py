@@ -316,6 +316,9 @@ def test_a_seller_withdraws_a_listing_and_a_sold_one_cannot_be_withdrawn(
     assert flash(done) == [f"{item} is back in your items."]
     assert item in MARKET.inventory(alice_id)
     assert MARKET.price(item, alice_id) is None
+    twice = alice.post("/inventory/withdraw/", {"item": item}, follow=True)
+    assert flash(twice) == [f"{item} is in your items, not for sale."]
+    assert item in MARKET.inventory(alice_id)
     # Bought first, then withdrawn: the withdraw says it was sold and changes nothing.
     other, other_price = listing_of(alice_id)
     bought = login("bob").post(f"/market/buy/{other}/{alice_id}/", {"price": other_price})

@@ -271,6 +271,8 @@ def withdraw(request: HttpRequest) -> HttpResponse:
         else:
             if withdrawn:
                 messages.success(request, f"{item} is back in your items.")
+            elif item in MARKET.inventory(me(request)):
+                messages.error(request, f"{item} is in your items, not for sale.")
             else:
                 messages.error(request, f"{item} is not for sale any more: it was sold.")
     return redirect("inventory")

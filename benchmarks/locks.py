@@ -7,7 +7,8 @@ Everything runs in one go against one private redis-server with Redis's default
 settings (hz 10), each library with its own defaults (redis-py's Lock polls every
 100 ms; python-redis-lock waits with BLPOP on a signal list):
 
-1. uncontended: acquire + release cycles per second from one process;
+1. uncontended: acquire + release cycles per second from one process, the libraries
+   taking turns in rounds (median, slowest and fastest round);
 2. contended: N processes on one lock name, holding it 0 ms and then 1 ms, for
    ``--duration`` seconds each: acquisitions per second, wait p50 / p99, commands per
    acquisition (those the clients send, and every command Redis runs, those its Lua
@@ -93,16 +94,26 @@ class PythonRedisLock:
 IMPLEMENTATIONS = [Ours, RedisPy, PythonRedisLock]
 
 
-def uncontended(kind: Any, url: str, seconds: float) -> float:
-    lock = kind(url, 30)
-    for _ in range(200):  # warm up: scripts loaded, connection open
-        lock.acquire()()
-    cycles = 0
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        lock.acquire()()
-        cycles += 1
-    return cycles / (time.perf_counter() - started)
+def uncontended(url: str, rounds: int, seconds: float) -> list[list[str]]:
+    """Cycles per second of each library, in rounds that take turns (so that all meet the
+    same machine): the median round, and the slowest and fastest."""
+    locks = [kind(url, 30) for kind in IMPLEMENTATIONS]
+    for lock in locks:
+        for _ in range(200):  # warm up: scripts loaded, connection open
+            lock.acquire()()
+    rates: list[list[float]] = [[] for _ in locks]
+    for _ in range(rounds):
+        for lock, measured in zip(locks, rates, strict=True):
+            cycles = 0
+            started = time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                lock.acquire()()
+                cycles += 1
+            measured.append(cycles / (time.perf_counter() - started))
+    return [
+        [kind.title, f"{median(measured):,.0f}", f"{min(measured):,.0f} - {max(measured):,.0f}"]
+        for kind, measured in zip(IMPLEMENTATIONS, rates, strict=True)
+    ]
 
 
 def contender(kind: Any, url: str, hold: float, start: Any, stop_at: Any, results: Any) -> None:
@@ -192,7 +203,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=10, help="seconds per contended run")
     parser.add_argument("--processes", type=int, default=8, help="contending processes")
-    parser.add_argument("--uncontended-seconds", type=float, default=3)
+    parser.add_argument(
+        "--uncontended-rounds", type=int, default=5, help="uncontended rounds per library"
+    )
+    parser.add_argument(
+        "--uncontended-seconds", type=float, default=1, help="seconds per uncontended round"
+    )
     parser.add_argument("--trials", type=int, default=5, help="dead-holder trials")
     args = parser.parse_args()
 
@@ -201,12 +217,12 @@ def main() -> None:
     setup_django(server.url)
     print(f"Machine: {machine(admin)}\n")
 
-    rows = [
-        [kind.title, f"{uncontended(kind, server.url, args.uncontended_seconds):,.0f}"]
-        for kind in IMPLEMENTATIONS
-    ]
-    print("Uncontended acquire + release, one process:\n")
-    print(table(["library", "cycles / s"], rows), "\n")
+    rows = uncontended(server.url, args.uncontended_rounds, args.uncontended_seconds)
+    print(
+        f"Uncontended acquire + release, one process, {args.uncontended_rounds} rounds of "
+        f"{args.uncontended_seconds:g} s taking turns:\n"
+    )
+    print(table(["library", "cycles / s (median)", "slowest - fastest round"], rows), "\n")
 
     rows = []
     for hold in (0.0, 0.001):

@@ -1,8 +1,9 @@
-"""Settings: one ``REDIS_COMPONENTS`` dict, read at access time.
+"""Settings: one ``REDIS_COMPONENTS`` dict, read when first used.
 
 Every default lives in :data:`DEFAULTS`. ``conf.<NAME>`` looks the value up in
-``settings.REDIS_COMPONENTS`` each time it is read, so ``override_settings`` just
-works and nothing is read at import time. The system checks in ``checks.py``
+``settings.REDIS_COMPONENTS``, which is read once and again after Django's
+``setting_changed`` signal, so ``override_settings`` just works and nothing is read at
+import time. The system checks in ``checks.py``
 validate the values; the services validate their own arguments.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from .exceptions import ConfigurationError
@@ -101,10 +103,27 @@ OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {
 }
 
 
+# The project's dict, once read: settings are read on every lock and semaphore call, and
+# Django's lazy settings object takes a few microseconds each time.
+_user_settings: dict[str, Any] | None = None
+
+
 def user_settings() -> dict[str, Any]:
     """The project's ``REDIS_COMPONENTS`` dict (empty if unset or not a dict)."""
-    value = getattr(settings, SETTING_NAME, {})
-    return value if isinstance(value, dict) else {}
+    global _user_settings
+    if _user_settings is None:
+        value = getattr(settings, SETTING_NAME, {})
+        _user_settings = value if isinstance(value, dict) else {}
+    return _user_settings
+
+
+def _reread(*, setting: str, **kwargs: Any) -> None:
+    global _user_settings
+    if setting == SETTING_NAME:
+        _user_settings = None
+
+
+setting_changed.connect(_reread)
 
 
 class Settings:

@@ -9,7 +9,6 @@ are percent-escaped, so no name can end the tag early or produce an empty tag
 
 from __future__ import annotations
 
-import contextlib
 import math
 import unicodedata
 
@@ -55,15 +54,17 @@ def seconds(value: object, field: str, *, positive: bool = False) -> float:
     ``positive``) to :data:`MAX_SECONDS`; else :class:`InvalidInput`."""
     number = math.nan
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        with contextlib.suppress(OverflowError):  # an int too large for a float
+        try:
             number = float(value)
-    shown = shorten(value)
+        except OverflowError:  # an int too large for a float
+            number = math.inf
     if not math.isfinite(number) or number < 0 or (positive and number == 0):
         kind = "a positive" if positive else "a finite, non-negative"
-        raise InvalidInput(field, f"must be {kind} number of seconds, not {shown}")
+        raise InvalidInput(field, f"must be {kind} number of seconds, not {shorten(value)}")
     if number > MAX_SECONDS:
         raise InvalidInput(
-            field, f"must be at most {MAX_SECONDS:,} seconds (ten years), not {shown}"
+            field,
+            f"must be at most {MAX_SECONDS:,} seconds (ten years), not {shorten(value)}",
         )
     return number
 

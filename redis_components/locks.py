@@ -28,7 +28,8 @@ trips.
 A waiter never blocks past the holder's lease: its BLPOP lasts until the lease
 expires, with the deadline kept on the client (a monotonic timer, then CLIENT UNBLOCK),
 because an idle Redis notices blocking timeouts only every 1/hz seconds. A waiter that
-died is unblocked by Redis when its connection closes; its registration expires.
+died is unblocked by Redis when its connection closes; its registration lapses, and
+the next waiter to register sweeps it.
 
 The lease is the lock's safety net, not a promise: a holder paused past its lease
 loses the lock. ``handle.check()`` and ``handle.lost`` tell it so, ``auto_renew``
@@ -63,7 +64,15 @@ from .exceptions import (
 from .guard import Busy, Guard
 from .keys import key, validate_name
 from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
-from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant, wait_seconds
+from .waiting import (
+    LONGEST_REGISTRATION_MS,
+    Attempt,
+    await_grant,
+    ms,
+    positive_seconds,
+    wait_for_grant,
+    wait_seconds,
+)
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
@@ -125,6 +134,7 @@ class RedisLock:
         self.timeout = positive_seconds(
             conf.LOCK_TIMEOUT if timeout is None else timeout, "timeout"
         )
+        self.lease_ms = ms(self.timeout)
         self.auto_renew = auto_renew
         self.on_lost = on_lost
         self.reentrant = reentrant
@@ -292,9 +302,20 @@ class _Attempt(Attempt):
             wait = wait_seconds(default, "blocking_timeout")
         super().__init__(wait)
         self.lock = lock
+        # Whether a try of this attempt registered it as a waiter (then its next try, or
+        # the grant's release, drops the registration).
+        self.registered = False
 
     def arguments(self) -> list[Arg]:
-        return [self.token, ms(self.lock.timeout), self.register_ms()]
+        register = self.register_ms()
+        registered, self.registered = self.registered, self.registered or register > 0
+        return [
+            self.token,
+            self.lock.lease_ms,
+            register,
+            "1" if registered else "",
+            LONGEST_REGISTRATION_MS,
+        ]
 
     def outcome(self, reply: Sequence[Any]) -> LockHandle | None:
         acquired, token, fence, lease_ms = reply
@@ -493,7 +514,7 @@ class LockHandle:
         """
         interrupted = self._release_interrupted
         self._release_interrupted = True  # until the reply is handled
-        args: list[Arg] = [self.token, self.registration, ms(self.lock.timeout)]
+        args: list[Arg] = [self.token, self.registration, self.lock.lease_ms]
         return (load(RELEASE), self.lock.keys, args), interrupted
 
     def _outermost(self) -> bool:

@@ -5,7 +5,8 @@ when the holder's lease ends (the holder may have died), but an idle Redis check
 blocking timeouts only ``hz`` times a second (every 100 ms by default). So the deadline
 is kept on the client: if Redis has not answered shortly after it, the waiter unblocks
 its own BLPOP with CLIENT UNBLOCK from another connection, and reads the reply (nil, or
-a grant that arrived just in time; nothing is lost).
+a grant that arrived just in time; nothing is lost). The connection's id, which CLIENT
+UNBLOCK needs, is asked once per connection (again after it reconnects).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ REGISTRATION_SLACK_MS = 1000
 
 # The longest a waiter blocks at once; one that waits longer (or without a limit) asks again.
 MAX_SLICE = 60.0
+# The longest registration (see Attempt.register_ms), in ms: how long a set of waiters
+# lives after its last registration.
+LONGEST_REGISTRATION_MS = math.ceil(MAX_SLICE * 1000) + REGISTRATION_SLACK_MS
 
 
 def wait_seconds(value: object, field: str) -> float:
@@ -86,6 +90,33 @@ class Attempt:
         return max(remaining, 0.001)  # BLPOP takes 0 as "forever"
 
 
+def _transport(connection: Any) -> object:
+    """What a connection talks through now: a new one after every reconnection."""
+    return getattr(connection, "_sock", None) or getattr(connection, "_writer", None)
+
+
+def _client_id(connection: Any) -> int | None:
+    """The server's id of this connection (for CLIENT UNBLOCK), if asked since it connected."""
+    known, transport = getattr(connection, "_rc_client_id", None), _transport(connection)
+    return (
+        known[1] if known is not None and transport is not None and known[0] is transport else None
+    )
+
+
+def _known_client_id(connection: Any, client_id: int) -> int:
+    connection._rc_client_id = (_transport(connection), client_id)
+    return client_id
+
+
+def _blpop(connection: Any, grant_key: str, seconds: float) -> tuple[Any, int | None]:
+    """BLPOP packed for ``connection``, preceded by CLIENT ID while the connection's id is
+    unknown (its reply then comes first), and the id if known."""
+    client_id = _client_id(connection)
+    blpop = ("BLPOP", grant_key, f"{seconds:.3f}")
+    commands = [blpop] if client_id is not None else [("CLIENT", "ID"), blpop]
+    return connection.pack_commands(commands), client_id
+
+
 def wait_for_grant(client: Any, grant_key: str, seconds: float) -> str | None:
     """BLPOP the grant list for ``seconds``, with the deadline kept on the client."""
     if is_cluster(client):
@@ -94,11 +125,10 @@ def wait_for_grant(client: Any, grant_key: str, seconds: float) -> str | None:
     pool = client.connection_pool
     connection: Any = pool.get_connection()
     try:
-        # CLIENT ID rides along in the same round trip, for CLIENT UNBLOCK below.
-        connection.send_packed_command(
-            connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
-        )
-        client_id = int(connection.read_response())
+        packed, client_id = _blpop(connection, grant_key, seconds)
+        connection.send_packed_command(packed)
+        if client_id is None:
+            client_id = _known_client_id(connection, int(connection.read_response()))
         if not connection.can_read(timeout=seconds + CLIENT_SLACK):
             client.client_unblock(client_id)
         reply = connection.read_response()
@@ -132,10 +162,10 @@ async def await_grant(client: Any, grant_key: str, seconds: float) -> str | None
             await pool.release(connection)
 
     try:
-        await connection.send_packed_command(
-            connection.pack_commands([("CLIENT", "ID"), ("BLPOP", grant_key, f"{seconds:.3f}")])
-        )
-        client_id = int(await connection.read_response())
+        packed, client_id = _blpop(connection, grant_key, seconds)
+        await connection.send_packed_command(packed)
+        if client_id is None:
+            client_id = _known_client_id(connection, int(await connection.read_response()))
         reading = asyncio.ensure_future(connection.read_response())
         done, _ = await asyncio.wait({reading}, timeout=seconds + CLIENT_SLACK)
         if not done:

@@ -89,9 +89,12 @@ def test_fence_counters_expire_and_fences_still_grow(r: redis.Redis) -> None:
     assert all(0 < r.pttl(fence) <= 5_000 + 3_600_000 for fence in fences)  # none forever
     first = RedisLock("kept", timeout=5).acquire()
     first.release()
+    r.pexpire("rc:lock:{kept}:fence", 60_000)
     second = RedisLock("kept", timeout=5).acquire()
     second.release()
-    r.pexpire("rc:lock:{kept}:fence", 1)  # as an hour without use would
+    # The counter's hour counts from its creation: later grants do not prolong it.
+    assert 0 < r.pttl("rc:lock:{kept}:fence") <= 60_000
+    r.pexpire("rc:lock:{kept}:fence", 1)  # as its hour running out would
     time.sleep(0.01)
     assert not r.exists("rc:lock:{kept}:fence")
     third = RedisLock("kept", timeout=5).acquire()
@@ -512,24 +515,61 @@ def test_a_killed_holders_lock_is_taken_soon_after_its_lease_expires() -> None:
     assert late < 0.1, f"the waiter got the lock {late * 1000:.0f} ms after the lease expired"
 
 
-def _wait_then_die(ready: Any) -> None:
+def _wait_then_die(ready: Any, name: str, seconds: float) -> None:
     ready.send("waiting")
-    RedisLock("deadwaiter").acquire(blocking_timeout=30)
+    RedisLock(name).acquire(blocking_timeout=seconds)
+
+
+def _kill_a_waiter(name: str, seconds: float) -> None:
+    """A process that registers as a waiter for ``seconds`` and blocks, killed meanwhile."""
+    parent, child = FORK.Pipe()
+    waiter = FORK.Process(target=_wait_then_die, args=(child, name, seconds))
+    waiter.start()
+    parent.recv()
+    time.sleep(0.2)  # registered and blocked
+    os.kill(waiter.pid or 0, signal.SIGKILL)
+    waiter.join()
 
 
 def test_a_dead_waiter_does_not_swallow_the_lock() -> None:
     holder = hold_elsewhere("deadwaiter", timeout=10)
-    parent, child = FORK.Pipe()
-    waiter = FORK.Process(target=_wait_then_die, args=(child,))
-    waiter.start()
-    parent.recv()
-    time.sleep(0.2)
-    os.kill(waiter.pid or 0, signal.SIGKILL)
-    waiter.join()
+    _kill_a_waiter("deadwaiter", 30)
     holder.release()  # hands over to the dead waiter's registration, if it is still listed
     handle = RedisLock("deadwaiter", timeout=10).acquire(blocking=False)
     assert handle is not None
     assert handle.fence > holder.fence
+
+
+def test_the_next_waiter_sweeps_a_dead_waiters_lapsed_registration() -> None:
+    holder = hold_elsewhere("lapsed", timeout=10)
+    _kill_a_waiter("lapsed", 1)  # registered for 1 s and the slack of 1 s
+    time.sleep(2.0)  # its registration lapses
+    # A waiter that registers sweeps it, then gives up and drops its own.
+    assert RedisLock("lapsed").acquire(blocking_timeout=0.05) is None
+    holder.release()
+    # Nobody is registered, so the release freed the lock instead of handing it over.
+    assert not RedisLock("lapsed").locked()
+
+
+def _handed_over_after(name: str, seconds: float) -> None:
+    holder = hold_elsewhere(name, timeout=10)
+    threading.Timer(seconds, holder.release).start()
+
+
+@single_server_only
+def test_a_waiter_asks_its_connection_id_once(r: redis.Redis) -> None:
+    lock = RedisLock("idonce")
+    for round_ in range(4):  # the first round connects and learns the connection's id
+        if round_ == 1:
+            r.config_resetstat()
+        _handed_over_after("idonce", 0.05)
+        handle = lock.acquire(blocking_timeout=5)  # blocks (BLPOP), then gets the grant
+        assert handle is not None
+        handle.release()
+    stats = r.info("commandstats")
+    assert stats["cmdstat_blpop"]["calls"] == 3
+    # Redis 6.2 counts CLIENT ID under "client" (and MONITOR does not show it).
+    assert "cmdstat_client" not in stats, stats.get("cmdstat_client")
 
 
 def test_a_grant_no_replica_acknowledged_is_released_and_reported() -> None:

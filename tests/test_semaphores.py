@@ -95,6 +95,21 @@ def test_a_dead_holders_permit_frees_after_its_timeout(fair: bool) -> None:
     assert sem.acquire() is not None
 
 
+def test_owners_follow_holders_when_permits_expire(r: redis.Redis) -> None:
+    sem = RedisSemaphore("expiring", limit=3, timeout=0.5, fair=True)
+    assert sem.acquire() is not None  # the first permit
+    time.sleep(0.3)
+    second = sem.acquire()
+    time.sleep(0.3)  # the first expired, the second has 0.2 s left
+    third = sem.acquire()  # sweeps the first from both ZSETs
+    assert second is not None
+    assert third is not None
+    assert _keys(r, "expiring") == ({second.token.encode(), third.token.encode()},) * 2
+    time.sleep(0.3)  # the second expired, the third has 0.2 s left
+    assert sem.release(third)  # sweeps the second from both ZSETs
+    assert _keys(r, "expiring") == (set(), set())
+
+
 @FAIRNESS
 def test_refresh_keeps_a_permit_past_its_timeout(fair: bool, r: redis.Redis) -> None:
     sem = RedisSemaphore("refreshed", limit=1, timeout=0.3, fair=fair)

@@ -12,35 +12,29 @@ local token, registration, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('GET', lock) ~= token then
   return 0
 end
-if redis.call('EXISTS', waiters) == 0 then
-  redis.call('DEL', lock)
-  return 1
-end
-local time = redis.call('TIME')
-local now = time[1] * 1000 + math.floor(time[2] / 1000)
 if registration ~= '' then
   redis.call('ZREM', waiters, registration)
 end
--- Registrations past their deadline belong to waiters that gave up or died.
-redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
+-- A waiter that gave up dropped its registration; one that died left it until the next
+-- waiter registers (or its deadline passes and the set expires): until then, a grant may
+-- find nobody blocked and wait for whoever asks next.
 if redis.call('ZCARD', waiters) == 0 then
   redis.call('DEL', lock)
   return 1
 end
 
--- The next fence, as in lock_acquire.lua (written with %d: a large one stays whole).
+-- The next fence, as in lock_acquire.lua.
 local next_fence = redis.call('INCR', fence)
 if next_fence == 1 then
-  next_fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  redis.call('SET', fence, string.format('%d', next_fence))
+  local now = redis.call('TIME')
+  next_fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('SET', fence, string.format('%d', next_fence), 'PX', 3600000)
 end
-redis.call('PEXPIRE', fence, lease + 3600000)
 next_fence = string.format('%d', next_fence)
 local next_token = string.match(token, '^[^:]*') .. ':' .. next_fence
-local expires_at = now + lease
-redis.call('SET', lock, next_token, 'PXAT', expires_at)
-redis.call('DEL', grant)
+-- The grant expires first (or at the same millisecond): an unclaimed grant never outlives
+-- the lease it carries.
 redis.call('RPUSH', grant, next_fence .. ' ' .. lease .. ' ' .. next_token)
--- An unclaimed grant lives exactly as long as the lease it carries.
-redis.call('PEXPIREAT', grant, expires_at)
+redis.call('PEXPIRE', grant, lease)
+redis.call('SET', lock, next_token, 'PX', lease)
 return 2

@@ -17,8 +17,9 @@ local wait, fair, prefix = tonumber(ARGV[4]), ARGV[5] == '1', ARGV[6]
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 
--- Expired permits and registrations go first; owners follow holders (the book's ZINTERSTORE).
-redis.call('ZREMRANGEBYSCORE', holders, '-inf', now - timeout)
+-- Expired permits and registrations go first; owners follow holders (the book's
+-- ZINTERSTORE, needed only when a permit expired: every other removal takes both).
+local expired = redis.call('ZREMRANGEBYSCORE', holders, '-inf', now - timeout)
 redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
 local registered = redis.call('ZSCORE', waiters, token)
 local others = redis.call('ZCARD', waiters) - (registered and 1 or 0)
@@ -26,7 +27,9 @@ local others = redis.call('ZCARD', waiters) - (registered and 1 or 0)
 local queue_first = fair and others > 0 and not registered
 
 if fair then
-  redis.call('ZINTERSTORE', owners, 2, owners, holders, 'WEIGHTS', 1, 0)
+  if expired > 0 then
+    redis.call('ZINTERSTORE', owners, 2, owners, holders, 'WEIGHTS', 1, 0)
+  end
   local pending = not queue_first and redis.call('LPOP', grant)
   if pending then
     redis.call('ZREM', waiters, token)

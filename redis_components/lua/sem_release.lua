@@ -17,10 +17,13 @@ local now = time[1] * 1000 + math.floor(time[2] / 1000)
 local score = redis.call('ZSCORE', holders, token)
 local removed = (score and tonumber(score) > now - timeout) and 1 or 0
 redis.call('ZREM', holders, token)
-redis.call('ZREMRANGEBYSCORE', holders, '-inf', now - timeout)
+local expired = redis.call('ZREMRANGEBYSCORE', holders, '-inf', now - timeout)
 if fair then
   redis.call('ZREM', owners, token)
-  redis.call('ZINTERSTORE', owners, 2, owners, holders, 'WEIGHTS', 1, 0)
+  -- Owners follow holders (the book's ZINTERSTORE) when other permits expired.
+  if expired > 0 then
+    redis.call('ZINTERSTORE', owners, 2, owners, holders, 'WEIGHTS', 1, 0)
+  end
 end
 if redis.call('EXISTS', waiters) == 0 then
   return removed

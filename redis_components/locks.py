@@ -308,14 +308,9 @@ class _Attempt(Attempt):
 
     def arguments(self) -> list[Arg]:
         register = self.register_ms()
-        registered, self.registered = self.registered, self.registered or register > 0
-        return [
-            self.token,
-            self.lock.lease_ms,
-            register,
-            "1" if registered else "",
-            LONGEST_REGISTRATION_MS,
-        ]
+        registered = "1" if self.registered else ""
+        self.registered = self.registered or register > 0
+        return [self.token, self.lock.lease_ms, register, registered, LONGEST_REGISTRATION_MS]
 
     def outcome(self, reply: Sequence[Any]) -> LockHandle | None:
         acquired, token, fence, lease_ms = reply

@@ -347,7 +347,7 @@ class GroupChat:
         """Mark everything in the chat read by ``user``; how many messages were unread."""
         chat_id = _chat_id(chat_id)
         user = keys.validate_name(user, "user")
-        reply = self._run(get_client(), chat_id, "fetch", user, _counts_channel(user))
+        reply = self._run(get_client(), chat_id, "fetch", user, _user_channel(user))
         reply = _checked(reply, chat_id, user)
         return int(reply[1]) + len(reply[2])
 
@@ -477,7 +477,7 @@ class GroupChat:
 
     def _fetch(self, client: Redis, user: str, index: dict[str, int]) -> list[Pending]:
         pending = []
-        replies = self._on_chats_of(client, user, index, "fetch", _counts_channel(user))
+        replies = self._on_chats_of(client, user, index, "fetch", _user_channel(user))
         for chat_id, (_, missed, packed) in replies:
             if packed or missed:
                 pending.append(Pending(chat_id, MessageList(_decode(packed), int(missed))))
@@ -500,7 +500,7 @@ class GroupChat:
         sent or a chat joined in between wakes the loop rather than wait for the deadline.
         """
         with pubsub(client) as subscriber:
-            subscribed = {_counts_channel(user)}
+            subscribed = {_user_channel(user)}
             _subscribe(subscriber, subscribed, deadline)
             while True:
                 index = self._index(client, user)
@@ -550,9 +550,10 @@ def _checked(reply: list[Any], chat_id: str, user: str) -> list[Any]:
     return reply
 
 
-def _counts_channel(user: str) -> str:
-    """Where the user's pages waiting in :meth:`GroupChat.unread_counts` hear of chats
-    joined and of messages read (in any tab), to show the new counts."""
+def _user_channel(user: str) -> str:
+    """The user's own channel (named as their chat index): the user's waiting pages
+    (:meth:`GroupChat.fetch_pending`, :meth:`GroupChat.unread_counts`) hear on it of chats
+    joined and of messages read, in any tab."""
     return keys.key("chat-index", user)
 
 

@@ -318,6 +318,8 @@ def test_a_seller_withdraws_a_listing_and_a_sold_one_cannot_be_withdrawn(
     assert MARKET.price(item, alice_id) is None
     twice = alice.post("/inventory/withdraw/", {"item": item}, follow=True)
     assert flash(twice) == [f"{item} is in your items, not for sale."]
+    unknown = alice.post("/inventory/withdraw/", {"item": "No Such Thing"}, follow=True)
+    assert flash(unknown) == ["There is no item called No Such Thing."]
     assert item in MARKET.inventory(alice_id)
     # Bought first, then withdrawn: the withdraw says it was sold and changes nothing.
     other, other_price = listing_of(alice_id)

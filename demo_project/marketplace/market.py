@@ -124,6 +124,10 @@ class Market:
     def funds(self, user: int) -> int:
         return int(self.client.hget(self.key("users", user), "funds") or 0)
 
+    def exists(self, item: str) -> bool:
+        """Whether an item of that name was ever made (names are never used twice)."""
+        return bool(self.client.sismember(self.key("items"), item))
+
     def inventory(self, user: int) -> list[str]:
         return sorted(_text(item) for item in self.client.smembers(self.key("inventory", user)))
 

@@ -273,6 +273,8 @@ def withdraw(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"{item} is back in your items.")
             elif item in MARKET.inventory(me(request)):
                 messages.error(request, f"{item} is in your items, not for sale.")
+            elif not MARKET.exists(item):
+                messages.error(request, f"There is no item called {item}.")
             else:
                 messages.error(request, f"{item} is not for sale any more: it was sold.")
     return redirect("inventory")

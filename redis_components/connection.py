@@ -15,7 +15,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 from django.conf import settings
 from django_redis.client import DefaultClient
-from redis import Redis
+from redis import ConnectionPool, Redis
 from redis.client import PubSub
 from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
@@ -162,6 +162,18 @@ def node_client(client: Any, key: str) -> Redis:
         cluster: Any = client
         return cluster.get_redis_connection(cluster.get_node_from_key(key))  # type: ignore[no-any-return]
     return client  # type: ignore[no-any-return]
+
+
+def private_client(client: Redis) -> Redis:
+    """A client for the same server as ``client`` (not a cluster) with a pool of its own.
+
+    Code that keeps a client to itself never reads a reply that someone else's command,
+    interrupted between its send and its read, left on a shared pooled connection. A
+    Sentinel pool's connections still ask the original pool where the master is.
+    """
+    pool = client.connection_pool
+    own = ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+    return Redis(connection_pool=own)
 
 
 def pubsub(client: Any) -> PubSub:

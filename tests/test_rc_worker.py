@@ -250,6 +250,63 @@ def test_a_soft_time_limit_is_an_exception_the_task_can_catch(
     assert runs(r) == {"polite": 1}
 
 
+def test_a_soft_time_limit_never_lands_in_the_worker_or_in_redis_py(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Tasks that run for about their 5 ms soft limit, sending Redis commands all along:
+    # the limit falls in the task's loop, inside redis-py, or just after the return.
+    # Only the first may raise; the others must neither break a connection nor the worker.
+    rounds = random.Random(23)
+    results = [
+        tasks.near_soft_limit.enqueue(f"t{i}", rounds.uniform(0.003, 0.007)) for i in range(400)
+    ]
+    worker = start_worker("test", "--concurrency", "2")
+    wait_until(lambda: all(get_result(x.id).is_finished for x in results), worker.output, 60)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    output = worker.output()
+    assert "died" not in output, output
+    assert output.count("Started worker process") == 2
+    statuses = [get_result(result.id) for result in results]
+    failed = [result for result in statuses if result.status is TaskStatus.FAILED]
+    assert {result.status for result in statuses} <= {TaskStatus.SUCCESSFUL, TaskStatus.FAILED}
+    assert {e.exception_class_path for result in failed for e in result.errors} <= {
+        "redis_components.exceptions.SoftTimeLimitExceeded"
+    }
+    assert all(result.attempts == 1 for result in statuses)
+
+
+def test_a_worker_process_that_exits_with_code_0_in_a_task_is_a_crash(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    exiting = tasks.exit_process.enqueue("x")
+    after = tasks.record.enqueue("after")
+    worker = start_worker("test", "-c", "1", TASK_MAX_CRASHES=2)
+    wait_until(lambda: get_result(after.id).status is TaskStatus.SUCCESSFUL, worker.output)
+    assert worker.process.poll() is None, worker.output()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert runs(r) == {"x": 2, "after": 1}
+    assert get_result(exiting.id).status is TaskStatus.FAILED
+    [letter] = dead_letters("test")
+    assert letter.reason == "crashed"
+    assert worker.output().count("died (exit code 0)") == 2
+
+
+def test_a_child_forked_by_a_task_never_runs_the_worker_loop(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    forking = tasks.fork_and_exit.enqueue("f")
+    worker = start_worker("test", "-c", "1")
+    wait_until(lambda: get_result(forking.id).is_finished, worker.output)
+    later = [tasks.record.enqueue(f"t{i}") for i in range(20)]
+    wait_until(lambda: all(get_result(x.id).is_finished for x in later), worker.output)
+    assert get_result(forking.id).return_value == 0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert runs(r) == {"f-child": 1, **{f"t{i}": 1 for i in range(20)}}
+
+
 def test_a_running_task_is_terminated_only_when_asked_to(
     r: redis.Redis, start_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -41,12 +41,19 @@ class _Child:
     worker_id: str
     process: BaseProcess
     deadline: Any  # a shared double: past this monotonic time, the running task is stopped
+    finished: Any  # a shared flag the child sets when its worker's run() returned
     started: float = field(default_factory=time.monotonic)
     over_time: bool = False  # it was stopped for its task's time limit
 
 
-def _child_main(worker_id: str, options: dict[str, Any], parent: int, deadline: Any) -> None:
-    """Entry point of a worker process: stop on SIGTERM/SIGINT and when the parent dies."""
+def _child_main(
+    worker_id: str, options: dict[str, Any], parent: int, deadline: Any, finished: Any
+) -> None:
+    """Entry point of a worker process: stop on SIGTERM/SIGINT and when the parent dies.
+
+    ``finished`` is set once the worker has stopped by itself: any other exit, even
+    with code 0 (a task's ``os._exit(0)``), is a death.
+    """
     from ..embedded import die_with_parent
 
     die_with_parent()
@@ -66,6 +73,7 @@ def _child_main(worker_id: str, options: dict[str, Any], parent: int, deadline: 
     signal.set_wakeup_fd(worker.wakeup_fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     worker.run()
+    finished.value = 1
 
 
 class Supervisor:
@@ -131,9 +139,10 @@ class Supervisor:
     def _start(self, slot: int) -> None:
         worker_id = new_worker_id(slot)
         deadline = FORK.Value("d", 0.0, lock=False)
+        finished = FORK.Value("b", 0, lock=False)
         process = FORK.Process(
             target=_child_main,
-            args=(worker_id, self.options, os.getpid(), deadline),
+            args=(worker_id, self.options, os.getpid(), deadline, finished),
             name=f"rc-worker-{slot}",
         )
         # Signals wait until the child has installed its own handlers.
@@ -144,7 +153,7 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         assert process.pid is not None
-        self._children[process.pid] = _Child(slot, worker_id, process, deadline)
+        self._children[process.pid] = _Child(slot, worker_id, process, deadline, finished)
         logger.info("Started worker process %d (pid %d)", slot, process.pid)
 
     def _supervise(self, wake_r: int) -> None:
@@ -237,7 +246,7 @@ class Supervisor:
     def _exited(self, child: _Child, stopping: bool) -> bool:
         """Handle a child that exited; True if it died and should be replaced."""
         code = child.process.exitcode
-        if code == 0:
+        if code == 0 and child.finished.value:
             logger.info("Worker process %d (pid %s) finished", child.slot, child.process.pid)
             return False
         if child.over_time:

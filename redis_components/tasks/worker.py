@@ -72,18 +72,21 @@ import re
 import select
 import signal
 import socket
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Sequence
-from types import FrameType
-from typing import Any
+from types import CodeType, FrameType
+from typing import Any, NoReturn
 
 import redis
 from django.db import close_old_connections
 from redis.client import PubSub
 
 from ..conf import conf
+from ..connection import private_client
 from ..connection import pubsub as new_pubsub
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from . import engine
@@ -94,6 +97,49 @@ from .runs import Job, bury, failure, job_for, success
 from .schedules import Scheduler, schedules
 
 logger = logging.getLogger("redis_components.worker")
+
+# Code that a soft time limit never interrupts: an exception between a redis-py send
+# and its read would leave a reply on a pooled connection for the next command to read;
+# one inside this library could come between a grant (a lock, a permit) and the code
+# that releases it on error; hiredis calls back into Python from C.
+PROTECTED_PACKAGES = frozenset({"redis", "hiredis", "django_redis", "redis_components"})
+
+
+def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
+    """The innermost frame of a task's own code on the stack that ends in ``frame``.
+
+    The task's code is what the function whose code is ``entry`` (a job's ``call``)
+    calls, directly or not, outside the protected packages: the frame returned is the
+    first one outward of every protected frame. ``None`` when no task code is running
+    (the worker's own code, or a protected frame called right from ``entry``).
+    """
+    found = frame
+    while frame is not None:
+        if frame.f_code is entry:
+            return None if found is frame else found
+        if (frame.f_globals.get("__name__") or "").partition(".")[0] in PROTECTED_PACKAGES:
+            found = frame.f_back
+        frame = frame.f_back
+    return None
+
+
+def _end_forked_child(error: BaseException | None) -> NoReturn:
+    """End a process forked by a task that came back into the worker's code.
+
+    It exits as the child of a plain program would (the ``sys.exit`` code, 1 after an
+    exception), without running the worker's clean-up, which belongs to its parent.
+    """
+    if isinstance(error, SystemExit):
+        code = error.code if isinstance(error.code, int) else int(error.code is not None)
+    else:
+        code = 0 if error is None else 1
+        if error is not None:
+            traceback.print_exception(error)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
 
 # Errors that mean "Redis cannot be reached now": wait and try again.
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -192,6 +238,12 @@ class Worker:
         # it, it stops this process (the hard time limit). 0: no deadline.
         self._deadline = deadline
         self._terminate = terminate
+        self._pid = os.getpid()
+        self._own_client: tuple[redis.Redis, redis.Redis] | None = None
+        # While a task with a soft time limit runs: the code of its job's ``call``.
+        self._soft_limit_entry: CodeType | None = None
+        # While it watches for the task's code to raise it there: the trace it replaced.
+        self._traced_before: tuple[Any] | None = None
         self._schedules = schedules() if scheduler else []
         self._leader = False
         self._leading = threading.Event()  # set while this worker holds the scheduler's lease
@@ -201,8 +253,15 @@ class Worker:
 
     @property
     def client(self) -> redis.Redis:
-        """The client for the task system's keys (looked up each time: it may move)."""
-        return tasks_client()
+        """The worker's own client for the task system's keys, on a pool no task uses.
+
+        Looked up each time: on a cluster the keys' node may move.
+        """
+        shared = tasks_client()
+        own = self._own_client
+        if own is None or own[0] is not shared:
+            own = self._own_client = (shared, private_client(shared))
+        return own[1]
 
     @property
     def wakeup_fd(self) -> int:
@@ -223,6 +282,7 @@ class Worker:
     def run(self) -> int:
         """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran."""
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
+        self._pid = os.getpid()  # a process forked by a task has another
         threads = [threading.Thread(target=self._heartbeat, name="rc-heartbeat", daemon=True)]
         if self._schedules:
             threads.append(
@@ -249,6 +309,8 @@ class Worker:
             self._leave(crashed)
             if self._pubsub is not None:
                 self._pubsub.close()
+            if self._own_client is not None:
+                self._own_client[1].connection_pool.disconnect()
             os.close(self._wake_r)
             os.close(self._wake_w)
         logger.info("Worker %s stopped after %d tasks", self.id, self.processed)
@@ -395,7 +457,7 @@ class Worker:
         started = time.perf_counter()
         self._start_limits(job)
         try:
-            value = job.call()
+            value = self._call(job)
         except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
             self._stop_limits()
             seconds = time.perf_counter() - started
@@ -412,23 +474,78 @@ class Worker:
             close_old_connections()
         self.processed += 1
 
+    def _call(self, job: Job) -> Any:
+        """Run the task's code; a process the task forked ends here, whatever happened.
+
+        A forked child that returns (or raises, ``sys.exit`` included) into this code
+        would otherwise go on as a second worker with this worker's id.
+        """
+        try:
+            value = job.call()
+        except BaseException as error:
+            if os.getpid() != self._pid:
+                _end_forked_child(error)
+            raise
+        if os.getpid() != self._pid:
+            _end_forked_child(None)
+        return value
+
     # -- time limits -----------------------------------------------------------------------
 
     def _catch_soft_time_limits(self) -> Any:
         """In the main thread, make SIGALRM raise SoftTimeLimitExceeded in a running task;
-        return the handler it replaces (``None`` where signals cannot be used)."""
+        return the handler it replaces (``None`` where signals cannot be used).
+
+        The exception is raised only in the task's own code (see :func:`task_frame`).
+        When the signal finds the task inside redis-py or this library, it is raised as
+        soon as the task's code runs again: a trace function, installed only until then,
+        watches for it. When it finds the worker's own code (the task has returned), it
+        is dropped.
+        """
         if threading.current_thread() is not threading.main_thread():
             return None
 
         def expired(signum: int, frame: FrameType | None) -> None:
-            if self._running is not None:
+            entry = self._soft_limit_entry
+            if entry is None:
+                return  # the task has returned: its limit no longer applies
+            target = task_frame(frame, entry)
+            if target is frame:
+                self._soft_limit_entry = None  # raised once; the task may catch it
                 raise SoftTimeLimitExceeded("the task ran past its soft time limit")
+            self._raise_when_task_code_runs(entry, target)
 
         return signal.signal(signal.SIGALRM, expired)
+
+    def _raise_when_task_code_runs(self, entry: CodeType, target: FrameType | None) -> None:
+        """Trace this thread until the task's code runs, and raise the soft limit there."""
+        if self._traced_before is not None:
+            return  # already watching
+        self._traced_before = (sys.gettrace(),)
+
+        def trace(frame: FrameType, event: str, arg: Any) -> Any:
+            if self._soft_limit_entry is not entry:
+                return None
+            if task_frame(frame, entry) is not frame:
+                return None  # no line events in protected code: they would cost time
+            self._soft_limit_entry = None
+            self._stop_tracing()
+            raise SoftTimeLimitExceeded("the task ran past its soft time limit")
+
+        if target is not None:  # the frame that the protected call returns to
+            target.f_trace = trace
+            target.f_trace_lines = True
+        sys.settrace(trace)
+
+    def _stop_tracing(self) -> None:
+        if self._traced_before is not None:
+            sys.settrace(self._traced_before[0])
+            self._traced_before = None
 
     def _start_limits(self, job: Job) -> None:
         if job.soft_time_limit is not None:
             if threading.current_thread() is threading.main_thread():
+                self._soft_limit_entry = type(job).call.__code__
                 signal.setitimer(signal.ITIMER_REAL, job.soft_time_limit)
             else:
                 logger.warning("Soft time limits work in a worker's main thread only")
@@ -436,6 +553,9 @@ class Worker:
             self._deadline.value = time.monotonic() + job.time_limit
 
     def _stop_limits(self) -> None:
+        # First forget the limit: a SIGALRM that comes now finds nothing to raise.
+        self._soft_limit_entry = None
+        self._stop_tracing()
         if threading.current_thread() is threading.main_thread():
             signal.setitimer(signal.ITIMER_REAL, 0)
         if self._deadline is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 
 from redis_components import Retry, SoftTimeLimitExceeded, Task, current_task, task
@@ -120,6 +121,36 @@ def slow_but_polite(label: str) -> str:
     except SoftTimeLimitExceeded:
         get_client().hincrby("{test}:runs", label, 1)
         return "stopped in time"
+
+
+@task(queue="test", soft_time_limit=0.005, max_retries=0)
+def near_soft_limit(label: str, seconds: float) -> None:
+    """Send Redis commands for ``seconds``, about as long as the soft time limit allows.
+
+    The limit lands anywhere: in this loop, inside redis-py, or just after the return.
+    """
+    client = get_client()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        client.hincrby("{test}:spins", label, 1)
+
+
+@task(queue="test")
+def exit_process(label: str) -> None:
+    """Count a start, then end the worker process with exit code 0 (no clean-up)."""
+    get_client().hincrby("{test}:runs", label, 1)
+    os._exit(0)
+
+
+@task(queue="test")
+def fork_and_exit(label: str) -> int:
+    """Fork a child that ends with ``sys.exit(0)``; return the child's exit code."""
+    pid = os.fork()
+    if pid == 0:
+        get_client().hincrby("{test}:runs", f"{label}-child", 1)
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
 @task(queue="test", unique_for=60)

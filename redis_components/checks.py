@@ -7,6 +7,7 @@ with Redis down. Ids are stable; the README lists them.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -53,6 +54,7 @@ def check_settings(
     errors += _check_numbers(value)
     errors += _check_queue_limits(merged["TASK_QUEUE_LIMITS"])
     errors += _check_schedules()
+    errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):
         errors.append(
@@ -194,6 +196,33 @@ def _check_schedules() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_metrics(on: object, token: object) -> list[CheckMessage]:
+    """METRICS needs prometheus-client; METRICS_TOKEN is None or a token one can send."""
+    errors: list[CheckMessage] = []
+    if on and importlib.util.find_spec("prometheus_client") is None:
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['METRICS'] is on, but prometheus-client is not installed: "
+                "the metrics endpoint cannot answer and lock and semaphore events are not "
+                "counted.",
+                hint="pip install 'django-redis-components[metrics]', or turn METRICS off.",
+                id="redis_components.E014",
+            )
+        )
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        # The token itself is a secret: the message never shows it.
+        problem = "empty" if isinstance(token, str) else f"of type {type(token).__name__}"
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['METRICS_TOKEN'] is {problem}; it must be a non-empty "
+                "string (or None, for an endpoint open to anyone).",
+                hint="For example: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                id="redis_components.E015",
+            )
+        )
+    return errors
 
 
 def _check_queue_limits(limits: object) -> list[CheckMessage]:

@@ -188,13 +188,14 @@ class RedisLock:
         while True:
             handle = attempt.outcome(load(ACQUIRE)(client, self.keys, attempt.arguments()))
             if handle is not None:
-                return _counted((handle.confirm(), 0.0), waited)
+                return _holding(handle, waited), 0.0
             if attempt.expired():
-                return _counted((None, attempt.retry_after), waited)
+                _counted(None, waited)
+                return None, attempt.retry_after
             waited = True
             grant = wait_for_grant(client, self.keys[3], attempt.wait_slice())
             if grant is not None:
-                return _counted((attempt.granted(grant).confirm(), 0.0), waited)
+                return _holding(attempt.granted(grant), waited), 0.0
 
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
@@ -214,13 +215,14 @@ class RedisLock:
             reply = await load(ACQUIRE).run_async(client, self.keys, attempt.arguments())
             handle = attempt.outcome(reply)
             if handle is not None:
-                return _counted((await handle.aconfirm(), 0.0), waited)
+                return await _aholding(handle, waited), 0.0
             if attempt.expired():
-                return _counted((None, attempt.retry_after), waited)
+                _counted(None, waited)
+                return None, attempt.retry_after
             waited = True
             grant = await await_grant(client, self.keys[3], attempt.wait_slice())
             if grant is not None:
-                return _counted((await attempt.granted(grant).aconfirm(), 0.0), waited)
+                return await _aholding(attempt.granted(grant), waited), 0.0
 
     def _held_here(self) -> LockHandle | None:
         """This thread's or task's handle of this name, if it holds one."""
@@ -282,14 +284,37 @@ class RedisLock:
         return handle
 
 
-def _counted(
-    outcome: tuple[LockHandle | None, float], waited: bool
-) -> tuple[LockHandle | None, float]:
+def _counted(handle: LockHandle | None, waited: bool) -> None:
     """Count an acquisition for the metrics (nothing is counted unless METRICS is on)."""
     if waited:
         metrics.count("lock_waits")
-    metrics.count("lock_grants" if outcome[0] is not None else "lock_refusals")
-    return outcome
+    metrics.count("lock_grants" if handle is not None else "lock_refusals")
+
+
+# Once Redis granted a lock, whatever raises before the caller has the handle (a failed
+# extend or WAIT, a cancelled task, a signal handler) gives the lock back first: nobody
+# else could release it, and it would stay taken for its whole lease.
+
+
+def _holding(handle: LockHandle, waited: bool) -> LockHandle:
+    """Finish a grant (confirm it, count it); if anything raises, release it first."""
+    try:
+        handle.confirm()
+        _counted(handle, waited)
+    except BaseException:
+        _release_all([handle], ok=False)
+        raise
+    return handle
+
+
+async def _aholding(handle: LockHandle, waited: bool) -> LockHandle:
+    try:
+        await handle.aconfirm()
+        _counted(handle, waited)
+    except BaseException:
+        await _arelease_all([handle], ok=False)
+        raise
+    return handle
 
 
 class _Attempt(Attempt):
@@ -714,13 +739,13 @@ def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
         _release_all(taken, ok=False)
         return None
     try:
-        confirmed = [handle.confirm() for handle in taken]
+        for handle in taken:
+            handle.confirm()
+            metrics.count("lock_grants")
     except BaseException:
         _release_all(taken, ok=False)
         raise
-    for _ in confirmed:
-        metrics.count("lock_grants")
-    return confirmed
+    return taken
 
 
 def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:

@@ -18,14 +18,19 @@ Redis: under several processes (gunicorn), use prometheus-client's multiprocess 
 from __future__ import annotations
 
 import hmac
+import logging
+import threading
 from collections.abc import Iterator
-from functools import cache
 from typing import Any
 
+import redis
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
+from redis.exceptions import RedisClusterException
 
 from .conf import conf
+
+logger = logging.getLogger(__name__)
 
 LOCK_EVENTS = {
     "lock_waits": "Lock acquisitions that had to wait for a holder",
@@ -36,21 +41,51 @@ LOCK_EVENTS = {
 }
 
 
-@cache
-def _local() -> dict[str, Any]:
-    """This process's counters of lock and semaphore events (prometheus-client's)."""
-    from prometheus_client import Counter
+# This process's counters of lock and semaphore events, made at the first count: empty
+# when they cannot be (prometheus-client missing), so counting costs nothing then.
+_counters: dict[str, Any] | None = None
+_making = threading.Lock()
+_failed = False  # a count raised: logged once
 
-    return {
-        name: Counter(f"redis_components_{name}", help_text)
-        for name, help_text in LOCK_EVENTS.items()
-    }
+
+def _local() -> dict[str, Any]:
+    """This process's counters (prometheus-client's), made once; ``{}`` without it."""
+    global _counters
+    with _making:  # two threads would register the same counters twice
+        if _counters is None:
+            try:
+                from prometheus_client import Counter
+            except ImportError:
+                logger.error(
+                    "METRICS is on but prometheus-client is not installed (the [metrics] "
+                    "extra): lock and semaphore events are not counted"
+                )
+                _counters = {}
+            else:
+                _counters = {
+                    name: Counter(f"redis_components_{name}", help_text)
+                    for name, help_text in LOCK_EVENTS.items()
+                }
+        return _counters
 
 
 def count(event: str) -> None:
-    """Count a lock or semaphore event in this process (nothing unless METRICS is on)."""
-    if conf.METRICS:
-        _local()[event].inc()
+    """Count a lock or semaphore event in this process (nothing unless METRICS is on).
+
+    Never raises: it runs while a lock or permit is granted, and a metric must not fail
+    what it counts. A failure is logged (once per process) and the event is not counted.
+    """
+    global _failed
+    if not conf.METRICS:
+        return
+    try:
+        counter = (_counters if _counters is not None else _local()).get(event)
+        if counter is not None:
+            counter.inc()
+    except Exception:
+        if not _failed:
+            _failed = True
+            logger.exception("Counting %s failed; lock and semaphore events may be missing", event)
 
 
 class TaskCollector:
@@ -63,7 +98,8 @@ class TaskCollector:
             HistogramMetricFamily,
         )
 
-        from .tasks.engine import DURATION_BUCKETS, raw, tasks_client, totals_key
+        from .tasks.engine import DURATION_BUCKETS, forget_queues, raw, tasks_client, totals_key
+        from .tasks.registry import queues_in_use
         from .tasks.status import queue_stats, workers
 
         depth = GaugeMetricFamily(
@@ -76,9 +112,23 @@ class TaskCollector:
             for state in ("ready", "delayed", "in_progress", "dead"):
                 depth.add_metric([queue.name, state], getattr(queue, state))
         yield depth
+        registered = workers()
         alive = GaugeMetricFamily("redis_components_workers", "Workers whose lease is alive")
-        alive.add_metric([], sum(worker.lease_left >= 0 for worker in workers()))
+        alive.add_metric([], sum(worker.lease_left >= 0 for worker in registered))
         yield alive
+        # Queue names are remembered when a worker serves them; the empty ones that no
+        # worker serves, no task declares and no setting limits are forgotten (if they
+        # finished no task lately), so the set, and each scrape, does not grow forever.
+        kept = queues_in_use() | set(conf.TASK_QUEUE_LIMITS)
+        kept.update(name for worker in registered for name in worker.queues)
+        forget_queues(
+            [
+                queue.name
+                for queue in stats
+                if not (queue.ready or queue.delayed or queue.in_progress or queue.dead)
+                and queue.name not in kept
+            ]
+        )
 
         # Fields "<queue>:<outcome>:<bucket>" (a count) and "<queue>:us" (total µs).
         counts: dict[tuple[str, str, str], float] = {}
@@ -127,16 +177,33 @@ class TaskCollector:
         yield histogram
 
 
+def _authorized(request: HttpRequest, token: str) -> bool:
+    """Whether the request sends ``Authorization: Bearer <token>`` (the scheme in any case).
+
+    Headers reach Django decoded as Latin-1, so the bytes sent are compared with the
+    token's UTF-8 bytes: a token that is not ASCII matches too. An empty token matches
+    nothing (the system checks flag it).
+    """
+    scheme, _, sent = request.headers.get("Authorization", "").strip().partition(" ")
+    sent = sent.strip()
+    if scheme.lower() != "bearer" or not sent or not token:
+        return False
+    try:
+        sent_bytes = sent.encode("latin-1")
+    except UnicodeEncodeError:  # not from a server (which gives Latin-1), so not the token
+        return False
+    return hmac.compare_digest(sent_bytes, token.encode())
+
+
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The Prometheus text format; 404 unless METRICS is on, 401 without the token."""
+    """The Prometheus text format; 404 unless METRICS is on, 401 without the token, 503
+    while Redis cannot be reached."""
     if not conf.METRICS:
         return JsonResponse({"error": "metrics are off (REDIS_COMPONENTS['METRICS'])"}, status=404)
     token = conf.METRICS_TOKEN
-    if token is not None:
-        sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        if not hmac.compare_digest(sent.encode(), token.encode()):
-            return JsonResponse({"error": "a valid Bearer token is required"}, status=401)
+    if token is not None and not _authorized(request, token):
+        return JsonResponse({"error": "a valid Bearer token is required"}, status=401)
     try:
         from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
     except ImportError:
@@ -146,5 +213,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     tasks = CollectorRegistry(auto_describe=False)
     tasks.register(TaskCollector())
     _local()
-    body = generate_latest(tasks) + generate_latest(REGISTRY)
+    try:
+        body = generate_latest(tasks) + generate_latest(REGISTRY)
+    except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as error:
+        logger.warning("Metrics scrape: Redis cannot be reached (%s)", error)
+        return JsonResponse({"error": f"Redis cannot be reached: {error}"}, status=503)
     return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")

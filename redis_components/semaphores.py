@@ -111,12 +111,13 @@ class RedisSemaphore:
         while True:
             permit = attempt.outcome(load(ACQUIRE)(client, self.keys, attempt.arguments()))
             if permit is not None:
-                return _counted((permit.start(), 0.0))
+                return permit.holding(), 0.0
             if attempt.expired():
-                return _counted((None, attempt.retry_after))
+                metrics.count("semaphore_refusals")
+                return None, attempt.retry_after
             signal = wait_for_grant(client, self.keys[4], attempt.wait_slice())
             if signal is not None and signal != "wake":
-                return _counted((attempt.granted(signal).start(), 0.0))
+                return attempt.granted(signal).holding(), 0.0
 
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
@@ -127,12 +128,13 @@ class RedisSemaphore:
             reply = await load(ACQUIRE).run_async(client, self.keys, attempt.arguments())
             permit = attempt.outcome(reply)
             if permit is not None:
-                return _counted((permit.start(), 0.0))
+                return await permit.aholding(), 0.0
             if attempt.expired():
-                return _counted((None, attempt.retry_after))
+                metrics.count("semaphore_refusals")
+                return None, attempt.retry_after
             signal = await await_grant(client, self.keys[4], attempt.wait_slice())
             if signal is not None and signal != "wake":
-                return _counted((attempt.granted(signal).start(), 0.0))
+                return await attempt.granted(signal).aholding(), 0.0
 
     # -- refresh and release ---------------------------------------------------------
 
@@ -169,12 +171,6 @@ class RedisSemaphore:
 
 
 PARTS = ("owners", "counter", "waiters", "grant")
-
-
-def _counted(outcome: tuple[Permit | None, float]) -> tuple[Permit | None, float]:
-    """Count an acquisition for the metrics (nothing is counted unless METRICS is on)."""
-    metrics.count("semaphore_grants" if outcome[0] is not None else "semaphore_refusals")
-    return outcome
 
 
 def _prefix() -> str:
@@ -237,10 +233,32 @@ class Permit:
     def lost(self) -> bool:
         return self._lost
 
-    def start(self) -> Permit:
+    # Once Redis granted the permit, whatever raises before the caller has it (a
+    # cancelled task, a signal handler) gives it back first: nobody else could release
+    # it, and it would stay taken until it expires.
+
+    def holding(self) -> Permit:
+        """Start holding a granted permit (count it, refresh it); if that raises, give it
+        back first."""
+        try:
+            self._start()
+        except BaseException:
+            self.semaphore.release(self)
+            raise
+        return self
+
+    async def aholding(self) -> Permit:
+        try:
+            self._start()
+        except BaseException:
+            await self.semaphore.arelease(self)
+            raise
+        return self
+
+    def _start(self) -> None:
+        metrics.count("semaphore_grants")
         if self.semaphore.auto_refresh:
             watchdog.add(self)
-        return self
 
     def refreshed(self, ok: bool) -> bool:
         if not ok:

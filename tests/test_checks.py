@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -162,14 +163,57 @@ def test_queue_limits_pass() -> None:
     assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": {"emails": 10, "é": 1}}) == []
 
 
+RECORD = "tests.testapp.tasks.record"
+
+
 @pytest.mark.parametrize(
-    "schedules",
+    ("schedules", "problem"),
     [
-        {"x": {"task": "no.such.task", "every": 60}},
-        {"x": {"task": "tests.testapp.tasks.record", "cron": "not cron"}},
-        {"x": {"task": "tests.testapp.tasks.record", "every": 60, "colour": "red"}},
-        {"x": "every minute"},
+        ({"x": {"task": "no.such.task", "every": 60}}, "'no.such.task' is neither"),
+        ({"x": {"task": RECORD, "cron": "not cron"}}, "cron: 'not cron' is not a cron"),
+        ({"x": {"task": RECORD, "every": 60, "colour": "red"}}, "unknown keys ['colour']"),
+        ({"x": {"task": RECORD, "every": 60, 1: 2}}, "unknown keys [1]"),
+        ({"x": "every minute"}, "TASK_SCHEDULES['x'] must be a dict, not str"),
+        ({"x": {"task": 5, "every": 60}}, "needs 'task'"),
+        ({"x": {"task": "..", "every": 60}}, "'..' is neither"),
+        ({7: {"task": RECORD, "every": 60}}, "TASK_SCHEDULES[7]: name: must be a string"),
+        ({"x": {"task": RECORD, "every": 60, "args": [math.nan]}}, "args: this value cannot"),
+        ({"x": {"task": RECORD, "every": 60, "args": [{1}]}}, "type set is not JSON"),
+        ({"x": {"task": RECORD, "every": 60, "args": [b"x"]}}, "type bytes is not JSON"),
+        ({"x": {"task": RECORD, "every": 60, "kwargs": {"a": b"x"}}}, "kwargs: this value"),
+        ({"x": {"task": RECORD, "every": 60, "kwargs": {1: 2}}}, "kwargs: must be a dict with"),
+        ([{"task": RECORD, "every": 60}], "TASK_SCHEDULES must be a dict"),
+        ("x", "TASK_SCHEDULES must be a dict of schedule names to dicts, not str"),
+        (None, "not NoneType"),
     ],
 )
-def test_bad_schedules_are_e013(schedules: object) -> None:
-    assert ids(REDIS_COMPONENTS={"TASK_SCHEDULES": schedules}) == ["redis_components.E013"]
+def test_bad_schedules_are_e013(schedules: object, problem: str) -> None:
+    with override_settings(REDIS_COMPONENTS={"TASK_SCHEDULES": schedules}):
+        [message] = check_settings()
+    assert message.id == "redis_components.E013"
+    assert problem in message.msg
+
+
+def test_e014_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ids(REDIS_COMPONENTS={"METRICS": True}) == []
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
+    assert ids(REDIS_COMPONENTS={"METRICS": False}) == []
+    with override_settings(REDIS_COMPONENTS={"METRICS": True}):
+        [message] = check_settings()
+    assert message.id == "redis_components.E014"
+    assert "[metrics]" in (message.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("token", "problem"), [("", "is empty"), ("  ", "is empty"), (42, "of type int")]
+)
+def test_e015_a_metrics_token_that_protects_nothing(token: object, problem: str) -> None:
+    with override_settings(REDIS_COMPONENTS={"METRICS": True, "METRICS_TOKEN": token}):
+        [message] = check_settings()
+    assert message.id == "redis_components.E015"
+    assert problem in message.msg
+
+
+@pytest.mark.parametrize("token", [None, "s3cret", "clé-ключ"])
+def test_a_metrics_token_may_be_none_or_any_text(token: object) -> None:
+    assert ids(REDIS_COMPONENTS={"METRICS": True, "METRICS_TOKEN": token}) == []

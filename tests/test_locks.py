@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -8,6 +9,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import AsyncRequestFactory, RequestFactory
 
 from conftest import CLUSTER, CommandCount, single_server_only
-from redis_components import locks
+from redis_components import locks, metrics
 from redis_components.connection import aclose_async_client, get_client
 from redis_components.exceptions import (
     ConfigurationError,
@@ -858,3 +860,50 @@ def test_a_huge_extension_is_refused() -> None:
         handle.extend(1e300)
     assert 4_000 < get_client().pttl("rc:lock:{huge}") <= 5_000  # unchanged
     handle.release()
+
+
+class CountingFails(Exception):
+    """What a metric that breaks raises, in the tests below."""
+
+
+@contextlib.contextmanager
+def counting_fails() -> Iterator[None]:
+    """Inside, anything that runs right after a grant raises (counting it, here)."""
+
+    def fail(event: str) -> None:
+        raise CountingFails(event)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metrics, "count", fail)
+        yield
+
+
+@pytest.mark.parametrize("waits", [False, True], ids=["free", "handed-over"])
+def test_an_exception_after_the_grant_gives_the_lock_back(waits: bool) -> None:
+    if waits:  # the grant comes from the holder's release, while the acquire waits
+        threading.Timer(0.2, hold_elsewhere("after-grant").release).start()
+    with counting_fails(), pytest.raises(CountingFails):
+        RedisLock("after-grant", timeout=30, auto_renew=True).acquire(blocking_timeout=5)
+    _free_for_everyone("after-grant")
+
+
+def test_an_exception_after_the_grant_gives_the_lock_back_async() -> None:
+    async def scenario() -> None:
+        with pytest.raises(CountingFails):
+            await RedisLock("after-grant", timeout=30).aacquire()
+        with pytest.raises(CountingFails):
+            async with redis_lock("after-grant", "and-another", timeout=30):
+                pass  # pragma: no cover - never entered
+        await aclose_async_client()
+
+    with counting_fails():
+        asyncio.run(scenario())
+    _free_for_everyone("after-grant")
+    _free_for_everyone("and-another")
+
+
+def test_an_exception_after_the_grants_gives_every_lock_back() -> None:
+    with counting_fails(), pytest.raises(CountingFails), redis_lock("one", "two", timeout=30):
+        pass  # pragma: no cover - never entered
+    _free_for_everyone("one")
+    _free_for_everyone("two")

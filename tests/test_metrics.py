@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 
@@ -10,7 +11,10 @@ import pytest
 import redis
 from django.test import Client, override_settings
 
-from redis_components import RedisLock, RedisSemaphore
+from redis_components import RedisLock, RedisSemaphore, metrics, redis_lock
+from redis_components.tasks.engine import enqueue
+from redis_components.tasks.messages import TaskMessage, new_task_id
+from redis_components.tasks.status import queue_names
 from redis_components.tasks.worker import Worker
 from tests.testapp import tasks
 
@@ -102,3 +106,80 @@ def test_lock_and_semaphore_events_are_counted_in_the_process(client: Client) ->
         "semaphore_grants": 1,
         "semaphore_refusals": 1,
     }
+
+
+@pytest.fixture
+def without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if the [metrics] extra were not installed (and no counter made yet)."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.setattr(metrics, "_counters", None, raising=False)
+
+
+@pytest.mark.usefixtures("without_prometheus_client")
+def test_without_prometheus_client_locks_and_semaphores_still_work(
+    caplog: pytest.LogCaptureFixture, r: redis.Redis
+) -> None:
+    with override_settings(REDIS_COMPONENTS=ON):
+        for _ in range(2):
+            with redis_lock("uncounted", timeout=30):
+                pass
+            with redis_lock("uncounted", "and-another", timeout=30):
+                pass
+            permit = RedisSemaphore("uncounted", 1, timeout=30).acquire()
+            assert permit is not None
+            permit.semaphore.release(permit)
+    assert r.exists("rc:lock:{uncounted}", "rc:lock:{and-another}", "rc:sem:{uncounted}") == 0
+    [logged] = [record for record in caplog.records if "prometheus-client" in record.message]
+    assert logged.levelname == "ERROR"
+
+
+def test_the_token_is_sent_with_the_bearer_scheme_in_any_case(client: Client) -> None:
+    with override_settings(REDIS_COMPONENTS=ON):
+        for header in ("bearer s3cret", "BEARER s3cret", "Bearer  s3cret "):
+            assert client.get(URL, HTTP_AUTHORIZATION=header).status_code == 200, header
+        for header in ("s3cret", "Basic s3cret", "Bearer", "Bearer ", "Bearers3cret"):
+            assert client.get(URL, HTTP_AUTHORIZATION=header).status_code == 401, header
+
+
+def test_a_token_that_is_not_ascii_matches(client: Client) -> None:
+    # A server hands Django the header's bytes decoded as Latin-1; a client sends UTF-8.
+    sent = "Bearer clé-ключ".encode().decode("latin-1")
+    with override_settings(REDIS_COMPONENTS={"METRICS": True, "METRICS_TOKEN": "clé-ключ"}):
+        assert client.get(URL, HTTP_AUTHORIZATION=sent).status_code == 200
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearer cle-ключ").status_code == 401
+
+
+def test_an_empty_token_lets_nobody_in(client: Client) -> None:
+    with override_settings(REDIS_COMPONENTS={"METRICS": True, "METRICS_TOKEN": ""}):
+        assert client.get(URL).status_code == 401
+        assert client.get(URL, HTTP_AUTHORIZATION="Bearer ").status_code == 401
+        assert client.get(URL, HTTP_AUTHORIZATION="").status_code == 401
+
+
+@override_settings(MIDDLEWARE=[])  # the view's own answer, not the demo's 503 page
+def test_redis_down_is_a_503(client: Client) -> None:
+    gone = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    with override_settings(REDIS_COMPONENTS=ON, CACHES={"default": gone}):
+        response = client.get(URL, HTTP_AUTHORIZATION="Bearer s3cret")
+    assert response.status_code == 503
+    assert "Redis cannot be reached" in response.json()["error"]
+
+
+def test_a_scrape_forgets_the_queues_nobody_uses_any_more(client: Client) -> None:
+    def send(queue: str) -> None:
+        message = TaskMessage(new_task_id(), "tests.testapp.tasks.record", queue, [], {}, 0, None)
+        enqueue(message, message.encode())
+
+    idle = [f"old-{number}" for number in range(200)]
+    send("finished")
+    Worker(["finished", "waiting", *idle], burst=True).run()  # served, then it stopped
+    send("waiting")
+    assert {"finished", "waiting", *idle} <= set(queue_names())
+    with override_settings(REDIS_COMPONENTS=ON):
+        first = scrape(client)
+        assert 'queue="old-7"' in first  # shown until a scrape found them unused
+        second = scrape(client)
+    assert 'queue="old-7"' not in second
+    known = set(queue_names())
+    assert not known & set(idle)
+    assert {"finished", "waiting"} <= known  # a task finished lately; a task waits

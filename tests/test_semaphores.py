@@ -25,6 +25,7 @@ from redis_components.exceptions import (
 )
 from redis_components.semaphores import Permit, RedisSemaphore, redis_semaphore
 from tests.processes import FORK, run_processes
+from tests.test_locks import CountingFails, counting_fails
 
 FAIRNESS = pytest.mark.parametrize("fair", [True, False], ids=["fair", "basic"])
 
@@ -381,3 +382,34 @@ def test_one_guard_shared_by_asyncio_tasks_gives_each_exit_its_own_permit() -> N
     first, second = asyncio.run(scenario())
     assert first.token != second.token
     assert RedisSemaphore("shared-guard", limit=2).holders() == 0
+
+
+@FAIRNESS
+@pytest.mark.parametrize("waits", [False, True], ids=["free", "handed-over"])
+def test_an_exception_after_the_grant_gives_the_permit_back(fair: bool, waits: bool) -> None:
+    sem = RedisSemaphore("after-grant", limit=1, timeout=30, fair=fair, auto_refresh=True)
+    if waits:  # the permit comes free (fair: is handed over) while the acquire waits
+        holder = sem.acquire()
+        assert holder is not None
+        threading.Timer(0.2, sem.release, [holder]).start()
+    with counting_fails(), pytest.raises(CountingFails):
+        sem.acquire(blocking=True, blocking_timeout=5)
+    # Free for the next one (fair, handed over: the grant the release handed on, which the
+    # failed acquire's registration, still alive, would have taken)
+    assert sem.acquire(blocking=True, blocking_timeout=2) is not None
+
+
+def test_an_exception_after_the_grant_gives_the_permit_back_async() -> None:
+    sem = RedisSemaphore("after-grant", limit=1, timeout=30)
+
+    async def scenario() -> None:
+        with pytest.raises(CountingFails):
+            await sem.aacquire()
+        with pytest.raises(CountingFails):
+            async with redis_semaphore("after-grant", 1, timeout=30):
+                pass  # pragma: no cover - never entered
+        await aclose_async_client()
+
+    with counting_fails():
+        asyncio.run(scenario())
+    assert sem.acquire(blocking=True, blocking_timeout=2) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import threading
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -77,6 +78,11 @@ def test_cron_ticks_follow_the_time_zone_across_daylight_saving_time() -> None:
         ({"every": 60, "tz": "Mars/Olympus"}, "tz"),
         ({"every": 60, "missed": "all"}, "missed"),
         ({"every": 60, "args": "x"}, "args"),
+        ({"every": 60, "args": [math.nan]}, "args"),
+        ({"every": 60, "args": [{1, 2}]}, "args"),
+        ({"every": 60, "args": [b"bytes"]}, "args"),
+        ({"every": 60, "kwargs": {"when": b"bytes"}}, "kwargs"),
+        ({"every": 60, "kwargs": {1: "not a name"}}, "kwargs"),
         ({"every": 60, "name": ""}, "name"),
     ],
 )

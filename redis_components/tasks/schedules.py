@@ -43,10 +43,10 @@ from django.utils.module_loading import import_string
 
 from .. import keys, scripts
 from ..conf import conf
-from ..exceptions import ConfigurationError, InvalidInput
+from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
 from . import engine
 from .engine import counter_key, raw, ready_key, result_key, result_ttl_ms, tasks_client
-from .messages import TaskMessage, new_task_id
+from .messages import TaskMessage, new_task_id, to_json
 from .registry import Task, find_task
 from .results import TaskResult, read_results
 
@@ -55,6 +55,8 @@ logger = logging.getLogger("redis_components.scheduler")
 Missed = Literal["run_once", "skip"]
 T = TypeVar("T", bound=Task[Any, Any])
 MAX_TICKS_AHEAD = 366 * 24 * 3600 * 1000  # a cron expression that never matches, in ms
+# The keys of a schedule in the TASK_SCHEDULES setting.
+SPEC_KEYS = ("task", "cron", "every", "tz", "args", "kwargs", "missed")
 
 
 @dataclass(frozen=True)
@@ -185,8 +187,10 @@ def build(
         raise InvalidInput("missed", f"must be 'run_once' or 'skip', not {missed!r}")
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise InvalidInput("args", f"must be a list, not {type(args).__name__}")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise InvalidInput("kwargs", f"must be a dict, not {type(kwargs).__name__}")
+    if kwargs is not None and (
+        not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs)
+    ):
+        raise InvalidInput("kwargs", f"must be a dict with string keys, not {kwargs!r:.100}")
     schedule = Schedule(
         name=name,
         task=task_name,
@@ -200,7 +204,11 @@ def build(
         kwargs=dict(kwargs or {}),
         missed=missed,
     )
-    schedule.message(0)  # TaskSerializationError now for arguments JSON cannot carry
+    for field_name, value in (("args", schedule.args), ("kwargs", schedule.kwargs)):
+        try:  # refused now, not at the first tick
+            to_json(value, "this value")
+        except TaskSerializationError as error:
+            raise InvalidInput(field_name, str(error)) from None
     return schedule
 
 
@@ -210,14 +218,27 @@ def schedules() -> list[Schedule]:
     :class:`ConfigurationError` for a setting that names no task or has a bad value.
     """
     found = dict(_decorated)
-    for name, spec in conf.TASK_SCHEDULES.items():
+    setting = conf.get("TASK_SCHEDULES")
+    if not isinstance(setting, dict):
+        raise ConfigurationError(
+            f"TASK_SCHEDULES must be a dict of schedule names to dicts, not "
+            f"{type(setting).__name__}"
+        )
+    for name, spec in setting.items():
         if not isinstance(spec, dict):
-            raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] must be a dict")
-        spec = dict(spec)
-        target = spec.pop("task", None)
+            raise ConfigurationError(
+                f"TASK_SCHEDULES[{name!r}] must be a dict, not {type(spec).__name__}"
+            )
+        unknown = [key for key in spec if key not in SPEC_KEYS]
+        if unknown:
+            raise ConfigurationError(
+                f"TASK_SCHEDULES[{name!r}] has unknown keys {unknown!r:.100} (valid: "
+                f"{', '.join(SPEC_KEYS)})"
+            )
+        options = {key: value for key, value in spec.items() if key != "task"}
         try:
-            found[name] = build(name, **_target(name, target), **spec)
-        except (InvalidInput, TypeError) as error:
+            found[name] = build(name, **_target(name, spec.get("task")), **options)
+        except InvalidInput as error:
             raise ConfigurationError(f"TASK_SCHEDULES[{name!r}]: {error}") from None
     return sorted(found.values(), key=lambda schedule: schedule.name)
 
@@ -236,7 +257,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
         }
     try:
         django_task = import_string(target)
-    except ImportError:
+    except (ImportError, TypeError, ValueError):  # TypeError: a relative path ("..x")
         django_task = None
     backend = getattr(django_task, "backend", None)
     if not isinstance(backend, str) or not hasattr(django_task, "module_path"):

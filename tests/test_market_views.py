@@ -329,6 +329,11 @@ def test_a_seller_withdraws_a_listing_and_a_sold_one_cannot_be_withdrawn(
     assert flash(late) == [f"{other} is not for sale any more: it was sold."]
     assert other in MARKET.inventory(bob_id)
     assert other not in MARKET.inventory(alice_id)
+    # Another seller's listing, still listed: not mine to withdraw, and it stays listed.
+    bobs, bobs_price = listing_of(bob_id)
+    theirs = alice.post("/inventory/withdraw/", {"item": bobs}, follow=True)
+    assert flash(theirs) == [f"{bobs} is not your listing."]
+    assert MARKET.price(bobs, bob_id) == bobs_price
     # Withdrawn first, then bought: the purchase finds nothing.
     refused = login("bob").post(f"/market/buy/{item}/{alice_id}/", {"price": price}, follow=True)
     assert f"{item} is no longer for sale" in flash(refused)[0]

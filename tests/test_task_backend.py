@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import decimal
 import importlib.util
 import json
 import random
@@ -19,6 +20,7 @@ from django.test import AsyncClient, override_settings
 from django.utils import timezone
 
 from redis_components import TaskStatus, get_result
+from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.engine import delayed_key, ready_key
 from redis_components.tasks.worker import Worker
 from tests.processes import WorkerProcess, wait_until
@@ -158,6 +160,23 @@ def test_priorities_come_out_highest_first_and_in_order_among_equals(r: redis.Re
     assert order == [label for _, _, label in sorted(sent)]
 
 
+@pytest.mark.parametrize("priority", [5.0, decimal.Decimal("5")])
+def test_a_whole_priority_of_another_number_type_runs_as_that_int(
+    r: redis.Redis, priority: object
+) -> None:
+    result = framework_tasks.record.using(priority=priority).enqueue("whole")  # type: ignore[arg-type]
+    assert run_worker() == 1
+    assert framework_tasks.record.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert type(get_result(result.id).priority) is int
+    assert get_result(result.id).priority == 5
+
+
+def test_a_bool_priority_is_refused_before_anything_is_written(r: redis.Redis) -> None:
+    with pytest.raises(InvalidTask, match="priority"):
+        framework_tasks.record.using(priority=True).enqueue("bool")
+    assert r.keys("*") == []
+
+
 def test_run_after_is_never_early(r: redis.Redis) -> None:
     due = timezone.now() + datetime.timedelta(seconds=0.3)
     result = framework_tasks.record.using(run_after=due).enqueue("later")
@@ -188,6 +207,35 @@ def test_arguments_json_cannot_carry_raise_in_the_caller_and_write_nothing(
     with pytest.raises(TypeError):
         framework_tasks.record.enqueue(datetime.datetime.now())
     assert r.keys("*") == []
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "lone \udc80 surrogate"])
+def test_arguments_json_or_utf_8_cannot_carry_raise_type_error_and_write_nothing(
+    r: redis.Redis, bad: object
+) -> None:
+    with pytest.raises(TypeError, match="cannot be stored"):
+        framework_tasks.record.enqueue(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cannot be stored"):
+        framework_tasks.multiply.enqueue(1, b={"x": [bad]})  # type: ignore[arg-type]
+    assert r.keys("*") == []
+
+
+@pytest.mark.parametrize(
+    "run_after",
+    [
+        datetime.datetime.max.replace(tzinfo=datetime.timezone.utc),
+        timezone.now() + datetime.timedelta(seconds=MAX_SECONDS + 3600),
+    ],
+)
+def test_run_after_past_ten_years_is_refused_before_anything_is_written(
+    r: redis.Redis, run_after: datetime.datetime
+) -> None:
+    with pytest.raises(InvalidTask, match=r"run_after.*ten years"):
+        framework_tasks.record.using(run_after=run_after).enqueue("never")
+    assert r.keys("*") == []
+    within = timezone.now() + datetime.timedelta(seconds=MAX_SECONDS - 3600)
+    result = framework_tasks.record.using(run_after=within).enqueue("in time")
+    assert framework_tasks.record.get_result(result.id).task.run_after is not None
 
 
 def test_an_unknown_queue_is_refused_and_nothing_is_written(r: redis.Redis) -> None:

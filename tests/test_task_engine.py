@@ -215,7 +215,7 @@ def test_cancel_removes_a_waiting_task_and_says_cancelled(r: redis.Redis) -> Non
         assert result.is_finished
         with pytest.raises(ValueError, match="cancelled"):
             result.return_value  # noqa: B018
-    with pytest.raises(TaskNotCancellable, match="finished"):
+    with pytest.raises(TaskNotCancellable, match="already cancelled"):
         cancel(now.id)
     with pytest.raises(TaskNotCancellable, match="no such task"):
         cancel("0123abcd")
@@ -247,6 +247,33 @@ def test_unique_tasks_are_enqueued_once_per_window_by_concurrent_enqueuers(
     [first] = r.smembers("{test}:unique-ids")
     assert get_result(first.decode()).args == ["same"]
     assert tasks.record.enqueue("same").id != first.decode()  # other tasks are not unique
+
+
+def test_a_finished_task_cannot_be_cancelled(r: redis.Redis) -> None:
+    result = tasks.record.enqueue("done")
+    Worker(["test"], burst=True).run()
+    with pytest.raises(TaskNotCancellable, match="it has finished"):
+        cancel(result.id)
+
+
+def test_a_cancelled_unique_task_does_not_block_an_equal_enqueue(r: redis.Redis) -> None:
+    first = tasks.unique_record.enqueue("once")
+    assert cancel(first.id) == "cancelled"
+    again = tasks.unique_record.enqueue("once")
+    assert again.id != first.id
+    assert again.status is TaskStatus.READY
+    assert tasks.unique_record.enqueue("once").id == again.id  # unique again from then on
+    assert r.zcard(ready_key("test")) == 1
+    assert Worker(["test"], burst=True).run() == 1
+    assert get_result(again.id).status is TaskStatus.SUCCESSFUL
+
+
+def test_a_unique_task_being_terminated_does_not_block_an_equal_enqueue(r: redis.Redis) -> None:
+    running = tasks.unique_record.enqueue("long")
+    assert take("ghost.8.1.a", ["test"]) is not None
+    assert tasks.unique_record.enqueue("long").id == running.id  # still unique while it runs
+    assert cancel(running.id, terminate=True) == "terminating"
+    assert tasks.unique_record.enqueue("long").id != running.id
 
 
 def test_finished_tasks_are_counted_per_minute(r: redis.Redis) -> None:

@@ -96,7 +96,12 @@ def test_arguments_json_cannot_carry_raise_task_serialization_error(bad: object)
         new_message("t", "q", [bad], {})
 
 
-def test_arguments_nested_too_deeply_raise_task_serialization_error() -> None:
+def test_a_lone_surrogate_raises_task_serialization_error_naming_it() -> None:
+    # JSON encodes it, but UTF-8 (what Redis is sent) cannot.
+    with pytest.raises(TaskSerializationError, match=r"'\\udc80' is a lone surrogate"):
+        new_message("t", "q", ["caf\u00e9 \udc80"], {})
+    assert new_message("t", "q", ["caf\u00e9 \U0001f600"], {})[1].endswith('"retries":0}')
+
     deep: list[object] = []
     for _ in range(100_000):
         deep = [deep]

@@ -21,6 +21,7 @@ from redis_components import (
     task,
 )
 from redis_components.exceptions import InvalidInput, LockNotAcquired, TaskError, TaskNotRegistered
+from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.engine import delayed_key, ready_key
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.registry import backoff, get_task, running, stop_running
@@ -58,7 +59,7 @@ def test_a_plain_call_runs_inline(r: redis.Redis) -> None:
     assert r.zcard(ready_key("test")) == 0
 
 
-@pytest.mark.parametrize("bad", [object(), {1, 2}, math.nan, b"bytes"])
+@pytest.mark.parametrize("bad", [object(), {1, 2}, math.nan, b"bytes", "lone \udc80"])
 def test_arguments_json_cannot_carry_are_refused_in_the_caller(r: redis.Redis, bad: object) -> None:
     with pytest.raises(TaskSerializationError, match=r"tests\.testapp\.tasks\.record"):
         tasks.record.enqueue(bad)  # type: ignore[arg-type]
@@ -98,6 +99,25 @@ def test_enqueue_at_takes_an_aware_datetime(r: redis.Redis) -> None:
     with pytest.raises(InvalidInput, match="when"):
         tasks.record.enqueue_at("2030-01-01", "text")  # type: ignore[arg-type]
     assert r.zcard(delayed_key("test")) == 1
+
+
+def test_enqueue_at_past_ten_years_is_refused_before_anything_is_written(r: redis.Redis) -> None:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for when in (
+        datetime.datetime.max.replace(tzinfo=datetime.timezone.utc),
+        now + datetime.timedelta(seconds=MAX_SECONDS + 3600),
+    ):
+        with pytest.raises(InvalidInput, match=r"when.*ten years"):
+            tasks.record.enqueue_at(when, "never")
+    assert r.keys("*") == []
+    within = now + datetime.timedelta(seconds=MAX_SECONDS - 3600)
+    assert tasks.record.enqueue_at(within, "in time").run_after is not None
+
+
+def test_a_unique_task_with_dict_keys_of_mixed_types_is_refused_clearly(r: redis.Redis) -> None:
+    with pytest.raises(InvalidInput, match=r"keys.*mixed types"):
+        tasks.unique_record.enqueue({1: "one", "two": 2})  # type: ignore[arg-type]
+    assert r.keys("*") == []
 
 
 @pytest.mark.parametrize("seconds", [-1, math.inf, math.nan, "5", True])

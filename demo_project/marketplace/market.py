@@ -128,6 +128,10 @@ class Market:
         """Whether an item of that name was ever made (names are never used twice)."""
         return bool(self.client.sismember(self.key("items"), item))
 
+    def seller_of(self, item: str) -> int | None:
+        """Who lists ``item`` for sale now, or ``None`` (an item is in one place at a time)."""
+        return next((seller for name, seller, _ in self.listings() if name == item), None)
+
     def inventory(self, user: int) -> list[str]:
         return sorted(_text(item) for item in self.client.smembers(self.key("inventory", user)))
 

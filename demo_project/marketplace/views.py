@@ -275,6 +275,8 @@ def withdraw(request: HttpRequest) -> HttpResponse:
                 messages.error(request, f"{item} is in your items, not for sale.")
             elif not MARKET.exists(item):
                 messages.error(request, f"There is no item called {item}.")
+            elif MARKET.seller_of(item) not in (None, me(request)):
+                messages.error(request, f"{item} is not your listing.")
             else:
                 messages.error(request, f"{item} is not for sale any more: it was sold.")
     return redirect("inventory")

@@ -1,5 +1,7 @@
 -- KEYS: 1) the task's queue's ready ZSET  2) its delayed ZSET  3) the task's result hash
 --       4) the HASH of running tasks  5) the task's termination request key
+--       6) (optional) the key that made it unique: freed if it still names this task, so
+--          that a cancelled task does not stop an equal one from being enqueued
 -- ARGV: 1) the task's id  2) its payload as it waits (see the result's "payload")
 --       3) "terminate": a running task is to be stopped; "" refuses
 --       4) how long to keep the result after its last change, in ms
@@ -7,9 +9,16 @@
 -- Returns: 1 when the waiting task was removed (its result is CANCELLED),
 --          2 when it is running and its worker was asked to terminate it,
 --          0 when it is running and ARGV 3 is "" (nothing changed),
---          -1 when it is neither waiting nor running (finished, or never seen)
+--          -1 when it is neither waiting nor running (finished, or never seen),
+--          -2 when it was cancelled already
 -- Removal is atomic against a worker taking the task: it is either taken or cancelled.
+local function free_unique()
+  if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[1] then
+    redis.call('DEL', KEYS[6])
+  end
+end
 if redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2]) > 0 then
+  free_unique()
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)
@@ -21,6 +30,10 @@ if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
     return 0
   end
   redis.call('SET', KEYS[5], '1', 'PX', tonumber(ARGV[5]))
+  free_unique()
   return 2
+end
+if redis.call('HGET', KEYS[3], 'status') == 'CANCELLED' then
+  return -2
 end
 return -1

@@ -47,6 +47,10 @@ else
   end
 end
 redis.call('HSET', KEYS[4], 'status', 'READY', 'message', ARGV[1], 'enqueued_at', now)
+if unique > 0 then
+  -- Named in the result so that cancelling the task frees its key (queue_cancel.lua).
+  redis.call('HSET', KEYS[4], 'unique', KEYS[5])
+end
 if due > now then
   redis.call('HSET', KEYS[4], 'run_after', due)
 end

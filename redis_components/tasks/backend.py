@@ -35,9 +35,9 @@ from django.utils.module_loading import import_string
 
 from .. import keys
 from ..conf import conf
-from ..exceptions import InvalidInput, TaskResultDoesNotExist
+from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
 from . import engine, results
-from .messages import TaskMessage, new_task_id, to_json, validate_queue
+from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
 from .registry import due_at, time_limits
 from .results import TaskStatus
 from .runs import Job
@@ -105,9 +105,14 @@ class RedisTaskBackend(BaseTaskBackend):
         return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     def validate_task(self, task: Task[..., Any]) -> None:
+        """Django's checks, then ours: a priority that is a whole number but not a bool,
+        a valid queue name, ``run_after`` at most ten years from now (``InvalidTask``)."""
         super().validate_task(task)
         try:
+            _priority(task)
             validate_queue(task.queue_name, "queue_name")
+            if task.run_after is not None:
+                due_at(_aware(task.run_after), "run_after")
         except InvalidInput as error:
             raise InvalidTask(str(error)) from None
 
@@ -115,7 +120,8 @@ class RedisTaskBackend(BaseTaskBackend):
         self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
     ) -> TaskResult[P, R]:
         """Send the task to its queue; its result is READY (``TypeError`` for arguments
-        that are not JSON, as with Django's own backends; nothing is written then)."""
+        that JSON cannot carry, as with Django's own backends for the types they refuse:
+        NaN and infinities, lone surrogates too; nothing is written then)."""
         self.validate_task(task)
         result: TaskResult[P, R] = TaskResult(
             task=task,
@@ -137,16 +143,15 @@ class RedisTaskBackend(BaseTaskBackend):
             task.queue_name,
             list(result.args),
             dict(result.kwargs),
-            task.priority,
+            _priority(task),
             self.alias,
         )
-        when = ""
-        if task.run_after is not None:
-            run_after = task.run_after
-            if timezone.is_naive(run_after):  # allowed when USE_TZ is False
-                run_after = timezone.make_aware(run_after)
-            when = due_at(run_after)
-        enqueued = engine.enqueue(message, message.encode(), when)
+        try:
+            payload = message.encode()
+        except TaskSerializationError as error:
+            raise TypeError(str(error)) from None
+        when = "" if task.run_after is None else due_at(_aware(task.run_after), "run_after")
+        enqueued = engine.enqueue(message, payload, when)
         object.__setattr__(result, "enqueued_at", _django_time(enqueued.at_ms))
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -213,6 +218,18 @@ class RedisTaskBackend(BaseTaskBackend):
             self.time_limits  # noqa: B018 - checks them
         except InvalidInput as error:
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
+
+
+def _priority(task: Task[..., Any]) -> int:
+    """The task's priority as the int it equals: Django allows any whole number (``5.0``,
+    ``Decimal("5")``), our payload and workers take an int; a bool is refused."""
+    priority = task.priority
+    return validate_priority(priority if isinstance(priority, bool) else int(priority))
+
+
+def _aware(when: datetime.datetime) -> datetime.datetime:
+    """``run_after`` as an aware datetime (Django allows naive ones when ``USE_TZ`` is False)."""
+    return timezone.make_aware(when) if timezone.is_naive(when) else when
 
 
 def _find_task(path: str) -> Task[..., Any]:

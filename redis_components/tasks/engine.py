@@ -523,11 +523,13 @@ def cancel(task_id: str, *, terminate: bool = False) -> Literal["cancelled", "te
     A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
     then its worker stops it at its next heartbeat (the worker process is replaced), and
     ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
+    A cancelled unique task frees its key: an equal task may be enqueued at once.
     """
     keys.validate_name(task_id, "task_id", 100)
     client = tasks_client()
-    fields = raw(client, "HMGET", result_key(task_id), "payload", "message")
+    fields = raw(client, "HMGET", result_key(task_id), "payload", "message", "unique")
     payload = fields[0] or fields[1]
+    unique = (fields[2] or b"").decode("utf-8", "replace")
     try:
         queue = TaskMessage.decode(fields[1]).queue if fields[1] else None
     except MalformedTask:
@@ -542,6 +544,7 @@ def cancel(task_id: str, *, terminate: bool = False) -> Literal["cancelled", "te
             result_key(task_id),
             running_tasks_key(),
             terminate_key(task_id),
+            *([unique] if unique.startswith(unique_key("")) else []),  # only a key of ours
         ],
         [task_id, payload, "terminate" if terminate else "", result_ttl_ms(), TERMINATE_WAIT_MS],
     )
@@ -553,6 +556,8 @@ def cancel(task_id: str, *, terminate: bool = False) -> Literal["cancelled", "te
         raise TaskNotCancellable(
             task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
         )
+    if done == -2:
+        raise TaskNotCancellable(task_id, "it was already cancelled")
     raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
 
 
@@ -578,3 +583,24 @@ def known_queue_names(extra: Iterable[str] = ()) -> set[str]:
         except ValueError:  # UnicodeDecodeError too
             continue
     return names
+
+
+# A queue with no task finished in this many hours (those the dashboard charts) is idle.
+RECENT_HOURS = 6
+
+
+def forget_queues(names: Sequence[str]) -> int:
+    """Drop from the known queues those of ``names`` that hold no task or dead letter and
+    finished no task in the last RECENT_HOURS (one script: a task enqueued meanwhile
+    keeps its queue known). Pass only queues no registered worker serves. Returns how
+    many were forgotten."""
+    if not names:
+        return 0
+    hour = int(time.time()) // 3600  # the client's clock: an hour more on each side
+    hours = range(hour - RECENT_HOURS - 1, hour + 2)
+    script_keys = [queues_key()]
+    for name in names:
+        script_keys += [ready_key(name), delayed_key(name), dead_key(name)]
+        script_keys += [stats_key(name, h) for h in hours]
+    per = 3 + len(hours)
+    return int(scripts.load("queue_forget")(tasks_client(), script_keys, [per, *names]))

@@ -118,12 +118,20 @@ class TaskMessage:
 
 
 def to_json(value: Any, what: str) -> str:
-    """``value`` as compact JSON, or :class:`TaskSerializationError` naming ``what`` it is."""
+    """``value`` as compact JSON, or :class:`TaskSerializationError` naming ``what`` it is
+    (also for a lone surrogate, which JSON encodes but UTF-8, and so Redis, cannot)."""
     try:
-        return _json(value)
+        payload = _json(value)
+        if not payload.isascii():  # O(1): most payloads skip the encoding
+            payload.encode()
     except (TypeError, ValueError, RecursionError) as error:
-        reason = "it is nested too deeply" if isinstance(error, RecursionError) else error
+        reason: object = error
+        if isinstance(error, RecursionError):
+            reason = "it is nested too deeply"
+        elif isinstance(error, UnicodeEncodeError):
+            reason = f"{error.object[error.start : error.end]!r} is a lone surrogate, not UTF-8"
         raise TaskSerializationError(f"{what} cannot be stored as JSON: {reason}") from None
+    return payload
 
 
 def task_id_of(payload: bytes) -> str:

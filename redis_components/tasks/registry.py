@@ -180,14 +180,23 @@ class Task(Generic[P, R]):
         return new_result(message[0], enqueued.at_ms, run_after)
 
     def _digest(self, message: TaskMessage) -> str:
-        """What makes two enqueues of this task equal: its name and arguments."""
-        canonical = json.dumps(
-            [self.name, message.args, message.kwargs], sort_keys=True, separators=(",", ":")
-        )
+        """What makes two enqueues of this task equal: its name and arguments, compared
+        as JSON with sorted keys (:class:`InvalidInput` for keys that do not sort)."""
+        try:
+            canonical = json.dumps(
+                [self.name, message.args, message.kwargs], sort_keys=True, separators=(",", ":")
+            )
+        except TypeError as error:  # a dict's keys of mixed types: 1 and "a" do not sort
+            raise InvalidInput(
+                "args",
+                f"a unique task's arguments are compared with their dicts' keys sorted, "
+                f"and keys of mixed types do not sort ({error})",
+            ) from None
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
 
 
 def _existing(task_id: str, message: TaskMessage) -> TaskResult:
@@ -213,12 +222,21 @@ def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]
     return hard_s, soft_s
 
 
-def due_at(when: object) -> str:
-    """``when`` (an aware datetime) as the engine's "@<epoch ms>", or :class:`InvalidInput`."""
+def due_at(when: object, field: str = "when") -> str:
+    """``when`` (an aware datetime at most ten years from now, the bound of every
+    duration) as the engine's "@<epoch ms>", or :class:`InvalidInput` naming ``field``."""
     if not isinstance(when, datetime.datetime):
-        raise InvalidInput("when", f"must be a datetime, not {type(when).__name__}")
+        raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
     if when.utcoffset() is None:
-        raise InvalidInput("when", "must be an aware datetime (with a time zone)")
+        raise InvalidInput(field, "must be an aware datetime (with a time zone)")
+    # By this machine's clock: the server's is read only by the script that writes, and
+    # a bound of ten years does not need it. Beyond it, times may not fit a datetime.
+    if when - datetime.datetime.now(datetime.timezone.utc) > MAX_DELAY:
+        raise InvalidInput(
+            field,
+            f"must be at most {keys.MAX_SECONDS:,} seconds (ten years) from now, "
+            f"not {when.isoformat()}",
+        )
     # Whole milliseconds, rounded up (in integers: floats can round), so that a task
     # never runs before its time.
     micros = (when - EPOCH) // datetime.timedelta(microseconds=1)

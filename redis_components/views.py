@@ -1,10 +1,11 @@
 """JSON endpoints of the components: ``path("rc/", include("redis_components.urls"))``.
 
 Every answer is JSON, errors included (but for the task queues' status page, an HTML
-page for staff, JSON with ``?format=json``): bad input is a 400 naming the parameter, an
-anonymous caller a 401, a forbidden one a 403, an unknown chat a 404, and a Redis that
-does not answer a 503: bad input is never a 500. POST bodies need Django's CSRF token (the
-``X-CSRFToken`` header); the chat views take JSON objects, the contacts view a form.
+page for staff with ``view_task_queues``, JSON with ``?format=json``): bad input is a
+400 naming the parameter, an anonymous caller a 401, a forbidden one a 403, an unknown
+chat a 404, and a Redis that does not answer a 503: bad input is never a 500. POST
+bodies need Django's CSRF token (the ``X-CSRFToken`` header); the chat views take JSON
+objects, the contacts view a form.
 Every view acts as the signed-in user only.
 """
 
@@ -88,15 +89,27 @@ class JsonView(View):
         return response
 
 
-def int_parameter(request: HttpRequest, name: str) -> int | None:
-    """The integer query parameter ``name``, None when absent; InvalidInput when not a number."""
-    value = request.GET.get(name)
-    if value is None:
-        return None
+# Redis takes signed 64-bit integers: a number past them must not reach it (it would
+# answer an error that reads as Redis being down).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def whole_number(value: str, name: str, minimum: int = INT64_MIN, maximum: int = INT64_MAX) -> int:
+    """``value`` as an integer from ``minimum`` to ``maximum``; else :class:`InvalidInput`
+    naming ``name``."""
     try:
-        return int(value)
-    except ValueError:
+        number = int(value)
+    except ValueError:  # also past Python's limit on the digits of an int
         raise InvalidInput(name, f"must be an integer, not {keys.shorten(value)}") from None
+    if not minimum <= number <= maximum:
+        raise InvalidInput(name, f"must be from {minimum} to {maximum}")
+    return number
+
+
+def int_parameter(request: HttpRequest, name: str) -> int | None:
+    """The integer query parameter ``name`` (see :func:`whole_number`), None when absent."""
+    value = request.GET.get(name)
+    return None if value is None else whole_number(value, name)
 
 
 def wants_json(request: HttpRequest) -> bool:
@@ -334,25 +347,28 @@ def _require_existing_users(names: list[str]) -> None:
         raise InvalidInput("recipients", f"no such user: {', '.join(unknown)}")
 
 
-# -- task queues (the tasks package): the staff-only status page -----------------------------
+# -- task queues (the tasks package): the status page ---------------------------------------
 
 QUEUE_PAGE_REFRESH = 5  # seconds
 
 
-def staff_only(
+def queue_viewers_only(
     view: Callable[[HttpRequest], HttpResponse],
 ) -> Callable[[HttpRequest], HttpResponse]:
-    """Anonymous users go to log in; signed-in users who are not staff get a 403.
+    """Anonymous users go to log in; the others get a 403 unless they are staff allowed to
+    see the task queues, as on their admin pages (``view_task_queues``).
 
     Staff sign in through the admin when it is installed, else at ``LOGIN_URL``.
     """
 
     def wrapped(request: HttpRequest) -> HttpResponse:
+        from .tasks.dashboard import can_view  # the admin pages' rule: one permission model
+
         if not request.user.is_authenticated:
             admin = apps.is_installed("django.contrib.admin")
             return redirect_to_login(request.get_full_path(), "admin:login" if admin else None)
-        if not request.user.is_staff:
-            raise PermissionDenied("Staff only.")
+        if not request.user.is_staff or not can_view(request):
+            raise PermissionDenied("Staff allowed to see the task queues only.")
         return view(request)
 
     wrapped.__name__ = view.__name__
@@ -361,12 +377,13 @@ def staff_only(
 
 
 def queue_status_data() -> dict[str, Any]:
-    """Counts per queue, registered workers and the newest dead letters, as plain data."""
-    from .tasks.status import dead_letters, queue_stats, workers
+    """Counts per queue, registered workers and the newest dead letters (long ones read in
+    part, as on the admin's list pages), as plain data."""
+    from .tasks.status import dead_letter_page, queue_stats, workers
 
     try:
         stats = queue_stats()
-        letters = [letter for s in stats if s.dead for letter in dead_letters(s.name, 5)]
+        letters = [letter for s in stats if s.dead for letter in dead_letter_page(s.name, 0, 5)[1]]
         return {
             "queues": [asdict(s) for s in stats],
             "workers": [asdict(w) | {"lease_left": max(w.lease_left, -1.0)} for w in workers()],
@@ -380,9 +397,10 @@ def queue_status_data() -> dict[str, Any]:
 
 
 @never_cache
-@staff_only
+@queue_viewers_only
 def queue_status(request: HttpRequest) -> HttpResponse:
-    """Staff-only page of the task queues; ``?format=json`` for the same numbers as JSON."""
+    """The task queues' status page (for staff with ``view_task_queues``); ``?format=json``
+    for the same numbers as JSON."""
     data = queue_status_data()
     if request.GET.get("format") == "json":
         return JsonResponse(data, status=503 if "error" in data else 200)

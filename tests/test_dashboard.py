@@ -293,7 +293,7 @@ def test_cancel_a_waiting_task_from_its_queue_page(manager: Client) -> None:
     again = manager.post(
         ADMIN + "do/cancel/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}, follow=True
     )
-    assert "not waiting to run" in str(list(again.context["messages"])[-1])
+    assert "already cancelled" in str(list(again.context["messages"])[-1])
 
 
 def test_redis_down_is_a_503_page(viewer: Client) -> None:
@@ -304,3 +304,54 @@ def test_redis_down_is_a_503_page(viewer: Client) -> None:
         response = viewer.get(ADMIN)
     assert response.status_code == 503
     assert "Redis cannot be reached" in response.content.decode()
+
+
+HUGE = "9999999999999999999"  # past Redis's signed 64-bit integers
+
+
+def test_huge_numbers_in_urls_are_404_or_the_pages_own_message(
+    viewer: Client, manager: Client, r: redis.Redis
+) -> None:
+    dead_letter(r, "x")
+    assert viewer.get(ADMIN + "dead/", {"queue": "test", "index": HUGE}).status_code == 404
+    assert manager.get(ADMIN + "do/delete/", {"queue": "test", "index": HUGE}).status_code == 404
+    for state in ("ready", "delayed", "dead"):
+        query = {"name": "test", "state": state, "page": HUGE}
+        response = viewer.get(ADMIN + "queue/", query, follow=True)
+        assert response.status_code == 200, state
+        [message] = [str(m) for m in response.context["messages"]]
+        assert message.startswith("page: must be"), message
+
+
+def output_bytes(r: redis.Redis) -> int:
+    """What the server has sent to its clients so far."""
+    return int(r.info("stats")["total_net_output_bytes"])
+
+
+def test_list_pages_show_a_glimpse_of_long_arguments_and_the_tasks_page_all(
+    viewer: Client, r: redis.Redis
+) -> None:
+    long = "é" + "x" * 1_100_000
+    waiting = [tasks.record.enqueue(long).id for _ in range(3)]
+    for i in range(3):
+        message = TaskMessage(f"id{i}", "tests.testapp.tasks.record", "test", [long], {})
+        r.rpush(dead_key("test"), dead_entry(message.encode(), "test", "failed", "E", "T" * 9000))
+    for state in ("ready", "dead"):
+        before = output_bytes(r)
+        page = viewer.get(ADMIN + "queue/", {"name": "test", "state": state})
+        assert output_bytes(r) - before < 300_000, state  # Redis never sent the whole entries
+        assert len(page.content) < 100_000, state
+        html = page.content.decode()
+        assert "éxxx" in html, state
+        assert "xxx…" in html, state  # cut, and says so
+        assert re.search(r"\(of 1\.\d\xa0MB", html), state  # and how long the whole is
+    assert "<td>failed</td>" in html  # a long dead letter's reason is read all the same
+    ready = viewer.get(ADMIN + "queue/", {"name": "test"}).content.decode()
+    assert f'href="{ADMIN}task/?id={waiting[0]}"' in ready
+    assert "tests.testapp.tasks.record" in ready
+    task_page = viewer.get(ADMIN + "task/", {"id": waiting[0]}).content.decode()
+    assert long in task_page
+    dead_page = viewer.get(ADMIN + "dead/", {"queue": "test", "index": "0"}).content.decode()
+    assert long in dead_page
+    assert viewer.get(ADMIN + "task/", {"id": "0" * 32}).status_code == 404
+    assert viewer.get(ADMIN + "task/", {"id": "bad\x00"}).status_code == 404

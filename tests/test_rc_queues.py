@@ -84,7 +84,7 @@ def test_bad_queue_names_are_refused() -> None:
 def test_cancel_a_task_by_id(r: redis.Redis) -> None:
     result = tasks.record.enqueue("x")
     assert run("--cancel", result.id) == f"{result.id}: cancelled\n"
-    with pytest.raises(CommandError, match="cannot be cancelled: it is not waiting"):
+    with pytest.raises(CommandError, match="cannot be cancelled: it was already cancelled"):
         run("--cancel", result.id)
     with pytest.raises(CommandError, match="--terminate goes with --cancel"):
         run("--terminate")

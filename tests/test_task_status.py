@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import redis
 
 from redis_components.tasks.engine import (
     dead_key,
+    delayed_key,
     delete_dead_entry,
     ready_key,
     requeue_dead_entry,
@@ -42,6 +44,25 @@ def test_waiting_tasks_are_paged_in_the_order_they_will_run(r: redis.Redis) -> N
     total, [delayed] = waiting_tasks("test", "delayed")
     assert total == 1
     assert delayed.due is not None
+
+
+@pytest.mark.django_db
+def test_a_due_time_past_year_9999_is_read_and_shown_not_a_server_error(
+    r: redis.Redis, admin_client: Any
+) -> None:
+    # As an older release could store it: a delayed task due in year 10000 or later.
+    message = TaskMessage("ab12", "tests.testapp.tasks.record", "test", ["far"], {})
+    r.zadd(delayed_key("test"), {message.encode(): 253_402_300_800_000})
+    total, [delayed] = waiting_tasks("test", "delayed")
+    assert (total, delayed.message, delayed.due, delayed.due_ms) == (
+        1,
+        message,
+        None,
+        253_402_300_800_000,
+    )
+    page = admin_client.get("/admin/redis_components/taskqueues/queue/?name=test&state=delayed")
+    assert page.status_code == 200
+    assert "epoch ms 253402300800000 (outside the years 1 to 9999)" in page.content.decode()
 
 
 def test_dead_letters_are_paged_newest_first_and_acted_on_one_by_one(r: redis.Redis) -> None:

@@ -21,7 +21,10 @@ URL = "/rc/queues/"
 
 @pytest.fixture
 def staff(client: Client, django_user_model: Any) -> Client:
-    client.force_login(django_user_model.objects.create_user("boss", is_staff=True))
+    """Staff allowed to see the task queues (as on the admin pages)."""
+    boss = django_user_model.objects.create_user("boss", is_staff=True)
+    boss.user_permissions.add(Permission.objects.get(codename="view_task_queues"))
+    client.force_login(boss)
     return client
 
 
@@ -43,6 +46,22 @@ def test_anonymous_users_are_sent_to_log_in(client: Client) -> None:
 def test_users_who_are_not_staff_are_refused(client: Client, django_user_model: Any) -> None:
     client.force_login(django_user_model.objects.create_user("someone"))
     assert client.get(URL).status_code == 403
+
+
+@pytest.mark.django_db
+def test_staff_without_the_task_queues_permission_are_refused(
+    client: Client, django_user_model: Any, r: redis.Redis
+) -> None:
+    r.rpush(dead_key("test"), json.dumps({"task": '{"args":["secret"]}', "reason": "failed"}))
+    client.force_login(django_user_model.objects.create_user("intern", is_staff=True))
+    for query in ({}, {"format": "json"}):
+        response = client.get(URL, query)
+        assert response.status_code == 403, query
+        assert b"secret" not in response.content
+    manager = django_user_model.objects.create_user("operator", is_staff=True)
+    manager.user_permissions.add(Permission.objects.get(codename="manage_task_queues"))
+    client.force_login(manager)  # who may act on the queues may see them, as in the admin
+    assert "secret" in str(client.get(URL, {"format": "json"}).json()["dead_letters"])
 
 
 @pytest.mark.django_db

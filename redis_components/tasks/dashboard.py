@@ -30,9 +30,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
 from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
+from ..views import INT64_MAX, whole_number
 from .engine import cancel, delete_dead_entry, purge, requeue_dead, requeue_dead_entry
 from .messages import validate_queue
-from .results import get_result
+from .results import TaskResult, get_result
 from .schedules import schedule_states
 from .status import (
     Minute,
@@ -50,6 +51,7 @@ from .status import (
 log = logging.getLogger("redis_components.tasks")
 
 PAGE_SIZE = 50
+LAST_PAGE = INT64_MAX // PAGE_SIZE  # its entries' positions are still integers Redis takes
 CHART_HOURS = 6
 REFRESH_SECONDS = 10
 VIEW = "redis_components.view_task_queues"
@@ -129,17 +131,11 @@ class Target:
     @classmethod
     def from_data(cls, data: Any) -> Target:
         index = data.get("index")
-        try:
-            number = int(index) if index not in (None, "") else None
-        except ValueError:
-            raise InvalidInput("index", f"must be a whole number, not {index[:40]!r}") from None
-        if number is not None and number < 0:
-            raise InvalidInput("index", "must not be negative")
         queue = data.get("queue", "")
         return cls(
             queue=validate_queue(queue) if queue else "",
             task_id=data.get("task", "")[:100],
-            index=number,
+            index=whole_number(index, "index", 0) if index not in (None, "") else None,
             digest=data.get("digest", "")[:40],
         )
 
@@ -273,6 +269,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("", page(self.overview), name=f"{prefix}_changelist"),
             path("queue/", page(self.queue), name=f"{prefix}_queue"),
             path("dead/", page(self.dead_letter), name=f"{prefix}_dead"),
+            path("task/", page(self.task), name=f"{prefix}_task"),
             path("do/<str:action>/", page(self.action), name=f"{prefix}_action"),
         ]
 
@@ -284,9 +281,9 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return f"{found}?{query}" if query else found
 
     def _cancel_url(self, task: WaitingTask, queue: str) -> str:
-        if task.message is None:
+        if not task.task_id:
             return ""
-        return self.url("action", "cancel", query=Target(queue, task.message.id).query())
+        return self.url("action", "cancel", query=Target(queue, task.task_id).query())
 
     def _guarded(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         """Permission first; then bad input is a message, Redis down a 503 page."""
@@ -366,7 +363,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         state = request.GET.get("state", "ready")
         if state not in ("ready", "delayed", "dead"):
             raise Http404("No such state: ready, delayed or dead.")
-        number = _page_number(request.GET.get("page", "1"))
+        number = whole_number(request.GET.get("page", "1"), "page", 1, LAST_PAGE)
         offset = (number - 1) * PAGE_SIZE
         rows: list[dict[str, Any]] = []
         if state == "dead":
@@ -382,7 +379,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             rows = [
                 {
                     "waiting": task,
-                    "arguments": _arguments(task),
+                    "url": self.url("task", query=urlencode({"id": task.task_id})),
                     "cancel_url": self._cancel_url(task, name),
                 }
                 for task in waiting
@@ -430,6 +427,22 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
         return render(request, "admin/redis_components/dead_letter.html", context)
 
+    def task(self, request: HttpRequest) -> HttpResponse:
+        """One task with its arguments in full (the list pages show only their start)."""
+        result = _result_or_404(request.GET.get("id", ""))
+        target = Target(result.queue, result.id).query()
+        context = self._context(
+            request,
+            f"Task {result.id}",
+            result=result,
+            arguments=json.dumps(result.args, ensure_ascii=False, indent=2),
+            keyword_arguments=json.dumps(result.kwargs, ensure_ascii=False, indent=2),
+            queue_url=self.url("queue", query=urlencode({"name": result.queue})),
+            cancel_url=self.url("action", "cancel", query=target),
+            terminate_url=self.url("action", "terminate", query=target),
+        )
+        return render(request, "admin/redis_components/task.html", context)
+
     def action(self, request: HttpRequest, action: str) -> HttpResponse:
         """GET: the confirmation page; POST (with CSRF): do it, log it, go back."""
         chosen = ACTIONS.get(action)
@@ -458,32 +471,19 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return HttpResponseRedirect(self.url("changelist"))
 
 
-def _arguments(task: WaitingTask) -> str:
-    """A waiting task's arguments as JSON, cut to what a table cell can show."""
-    if task.message is None:
-        return ""
-    shown = json.dumps(task.message.args, ensure_ascii=False)
-    if task.message.kwargs:
-        shown += " " + json.dumps(task.message.kwargs, ensure_ascii=False)
-    return shown[:300]
-
-
-def _page_number(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidInput("page", f"must be a whole number, not {value[:40]!r}") from None
-    if number < 1:
-        raise InvalidInput("page", "must be 1 or more")
-    return number
-
-
 def _existing_dead_entry(target: Target) -> bytes:
     """The dead letter ``target`` names; a 404 when there is none."""
     try:
         return target.dead_entry()
     except InvalidInput as error:
         raise Http404(error.problem) from None
+
+
+def _result_or_404(task_id: str) -> TaskResult:
+    try:
+        return get_result(task_id)
+    except (TaskResultDoesNotExist, InvalidInput):
+        raise Http404("No such task is kept (unknown, or its result expired).") from None
 
 
 def _target_or_404(data: Any) -> Target:
@@ -509,9 +509,6 @@ def _confirmable(action: Action, data: Any) -> tuple[Target, list[tuple[str, str
         shown += [("Dead letter", letter.reason), ("Error", letter.error), ("Task", letter.task)]
         return Target(target.queue, index=target.index, digest=entry_digest(entry)), shown
     if action.needs == "task":
-        try:
-            result = get_result(target.task_id)
-        except (TaskResultDoesNotExist, InvalidInput):
-            raise Http404("No such task is kept (unknown, or its result expired).") from None
+        result = _result_or_404(target.task_id)
         shown += [("Task", f"{result.task} ({result.status.value})"), ("Id", result.id)]
     return target, shown

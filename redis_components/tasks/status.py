@@ -7,6 +7,7 @@ command because of one bad entry.
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import json
 import math
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import scripts
 from ..conf import conf
 from .engine import (
     dead_key,
@@ -34,6 +36,14 @@ from .messages import MalformedTask, TaskMessage, validate_queue
 from .registry import queues_in_use
 
 UNREADABLE = "(unreadable)"
+# A list page reads at most this much of the start of an entry (a payload, a dead
+# letter): enough for a task's names, never megabytes of arguments.
+GLIMPSE_BYTES = 4096
+# ... and of a dead letter's end: its traceback (at most MAX_TRACEBACK characters, mostly
+# ASCII), which follows its reason and error.
+DEAD_LETTER_END_BYTES = 32_768
+# The most characters of a task's arguments that a list page shows.
+ARGUMENTS_SHOWN = 300
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,7 @@ class DeadLetter:
     failed_at: float
     raw: str
     readable: bool = True
+    whole_size: int = 0  # read in part (a list page): the entry's length in bytes; else 0
 
 
 def dead_letters(queue: str, count: int = 100) -> list[DeadLetter]:
@@ -197,13 +208,35 @@ def read_dead_letter(queue: str, entry: bytes) -> DeadLetter:
 
 def dead_letter_page(queue: str, offset: int = 0, count: int = 50) -> tuple[int, list[DeadLetter]]:
     """How many dead letters ``queue`` holds, and ``count`` of them from ``offset``, newest
-    first (one round trip; never the whole list)."""
+    first (one round trip; never the whole list). A long entry is read in part: its task
+    cut to :data:`ARGUMENTS_SHOWN` characters, no traceback, ``whole_size`` set."""
     validate_queue(queue)
-    pipe = tasks_client().pipeline(transaction=False)
-    pipe.llen(dead_key(queue))
-    raw(pipe, "LRANGE", dead_key(queue), -offset - count, -offset - 1)
-    total, entries = pipe.execute()
-    return int(total), [read_dead_letter(queue, entry) for entry in reversed(entries)]
+    total, found = _glimpses(dead_key(queue), -offset - count, -offset - 1, DEAD_LETTER_END_BYTES)
+    return total, [_glimpsed_dead_letter(queue, *glimpse[:3]) for glimpse in reversed(found)]
+
+
+def _glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> DeadLetter:
+    if len(head) == size:  # read whole
+        return read_dead_letter(queue, head)
+    start, end = _start_text(head), _text(tail)
+    # Python writes the task first, a recovery script in any order: look at both ends.
+    fields = {
+        name: found if (found := _field(start, name)) is not None else _field(end, name)
+        for name in ("task", "reason", "error", "failed_at")
+    }
+    task, failed_at = fields["task"], fields["failed_at"]
+    if not isinstance(task, str):
+        return DeadLetter(queue, start, UNREADABLE, "", "", 0.0, start, False, size)
+    return DeadLetter(
+        queue=queue,
+        task=_cut(task),
+        reason=str(fields["reason"] or ""),
+        error=str(fields["error"] or ""),
+        traceback="",
+        failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else 0.0,
+        raw=start,
+        whole_size=size,
+    )
 
 
 def dead_letter_entry(queue: str, index: int) -> bytes | None:
@@ -218,12 +251,24 @@ class WaitingTask:
     """A task waiting in a queue: ready, or delayed until ``due``.
 
     ``message`` is ``None`` for a payload that is not a task (``shown`` is what can be
-    shown of it).
+    shown of it, and ``task_id`` is ""), or that a list page read in part (``whole_size``
+    is then its length in bytes); ``task_id``, ``task``, ``priority`` and ``arguments``
+    (as JSON, cut to :data:`ARGUMENTS_SHOWN` characters) are read either way.
+
+    A delayed task's ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no
+    datetime can hold it (past the year 9999, as an older release could store it), both
+    are ``None`` for an infinite score (not one of ours).
     """
 
     message: TaskMessage | None
     shown: str
     due: datetime.datetime | None
+    due_ms: int | None = None
+    task_id: str = ""
+    task: str = ""
+    priority: int = 0
+    arguments: str = ""
+    whole_size: int = 0
 
 
 def waiting_tasks(
@@ -233,19 +278,104 @@ def waiting_tasks(
     of them from ``offset`` in the order they will run (one round trip)."""
     validate_queue(queue)
     key = {"ready": ready_key, "delayed": delayed_key}[state](queue)
-    pipe = tasks_client().pipeline(transaction=False)
-    pipe.zcard(key)
-    raw(pipe, "ZRANGE", key, offset, offset + count - 1, "WITHSCORES", withscores=True)
-    total, members = pipe.execute()
-    found = []
-    for payload, score in members:
+    total, found = _glimpses(key, offset, offset + count - 1)
+    waiting = []
+    for head, _, size, score in found:
+        due_ms = int(float(score)) if state == "delayed" and math.isfinite(float(score)) else None
+        waiting.append(_waiting_task(head, size, due_ms))
+    return total, waiting
+
+
+def _waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
+    due = _datetime(due_ms)
+    if len(head) == size:  # read whole
         try:
-            message: TaskMessage | None = TaskMessage.decode(payload)
+            message = TaskMessage.decode(head)
         except MalformedTask:
-            message = None
-        due = _datetime(int(score)) if state == "delayed" else None
-        found.append(WaitingTask(message, _text(payload)[:2000], due))
+            return WaitingTask(None, _text(head)[:2000], due, due_ms)
+        arguments = json.dumps(message.args, ensure_ascii=False)
+        if message.kwargs:
+            arguments += " " + json.dumps(message.kwargs, ensure_ascii=False)
+        return WaitingTask(
+            message,
+            _text(head)[:2000],
+            due,
+            due_ms,
+            message.id,
+            message.task,
+            message.priority,
+            _cut(arguments, len(arguments) > ARGUMENTS_SHOWN),
+        )
+    # A payload's fields come in a fixed order (messages.py): its id, priority, task and
+    # queue, then its arguments.
+    start = _start_text(head)
+    task_id, task, priority = (_field(start, name) for name in ("id", "task", "priority"))
+    arguments_at = start.find('"args":')
+    if not (
+        isinstance(task_id, str)
+        and isinstance(task, str)
+        and isinstance(priority, int)
+        and arguments_at >= 0
+    ):
+        return WaitingTask(None, start, due, due_ms, whole_size=size)
+    arguments = _cut(start[arguments_at + len('"args":') :])
+    return WaitingTask(None, start, due, due_ms, task_id, task, priority, arguments, size)
+
+
+def _glimpses(
+    key: str, first: int, last: int, end_bytes: int = 0
+) -> tuple[int, list[tuple[bytes, bytes, int, bytes]]]:
+    """How many entries the ZSET or LIST ``key`` holds, and of those from ``first`` to
+    ``last`` (negative: from the end) each one's start (:data:`GLIMPSE_BYTES`), end
+    (``end_bytes``), length and score: see lua/entry_heads.lua (one round trip)."""
+    script = scripts.load("entry_heads")
+    arguments = [first, last, GLIMPSE_BYTES, end_bytes]
+    total, *rest = script(tasks_client(), [key], arguments, raw=True)
+    found = [(rest[i], rest[i + 1], int(rest[i + 2]), rest[i + 3]) for i in range(0, len(rest), 4)]
     return int(total), found
+
+
+def _start_text(head: bytes) -> str:
+    """The start of an entry as text, without the character that the cut split."""
+    return codecs.getincrementaldecoder("utf-8")("backslashreplace").decode(head)
+
+
+def _field(piece: str, name: str) -> Any:
+    """The value of the field ``name`` in a piece of a JSON object; a string that the piece
+    cuts short comes cut, anything else missing or cut is ``None``.
+
+    The first ``"name":`` is the field's: inside a JSON string, quotes are escaped.
+    """
+    at = piece.find(f'"{name}":')
+    if at < 0:
+        return None
+    start = at + len(name) + 3
+    while piece[start : start + 1] == " ":  # Python's JSON puts a space after the colon
+        start += 1
+    try:
+        return json.JSONDecoder().raw_decode(piece, start)[0]
+    except ValueError:  # cut short
+        return _cut_string(piece[start:])
+
+
+def _cut_string(text: str) -> str | None:
+    """The start of the JSON string that ``text`` begins and does not end (None if it
+    does not begin one)."""
+    if not text.startswith('"'):
+        return None
+    for end in range(len(text), max(len(text) - 6, 0), -1):  # the cut may split an escape
+        try:
+            found = json.loads(text[:end] + '"')
+        except ValueError:
+            continue
+        return found if isinstance(found, str) else None
+    return None
+
+
+def _cut(text: str, cut: bool = True) -> str:
+    """``text`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
+    "…" when it goes on."""
+    return text[:ARGUMENTS_SHOWN] + "…" if cut else text
 
 
 @dataclass(frozen=True)
@@ -330,6 +460,10 @@ def _int(value: bytes | str | None) -> int | None:
 
 
 def _datetime(ms: int | None) -> datetime.datetime | None:
+    """Epoch ms as a datetime; ``None`` for none, or for a time no datetime can hold."""
     if ms is None:
         return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    try:
+        return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None

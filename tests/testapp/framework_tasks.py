@@ -57,3 +57,9 @@ def record(label: str) -> None:
 @task(queue_name="test")
 def returns_a_set() -> object:
     return {1, 2}
+
+
+@task(queue_name="test")
+def echo(*args: Any, **kwargs: Any) -> list[Any]:
+    """A queued form of this task was captured by a release (tests/upgrade/): keep it."""
+    return [list(args), kwargs]

@@ -157,3 +157,14 @@ def fork_and_exit(label: str) -> int:
 def unique_record(label: str) -> None:
     """``record``, but enqueued once per minute for equal arguments."""
     record.func(label)
+
+
+# Tasks whose queued form a release captured (tests/upgrade/): their names, queues and
+# what they return must not change.
+def _echo(*args: object, **kwargs: object) -> list[object]:
+    return [list(args), kwargs]
+
+
+echo = task(name="tests.testapp.tasks.echo", queue="test")(_echo)
+urgent_echo = task(name="tests.testapp.tasks.urgent_echo", queue="test", priority=7)(_echo)
+unique_echo = task(name="tests.testapp.tasks.unique_echo", queue="test", unique_for=3600)(_echo)

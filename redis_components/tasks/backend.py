@@ -37,6 +37,7 @@ from .. import keys
 from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
 from . import engine, results
+from .engine import NOW
 from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
 from .registry import due_at, time_limits
 from .results import TaskStatus
@@ -150,8 +151,8 @@ class RedisTaskBackend(BaseTaskBackend):
             payload = message.encode()
         except TaskSerializationError as error:
             raise TypeError(str(error)) from None
-        when = "" if task.run_after is None else due_at(_aware(task.run_after), "run_after")
-        enqueued = engine.enqueue(message, payload, when)
+        due = NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
+        enqueued = engine.enqueue(message, payload, due)
         object.__setattr__(result, "enqueued_at", _django_time(enqueued.at_ms))
         task_enqueued.send(type(self), task_result=result)
         return result

@@ -180,16 +180,44 @@ def _limit(options: dict[str, Any], queue: str) -> int:
     return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Due:
+    """When an enqueued task is due: now (neither given), ``after_ms`` after its enqueue
+    by the Redis server's clock, or at ``at_ms`` (epoch ms)."""
+
+    after_ms: int | None = None
+    at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.after_ms is not None and self.at_ms is not None:
+            raise ValueError("a task is due after a delay or at a time, not both")
+
+    def argument(self) -> str:
+        """As the enqueue script takes it: "" now, "+<ms>" later, "@<epoch ms>" then."""
+        if self.at_ms is not None:
+            return f"@{self.at_ms}"
+        return "" if self.after_ms is None else f"+{self.after_ms}"
+
+    def run_after_ms(self, enqueued_at_ms: int) -> int | None:
+        """The epoch ms it is due at, given the server's time of the enqueue (None: now)."""
+        if self.at_ms is not None:
+            return self.at_ms
+        return None if self.after_ms is None else enqueued_at_ms + self.after_ms
+
+
+NOW = Due()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Enqueued:
     at_ms: int  # the server's time of the enqueue
     duplicate_of: str | None = None  # an equal task enqueued within its unique window
 
 
 def enqueue(
-    message: TaskMessage, payload: str, when: str = "", *, unique_key: str = "", unique_ms: int = 0
+    message: TaskMessage, payload: str, due: Due = NOW, *, unique_key: str = "", unique_ms: int = 0
 ) -> Enqueued:
-    """Add a task to its queue (``when``: "" now, "+<ms>" later, "@<epoch ms>" then).
+    """Add a task to its queue, to run when it is ``due``.
 
     Writes its READY result in the same script. With ``unique_ms``, nothing is added
     while ``unique_key`` holds the id of an equal task enqueued within that many ms
@@ -208,7 +236,15 @@ def enqueue(
             result_key(message.id),
             unique_key or counter_key(),
         ],
-        [payload, rank(message.priority), when, limit, result_ttl_ms(), message.id, unique_ms],
+        [
+            payload,
+            rank(message.priority),
+            due.argument(),
+            limit,
+            result_ttl_ms(),
+            message.id,
+            unique_ms,
+        ],
     )
     replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
     if replicas:
@@ -220,20 +256,20 @@ def enqueue(
     if int(reply[0]) == 0:
         raise QueueFull(message.queue, limit)
     if int(reply[0]) == 2:
-        return Enqueued(0, text(reply[1]))
+        return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
     if replicas and acknowledged < replicas:
         raise TaskNotDurable(
             f"Task {message.id} was enqueued, but {acknowledged} of {replicas} replicas "
             f"acknowledged it within {timeout:g} s",
             message.id,
         )
-    return Enqueued(int(reply[1]))
+    return Enqueued(at_ms=int(reply[1]))
 
 
 # -- what workers do ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Outcome:
     """How a task a worker took has ended, to record with the worker's next fetch."""
 
@@ -248,7 +284,7 @@ class Outcome:
     seconds: float = 0.0  # how long it ran
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fetched:
     payload: bytes | None  # the task taken, never decoded
     position: int  # 1-based index into the worker's queues; -1: the worker is unregistered
@@ -323,10 +359,16 @@ def fetch(
     args += [result_ttl_ms(), metrics, round(outcome.seconds * 1_000_000) if outcome else 0]
     reply = scripts.load("queue_fetch")(client, script_keys, args, raw=True)
     payload, position, wait, recorded, now = reply
-    return Fetched(payload, int(position), int(wait), bool(recorded), int(now))
+    return Fetched(
+        payload=payload,
+        position=int(position),
+        wait_ms=int(wait),
+        recorded=bool(recorded),
+        now_ms=int(now),
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Heartbeat:
     expired: list[bytes]  # workers whose lease ran out (bytes: anything may be written there)
     leader: bool  # this worker holds the scheduler's lease
@@ -357,7 +399,7 @@ def heartbeat(
         [worker_id, lease_ms, info, 10, int(lead), running_id, *queues],
         raw=True,
     )
-    return Heartbeat(expired, bool(leader), bool(terminate))
+    return Heartbeat(expired=expired, leader=bool(leader), terminate=bool(terminate))
 
 
 def recover_worker(

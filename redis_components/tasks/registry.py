@@ -39,6 +39,7 @@ from ..exceptions import (
 )
 from ..guard import Busy
 from . import engine
+from .engine import NOW, Due
 from .messages import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
@@ -120,12 +121,12 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """Send the task to its queue; a worker runs it as soon as one is free."""
-        return self._send(self._message(args, kwargs), "")
+        return self._send(self._message(args, kwargs), NOW)
 
     def enqueue_in(self, delay: float, /, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
         milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
-        return self._send(self._message(args, kwargs), f"+{milliseconds}")
+        return self._send(self._message(args, kwargs), Due(after_ms=milliseconds))
 
     def enqueue_at(
         self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
@@ -145,11 +146,11 @@ class Task(Generic[P, R]):
         """
         message, payload = self._message(args, kwargs)
         if not transaction.get_connection().in_atomic_block:
-            return self._send((message, payload), "")
+            return self._send((message, payload), NOW)
 
         def send() -> None:
             try:
-                self._send((message, payload), "")
+                self._send((message, payload), NOW)
             except Exception:
                 logger.exception(
                     "Task %s (%s) was not enqueued after its transaction committed",
@@ -163,21 +164,17 @@ class Task(Generic[P, R]):
     def _message(self, args: Any, kwargs: Any) -> tuple[TaskMessage, str]:
         return new_message(self.name, self.queue, args, kwargs, priority=self.priority)
 
-    def _send(self, message: tuple[TaskMessage, str], when: str) -> TaskResult:
+    def _send(self, message: tuple[TaskMessage, str], due: Due) -> TaskResult:
         unique = {}
         if self.unique_for:
             unique = {
                 "unique_key": engine.unique_key(self._digest(message[0])),
                 "unique_ms": math.ceil(self.unique_for * 1000),
             }
-        enqueued = engine.enqueue(*message, when, **unique)  # type: ignore[arg-type]
+        enqueued = engine.enqueue(*message, due, **unique)  # type: ignore[arg-type]
         if enqueued.duplicate_of is not None:
             return _existing(enqueued.duplicate_of, message[0])
-        run_after = None
-        if when:
-            due = int(when[1:])
-            run_after = enqueued.at_ms + due if when[0] == "+" else due
-        return new_result(message[0], enqueued.at_ms, run_after)
+        return new_result(message[0], enqueued.at_ms, due.run_after_ms(enqueued.at_ms))
 
     def _digest(self, message: TaskMessage) -> str:
         """What makes two enqueues of this task equal: its name and arguments, compared
@@ -222,9 +219,9 @@ def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]
     return hard_s, soft_s
 
 
-def due_at(when: object, field: str = "when") -> str:
-    """``when`` (an aware datetime at most ten years from now, the bound of every
-    duration) as the engine's "@<epoch ms>", or :class:`InvalidInput` naming ``field``."""
+def due_at(when: object, field: str = "when") -> Due:
+    """When a task is due at ``when`` (an aware datetime at most ten years from now, the
+    bound of every duration), or :class:`InvalidInput` naming ``field``."""
     if not isinstance(when, datetime.datetime):
         raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
     if when.utcoffset() is None:
@@ -240,7 +237,7 @@ def due_at(when: object, field: str = "when") -> str:
     # Whole milliseconds, rounded up (in integers: floats can round), so that a task
     # never runs before its time.
     micros = (when - EPOCH) // datetime.timedelta(microseconds=1)
-    return f"@{-(-micros // 1000)}"
+    return Due(at_ms=-(-micros // 1000))
 
 
 def new_result(

@@ -110,7 +110,15 @@ def success(
             ms,
         )
         delay_ms = round(deferred_for * 1000)
-        return Outcome(position, payload, message.id, "defer", "", payload, delay_ms, "", seconds)
+        return Outcome(
+            position=position,
+            payload=payload,
+            task_id=message.id,
+            kind="defer",
+            again=payload,
+            delay_ms=delay_ms,
+            seconds=seconds,
+        )
     try:
         returned = job.encode(value)
     except Exception as error:  # the task ran: running it again cannot help
@@ -119,7 +127,14 @@ def success(
         return bury(position, queue, payload, message.id, "failed", str(error), error, seconds)
     logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
     job.finished(TaskStatus.SUCCESSFUL, None)
-    return Outcome(position, payload, message.id, "ok", returned, seconds=seconds)
+    return Outcome(
+        position=position,
+        payload=payload,
+        task_id=message.id,
+        kind="ok",
+        data=returned,
+        seconds=seconds,
+    )
 
 
 def failure(
@@ -152,7 +167,14 @@ def failure(
         retried = dataclasses.replace(message, retries=message.retries + 1).encode()
         entry = error_json(*describe(error))
         return Outcome(
-            position, payload, task_id, "retry", entry, retried, round(delay * 1000), "", seconds
+            position=position,
+            payload=payload,
+            task_id=task_id,
+            kind="retry",
+            data=entry,
+            again=retried,
+            delay_ms=round(delay * 1000),
+            seconds=seconds,
         )
     logger.error(
         "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
@@ -176,10 +198,10 @@ def bury(
     """A dead letter for ``payload``, saying why (``problem``; the traceback of ``error``)."""
     class_path, trace = describe(error) if error is not None else ("", problem)
     return Outcome(
-        position,
-        payload,
-        task_id,
-        "bury",
+        position=position,
+        payload=payload,
+        task_id=task_id,
+        kind="bury",
         data=error_json(class_path, trace),
         dead_entry=engine.dead_entry(payload, queue, reason, problem, trace),
         seconds=seconds,

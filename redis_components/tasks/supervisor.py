@@ -21,12 +21,11 @@ from typing import Any
 
 from django.db import connections
 
-from ..conf import conf
 from ..exceptions import InvalidInput, TimeLimitExceeded
-from .engine import fetch, fetch_keys, raw, recover_worker, running_key, tasks_client
+from .engine import fetch, fetch_keys, raw, running_key, tasks_client
 from .messages import MalformedTask, TaskMessage
 from .runs import failure, job_for
-from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id
+from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id, put_back_tasks
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -255,35 +254,15 @@ class Supervisor:
             except REDIS_DOWN as error:
                 logger.error("Could not record a task's time limit (%s); it counts a crash", error)
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        try:
-            result = recover_worker(
-                tasks_client(),
-                child.worker_id,
-                self.queues,
-                only_if_expired=False,
-                max_crashes=conf.TASK_MAX_CRASHES,
-            )
-        except REDIS_DOWN as error:
-            logger.error(
-                "Worker process %d (pid %s) died (%s); Redis is unreachable (%s), so its "
-                "tasks go back when its lease runs out",
-                child.slot,
-                child.process.pid,
-                how,
-                error,
-            )
-        else:
-            requeued, buried = result or (0, 0)
-            logger.error(
-                "Worker process %d (pid %s) died (%s): put back %d of its tasks, "
-                "dead-lettered %d%s",
-                child.slot,
-                child.process.pid,
-                how,
-                requeued,
-                buried,
-                "" if stopping else "; restarting it",
-            )
+        put_back_tasks(
+            tasks_client(),
+            child.worker_id,
+            self.queues,
+            f"Worker process {child.slot} (pid {child.process.pid}) died ({how})",
+            crashed=True,
+            level=logging.ERROR,
+            then="" if stopping else "; restarting it",
+        )
         return True
 
     def _kill_all(self) -> None:
@@ -292,19 +271,11 @@ class Supervisor:
             child.process.kill()
         for child in list(self._children.values()):
             child.process.join()
-            try:
-                result = recover_worker(
-                    tasks_client(),
-                    child.worker_id,
-                    self.queues,
-                    only_if_expired=False,
-                    max_crashes=0,
-                )
-            except REDIS_DOWN as error:
-                logger.error("Could not put back the tasks of %s: %s", child.worker_id, error)
-            else:
-                requeued = result[0] if result else 0
-                logger.warning(
-                    "Worker process %d killed; put back %d of its tasks", child.slot, requeued
-                )
+            put_back_tasks(
+                tasks_client(),
+                child.worker_id,
+                self.queues,
+                f"Worker process {child.slot} killed",
+                crashed=False,
+            )
         self._children.clear()

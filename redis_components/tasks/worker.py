@@ -176,6 +176,50 @@ def checked_queues(queues: Sequence[str]) -> list[str]:
     return names
 
 
+def put_back_tasks(
+    client: redis.Redis,
+    worker_id: str,
+    queues: Sequence[str],
+    why: str,
+    *,
+    crashed: bool,
+    only_if_expired: bool = False,
+    level: int = logging.WARNING,
+    then: str = "",
+    quiet_if_none: bool = False,
+) -> None:
+    """Put the tasks that worker ``worker_id`` holds back on their queues, deregister it,
+    and log ``why`` with what was done (and ``then``).
+
+    ``crashed``: count a crash against each task, and dead-letter those that reach
+    ``TASK_MAX_CRASHES``. ``only_if_expired``: nothing happens unless its lease has run
+    out (it may have been renewed since it was seen). ``quiet_if_none``: log only if it
+    held a task. When Redis cannot be reached, that is logged: the tasks go back when a
+    live worker finds the lease run out.
+    """
+    try:
+        result = engine.recover_worker(
+            client,
+            worker_id,
+            queues,
+            only_if_expired=only_if_expired,
+            max_crashes=conf.TASK_MAX_CRASHES if crashed else 0,
+        )
+    except REDIS_DOWN as error:
+        logger.log(
+            level,
+            "%s; Redis cannot be reached (%s), so its tasks go back once a live worker "
+            "finds its lease run out%s",
+            why,
+            error,
+            then,
+        )
+        return
+    if result is None or (quiet_if_none and result == (0, 0)):
+        return
+    logger.log(level, "%s: put back %d of its tasks, dead-lettered %d%s", why, *result, then)
+
+
 class Worker:
     """One process's task loop over ``queues``, highest priority first.
 
@@ -651,7 +695,7 @@ class Worker:
                 task_id,
             )
             return
-        outcome = Outcome(position, payload, task_id, "cancel")
+        outcome = Outcome(position=position, payload=payload, task_id=task_id, kind="cancel")
         queue = self.queues[position - 1]
         fetched = engine.fetch(
             self.client, self.id, self._keys, "", outcome, queue=queue, hour=self._hour
@@ -673,46 +717,25 @@ class Worker:
             queues = [validate_queue(queue) for queue in described["queues"]]
         except (ValueError, KeyError, TypeError, RecursionError):
             queues = []
-        result = engine.recover_worker(
+        put_back_tasks(
             self.client,
             worker_id,
             queues,
+            f"Worker {worker_id} stopped renewing its lease",
+            crashed=True,
             only_if_expired=True,
-            max_crashes=conf.TASK_MAX_CRASHES,
         )
-        if result is not None:
-            requeued, buried = result
-            logger.warning(
-                "Worker %s stopped renewing its lease: put %d of its tasks back on their "
-                "queues, dead-lettered %d that had crashed workers %d times",
-                worker_id,
-                requeued,
-                buried,
-                conf.TASK_MAX_CRASHES,
-            )
 
     def _leave(self, crashed: bool) -> None:
         """Deregister; a task still held (after an error) goes back on its queue."""
-        try:
-            result = engine.recover_worker(
-                self.client,
-                self.id,
-                self.queues,
-                only_if_expired=False,
-                max_crashes=conf.TASK_MAX_CRASHES if crashed else 0,
-            )
-        except REDIS_DOWN as error:
-            logger.warning(
-                "Worker %s could not deregister (%s); a live worker will put back its "
-                "tasks when its lease runs out",
-                self.id,
-                error,
-            )
-            return
-        if result and (result[0] or result[1]):
-            logger.warning(
-                "Worker %s put back %d unfinished tasks (dead-lettered %d)", self.id, *result
-            )
+        put_back_tasks(
+            self.client,
+            self.id,
+            self.queues,
+            f"Worker {self.id} stopped holding tasks",
+            crashed=crashed,
+            quiet_if_none=True,
+        )
 
     # -- connection trouble --------------------------------------------------------------
 

@@ -98,7 +98,7 @@ class TaskCollector:
             HistogramMetricFamily,
         )
 
-        from .tasks.engine import DURATION_BUCKETS, forget_queues, raw, tasks_client, totals_key
+        from .tasks.engine import DURATION_BUCKETS, forget_queues, totals
         from .tasks.registry import queues_in_use
         from .tasks.status import queue_stats, workers
 
@@ -133,8 +133,7 @@ class TaskCollector:
         # Fields "<queue>:<outcome>:<bucket>" (a count) and "<queue>:us" (total µs).
         counts: dict[tuple[str, str, str], float] = {}
         micros: dict[str, float] = {}
-        for field, value in raw(tasks_client(), "HGETALL", totals_key()).items():
-            name = field.decode("utf-8", "replace")
+        for name, value in totals().items():
             try:
                 number = float(value)
             except ValueError:

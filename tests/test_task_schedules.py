@@ -15,12 +15,12 @@ from django.test import override_settings
 from redis_components import TaskStatus, get_result, periodic
 from redis_components.exceptions import ConfigurationError, InvalidInput
 from redis_components.tasks.engine import ready_key
+from redis_components.tasks.engine import schedule_last_key as last_key
+from redis_components.tasks.engine import schedule_next_key as next_key
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.schedules import (
     Scheduler,
     build,
-    last_key,
-    next_key,
     schedule_states,
     schedules,
 )

@@ -1,9 +1,12 @@
-"""The queue engine: the one place that runs the task system's scripts.
+"""The queue engine: the one place that sends commands on the task system's keys.
 
 Both front doors (our ``@task`` and Django's Tasks backend) enqueue through
 :func:`enqueue`; workers take, finish and recover tasks through :func:`fetch` and
 :func:`recover_worker`; the operations commands requeue and purge through the functions
-at the end. Nothing here knows about workers' loops, Django's API or pages.
+after those; results, the operations pages, metrics and schedules read (and the
+schedules claim their ticks) through the functions at the end. Nothing else builds a
+key of the task system or reads a raw reply about it, and nothing here knows about
+workers' loops, Django's API or pages.
 
 Keys
 ----
@@ -627,7 +630,7 @@ def known_queue_names(extra: Iterable[str] = ()) -> set[str]:
     return names
 
 
-# A queue with no task finished in this many hours (those the dashboard charts) is idle.
+# A queue with no task finished in this many hours (those the admin pages chart) is idle.
 RECENT_HOURS = 6
 
 
@@ -646,3 +649,226 @@ def forget_queues(names: Sequence[str]) -> int:
         script_keys += [stats_key(name, h) for h in hours]
     per = 3 + len(hours)
     return int(scripts.load("queue_forget")(tasks_client(), script_keys, [per, *names]))
+
+
+# -- reads (results, the operations pages, metrics) and the schedules' records ------------
+# Each returns the replies decoded only as far as their layout goes (names as text,
+# numbers as int); what the records mean is for results.py, status.py and schedules.py.
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")  # shows what bytes are not UTF-8
+
+
+def _names(reply: dict[bytes, Any]) -> dict[str, Any]:
+    return {_text(name): value for name, value in reply.items()}
+
+
+def _ms(seconds: Any, micros: Any) -> int:
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def result_records(task_ids: Sequence[str]) -> list[tuple[dict[bytes, bytes], bytes | None]]:
+    """Each task's result hash and its attempt in the running hash ("<start ms> <worker>",
+    ``None`` when it is not running), in one round trip."""
+    pipe = tasks_client().pipeline(transaction=False)
+    for task_id in task_ids:
+        raw(pipe, "HGETALL", result_key(task_id))
+        raw(pipe, "HGET", running_tasks_key(), task_id)
+    replies = pipe.execute()
+    return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(task_ids))]
+
+
+def worker_records() -> tuple[dict[str, bytes], dict[str, float], int]:
+    """Every registered worker's description (JSON, by id), each lease's expiry (ms, by
+    id), and the server's time (ms), in one round trip."""
+    pipe = tasks_client().pipeline(transaction=False)
+    raw(pipe, "HGETALL", workers_key())
+    raw(pipe, "ZRANGE", leases_key(), 0, -1, "WITHSCORES", withscores=True)
+    pipe.time()
+    described, leases, (seconds, micros) = pipe.execute()
+    expiry = {_text(member): float(score) for member, score in leases}
+    return _names(described), expiry, _ms(seconds, micros)
+
+
+def worker_description(client: Redis, worker_id: str) -> bytes | None:
+    """The JSON description a worker registered (its queues, pid), if any."""
+    found: bytes | None = raw(client, "HGET", workers_key(), worker_id)
+    return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueCounts:
+    ready: int
+    delayed: int
+    dead: int
+    in_progress: int
+
+
+def queue_counts(serving: dict[str, list[str]]) -> dict[str, QueueCounts]:
+    """The counts of each queue of ``serving`` (queue -> the workers serving it), in one
+    round trip."""
+    pipe = tasks_client().pipeline(transaction=False)
+    for name, worker_ids in serving.items():
+        pipe.zcard(ready_key(name))
+        pipe.zcard(delayed_key(name))
+        pipe.llen(dead_key(name))
+        for worker_id in worker_ids:
+            pipe.zcard(running_key(worker_id, name))
+    counts = iter(pipe.execute())
+    found = {}
+    for name, worker_ids in serving.items():
+        ready, delayed, dead = next(counts), next(counts), next(counts)
+        held = sum(next(counts) for _ in worker_ids)
+        found[name] = QueueCounts(ready=ready, delayed=delayed, dead=dead, in_progress=held)
+    return found
+
+
+def held_payloads(client: Redis, worker_id: str, queue: str) -> list[bytes]:
+    """The payloads of the tasks that a worker has taken from ``queue``."""
+    found: list[bytes] = raw(client, "ZRANGE", running_key(worker_id, queue), 0, -1)
+    return found
+
+
+def dead_letter_entries(queue: str, first: int, last: int) -> list[bytes]:
+    """Dead-letter entries of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the
+    newest is last)."""
+    found: list[bytes] = raw(tasks_client(), "LRANGE", dead_key(queue), first, last)
+    return found
+
+
+def dead_letter_at(queue: str, index: int) -> bytes | None:
+    """The dead-letter entry at ``index`` (0: the newest), or ``None``."""
+    found: bytes | None = raw(tasks_client(), "LINDEX", dead_key(queue), -index - 1)
+    return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Glimpse:
+    """An entry of a queue or of its dead letters, read in part (see lua/entry_heads.lua)."""
+
+    start: bytes  # the whole entry when ``len(start) == size``
+    end: bytes
+    size: int
+    score: bytes  # b"" for a dead letter
+
+
+def glimpses(
+    queue: str, state: Literal["ready", "delayed", "dead"], first: int, last: int, **sizes: int
+) -> tuple[int, list[Glimpse]]:
+    """How many entries the ``state`` set of ``queue`` holds, and a glimpse of those from
+    ``first`` to ``last`` (negative: from the end): their first ``start_bytes`` and last
+    ``end_bytes`` bytes, never a page of whole entries (one round trip)."""
+    key = {"ready": ready_key, "delayed": delayed_key, "dead": dead_key}[state](queue)
+    arguments = [first, last, sizes.get("start_bytes", 4096), sizes.get("end_bytes", 0)]
+    total, *rest = scripts.load("entry_heads")(tasks_client(), [key], arguments, raw=True)
+    found = [
+        Glimpse(start=rest[i], end=rest[i + 1], size=int(rest[i + 2]), score=rest[i + 3])
+        for i in range(0, len(rest), 4)
+    ]
+    return int(total), found
+
+
+def running_records() -> list[tuple[str, str, str, bytes | None]]:
+    """Every running task: its id, its attempt's start (ms, as text), its worker, and its
+    queued message (``None`` once its result expired), in two round trips."""
+    client = tasks_client()
+    attempts = _names(raw(client, "HGETALL", running_tasks_key()))
+    pipe = client.pipeline(transaction=False)
+    for task_id in attempts:
+        raw(pipe, "HGET", result_key(task_id), "message")
+    messages = pipe.execute() if attempts else []
+    found = []
+    for (task_id, attempt), message in zip(attempts.items(), messages, strict=True):
+        begun, _, worker_id = _text(attempt).partition(" ")
+        found.append((task_id, begun, worker_id, message))
+    return found
+
+
+def minute_counts(queues: Sequence[str], hours: int) -> tuple[int, dict[str, dict[str, bytes]]]:
+    """The server's minute (since the epoch) and, per queue, the per-minute counts of the
+    last ``hours`` hours and this one ("<minute>:<kind>" -> count), in two round trips."""
+    client = tasks_client()
+    seconds, _ = client.time()
+    now_minute = int(seconds) // 60
+    hour = now_minute // 60
+    pipe = client.pipeline(transaction=False)
+    for name in queues:
+        for h in range(hour - hours, hour + 1):
+            raw(pipe, "HGETALL", stats_key(name, h))
+    replies = iter(pipe.execute())
+    found: dict[str, dict[str, bytes]] = {}
+    for name in queues:
+        merged: dict[str, bytes] = {}
+        for _ in range(hours + 1):
+            merged.update(_names(next(replies)))
+        found[name] = merged
+    return now_minute, found
+
+
+def totals() -> dict[str, bytes]:
+    """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us")."""
+    return _names(raw(tasks_client(), "HGETALL", totals_key()))
+
+
+def schedule_next_key() -> str:
+    return keys.key(COMPONENT, TAG, "schedule", "next")
+
+
+def schedule_last_key() -> str:
+    return keys.key(COMPONENT, TAG, "schedule", "last")
+
+
+def schedule_ticks() -> tuple[dict[str, bytes], int]:
+    """Each schedule's next tick (epoch ms, as stored) and the server's time (ms)."""
+    pipe = tasks_client().pipeline(transaction=False)
+    raw(pipe, "HGETALL", schedule_next_key())
+    pipe.time()
+    stored, (seconds, micros) = pipe.execute()
+    return _names(stored), _ms(seconds, micros)
+
+
+def start_schedule(name: str, first_tick: int) -> None:
+    """Record a new schedule's first tick, unless a scheduler already did."""
+    tasks_client().hsetnx(schedule_next_key(), name, first_tick)
+
+
+def schedule_records() -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Each schedule's next tick, and its last run ("<tick ms> <task id>"), as stored."""
+    pipe = tasks_client().pipeline(transaction=False)
+    raw(pipe, "HGETALL", schedule_next_key())
+    raw(pipe, "HGETALL", schedule_last_key())
+    next_ticks, last_runs = pipe.execute()
+    return _names(next_ticks), _names(last_runs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickClaim:
+    """A due tick of a schedule to claim, with the task it enqueues when ``run``."""
+
+    schedule: str
+    tick: int
+    following: int  # the tick after it
+    run: bool  # False: only move on (missed ticks the schedule skips)
+    message: TaskMessage
+    payload: str
+
+
+def claim_ticks(claims: Sequence[TickClaim]) -> list[bool]:
+    """Claim due ticks in one script; for each, whether this call claimed it (and
+    enqueued its task if ``run``): another scheduler may have been first."""
+    script_keys = [schedule_next_key(), schedule_last_key(), counter_key()]
+    args: list[scripts.Arg] = [result_ttl_ms()]
+    for claim in claims:
+        script_keys += [ready_key(claim.message.queue), result_key(claim.message.id)]
+        args += [
+            claim.schedule,
+            claim.tick,
+            claim.following,
+            "run" if claim.run else "skip",
+            claim.payload,
+            rank(claim.message.priority),
+            claim.message.id,
+        ]
+    claimed = scripts.load("schedule_claim")(tasks_client(), script_keys, args)
+    return [bool(done) for done in claimed]

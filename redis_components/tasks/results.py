@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
-from .engine import raw, result_key, running_tasks_key, tasks_client
+from . import engine
 from .messages import MalformedTask, TaskMessage
 
 MAX_TASK_ID = 100
@@ -135,13 +135,10 @@ def read_results(task_ids: list[str]) -> list[TaskResult | None]:
     """
     for task_id in task_ids:
         keys.validate_name(task_id, "task_id", MAX_TASK_ID)
-    pipe = tasks_client().pipeline(transaction=False)
-    for task_id in task_ids:
-        raw(pipe, "HGETALL", result_key(task_id))
-        raw(pipe, "HGET", running_tasks_key(), task_id)
-    replies = pipe.execute()
+    records = engine.result_records(task_ids)
     return [
-        _parse(task_id, replies[2 * i], replies[2 * i + 1]) for i, task_id in enumerate(task_ids)
+        _parse(task_id, record, attempt)
+        for task_id, (record, attempt) in zip(task_ids, records, strict=True)
     ]
 
 

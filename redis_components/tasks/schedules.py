@@ -41,11 +41,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from django.utils.module_loading import import_string
 
-from .. import keys, scripts
+from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
 from . import engine
-from .engine import counter_key, raw, ready_key, result_key, result_ttl_ms, tasks_client
 from .messages import TaskMessage, new_task_id, to_json
 from .registry import Task, find_task
 from .results import TaskResult, read_results
@@ -272,17 +271,6 @@ def _target(name: str, target: object) -> dict[str, Any]:
     }
 
 
-# -- in Redis -------------------------------------------------------------------------
-
-
-def next_key() -> str:
-    return keys.key(engine.COMPONENT, engine.TAG, "schedule", "next")
-
-
-def last_key() -> str:
-    return keys.key(engine.COMPONENT, engine.TAG, "schedule", "last")
-
-
 class Scheduler:
     """Claims the due ticks of ``schedules``; run by the worker holding the lease."""
 
@@ -295,13 +283,7 @@ class Scheduler:
         One round trip reads the schedules' next ticks and the server's clock; then one
         script claims every due tick (and enqueues their tasks).
         """
-        client = tasks_client()
-        pipe = client.pipeline(transaction=False)
-        raw(pipe, "HGETALL", next_key())
-        pipe.time()
-        stored, (seconds, micros) = pipe.execute()
-        now = int(seconds) * 1000 + int(micros) // 1000
-        known = {name.decode("utf-8", "replace"): value for name, value in stored.items()}
+        known, now = engine.schedule_ticks()
         upcoming = []
         due = []
         for schedule in self.schedules:
@@ -311,33 +293,31 @@ class Scheduler:
                 tick = None
             if tick is None:  # a new schedule starts with its next tick
                 first = schedule.next_after(now)
-                client.hsetnx(next_key(), schedule.name, first)
+                engine.start_schedule(schedule.name, first)
                 upcoming.append(first)
             elif tick > now:
                 upcoming.append(tick)
             else:
                 due.append(Claim.of(schedule, tick, now))
         if due:
-            self._claim(client, due)
+            self._claim(due)
             upcoming += [claim.following for claim in due]
         return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
 
-    def _claim(self, client: Any, due: list[Claim]) -> None:
-        script_keys = [next_key(), last_key(), counter_key()]
-        args: list[scripts.Arg] = [result_ttl_ms()]
-        for claim in due:
-            schedule = claim.schedule
-            script_keys += [ready_key(schedule.queue), result_key(claim.message.id)]
-            args += [
-                schedule.name,
-                claim.tick,
-                claim.following,
-                "run" if claim.run else "skip",
-                claim.payload,
-                engine.rank(schedule.priority),
-                claim.message.id,
+    def _claim(self, due: list[Claim]) -> None:
+        claimed = engine.claim_ticks(
+            [
+                engine.TickClaim(
+                    schedule=claim.schedule.name,
+                    tick=claim.tick,
+                    following=claim.following,
+                    run=claim.run,
+                    message=claim.message,
+                    payload=claim.payload,
+                )
+                for claim in due
             ]
-        claimed = scripts.load("schedule_claim")(client, script_keys, args)
+        )
         for claim, done in zip(due, claimed, strict=True):
             if done and claim.run:
                 logger.info(
@@ -394,14 +374,7 @@ class ScheduleState:
 def schedule_states() -> list[ScheduleState]:
     """Every schedule with its next and last run (three round trips at most)."""
     known = schedules()
-    client = tasks_client()
-    pipe = client.pipeline(transaction=False)
-    raw(pipe, "HGETALL", next_key())
-    raw(pipe, "HGETALL", last_key())
-    next_ticks, last_runs = (
-        {name.decode("utf-8", "replace"): value for name, value in reply.items()}
-        for reply in pipe.execute()
-    )
+    next_ticks, last_runs = engine.schedule_records()
     lasts: dict[str, tuple[int, str]] = {}
     for name, value in last_runs.items():
         tick, _, task_id = value.decode("utf-8", "replace").partition(" ")

@@ -15,23 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import scripts
 from ..conf import conf
-from .engine import (
-    dead_key,
-    delayed_key,
-    known_queue_names,
-    leases_key,
-    queue_limit,
-    raw,
-    ready_key,
-    result_key,
-    running_key,
-    running_tasks_key,
-    stats_key,
-    tasks_client,
-    workers_key,
-)
+from . import engine
+from .engine import known_queue_names, queue_limit
 from .messages import MalformedTask, TaskMessage, validate_queue
 from .registry import queues_in_use
 
@@ -80,16 +66,9 @@ def _text(value: bytes) -> str:
 
 def workers() -> list[WorkerInfo]:
     """Every registered worker, live or not yet recovered, by id."""
-    pipe = tasks_client().pipeline(transaction=False)
-    raw(pipe, "HGETALL", workers_key())
-    raw(pipe, "ZRANGE", leases_key(), 0, -1, "WITHSCORES", withscores=True)
-    pipe.time()
-    described, leases, (seconds, micros) = pipe.execute()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    expiry = {_text(member): float(score) for member, score in leases}
+    described, expiry, now_ms = engine.worker_records()
     found = []
-    for raw_id, raw_info in described.items():
-        worker_id = _text(raw_id)
+    for worker_id, raw_info in described.items():
         lease = expiry.get(worker_id)
         lease_left = (lease - now_ms) / 1000 if lease is not None else -math.inf
         found.append(_worker(worker_id, raw_info, lease_left))
@@ -146,20 +125,18 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
     registered = workers()
     names = list(_known_queues(registered) if queues is None else queues)
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
-    pipe = tasks_client().pipeline(transaction=False)
-    for name in names:
-        pipe.zcard(ready_key(name))
-        pipe.zcard(delayed_key(name))
-        pipe.llen(dead_key(name))
-        for worker_id in serving[name]:
-            pipe.zcard(running_key(worker_id, name))
-    counts = iter(pipe.execute())
-    stats = []
-    for name in names:
-        ready, delayed, dead = next(counts), next(counts), next(counts)
-        in_progress = sum(next(counts) for _ in serving[name])
-        stats.append(QueueStats(name, ready, delayed, in_progress, dead, queue_limit(name)))
-    return stats
+    counts = engine.queue_counts(serving)
+    return [
+        QueueStats(
+            name,
+            counts[name].ready,
+            counts[name].delayed,
+            counts[name].in_progress,
+            counts[name].dead,
+            queue_limit(name),
+        )
+        for name in names
+    ]
 
 
 @dataclass(frozen=True)
@@ -184,8 +161,7 @@ class DeadLetter:
 def dead_letters(queue: str, count: int = 100) -> list[DeadLetter]:
     """The newest ``count`` dead letters of ``queue``, newest last."""
     validate_queue(queue)
-    entries = raw(tasks_client(), "LRANGE", dead_key(queue), -count, -1)
-    return [read_dead_letter(queue, entry) for entry in entries]
+    return [read_dead_letter(queue, e) for e in engine.dead_letter_entries(queue, -count, -1)]
 
 
 def read_dead_letter(queue: str, entry: bytes) -> DeadLetter:
@@ -211,8 +187,18 @@ def dead_letter_page(queue: str, offset: int = 0, count: int = 50) -> tuple[int,
     first (one round trip; never the whole list). A long entry is read in part: its task
     cut to :data:`ARGUMENTS_SHOWN` characters, no traceback, ``whole_size`` set."""
     validate_queue(queue)
-    total, found = _glimpses(dead_key(queue), -offset - count, -offset - 1, DEAD_LETTER_END_BYTES)
-    return total, [_glimpsed_dead_letter(queue, *glimpse[:3]) for glimpse in reversed(found)]
+    total, found = engine.glimpses(
+        queue,
+        "dead",
+        -offset - count,
+        -offset - 1,
+        start_bytes=GLIMPSE_BYTES,
+        end_bytes=DEAD_LETTER_END_BYTES,
+    )
+    return total, [
+        _glimpsed_dead_letter(queue, glimpse.start, glimpse.end, glimpse.size)
+        for glimpse in reversed(found)
+    ]
 
 
 def _glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> DeadLetter:
@@ -242,8 +228,7 @@ def _glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> De
 def dead_letter_entry(queue: str, index: int) -> bytes | None:
     """The raw dead letter at ``index`` (0: the newest), or ``None``."""
     validate_queue(queue)
-    found: bytes | None = raw(tasks_client(), "LINDEX", dead_key(queue), -index - 1)
-    return found
+    return engine.dead_letter_at(queue, index)
 
 
 @dataclass(frozen=True)
@@ -277,12 +262,20 @@ def waiting_tasks(
     """How many tasks wait in ``queue`` as ``state`` ("ready" or "delayed"), and ``count``
     of them from ``offset`` in the order they will run (one round trip)."""
     validate_queue(queue)
-    key = {"ready": ready_key, "delayed": delayed_key}[state](queue)
-    total, found = _glimpses(key, offset, offset + count - 1)
+    if state not in ("ready", "delayed"):
+        raise ValueError(f"state must be 'ready' or 'delayed', not {state!r}")
+    total, found = engine.glimpses(
+        queue,
+        "ready" if state == "ready" else "delayed",
+        offset,
+        offset + count - 1,
+        start_bytes=GLIMPSE_BYTES,
+    )
     waiting = []
-    for head, _, size, score in found:
-        due_ms = int(float(score)) if state == "delayed" and math.isfinite(float(score)) else None
-        waiting.append(_waiting_task(head, size, due_ms))
+    for glimpse in found:
+        score = float(glimpse.score)
+        due_ms = int(score) if state == "delayed" and math.isfinite(score) else None
+        waiting.append(_waiting_task(glimpse.start, glimpse.size, due_ms))
     return total, waiting
 
 
@@ -320,19 +313,6 @@ def _waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
         return WaitingTask(None, start, due, due_ms, whole_size=size)
     arguments = _cut(start[arguments_at + len('"args":') :])
     return WaitingTask(None, start, due, due_ms, task_id, task, priority, arguments, size)
-
-
-def _glimpses(
-    key: str, first: int, last: int, end_bytes: int = 0
-) -> tuple[int, list[tuple[bytes, bytes, int, bytes]]]:
-    """How many entries the ZSET or LIST ``key`` holds, and of those from ``first`` to
-    ``last`` (negative: from the end) each one's start (:data:`GLIMPSE_BYTES`), end
-    (``end_bytes``), length and score: see lua/entry_heads.lua (one round trip)."""
-    script = scripts.load("entry_heads")
-    arguments = [first, last, GLIMPSE_BYTES, end_bytes]
-    total, *rest = script(tasks_client(), [key], arguments, raw=True)
-    found = [(rest[i], rest[i + 1], int(rest[i + 2]), rest[i + 3]) for i in range(0, len(rest), 4)]
-    return int(total), found
 
 
 def _start_text(head: bytes) -> str:
@@ -390,16 +370,8 @@ class RunningTask:
 
 def running_tasks() -> list[RunningTask]:
     """Every task running now, by worker (two round trips)."""
-    client = tasks_client()
-    attempts = raw(client, "HGETALL", running_tasks_key())
-    ids = [task_id.decode("utf-8", "replace") for task_id in attempts]
-    pipe = client.pipeline(transaction=False)
-    for task_id in ids:
-        raw(pipe, "HGET", result_key(task_id), "message")
-    messages = pipe.execute() if ids else []
     found = []
-    for task_id, message in zip(ids, messages, strict=True):
-        begun, _, worker_id = attempts[task_id.encode()].decode("utf-8", "replace").partition(" ")
+    for task_id, begun, worker_id, message in engine.running_records():
         try:
             name = TaskMessage.decode(message).task if message else ""
         except MalformedTask:
@@ -419,27 +391,18 @@ class Minute:
 
 
 def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]:
-    """Per queue, the last ``hours`` hours minute by minute, oldest first (one round trip)."""
+    """Per queue, the last ``hours`` hours minute by minute, oldest first (two round trips)."""
     names = list(queues)
-    client = tasks_client()
-    seconds, _ = client.time()
-    now_minute = int(seconds) // 60
-    hour = now_minute // 60
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        for h in range(hour - hours, hour + 1):
-            raw(pipe, "HGETALL", stats_key(name, h))
-    replies = iter(pipe.execute())
+    now_minute, recorded = engine.minute_counts(names, hours)
     found = {}
     first = now_minute - hours * 60 + 1
     for name in names:
         counts: dict[int, dict[str, int]] = {}
-        for _ in range(hours + 1):
-            for field_name, value in next(replies).items():
-                minute, _, kind = field_name.decode("utf-8", "replace").partition(":")
-                number = _int(minute)
-                if number is not None and number >= first:
-                    counts.setdefault(number, {})[kind] = _int(value) or 0
+        for field_name, value in recorded[name].items():
+            minute, _, kind = field_name.partition(":")
+            number = _int(minute)
+            if number is not None and number >= first:
+                counts.setdefault(number, {})[kind] = _int(value) or 0
         found[name] = [
             Minute(
                 _datetime(minute * 60_000) or datetime.datetime.min,

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connections
 
 from ..exceptions import InvalidInput, TimeLimitExceeded
-from .engine import fetch, fetch_keys, raw, running_key, tasks_client
+from .engine import fetch, fetch_keys, held_payloads, tasks_client
 from .messages import MalformedTask, TaskMessage
 from .runs import failure, job_for
 from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id, put_back_tasks
@@ -214,7 +214,7 @@ class Supervisor:
         script_keys = fetch_keys(child.worker_id, self.queues)
         now_ms = int(time.time() * 1000)
         for position, queue in enumerate(self.queues, 1):
-            for payload in raw(client, "ZRANGE", running_key(child.worker_id, queue), 0, -1):
+            for payload in held_payloads(client, child.worker_id, queue):
                 try:
                     message = TaskMessage.decode(payload)
                 except MalformedTask:

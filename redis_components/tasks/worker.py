@@ -711,7 +711,7 @@ class Worker:
             engine.drop_lease(self.client, raw_id)
             logger.warning("Dropped the expired lease of %r, which is not a worker id", raw_id)
             return
-        raw_info = engine.raw(self.client, "HGET", engine.workers_key(), worker_id)
+        raw_info = engine.worker_description(self.client, worker_id)
         try:
             described = json.loads(raw_info) if raw_info else {}
             queues = [validate_queue(queue) for queue in described["queues"]]

@@ -79,7 +79,7 @@ DEFAULTS: dict[str, Any] = {
     "TASK_SCHEDULES": {},
     # Serve Prometheus metrics at the metrics view, and keep in Redis the running totals
     # and duration histograms of tasks it reports (the per-minute counts that the
-    # dashboard charts are always kept). With METRICS_TOKEN set, a scrape must send
+    # admin pages chart are always kept). With METRICS_TOKEN set, a scrape must send
     # "Authorization: Bearer <token>".
     "METRICS": False,
     "METRICS_TOKEN": None,

@@ -3,7 +3,15 @@ entry in Django's admin and the permissions that guard them. It has no table."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import models
+
+if TYPE_CHECKING:  # importing auth's models needs django.contrib.auth installed
+    from django.contrib.auth.models import AbstractUser, AnonymousUser
+
+VIEW_TASK_QUEUES = "redis_components.view_task_queues"
+MANAGE_TASK_QUEUES = "redis_components.manage_task_queues"
 
 
 class TaskQueues(models.Model):
@@ -20,3 +28,16 @@ class TaskQueues(models.Model):
 
     def __str__(self) -> str:
         return "task queues"
+
+
+def can_view_task_queues(user: AbstractUser | AnonymousUser) -> bool:
+    """Whether ``user`` may see the task queues: staff (as Django's admin requires) with
+    ``view_task_queues`` or ``manage_task_queues``. The one rule of the admin pages and
+    of ``rc/queues/?format=json``."""
+    return user.is_staff and (user.has_perm(VIEW_TASK_QUEUES) or can_manage_task_queues(user))
+
+
+def can_manage_task_queues(user: AbstractUser | AnonymousUser) -> bool:
+    """Whether ``user`` may act on the task queues (requeue, delete, cancel, terminate,
+    purge): staff with ``manage_task_queues``."""
+    return user.is_staff and user.has_perm(MANAGE_TASK_QUEUES)

@@ -29,7 +29,7 @@ urlpatterns = [
     path("chats/<int:chat_id>/read/", views.ChatReadView.as_view(), name="chat-read"),
     path("chats/<int:chat_id>/join/", views.ChatJoinView.as_view(), name="chat-join"),
     path("chats/<int:chat_id>/leave/", views.ChatLeaveView.as_view(), name="chat-leave"),
-    # Task queues: the staff-only status page
+    # Task queues: their numbers as JSON; the pages themselves are in Django's admin
     path("queues/", views.queue_status, name="queue-status"),
     # Prometheus metrics (when REDIS_COMPONENTS["METRICS"] is on)
     path("metrics/", metrics_view, name="metrics"),

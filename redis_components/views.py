@@ -1,12 +1,11 @@
 """JSON endpoints of the components: ``path("rc/", include("redis_components.urls"))``.
 
-Every answer is JSON, errors included (but for the task queues' status page, an HTML
-page for staff with ``view_task_queues``, JSON with ``?format=json``): bad input is a
-400 naming the parameter, an anonymous caller a 401, a forbidden one a 403, an unknown
-chat a 404, and a Redis that does not answer a 503: bad input is never a 500. POST
-bodies need Django's CSRF token (the ``X-CSRFToken`` header); the chat views take JSON
-objects, the contacts view a form.
-Every view acts as the signed-in user only.
+Every answer is JSON, errors included (but ``queues/`` without ``?format=json``, which
+redirects to the task queues' pages in Django's admin): bad input is a 400 naming the
+parameter, an anonymous caller a 401, a forbidden one a 403, an unknown chat a 404, and
+a Redis that does not answer a 503: bad input is never a 500. POST bodies need Django's
+CSRF token (the ``X-CSRFToken`` header); the chat views take JSON objects, the contacts
+view a form. Every view acts as the signed-in user only.
 """
 
 from __future__ import annotations
@@ -22,8 +21,13 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
-from django.shortcuts import render
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
 from django.views import View
@@ -347,27 +351,25 @@ def _require_existing_users(names: list[str]) -> None:
         raise InvalidInput("recipients", f"no such user: {', '.join(unknown)}")
 
 
-# -- task queues (the tasks package): the status page ---------------------------------------
-
-QUEUE_PAGE_REFRESH = 5  # seconds
+# -- task queues (the tasks package): their numbers for monitoring scripts ----------------
 
 
 def queue_viewers_only(
     view: Callable[[HttpRequest], HttpResponse],
 ) -> Callable[[HttpRequest], HttpResponse]:
-    """Anonymous users go to log in; the others get a 403 unless they are staff allowed to
-    see the task queues, as on their admin pages (``view_task_queues``).
+    """Anonymous users go to log in; the others get a 403 unless they may see the task
+    queues by the admin pages' rule (:func:`~redis_components.models.can_view_task_queues`).
 
     Staff sign in through the admin when it is installed, else at ``LOGIN_URL``.
     """
 
     def wrapped(request: HttpRequest) -> HttpResponse:
-        from .tasks.dashboard import can_view  # the admin pages' rule: one permission model
+        from .models import can_view_task_queues  # importing models needs the apps loaded
 
         if not request.user.is_authenticated:
             admin = apps.is_installed("django.contrib.admin")
             return redirect_to_login(request.get_full_path(), "admin:login" if admin else None)
-        if not request.user.is_staff or not can_view(request):
+        if not can_view_task_queues(request.user):
             raise PermissionDenied("Staff allowed to see the task queues only.")
         return view(request)
 
@@ -399,19 +401,19 @@ def queue_status_data() -> dict[str, Any]:
 @never_cache
 @queue_viewers_only
 def queue_status(request: HttpRequest) -> HttpResponse:
-    """The task queues' status page (for staff with ``view_task_queues``); ``?format=json``
-    for the same numbers as JSON."""
-    data = queue_status_data()
+    """``?format=json``: the task queues' numbers, for monitoring scripts (a 503 when
+    Redis cannot be reached). Without it, a redirect to the task queues' pages in Django's
+    admin, where they are shown and acted on; a JSON 404 when the admin is not there."""
     if request.GET.get("format") == "json":
+        data = queue_status_data()
         return JsonResponse(data, status=503 if "error" in data else 200)
-    context = {**data, "refresh": QUEUE_PAGE_REFRESH, "admin_url": _dashboard_url()}
-    return render(request, "redis_components/queues.html", context)
-
-
-def _dashboard_url() -> str:
-    """The task queues' admin pages, where one can act on what this page shows ("" if the
-    admin is not installed or not routed)."""
-    try:
-        return reverse("admin:redis_components_taskqueues_changelist")
-    except NoReverseMatch:
-        return ""
+    if apps.is_installed("django.contrib.admin"):
+        try:
+            return HttpResponseRedirect(reverse("admin:redis_components_taskqueues_changelist"))
+        except NoReverseMatch:  # installed, but its URLs are not included
+            pass
+    return json_error(
+        404,
+        "The task queues' pages live in Django's admin, which this site does not serve; "
+        "?format=json gives their numbers.",
+    )

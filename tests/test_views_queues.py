@@ -1,4 +1,5 @@
-"""The task queues' status page (redis_components.views, task queues section)."""
+"""rc/queues/ (redis_components.views, task queues section): the numbers as JSON, and a way
+to the task queues' pages in the admin."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import modify_settings, override_settings
+from django.urls import include, path
 
 from redis_components.tasks.engine import dead_key, leases_key, queues_key, workers_key
 from tests.testapp import tasks
 
 URL = "/rc/queues/"
+ADMIN = "/admin/redis_components/taskqueues/"
+
+# A site that includes the app's URLs but not the admin's (ROOT_URLCONF=__name__).
+urlpatterns = [path("rc/", include("redis_components.urls"))]
 
 
 @pytest.fixture
@@ -46,6 +52,11 @@ def test_anonymous_users_are_sent_to_log_in(client: Client) -> None:
 def test_users_who_are_not_staff_are_refused(client: Client, django_user_model: Any) -> None:
     client.force_login(django_user_model.objects.create_user("someone"))
     assert client.get(URL).status_code == 403
+    outsider = django_user_model.objects.create_user("outsider")
+    outsider.user_permissions.add(Permission.objects.get(codename="view_task_queues"))
+    client.force_login(outsider)  # the admin does not let them in either: one rule
+    for query in ({}, {"format": "json"}):
+        assert client.get(URL, query).status_code == 403, query
 
 
 @pytest.mark.django_db
@@ -65,20 +76,30 @@ def test_staff_without_the_task_queues_permission_are_refused(
 
 
 @pytest.mark.django_db
-def test_staff_see_the_counts_on_a_refreshing_page(staff: Client, r: redis.Redis) -> None:
+def test_those_allowed_are_sent_to_the_admin_pages(staff: Client) -> None:
     tasks.record.enqueue("a")
-    tasks.record.enqueue_in(60, "b")
-    entry = {"task": "{}", "queue": "test", "reason": "failed", "error": "ValueError: <boom>"}
-    r.rpush(dead_key("test"), json.dumps({**entry, "failed_at": 1.0}))
     response = staff.get(URL)
-    assert response.status_code == 200
-    html = response.content.decode()
-    assert '<meta http-equiv="refresh"' in html
-    assert "<td>test</td>" in html
-    assert "ValueError: &lt;boom&gt;" in html  # escaped
-    assert "No worker is running" in html
-    assert 'href="/admin/redis_components/taskqueues/"' in html  # where to act on it
+    assert response.status_code == 302
+    assert response["Location"] == ADMIN
     assert response["Cache-Control"].startswith("max-age=0")
+    page = staff.get(URL, follow=True)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'href="/admin/redis_components/taskqueues/queue/?name=test"' in html  # the counts
+    assert "No worker is running" in html
+
+
+@pytest.mark.django_db
+def test_without_the_admin_the_page_says_where_the_numbers_are(staff: Client) -> None:
+    with modify_settings(INSTALLED_APPS={"remove": "django.contrib.admin"}):
+        response = staff.get(URL)
+    assert response.status_code == 404
+    assert "Django's admin" in response.json()["error"]
+    assert "?format=json" in response.json()["error"]
+    with override_settings(ROOT_URLCONF=__name__):
+        response = staff.get(URL)  # installed, but its pages are not routed
+    assert response.status_code == 404
+    assert "?format=json" in response.json()["error"]
 
 
 @pytest.mark.django_db
@@ -98,9 +119,10 @@ def test_an_unreachable_redis_is_reported(staff: Client) -> None:
     }
     with override_settings(CACHES=caches):
         response = staff.get(URL, {"format": "json"})
-        page = staff.get(URL)
+        page = staff.get(URL, follow=True)  # the admin's overview
     assert response.status_code == 503
     assert "Redis cannot be reached" in response.json()["error"]
+    assert page.status_code == 503
     assert "Redis cannot be reached" in page.content.decode()
 
 
@@ -140,9 +162,10 @@ def test_undecodable_data_never_breaks_the_page(
     assert "w.\\xff" in workers
     assert len(data["dead_letters"]) == 4
     assert sum(letter["readable"] is False for letter in data["dead_letters"]) == 3
-    html = staff.get(URL).content.decode()
-    assert "unreadable description" in html
-    assert "(unreadable)" in html
+    overview = staff.get(URL, follow=True).content.decode()  # the HTML is the admin's
+    assert "unreadable description" in overview
+    dead = staff.get(ADMIN + "queue/", {"name": "test", "state": "dead"}).content.decode()
+    assert "(unreadable)" in dead
 
 
 def test_rc_queues_shows_and_requeues_around_undecodable_data(

@@ -3,7 +3,8 @@
 ``redis_components.admin`` registers :class:`TaskQueuesAdmin` for the table-less
 :class:`~redis_components.models.TaskQueues` model, which gives the admin index its
 "Task queues" entry and two permissions: ``view_task_queues`` to see the pages,
-``manage_task_queues`` to act (requeue, delete, cancel, terminate, purge). Every action
+``manage_task_queues`` to act (requeue, delete, cancel, terminate, purge); the rule
+that reads them is :func:`~redis_components.models.can_view_task_queues`. Every action
 is a POST with Django's CSRF token, after a confirmation page that says what it will do,
 and is logged (logger ``redis_components.tasks``) with the user's name.
 
@@ -30,12 +31,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
 from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
-from ..views import INT64_MAX, whole_number
-from .engine import cancel, delete_dead_entry, purge, requeue_dead, requeue_dead_entry
-from .messages import validate_queue
-from .results import TaskResult, get_result
-from .schedules import schedule_states
-from .status import (
+from ..models import can_manage_task_queues, can_view_task_queues
+from ..tasks.engine import cancel, delete_dead_entry, purge, requeue_dead, requeue_dead_entry
+from ..tasks.messages import validate_queue
+from ..tasks.results import TaskResult, get_result
+from ..tasks.schedules import schedule_states
+from ..tasks.status import (
     Minute,
     WaitingTask,
     dead_letter_entry,
@@ -47,6 +48,7 @@ from .status import (
     waiting_tasks,
     workers,
 )
+from ..views import INT64_MAX, whole_number
 
 log = logging.getLogger("redis_components.tasks")
 
@@ -54,16 +56,6 @@ PAGE_SIZE = 50
 LAST_PAGE = INT64_MAX // PAGE_SIZE  # its entries' positions are still integers Redis takes
 CHART_HOURS = 6
 REFRESH_SECONDS = 10
-VIEW = "redis_components.view_task_queues"
-MANAGE = "redis_components.manage_task_queues"
-
-
-def can_view(request: HttpRequest) -> bool:
-    return request.user.has_perm(VIEW) or request.user.has_perm(MANAGE)
-
-
-def can_manage(request: HttpRequest) -> bool:
-    return request.user.has_perm(MANAGE)
 
 
 def entry_digest(entry: bytes) -> str:
@@ -245,10 +237,10 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The "Task queues" pages of the admin; nothing here reads or writes the database."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return can_view(request)
+        return can_view_task_queues(request.user)
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return can_view(request)
+        return can_view_task_queues(request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -289,7 +281,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Permission first; then bad input is a message, Redis down a 503 page."""
 
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not can_view(request):
+            if not can_view_task_queues(request.user):
                 raise PermissionDenied("You may not see the task queues.")
             try:
                 return view(request, *args, **kwargs)
@@ -309,7 +301,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "opts": self.opts,
             "title": title,
             "overview_url": self.url("changelist"),
-            "can_manage": can_manage(request),
+            "can_manage": can_manage_task_queues(request.user),
             **extra,
         }
 
@@ -448,7 +440,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         chosen = ACTIONS.get(action)
         if chosen is None:
             raise Http404(f"No such action: {action[:40]!r}.")
-        if not can_manage(request):
+        if not can_manage_task_queues(request.user):
             raise PermissionDenied("You may see the task queues but not act on them.")
         if request.method != "POST":
             target, shown = _confirmable(chosen, request.GET)

@@ -1,4 +1,4 @@
-"""The task queues' admin pages (redis_components.tasks.dashboard)."""
+"""The task queues' admin pages (redis_components.admin.queues)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import redis
 from django.test import override_settings
 from redis.cluster import RedisCluster
 
+from conftest import single_server_only
 from redis_components import RedisLock, TaskStatus, defer, get_result, redis_lock, task
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.engine import (
@@ -408,3 +409,20 @@ def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None
             wait_until(lambda: runs(r) == {"orphan": 1})
             wait_until(lambda: r.zrange(leases_key(), 0, -1) == [live.id.encode()])
     assert [w.id for w in workers()] == []
+
+
+@single_server_only
+def test_a_finished_task_costs_the_server_fourteen_commands(r: redis.Redis) -> None:
+    """One script call per task: its finish (result, counts) and the next take inside."""
+
+    def commands_for(count: int) -> int:
+        for i in range(count):
+            tasks.add.enqueue(i, 1)
+        r.config_resetstat()
+        assert Worker(["test"], burst=True).run() == count
+        return sum(stat["calls"] for stat in r.info("commandstats").values())
+
+    commands_for(1)  # loads the scripts
+    # The difference leaves out what does not depend on the number of tasks (registering,
+    # leaving, the last empty take, the INFO itself).
+    assert (commands_for(40) - commands_for(20)) / 20 == 14

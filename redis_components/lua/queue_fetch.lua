@@ -55,8 +55,11 @@ if done > 0 then
     -- Throughput per minute, kept a day (the key is the hour's, given by the worker).
     local kind = ({ok = 'processed', bury = 'failed', retry = 'retried'})[outcome]
     if kind then
-      redis.call('HINCRBY', KEYS[5], math.floor(now / 60000) .. ':' .. kind, 1)
-      redis.call('PEXPIRE', KEYS[5], 90000000)
+      -- A new field (the first count of a minute) may be the hour's first: only then
+      -- can the key be new, and need its expiry.
+      if redis.call('HINCRBY', KEYS[5], math.floor(now / 60000) .. ':' .. kind, 1) == 1 then
+        redis.call('PEXPIRE', KEYS[5], 90000000)
+      end
       if ARGV[13] ~= '' then
         -- One count per queue, outcome and duration bucket, and the total µs per queue:
         -- the outcomes' totals and the histogram are sums of these (see metrics.py).
@@ -66,28 +69,44 @@ if done > 0 then
       end
     end
     if id ~= '' then
+      -- One read and one write of the result hash, whatever the outcome.
+      local known = redis.call('HMGET', result, 'workers', 'started_at', 'message')
+      local fields = {}
+      local function set(name, value)
+        fields[#fields + 1] = name
+        fields[#fields + 1] = value
+      end
       if attempt then  -- "<start ms> <worker id>", written when it was taken
         local started, worker = string.match(attempt, '^(%d+) (.*)$')
-        local workers = redis.call('HGET', result, 'workers')
-        redis.call('HSET', result, 'last_attempted_at', started,
-          'workers', workers and (workers .. ' ' .. worker) or worker)
-        redis.call('HSETNX', result, 'started_at', started)
+        set('last_attempted_at', started)
+        set('workers', known[1] and (known[1] .. ' ' .. worker) or worker)
+        if not known[2] then
+          set('started_at', started)
+        end
       end
       if outcome == 'retry' or outcome == 'bury' then
         local errors = redis.call('HGET', result, 'errors')
-        redis.call('HSET', result, 'errors',
+        set('errors',
           errors and (string.sub(errors, 1, -2) .. ',' .. ARGV[7] .. ']') or ('[' .. ARGV[7] .. ']'))
       end
       if outcome == 'ok' then
-        redis.call('HSET', result, 'status', 'SUCCESSFUL', 'finished_at', now, 'return_value', ARGV[7])
+        set('status', 'SUCCESSFUL')
+        set('finished_at', now)
+        set('return_value', ARGV[7])
       elseif outcome == 'bury' then
-        redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
+        set('status', 'FAILED')
+        set('finished_at', now)
       elseif outcome == 'cancel' then
-        redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
+        set('status', 'CANCELLED')
+        set('finished_at', now)
       else  -- waits to run again: cancelling it needs its new payload
-        redis.call('HSET', result, 'status', 'READY', 'payload', ARGV[8])
+        set('status', 'READY')
+        set('payload', ARGV[8])
       end
-      redis.call('HSETNX', result, 'message', ARGV[4])  -- its result expired while it waited
+      if not known[3] then  -- its result expired while it waited
+        set('message', ARGV[4])
+      end
+      redis.call('HSET', result, unpack(fields))
       redis.call('PEXPIRE', result, keep)
     end
   end

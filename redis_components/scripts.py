@@ -16,6 +16,7 @@ script that was not found did not run.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -35,9 +36,10 @@ class Script:
     """One Lua script, identified by its SHA1, runnable on sync and async clients."""
 
     def __init__(self, name: str, source: str) -> None:
-        lines = source.splitlines()
+        header = itertools.takewhile(lambda line: line.startswith("--"), source.splitlines())
+        lines = list(header)
         for field in HEADER_FIELDS:
-            if not any(line.startswith(field) for line in lines[:20]):
+            if not any(line.startswith(field) for line in lines):
                 raise ValueError(f"lua/{name}.lua: the header has no {field!r} line")
         self.name = name
         self.source = source

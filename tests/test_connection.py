@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from django.test import override_settings
+from redis.client import NEVER_DECODE
 
 from conftest import single_server_only
-from redis_components.connection import get_client, text
+from redis_components import scripts
+from redis_components.connection import OneConnection, get_client, text
 from redis_components.embedded import EmbeddedRedis
 from redis_components.exceptions import ConfigurationError
 
@@ -54,3 +57,31 @@ def test_the_client_follows_a_change_of_caches(redis_server: EmbeddedRedis) -> N
     back = get_client()
     assert back.connection_pool.connection_kwargs["port"] == redis_server.port
     assert get_client() is back
+
+
+@single_server_only
+def test_one_connection_reports_a_lost_connection_once_then_connects_again(
+    r: redis.Redis,
+) -> None:
+    """A worker's loop sends its fetch down one connection: an error is never retried
+    behind its back (a script may have run), and the next command opens a new one."""
+    held = OneConnection(get_client())
+    first = held.execute_command("CLIENT", "ID")
+    r.client_kill_filter(_id=first)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        held.execute_command("PING")
+    second = held.execute_command("CLIENT", "ID")
+    assert second != first
+    held.close()
+
+
+@single_server_only
+def test_one_connection_runs_scripts_the_server_forgot(r: redis.Redis) -> None:
+    held = OneConnection(get_client())
+    source = "-- KEYS: none\n-- ARGV: 1) any\n-- Returns: ARGV 1\nreturn ARGV[1]"
+    script = scripts.Script("probe", source)
+    assert script(held, [], ["é"], raw=True) == "é".encode()
+    r.script_flush()
+    assert script(held, [], ["é"], raw=True) == "é".encode()
+    assert held.execute_command("ECHO", "x", **{NEVER_DECODE: True}) == b"x"
+    held.close()

@@ -17,6 +17,8 @@
 --       12) how long to keep a result after its last change, in ms
 --       13) "" without metrics, else the finished task's queue then, after a space,
 --       the upper bound of its duration's histogram bucket  14) its duration in µs
+--       15) when the worker took it (the server's ms, as this script returned it), ""
+--       to read it from the running hash
 -- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
@@ -38,7 +40,8 @@ if done > 0 then
   if redis.call('ZREM', running, ARGV[4]) == 1 then
     recorded = 1
     local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
-    local attempt = redis.call('HGET', KEYS[2], id)
+    local attempt = ARGV[15] ~= '' and (ARGV[15] .. ' ' .. ARGV[1])
+      or redis.call('HGET', KEYS[2], id)
     redis.call('HDEL', KEYS[2], id)
     local keep = tonumber(ARGV[12])
     if outcome == 'bury' then

@@ -72,7 +72,7 @@ from redis.client import NEVER_DECODE
 
 from .. import keys, scripts
 from ..conf import conf, user_settings
-from ..connection import get_client, is_cluster, node_client, text
+from ..connection import OneConnection, get_client, is_cluster, node_client, text
 from ..exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
 from .messages import MAX_PRIORITY, MalformedTask, TaskMessage, task_id_of, validate_queue
 
@@ -320,7 +320,7 @@ def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
 
 
 def fetch(
-    client: Redis,
+    client: Redis | OneConnection,
     worker_id: str,
     script_keys: list[str],
     mode: str,
@@ -328,12 +328,16 @@ def fetch(
     *,
     queue: str = "",
     hour: int = 0,
+    taken_ms: int = 0,
 ) -> Fetched:
     """Record ``outcome`` (if any), move due delayed tasks and take a task, in one script.
 
-    ``mode``: "take+move", "take" (leave delayed tasks to others) or "" (only record).
-    ``queue`` is the outcome's queue, ``hour`` the hour (since the epoch) whose
-    throughput counts it; with ``METRICS`` the totals and durations count it too.
+    ``client``: a client, or the :class:`~redis_components.connection.OneConnection` of
+    a worker's loop. ``mode``: "take+move", "take" (leave delayed tasks to others) or ""
+    (only record). ``queue`` is the outcome's queue, ``hour`` the hour (since the epoch)
+    whose throughput counts it; with ``METRICS`` the totals and durations count it too.
+    ``taken_ms``: the ``now_ms`` of the fetch that took the outcome's task, when the
+    caller knows it (the script then need not read it back).
     """
     args: list[scripts.Arg] = [worker_id, mode]
     metrics = ""
@@ -360,6 +364,7 @@ def fetch(
             conf.TASK_DEAD_LETTER_MAX,
         ]
     args += [result_ttl_ms(), metrics, round(outcome.seconds * 1_000_000) if outcome else 0]
+    args.append(taken_ms or "")
     reply = scripts.load("queue_fetch")(client, script_keys, args, raw=True)
     payload, position, wait, recorded, now = reply
     return Fetched(

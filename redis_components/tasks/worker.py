@@ -86,7 +86,7 @@ from django.db import close_old_connections
 from redis.client import PubSub
 
 from ..conf import conf
-from ..connection import private_client
+from ..connection import OneConnection, private_client
 from ..connection import pubsub as new_pubsub
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from . import engine
@@ -284,6 +284,9 @@ class Worker:
         self._terminate = terminate
         self._pid = os.getpid()
         self._own_client: tuple[redis.Redis, redis.Redis] | None = None
+        self._loop_connection: OneConnection | None = None
+        # The server's time (ms) when the running (or last) task was taken.
+        self._taken_ms = 0
         # While a task with a soft time limit runs: the code of its job's ``call``.
         self._soft_limit_entry: CodeType | None = None
         # While it watches for the task's code to raise it there: the trace it replaced.
@@ -306,6 +309,18 @@ class Worker:
         if own is None or own[0] is not shared:
             own = self._own_client = (shared, private_client(shared))
         return own[1]
+
+    @property
+    def _loop_client(self) -> OneConnection:
+        """The connection of the loop's fetches: one script call per task, so it skips
+        the client's layers (see OneConnection). Only the loop's thread uses it."""
+        client = self.client
+        held = self._loop_connection
+        if held is None or held.client is not client:
+            if held is not None:
+                held.close()
+            held = self._loop_connection = OneConnection(client)
+        return held
 
     @property
     def wakeup_fd(self) -> int:
@@ -353,6 +368,8 @@ class Worker:
             self._leave(crashed)
             if self._pubsub is not None:
                 self._pubsub.close()
+            if self._loop_connection is not None:
+                self._loop_connection.close()
             if self._own_client is not None:
                 self._own_client[1].connection_pool.disconnect()
             os.close(self._wake_r)
@@ -412,7 +429,14 @@ class Worker:
         mode = self._mode if take else ""
         queue = self.queues[outcome.position - 1] if outcome else ""
         fetched = engine.fetch(
-            self.client, self.id, self._keys, mode, outcome, queue=queue, hour=self._hour
+            self._loop_client,
+            self.id,
+            self._keys,
+            mode,
+            outcome,
+            queue=queue,
+            hour=self._hour,
+            taken_ms=self._taken_ms,
         )
         self._outcome = None
         self._now_ms = fetched.now_ms
@@ -482,6 +506,7 @@ class Worker:
         position, payload = fetched.position, fetched.payload
         assert payload is not None
         queue = self.queues[position - 1]
+        self._taken_ms = fetched.now_ms
         try:
             message = TaskMessage.decode(payload)
         except MalformedTask as error:

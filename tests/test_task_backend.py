@@ -19,6 +19,7 @@ from django.core.checks import run_checks
 from django.test import AsyncClient, override_settings
 from django.utils import timezone
 
+from conftest import single_server_only
 from redis_components import TaskStatus, get_result
 from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.engine import delayed_key, ready_key
@@ -345,3 +346,56 @@ def test_a_worker_process_runs_django_tasks_from_the_default_queues(
     assert framework_tasks.multiply.get_result(result.id).return_value == 56
     assert "test" in worker.output()
     assert r.zcard(ready_key("test")) == 0
+
+
+def _seen(r: redis.Redis, label: str) -> list[dict[str, Any]]:
+    return [json.loads(entry) for entry in r.lrange(f"{{test}}:seen:{label}", 0, -1)]
+
+
+def _as_seen(when: datetime.datetime | None) -> str | None:
+    return when.isoformat() if when else None
+
+
+def test_a_first_attempt_sees_its_result_as_get_result_gives_it(r: redis.Redis) -> None:
+    """The enqueue time travels in the payload, so a first attempt's result needs no read:
+    what the task sees is what get_result() gives for the same attempt."""
+    enqueued = framework_tasks.snapshot.enqueue("first")
+    run_worker()
+    [seen] = _seen(r, "first")
+    result = framework_tasks.snapshot.get_result(enqueued.id)
+    assert seen == {
+        "enqueued_at": _as_seen(result.enqueued_at),
+        "started_at": _as_seen(result.started_at),
+        "last_attempted_at": _as_seen(result.last_attempted_at),
+        "worker_ids": result.worker_ids,
+    }
+    assert seen["enqueued_at"] == _as_seen(enqueued.enqueued_at)
+
+
+def test_a_deferred_task_sees_its_earlier_attempts(r: redis.Redis) -> None:
+    enqueued = framework_tasks.snapshot.enqueue("deferred", defer_first=True)
+    wait_until(lambda: run_worker() == 0 and len(_seen(r, "deferred")) == 2)
+    first, second = _seen(r, "deferred")
+    result = framework_tasks.snapshot.get_result(enqueued.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert len(first["worker_ids"]) == 1
+    assert second["worker_ids"] == result.worker_ids
+    assert len(result.worker_ids) == 2
+    assert second["enqueued_at"] == first["enqueued_at"] == _as_seen(result.enqueued_at)
+    assert second["started_at"] == first["started_at"] == _as_seen(result.started_at)
+
+
+@single_server_only
+def test_a_django_task_costs_the_server_what_our_task_does(r: redis.Redis) -> None:
+    """No read of the result record before a first attempt: a finished Django task costs
+    the same 13 commands as one of our @task's (see test_task_worker.py)."""
+
+    def commands_for(count: int) -> int:
+        for i in range(count):
+            framework_tasks.multiply.enqueue(i, 2)
+        r.config_resetstat()
+        assert run_worker() == count
+        return sum(stat["calls"] for stat in r.info("commandstats").values())
+
+    commands_for(1)  # loads the scripts
+    assert (commands_for(40) - commands_for(20)) / 20 == 13

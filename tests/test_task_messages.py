@@ -28,6 +28,10 @@ def test_the_payload_starts_with_id_and_priority_and_ends_with_the_retries() -> 
     crashed = TaskMessage("ab12", "t", "q", [], {}, crashes=2)
     assert crashed.encode().endswith('"retries":0,"crashes":2}')
     assert TaskMessage.decode(crashed.encode()) == crashed
+    # The enqueue script writes the enqueue time just before the retries.
+    dated = TaskMessage("ab12", "t", "q", [], {}, enqueued_at=1_700_000_000_123, retries=1)
+    assert dated.encode().endswith(',"enqueued_at":1700000000123,"retries":1}')
+    assert TaskMessage.decode(dated.encode()) == dated
 
 
 def test_new_messages_get_random_hex_ids() -> None:
@@ -80,6 +84,10 @@ def test_task_id_of_reads_only_hex_ids_at_the_start(payload: bytes) -> None:
         (
             b'{"id": "1", "task": "t", "queue": "q", "args": [], "kwargs": {}, "backend": 3}',
             "'backend'",
+        ),
+        (
+            b'{"id": "1", "task": "t", "queue": "q", "args": [], "kwargs": {}, "enqueued_at": "1"}',
+            "'enqueued_at'",
         ),
     ],
 )

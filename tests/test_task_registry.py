@@ -37,8 +37,16 @@ def test_enqueue_puts_a_json_task_on_its_queue_and_returns_its_result(r: redis.R
     before = server_ms(r)
     result = tasks.record.enqueue("one", pause=0)
     [raw] = r.zrange(ready_key("test"), 0, -1)
+    assert result.enqueued_at is not None
+    # The enqueue script adds its time to the payload (for the worker).
+    enqueued_ms = round(result.enqueued_at.timestamp() * 1000)
     assert TaskMessage.decode(raw) == TaskMessage(
-        result.id, "tests.testapp.tasks.record", "test", ["one"], {"pause": 0}
+        result.id,
+        "tests.testapp.tasks.record",
+        "test",
+        ["one"],
+        {"pause": 0},
+        enqueued_at=enqueued_ms,
     )
     assert isinstance(result, TaskResult)
     assert (result.status, result.task, result.args, result.kwargs) == (

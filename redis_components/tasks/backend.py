@@ -24,12 +24,14 @@ backport (the ``tasks-backport`` extra; add ``"django_tasks"`` to ``INSTALLED_AP
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import django
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
+from django.core.signals import setting_changed
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -297,12 +299,25 @@ def django_job(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
     if not isinstance(backend, RedisTaskBackend):
         return f"the Tasks backend {alias!r} is not a RedisTaskBackend here"
     try:
-        task = _find_task(message.task).using(
-            priority=message.priority, queue_name=message.queue, backend=alias
-        )
+        task = _worker_task(message.task, message.priority, message.queue, alias)
     except (ImportError, TypeError, InvalidTask) as error:
         return f"no Django task {message.task!r} can run here: {error}"
     return DjangoJob(task, backend, message, worker_id, now_ms)
+
+
+@functools.lru_cache(maxsize=1024)
+def _worker_task(path: str, priority: int, queue: str, alias: str) -> Task[..., Any]:
+    """The task at ``path`` as enqueued, validated once (a task is immutable); the
+    cache is emptied when ``TASKS`` changes."""
+    return _find_task(path).using(priority=priority, queue_name=queue, backend=alias)
+
+
+def _forget_tasks(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _worker_task.cache_clear()
+
+
+setting_changed.connect(_forget_tasks)
 
 
 class DjangoJob(Job):
@@ -331,16 +346,21 @@ class DjangoJob(Job):
         self.result = self._running(worker_id, now_ms)
 
     def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
-        # The attempts so far, and this one (written when it was taken): one round trip.
-        record = results.read_results([self.message.id])[0]
-        if record is not None:
-            return to_django(self.task, record)
+        message = self.message
+        if message.enqueued_at is None or message.retries or message.crashes:
+            # Not known to be a first attempt: the attempts so far, and this one (written
+            # when it was taken), in one round trip.
+            record = results.read_results([message.id])[0]
+            if record is not None:
+                return to_django(self.task, record)
+        # A first attempt: its result is what the payload and the take say, as Redis
+        # holds it now (enqueued, started and last attempted at the take, by this worker).
         started = _django_time(now_ms)
         return TaskResult(
             task=self.task,
-            id=self.message.id,
+            id=message.id,
             status=TaskResultStatus("RUNNING"),
-            enqueued_at=None,
+            enqueued_at=_django_time(message.enqueued_at),
             started_at=started,
             finished_at=None,
             last_attempted_at=started,

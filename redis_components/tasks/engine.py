@@ -522,7 +522,7 @@ def requeue_dead(queue: str, batch: int = 500) -> tuple[int, int]:
             if message is None:
                 left += 1
                 continue
-            fresh = dataclasses.replace(message, retries=0, crashes=0)
+            fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
             script_keys.append(result_key(message.id))
             args += [entry, fresh.encode(), rank(fresh.priority), message.id]
         done = int(script(client, script_keys, args)) if len(args) > 1 else 0
@@ -539,7 +539,7 @@ def requeue_dead_entry(queue: str, entry: bytes) -> bool:
     message = _requeueable(entry)
     if message is None:
         return False
-    fresh = dataclasses.replace(message, retries=0, crashes=0)
+    fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
     moved = scripts.load("queue_requeue_dead")(
         tasks_client(),
         [dead_key(queue), ready_key(queue), counter_key(), result_key(message.id)],

@@ -3,15 +3,20 @@
 Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
     {"id":"<32 hex>","priority":0,"task":"<name>","queue":"<queue>","args":[...],
-     "kwargs":{...}[,"backend":"<alias>"][,"scheduled_for":<ms>],"retries":0}
+     "kwargs":{...}[,"backend":"<alias>"][,"scheduled_for":<ms>][,"enqueued_at":<ms>],
+     "retries":0}
 
 and ``,"crashes":<n>`` is appended before the final brace once a worker died running
 it. The order is a contract with the Lua scripts, which read the id and the priority
-from the start of a payload and append the crash count at its end with string
-operations (re-encoding JSON in Lua could alter numbers); everything else treats the
-payload as opaque. ``backend`` is present for tasks enqueued through Django's Tasks
+from the start of a payload, write the enqueue time before ``"retries":0}`` (the
+enqueue script) and append the crash count at its end, with string operations
+(re-encoding JSON in Lua could alter numbers); everything else treats the payload as
+opaque. ``backend`` is present for tasks enqueued through Django's Tasks
 framework: the alias of the backend in ``settings.TASKS``, and ``task`` is then the
 task's module path. ``scheduled_for`` is the tick (epoch ms) of a scheduled run.
+``enqueued_at`` (the server's time of the enqueue, epoch ms) lets a worker build a
+first attempt's result without reading it back; payloads written before it existed,
+by schedules, or run again after a deferral or a dead letter's requeue do not carry it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class TaskMessage:
     priority: int = DEFAULT_PRIORITY
     backend: str | None = None  # the Django Tasks backend alias, for Django's @task
     scheduled_for: int | None = None  # a scheduled run's tick (epoch ms)
+    enqueued_at: int | None = None  # the server's time of the enqueue (epoch ms)
     retries: int = 0
     crashes: int = 0  # how many workers died running it
 
@@ -68,6 +74,8 @@ class TaskMessage:
             body["backend"] = self.backend
         if self.scheduled_for is not None:
             body["scheduled_for"] = self.scheduled_for
+        if self.enqueued_at is not None:
+            body["enqueued_at"] = self.enqueued_at
         body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
         payload = to_json(body, f"the arguments of task {self.task!r}")
         return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
@@ -100,9 +108,10 @@ class TaskMessage:
         backend = data.get("backend")
         if backend is not None and not isinstance(backend, str):
             raise MalformedTask("not a task: its 'backend' must be a string")
-        tick = data.get("scheduled_for")
-        if tick is not None and (not isinstance(tick, int) or isinstance(tick, bool)):
-            raise MalformedTask("not a task: its 'scheduled_for' must be an integer")
+        times = {name: data.get(name) for name in ("scheduled_for", "enqueued_at")}
+        for name, time in times.items():
+            if time is not None and (not isinstance(time, int) or isinstance(time, bool)):
+                raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
         return cls(
@@ -112,7 +121,8 @@ class TaskMessage:
             data["args"],
             data["kwargs"],
             backend=backend,
-            scheduled_for=tick,
+            scheduled_for=times["scheduled_for"],
+            enqueued_at=times["enqueued_at"],
             **numbers,
         )
 

@@ -110,12 +110,15 @@ def success(
             ms,
         )
         delay_ms = round(deferred_for * 1000)
+        # Its next run is not a first attempt: without its enqueue time, the worker
+        # reads the attempts so far from its result (see DjangoJob).
+        again = payload if message.enqueued_at is None else undated(message)
         return Outcome(
             position=position,
             payload=payload,
             task_id=message.id,
             kind="defer",
-            again=payload,
+            again=again,
             delay_ms=delay_ms,
             seconds=seconds,
         )
@@ -135,6 +138,11 @@ def success(
         data=returned,
         seconds=seconds,
     )
+
+
+def undated(message: TaskMessage) -> str:
+    """The payload of ``message`` without its enqueue time."""
+    return dataclasses.replace(message, enqueued_at=None).encode()
 
 
 def failure(

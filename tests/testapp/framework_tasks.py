@@ -6,11 +6,12 @@ Django 6 has it built in; on Django 5.2 the django-tasks backport provides it.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 import django
 
-from redis_components import Retry
+from redis_components import Retry, current_task
 from redis_components.connection import get_client
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
@@ -63,3 +64,25 @@ def returns_a_set() -> object:
 def echo(*args: Any, **kwargs: Any) -> list[Any]:
     """A queued form of this task was captured by a release (tests/upgrade/): keep it."""
     return [list(args), kwargs]
+
+
+@task(queue_name="test", takes_context=True)
+def snapshot(context: TaskContext[Any, Any], label: str, defer_first: bool = False) -> None:
+    """Record the result this run sees; with ``defer_first``, defer the first run."""
+    seen = context.task_result
+    get_client().rpush(
+        f"{{test}}:seen:{label}",
+        json.dumps(
+            {
+                "enqueued_at": seen.enqueued_at.isoformat() if seen.enqueued_at else None,
+                "started_at": seen.started_at.isoformat() if seen.started_at else None,
+                "last_attempted_at": seen.last_attempted_at.isoformat()
+                if seen.last_attempted_at
+                else None,
+                "worker_ids": seen.worker_ids,
+            }
+        ),
+    )
+    running = current_task()
+    if defer_first and running is not None and context.attempt == 1:
+        running.defer(0.01)

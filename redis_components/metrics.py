@@ -98,10 +98,11 @@ class TaskCollector:
             HistogramMetricFamily,
         )
 
-        from .tasks.engine import DURATION_BUCKETS, forget_queues, totals
         from .tasks.registry import queues_in_use
         from .tasks.status import queue_stats, workers
+        from .tasks.store import DURATION_BUCKETS, TaskStore
 
+        store = TaskStore()
         depth = GaugeMetricFamily(
             "redis_components_queue_tasks",
             "Tasks in each queue, by state",
@@ -121,7 +122,7 @@ class TaskCollector:
         # finished no task lately), so the set, and each scrape, does not grow forever.
         kept = queues_in_use() | set(conf.TASK_QUEUE_LIMITS)
         kept.update(name for worker in registered for name in worker.queues)
-        forget_queues(
+        store.forget_queues(
             [
                 queue.name
                 for queue in stats
@@ -133,7 +134,7 @@ class TaskCollector:
         # Fields "<queue>:<outcome>:<bucket>" (a count) and "<queue>:us" (total µs).
         counts: dict[tuple[str, str, str], float] = {}
         micros: dict[str, float] = {}
-        for name, value in totals().items():
+        for name, value in store.totals().items():
             try:
                 number = float(value)
             except ValueError:

@@ -14,8 +14,8 @@ from django.test.utils import override_settings
 from django.utils.http import urlencode
 
 from redis_components import TaskStatus, get_result
-from redis_components.tasks.engine import dead_entry, dead_key, ready_key
 from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.store import dead_entry, dead_key, ready_key
 from redis_components.tasks.worker import Worker
 from tests.processes import wait_until
 from tests.testapp import tasks

@@ -8,8 +8,8 @@ import pytest
 import redis
 from django.contrib.auth.models import Permission
 
-from redis_components.tasks.engine import dead_entry, dead_key
 from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.store import dead_entry, dead_key
 from tests.processes import wait_until
 from tests.testapp import tasks
 

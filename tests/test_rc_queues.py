@@ -8,8 +8,8 @@ import redis
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from redis_components.tasks.engine import dead_key, ready_key
 from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.store import dead_key, ready_key
 from redis_components.tasks.worker import Worker
 from tests.testapp import tasks
 

@@ -17,9 +17,9 @@ import redis
 
 from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result
 from redis_components.embedded import EmbeddedRedis
-from redis_components.tasks.engine import ready_key, running_key
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, workers
+from redis_components.tasks.store import ready_key, running_key
 from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 from conftest import single_server_only
 from redis_components import TaskStatus, get_result
 from redis_components.keys import MAX_SECONDS
-from redis_components.tasks.engine import delayed_key, ready_key
+from redis_components.tasks.store import delayed_key, ready_key
 from redis_components.tasks.worker import Worker
 from tests.processes import WorkerProcess, wait_until
 from tests.testapp import tasks

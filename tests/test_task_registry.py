@@ -22,9 +22,9 @@ from redis_components import (
 )
 from redis_components.exceptions import InvalidInput, LockNotAcquired, TaskError, TaskNotRegistered
 from redis_components.keys import MAX_SECONDS
-from redis_components.tasks.engine import delayed_key, ready_key
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.registry import backoff, get_task, running, stop_running
+from redis_components.tasks.store import delayed_key, ready_key
 from tests.testapp import tasks
 
 

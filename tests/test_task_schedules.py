@@ -14,9 +14,6 @@ from django.test import override_settings
 
 from redis_components import TaskStatus, get_result, periodic
 from redis_components.exceptions import ConfigurationError, InvalidInput
-from redis_components.tasks.engine import ready_key
-from redis_components.tasks.engine import schedule_last_key as last_key
-from redis_components.tasks.engine import schedule_next_key as next_key
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.schedules import (
     Scheduler,
@@ -24,6 +21,9 @@ from redis_components.tasks.schedules import (
     schedule_states,
     schedules,
 )
+from redis_components.tasks.store import ready_key
+from redis_components.tasks.store import schedule_last_key as last_key
+from redis_components.tasks.store import schedule_next_key as next_key
 from tests.testapp import tasks
 
 UTC = datetime.timezone.utc

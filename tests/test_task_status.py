@@ -8,13 +8,6 @@ from typing import Any
 import pytest
 import redis
 
-from redis_components.tasks.engine import (
-    dead_key,
-    delayed_key,
-    delete_dead_entry,
-    ready_key,
-    requeue_dead_entry,
-)
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import (
     dead_letter_entry,
@@ -22,6 +15,12 @@ from redis_components.tasks.status import (
     running_tasks,
     throughput,
     waiting_tasks,
+)
+from redis_components.tasks.store import (
+    TaskStore,
+    dead_key,
+    delayed_key,
+    ready_key,
 )
 from redis_components.tasks.worker import Worker
 from tests.testapp import tasks
@@ -77,9 +76,9 @@ def test_dead_letters_are_paged_newest_first_and_acted_on_one_by_one(r: redis.Re
     assert [json.loads(letter.task)["args"] for letter in page] == [["d3"], ["d2"]]
     assert dead_letter_entry("test", 0) == entries[4]
     assert dead_letter_entry("test", 9) is None
-    assert requeue_dead_entry("test", entries[4])
-    assert not requeue_dead_entry("test", entries[4])  # gone already
-    assert delete_dead_entry("test", entries[0])
+    assert TaskStore().requeue_dead_entry("test", entries[4])
+    assert not TaskStore().requeue_dead_entry("test", entries[4])  # gone already
+    assert TaskStore().delete_dead_entry("test", entries[0])
     assert r.llen(dead_key("test")) == 3
     [ready] = r.zrange(ready_key("test"), 0, -1)
     assert TaskMessage.decode(ready).args == ["d4"]

@@ -18,16 +18,16 @@ from redis.cluster import RedisCluster
 from conftest import single_server_only
 from redis_components import RedisLock, TaskStatus, defer, get_result, redis_lock, task
 from redis_components.exceptions import TaskResultDoesNotExist
-from redis_components.tasks.engine import (
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import dead_letters, queue_stats, workers
+from redis_components.tasks.store import (
+    TaskStore,
     dead_key,
     delayed_key,
     leases_key,
     ready_key,
-    requeue_dead,
     workers_key,
 )
-from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.status import dead_letters, queue_stats, workers
 from redis_components.tasks.worker import Worker
 from tests.processes import run_processes, wait_until
 from tests.testapp import tasks
@@ -156,7 +156,7 @@ def test_failures_retry_with_backoff_then_dead_letter_with_traceback(r: redis.Re
     assert 'raise ValueError(f"{label} failed on purpose")' in letter.traceback
     assert TaskMessage.decode(letter.task).retries == 2
 
-    assert requeue_dead("test") == (1, 0)
+    assert TaskStore().requeue_dead("test") == (1, 0)
     with running_worker(["test"]):
         wait_until(lambda: r.llen(dead_key("test")) == 1)
     assert runs(r) == {"f": 6}

@@ -32,7 +32,6 @@ from django.utils.http import urlencode
 
 from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
 from ..models import can_manage_task_queues, can_view_task_queues
-from ..tasks.engine import cancel, delete_dead_entry, purge, requeue_dead, requeue_dead_entry
 from ..tasks.messages import validate_queue
 from ..tasks.results import TaskResult, get_result
 from ..tasks.schedules import schedule_states
@@ -48,6 +47,7 @@ from ..tasks.status import (
     waiting_tasks,
     workers,
 )
+from ..tasks.store import TaskStore, cancel
 from ..views import INT64_MAX, whole_number
 
 log = logging.getLogger("redis_components.tasks")
@@ -148,25 +148,25 @@ class Target:
 
 
 def _requeue(target: Target) -> str:
-    if requeue_dead_entry(target.queue, target.dead_entry()):
+    if TaskStore().requeue_dead_entry(target.queue, target.dead_entry()):
         return f"Requeued the dead letter on {target.queue!r}."
     return "That dead letter could not be requeued (another user moved it, or it is unreadable)."
 
 
 def _delete(target: Target) -> str:
-    if delete_dead_entry(target.queue, target.dead_entry()):
+    if TaskStore().delete_dead_entry(target.queue, target.dead_entry()):
         return f"Deleted the dead letter from {target.queue!r}."
     return "That dead letter was already gone."
 
 
 def _requeue_all(target: Target) -> str:
-    moved, left = requeue_dead(_queue_of(target))
+    moved, left = TaskStore().requeue_dead(_queue_of(target))
     kept = f"; {left} unreadable left in the list" if left else ""
     return f"Requeued {moved} dead letter(s) on {target.queue!r}{kept}."
 
 
 def _purge(target: Target) -> str:
-    return f"Purged {purge(_queue_of(target))} task(s) from {target.queue!r}."
+    return f"Purged {TaskStore().purge(_queue_of(target))} task(s) from {target.queue!r}."
 
 
 def _cancel(target: Target) -> str:

@@ -1,6 +1,6 @@
 """The task system: queues, workers, results, and Django's Tasks backend.
 
-One engine (``engine.py``) runs the queue scripts on task messages (``messages.py``);
+One store (``store.py``) runs the queue scripts on task messages (``messages.py``);
 two front doors use it: our ``@task`` (``registry.py``) and Django's Tasks framework
 (``backend.py``). Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py
 rc_worker``) run tasks (``runs.py``), record their results (``results.py``) and claim
@@ -9,11 +9,11 @@ the ticks of schedules (``schedules.py``); ``status.py`` reads what the queues h
 
 from __future__ import annotations
 
-from .engine import cancel
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, Task, current_task, defer, get_task, task
 from .results import AttemptError, TaskResult, TaskStatus, get_result
 from .schedules import periodic
+from .store import cancel
 
 __all__ = [
     "DEFAULT_QUEUE",

@@ -10,7 +10,7 @@
         }
     }
 
-A thin adapter: ``enqueue`` sends Django's task to the same engine as our ``@task``
+A thin adapter: ``enqueue`` sends Django's task to the same store as our ``@task``
 (the message carries the task's module path and this backend's alias), workers run it
 (``manage.py rc_worker``), and ``get_result`` reads the same result records. Every
 guarantee of the queue holds: at-least-once delivery, recovery after a crash, dead
@@ -38,12 +38,12 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
-from . import engine, results
-from .engine import NOW
+from . import results
 from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
 from .registry import due_at, time_limits
 from .results import TaskStatus
 from .runs import Job
+from .store import NOW, TaskStore
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -154,7 +154,7 @@ class RedisTaskBackend(BaseTaskBackend):
         except TaskSerializationError as error:
             raise TypeError(str(error)) from None
         due = NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
-        enqueued = engine.enqueue(message, payload, due)
+        enqueued = TaskStore().enqueue(message, payload, due)
         object.__setattr__(result, "enqueued_at", _django_time(enqueued.at_ms))
         task_enqueued.send(type(self), task_result=result)
         return result

@@ -38,8 +38,6 @@ from ..exceptions import (
     TaskResultDoesNotExist,
 )
 from ..guard import Busy
-from . import engine
-from .engine import NOW, Due
 from .messages import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
@@ -50,6 +48,7 @@ from .messages import (
     validate_queue,
 )
 from .results import TaskResult, TaskStatus, get_result
+from .store import NOW, Due, TaskStore, unique_key
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -168,10 +167,10 @@ class Task(Generic[P, R]):
         unique = {}
         if self.unique_for:
             unique = {
-                "unique_key": engine.unique_key(self._digest(message[0])),
+                "unique_key": unique_key(self._digest(message[0])),
                 "unique_ms": math.ceil(self.unique_for * 1000),
             }
-        enqueued = engine.enqueue(*message, due, **unique)  # type: ignore[arg-type]
+        enqueued = TaskStore().enqueue(*message, due, **unique)  # type: ignore[arg-type]
         if enqueued.duplicate_of is not None:
             return _existing(enqueued.duplicate_of, message[0])
         return new_result(message[0], enqueued.at_ms, due.run_after_ms(enqueued.at_ms))

@@ -1,6 +1,6 @@
 """Task results: what is known of a task, whichever front door enqueued it.
 
-The queue scripts write a task's result hash as its state changes (see ``engine.py``):
+The queue scripts write a task's result hash as its state changes (see ``store.py``):
 READY when enqueued (and again when it waits for a retry), SUCCESSFUL or FAILED when it
 ends; while a worker runs it, the ``running`` hash says so. This module reads both in
 one round trip. A result is kept ``TASK_RESULT_TTL`` seconds (a day by default) after
@@ -23,8 +23,8 @@ from typing import Any
 
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
-from . import engine
 from .messages import MalformedTask, TaskMessage
+from .store import TaskStore
 
 MAX_TASK_ID = 100
 # The end of a traceback is kept in a result and a dead letter; the start is in the log.
@@ -135,7 +135,7 @@ def read_results(task_ids: list[str]) -> list[TaskResult | None]:
     """
     for task_id in task_ids:
         keys.validate_name(task_id, "task_id", MAX_TASK_ID)
-    records = engine.result_records(task_ids)
+    records = TaskStore().result_records(task_ids)
     return [
         _parse(task_id, record, attempt)
         for task_id, (record, attempt) in zip(task_ids, records, strict=True)

@@ -1,7 +1,7 @@
 """One run of a task in a worker: what runs it (a :class:`Job`), and how the run ends.
 
 The worker (and, for a task stopped at its time limit, the supervisor) turns each run
-into an :class:`~redis_components.tasks.engine.Outcome` that the next fetch records:
+into an :class:`~redis_components.tasks.store.Outcome` that the next fetch records:
 done with its return value, deferred, retried after the backoff, or dead-lettered.
 """
 
@@ -15,11 +15,10 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from . import engine
-from .engine import Outcome
 from .messages import TaskMessage, to_json
 from .registry import Retry, backoff, find_task
 from .results import TaskStatus, describe, error_json
+from .store import Outcome, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -211,6 +210,6 @@ def bury(
         task_id=task_id,
         kind="bury",
         data=error_json(class_path, trace),
-        dead_entry=engine.dead_entry(payload, queue, reason, problem, trace),
+        dead_entry=dead_entry(payload, queue, reason, problem, trace),
         seconds=seconds,
     )

@@ -44,10 +44,10 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
-from . import engine
 from .messages import TaskMessage, new_task_id, to_json
 from .registry import Task, find_task
 from .results import TaskResult, read_results
+from .store import TaskStore, TickClaim
 
 logger = logging.getLogger("redis_components.scheduler")
 
@@ -283,7 +283,7 @@ class Scheduler:
         One round trip reads the schedules' next ticks and the server's clock; then one
         script claims every due tick (and enqueues their tasks).
         """
-        known, now = engine.schedule_ticks()
+        known, now = TaskStore().schedule_ticks()
         upcoming = []
         due = []
         for schedule in self.schedules:
@@ -293,7 +293,7 @@ class Scheduler:
                 tick = None
             if tick is None:  # a new schedule starts with its next tick
                 first = schedule.next_after(now)
-                engine.start_schedule(schedule.name, first)
+                TaskStore().start_schedule(schedule.name, first)
                 upcoming.append(first)
             elif tick > now:
                 upcoming.append(tick)
@@ -305,9 +305,9 @@ class Scheduler:
         return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
 
     def _claim(self, due: list[Claim]) -> None:
-        claimed = engine.claim_ticks(
+        claimed = TaskStore().claim_ticks(
             [
-                engine.TickClaim(
+                TickClaim(
                     schedule=claim.schedule.name,
                     tick=claim.tick,
                     following=claim.following,
@@ -374,7 +374,7 @@ class ScheduleState:
 def schedule_states() -> list[ScheduleState]:
     """Every schedule with its next and last run (three round trips at most)."""
     known = schedules()
-    next_ticks, last_runs = engine.schedule_records()
+    next_ticks, last_runs = TaskStore().schedule_records()
     lasts: dict[str, tuple[int, str]] = {}
     for name, value in last_runs.items():
         tick, _, task_id = value.decode("utf-8", "replace").partition(" ")

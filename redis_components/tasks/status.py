@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import conf
-from . import engine
-from .engine import known_queue_names, queue_limit
 from .messages import MalformedTask, TaskMessage, validate_queue
 from .registry import queues_in_use
+from .store import TaskStore, queue_limit
 
 UNREADABLE = "(unreadable)"
 # A list page reads at most this much of the start of an entry (a payload, a dead
@@ -66,7 +65,7 @@ def _text(value: bytes) -> str:
 
 def workers() -> list[WorkerInfo]:
     """Every registered worker, live or not yet recovered, by id."""
-    described, expiry, now_ms = engine.worker_records()
+    described, expiry, now_ms = TaskStore().worker_records()
     found = []
     for worker_id, raw_info in described.items():
         lease = expiry.get(worker_id)
@@ -112,7 +111,7 @@ def queue_names(extra: Iterable[str] = ()) -> list[str]:
 
 
 def _known_queues(registered: list[WorkerInfo], extra: Iterable[str] = ()) -> list[str]:
-    names = known_queue_names(extra)
+    names = TaskStore().known_queue_names(extra)
     names.update(queues_in_use())
     names.update(conf.TASK_QUEUE_LIMITS)
     for worker in registered:
@@ -125,7 +124,7 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
     registered = workers()
     names = list(_known_queues(registered) if queues is None else queues)
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
-    counts = engine.queue_counts(serving)
+    counts = TaskStore().queue_counts(serving)
     return [
         QueueStats(
             name,
@@ -161,7 +160,7 @@ class DeadLetter:
 def dead_letters(queue: str, count: int = 100) -> list[DeadLetter]:
     """The newest ``count`` dead letters of ``queue``, newest last."""
     validate_queue(queue)
-    return [read_dead_letter(queue, e) for e in engine.dead_letter_entries(queue, -count, -1)]
+    return [read_dead_letter(queue, e) for e in TaskStore().dead_letter_entries(queue, -count, -1)]
 
 
 def read_dead_letter(queue: str, entry: bytes) -> DeadLetter:
@@ -187,7 +186,7 @@ def dead_letter_page(queue: str, offset: int = 0, count: int = 50) -> tuple[int,
     first (one round trip; never the whole list). A long entry is read in part: its task
     cut to :data:`ARGUMENTS_SHOWN` characters, no traceback, ``whole_size`` set."""
     validate_queue(queue)
-    total, found = engine.glimpses(
+    total, found = TaskStore().glimpses(
         queue,
         "dead",
         -offset - count,
@@ -228,7 +227,7 @@ def _glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> De
 def dead_letter_entry(queue: str, index: int) -> bytes | None:
     """The raw dead letter at ``index`` (0: the newest), or ``None``."""
     validate_queue(queue)
-    return engine.dead_letter_at(queue, index)
+    return TaskStore().dead_letter_at(queue, index)
 
 
 @dataclass(frozen=True)
@@ -264,7 +263,7 @@ def waiting_tasks(
     validate_queue(queue)
     if state not in ("ready", "delayed"):
         raise ValueError(f"state must be 'ready' or 'delayed', not {state!r}")
-    total, found = engine.glimpses(
+    total, found = TaskStore().glimpses(
         queue,
         "ready" if state == "ready" else "delayed",
         offset,
@@ -371,7 +370,7 @@ class RunningTask:
 def running_tasks() -> list[RunningTask]:
     """Every task running now, by worker (two round trips)."""
     found = []
-    for task_id, begun, worker_id, message in engine.running_records():
+    for task_id, begun, worker_id, message in TaskStore().running_records():
         try:
             name = TaskMessage.decode(message).task if message else ""
         except MalformedTask:
@@ -393,7 +392,7 @@ class Minute:
 def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]:
     """Per queue, the last ``hours`` hours minute by minute, oldest first (two round trips)."""
     names = list(queues)
-    now_minute, recorded = engine.minute_counts(names, hours)
+    now_minute, recorded = TaskStore().minute_counts(names, hours)
     found = {}
     first = now_minute - hours * 60 + 1
     for name in names:

@@ -22,9 +22,9 @@ from typing import Any
 from django.db import connections
 
 from ..exceptions import InvalidInput, TimeLimitExceeded
-from .engine import fetch, fetch_keys, held_payloads, tasks_client
 from .messages import MalformedTask, TaskMessage
 from .runs import failure, job_for
+from .store import TaskStore, fetch_keys, tasks_client
 from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id, put_back_tasks
 
 logger = logging.getLogger("redis_components.worker")
@@ -210,11 +210,11 @@ class Supervisor:
 
     def _fail_over_time(self, child: _Child) -> None:
         """Record the task of a child stopped for its time limit as a failed attempt."""
-        client = tasks_client()
+        store = TaskStore()
         script_keys = fetch_keys(child.worker_id, self.queues)
         now_ms = int(time.time() * 1000)
         for position, queue in enumerate(self.queues, 1):
-            for payload in held_payloads(client, child.worker_id, queue):
+            for payload in store.held_payloads(child.worker_id, queue):
                 try:
                     message = TaskMessage.decode(payload)
                 except MalformedTask:
@@ -232,8 +232,7 @@ class Supervisor:
                 outcome = failure(
                     position, queue, payload, message, job, error, limit, reason="time limit"
                 )
-                fetch(
-                    client,
+                store.fetch(
                     child.worker_id,
                     script_keys,
                     "",

@@ -2,7 +2,7 @@
 
 ``manage.py rc_worker`` starts a :class:`~redis_components.tasks.supervisor.Supervisor`,
 which forks worker processes, each running a :class:`Worker`. The scripts it runs and
-the keys they touch are described in ``engine.py``.
+the keys they touch are described in ``store.py``.
 
 Reliable fetch across several queues
 ------------------------------------
@@ -89,12 +89,11 @@ from ..conf import conf
 from ..connection import OneConnection, private_client
 from ..connection import pubsub as new_pubsub
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
-from . import engine
-from .engine import Fetched, Outcome, ready_key, tasks_client
 from .messages import MalformedTask, TaskMessage, task_id_of, validate_queue
 from .registry import running, stop_running
 from .runs import Job, bury, failure, job_for, success
 from .schedules import Scheduler, schedules
+from .store import Fetched, Heartbeat, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -198,8 +197,7 @@ def put_back_tasks(
     live worker finds the lease run out.
     """
     try:
-        result = engine.recover_worker(
-            client,
+        result = TaskStore(client).recover_worker(
             worker_id,
             queues,
             only_if_expired=only_if_expired,
@@ -259,7 +257,7 @@ class Worker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._heartbeat_stop = threading.Event()
-        self._keys = engine.fetch_keys(self.id, self.queues)
+        self._keys = fetch_keys(self.id, self.queues)
         # Each queue's wake-up channel is named like its ready set.
         self._channels = [ready_key(queue) for queue in self.queues]
         self._mode = "take+move" if scheduler else "take"
@@ -311,16 +309,22 @@ class Worker:
         return own[1]
 
     @property
-    def _loop_client(self) -> OneConnection:
-        """The connection of the loop's fetches: one script call per task, so it skips
-        the client's layers (see OneConnection). Only the loop's thread uses it."""
+    def store(self) -> TaskStore:
+        """The task store on this worker's own client."""
+        return TaskStore(self.client)
+
+    @property
+    def _loop_store(self) -> TaskStore:
+        """The store of the loop's fetches, on one held connection: one script call per
+        task, so it skips the client's layers (see OneConnection). Only the loop's thread
+        uses it."""
         client = self.client
         held = self._loop_connection
         if held is None or held.client is not client:
             if held is not None:
                 held.close()
             held = self._loop_connection = OneConnection(client)
-        return held
+        return TaskStore(held)
 
     @property
     def wakeup_fd(self) -> int:
@@ -418,9 +422,7 @@ class Worker:
             self._fetch(take=False)
         # A take whose reply was lost left a task in our in-progress set that we do not
         # know of: put it back (we run nothing now) and register again.
-        engine.recover_worker(
-            self.client, self.id, self.queues, only_if_expired=False, max_crashes=0
-        )
+        self.store.recover_worker(self.id, self.queues, only_if_expired=False, max_crashes=0)
         self._beat()
         self._reclaim = False
 
@@ -428,8 +430,7 @@ class Worker:
         outcome = self._outcome
         mode = self._mode if take else ""
         queue = self.queues[outcome.position - 1] if outcome else ""
-        fetched = engine.fetch(
-            self._loop_client,
+        fetched = self._loop_store.fetch(
             self.id,
             self._keys,
             mode,
@@ -643,12 +644,11 @@ class Worker:
                 self._disconnected(error)
         return False
 
-    def _beat(self) -> engine.Heartbeat:
+    def _beat(self) -> Heartbeat:
         """Renew this worker's lease (and the scheduler's, if it may lead)."""
         lease_ms = round(self.heartbeat_interval * 1500)
         running_task = self._running
-        beat = engine.heartbeat(
-            self.client,
+        beat = self.store.heartbeat(
             self.id,
             lease_ms,
             self._info,
@@ -722,9 +722,7 @@ class Worker:
             return
         outcome = Outcome(position=position, payload=payload, task_id=task_id, kind="cancel")
         queue = self.queues[position - 1]
-        fetched = engine.fetch(
-            self.client, self.id, self._keys, "", outcome, queue=queue, hour=self._hour
-        )
+        fetched = self.store.fetch(self.id, self._keys, "", outcome, queue=queue, hour=self._hour)
         if fetched.recorded:  # still running it: it finished otherwise
             logger.warning("Task %s was cancelled while running: stopping this process", task_id)
             self._terminate()
@@ -733,10 +731,10 @@ class Worker:
         try:
             worker_id = validate_worker_id(raw_id.decode())
         except ValueError:  # not a worker of ours: drop its lease, or it blocks the others
-            engine.drop_lease(self.client, raw_id)
+            self.store.drop_lease(raw_id)
             logger.warning("Dropped the expired lease of %r, which is not a worker id", raw_id)
             return
-        raw_info = engine.worker_description(self.client, worker_id)
+        raw_info = self.store.worker_description(worker_id)
         try:
             described = json.loads(raw_info) if raw_info else {}
             queues = [validate_queue(queue) for queue in described["queues"]]

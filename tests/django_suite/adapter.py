@@ -15,7 +15,7 @@ from typing import Any
 from django.tasks import Task, TaskResult  # only Django 6 ships these tests
 
 from redis_components.tasks.backend import P, R, RedisTaskBackend
-from redis_components.tasks.engine import purge, result_key, tasks_client
+from redis_components.tasks.store import TaskStore, result_key, tasks_client
 from redis_components.tasks.worker import Worker
 
 
@@ -36,7 +36,7 @@ class EnqueueOnly(RedisTaskBackend):
     def clear(self) -> None:
         """Forget every task it enqueued: out of their queues, their results deleted."""
         for queue in {result.task.queue_name for result in self.results}:
-            purge(queue)
+            TaskStore().purge(queue)
         if self.results:
             tasks_client().delete(*(result_key(result.id) for result in self.results))
         self.results.clear()

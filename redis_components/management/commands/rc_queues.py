@@ -10,10 +10,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...exceptions import ConfigurationError, InvalidInput, TaskNotCancellable
-from ...tasks.engine import cancel, purge, requeue_dead
 from ...tasks.messages import validate_queue
 from ...tasks.schedules import schedule_states
 from ...tasks.status import queue_names, queue_stats, workers
+from ...tasks.store import TaskStore, cancel
 
 
 def _time(when: datetime.datetime | None) -> str:
@@ -153,7 +153,7 @@ class Command(BaseCommand):
     def requeue(self, queue: str) -> None:
         names = [validate_queue(queue)] if queue else queue_names()
         for name in names:
-            moved, left = requeue_dead(name)
+            moved, left = TaskStore().requeue_dead(name)
             if moved or left or queue:
                 kept = f"; left {left} that are not tasks this app can run" if left else ""
                 self.stdout.write(f"{name}: requeued {moved} dead tasks{kept}")
@@ -172,5 +172,5 @@ class Command(BaseCommand):
                 answer = ""
             if answer.strip().lower() not in ("y", "yes"):
                 raise CommandError("Nothing was deleted.")
-        deleted = purge(queue)
+        deleted = TaskStore().purge(queue)
         self.stdout.write(f"{queue}: deleted {deleted} tasks (there were {waiting} a moment ago)")

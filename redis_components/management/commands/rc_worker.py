@@ -12,9 +12,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import conf
 from ...connection import get_client
 from ...exceptions import InvalidInput
-from ...tasks.engine import server_warnings
 from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import queues_in_use, registered_tasks
+from ...tasks.store import server_warnings
 from ...tasks.supervisor import Supervisor
 from ._console import configure_logging
 

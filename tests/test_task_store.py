@@ -1,37 +1,50 @@
-"""The queue engine's scripts: enqueue ranks, recovery, requeueing and purging."""
+"""The task store and its scripts: enqueue ranks, recovery, requeueing and purging."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+from collections.abc import Callable
 
 import pytest
 import redis
 from django.test import override_settings
 
-from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result, task
+from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result, scripts, task
 from redis_components.exceptions import InvalidInput, TaskNotDurable
-from redis_components.tasks.engine import (
+from redis_components.scripts import load
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.store import (
     BAND,
     FIRST,
+    NOW,
+    Outcome,
+    TaskStore,
+    TickClaim,
+    cancel_call,
+    claim_call,
     counter_key,
     dead_key,
     delayed_key,
-    fetch,
+    enqueue_call,
+    entry_heads_call,
+    fetch_call,
     fetch_keys,
-    heartbeat,
+    forget_call,
+    heartbeat_call,
     leases_key,
-    purge,
     rank,
     ready_key,
-    recover_worker,
-    requeue_dead,
+    recover_call,
+    requeue_dead_call,
     result_key,
     running_key,
     running_tasks_key,
     server_warnings,
     tasks_client,
+    unique_key,
 )
-from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.worker import Worker
 from tests.processes import run_processes
 from tests.testapp import tasks
@@ -52,7 +65,7 @@ def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> No
 
 
 def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
-    urgent = task(name="tests.test_task_engine.urgent", queue="test", priority=10)(tasks.record)
+    urgent = task(name="tests.test_task_store.urgent", queue="test", priority=10)(tasks.record)
     tasks.record.enqueue("first")
     urgent.enqueue("urgent")
     tasks.record.enqueue("second")
@@ -64,8 +77,8 @@ def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
 def take(worker_id: str, queues: list[str]) -> bytes | None:
     """Register a worker and take one task for it, as a worker's first fetch does."""
     client = tasks_client()
-    heartbeat(client, worker_id, 60_000, json.dumps({"queues": queues}), queues)
-    return fetch(client, worker_id, fetch_keys(worker_id, queues), "take", None).payload
+    TaskStore(client).heartbeat(worker_id, 60_000, json.dumps({"queues": queues}), queues)
+    return TaskStore(client).fetch(worker_id, fetch_keys(worker_id, queues), "take", None).payload
 
 
 def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.Redis) -> None:
@@ -75,7 +88,9 @@ def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.R
     assert get_result(first.id).status is TaskStatus.RUNNING
     tasks.record.enqueue("third")
     with override_settings(REDIS_COMPONENTS={"TASK_MAX_CRASHES": 3}):
-        assert recover_worker(r, "ghost.1.1.a", ["test"], only_if_expired=False, max_crashes=3) == (
+        assert TaskStore(r).recover_worker(
+            "ghost.1.1.a", ["test"], only_if_expired=False, max_crashes=3
+        ) == (
             1,
             0,
         )
@@ -94,7 +109,9 @@ def test_a_task_found_after_too_many_crashes_is_dead_lettered_and_failed(r: redi
     for attempt in range(2):
         worker_id = f"ghost.1.{attempt}.abc"
         assert take(worker_id, ["test"]) is not None
-        counts = recover_worker(r, worker_id, ["test"], only_if_expired=False, max_crashes=2)
+        counts = TaskStore(r).recover_worker(
+            worker_id, ["test"], only_if_expired=False, max_crashes=2
+        )
         assert counts == ((1, 0) if attempt == 0 else (0, 1))
     [entry] = r.lrange(dead_key("test"), 0, -1)
     letter = json.loads(entry)
@@ -115,7 +132,9 @@ def test_a_payload_that_is_not_a_task_is_dead_lettered_when_its_worker_dies(
 ) -> None:
     r.zadd(ready_key("test"), {payload: 1})
     assert take("ghost.3.1.a", ["test"]) == payload
-    assert recover_worker(r, "ghost.3.1.a", ["test"], only_if_expired=False, max_crashes=3) == (
+    assert TaskStore(r).recover_worker(
+        "ghost.3.1.a", ["test"], only_if_expired=False, max_crashes=3
+    ) == (
         0,
         1,
     )
@@ -132,7 +151,9 @@ def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
     for attempt in (1, 2):
         worker_id = f"ghost.2.{attempt}.abc"
         assert take(worker_id, ["test"]) is not None
-        assert recover_worker(r, worker_id, ["test"], only_if_expired=False, max_crashes=5) == (
+        assert TaskStore(r).recover_worker(
+            worker_id, ["test"], only_if_expired=False, max_crashes=5
+        ) == (
             1,
             0,
         )
@@ -144,7 +165,10 @@ def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
 def test_recovery_skips_a_worker_whose_lease_is_alive(r: redis.Redis) -> None:
     tasks.record.enqueue("held")
     assert take("alive.1.1.a", ["test"]) is not None
-    assert recover_worker(r, "alive.1.1.a", ["test"], only_if_expired=True, max_crashes=3) is None
+    assert (
+        TaskStore(r).recover_worker("alive.1.1.a", ["test"], only_if_expired=True, max_crashes=3)
+        is None
+    )
     assert r.zcard(running_key("alive.1.1.a", "test")) == 1
     assert r.zscore(leases_key(), "alive.1.1.a") is not None
 
@@ -159,14 +183,14 @@ def test_requeue_dead_gives_fresh_retries_and_leaves_what_is_not_a_task(
     r.rpush(dead_key("test"), json.dumps({"task": tired.encode(), "reason": "failed"}))
     r.rpush(dead_key("test"), json.dumps({"task": "undecodable", "reason": "undecodable"}))
     r.rpush(dead_key("test"), b"\xff not even json")
-    assert requeue_dead("test") == (1, 2)
+    assert TaskStore().requeue_dead("test") == (1, 2)
     [raw] = r.zrange(ready_key("test"), 0, -1)
     assert TaskMessage.decode(raw) == TaskMessage(
         result.id, "tests.testapp.tasks.record", "test", ["x"], {}
     )
     assert r.llen(dead_key("test")) == 2
     assert get_result(result.id).status is TaskStatus.READY
-    assert requeue_dead("test") == (0, 2)
+    assert TaskStore().requeue_dead("test") == (0, 2)
 
 
 def test_purge_deletes_waiting_and_dead_tasks(redis_mode: str, r: redis.Redis) -> None:
@@ -174,7 +198,7 @@ def test_purge_deletes_waiting_and_dead_tasks(redis_mode: str, r: redis.Redis) -
     tasks.record.enqueue_in(60, "b")
     r.rpush(dead_key("test"), "{}")
     r.zadd(ready_key("other"), {"{}": 1})
-    assert purge("test") == 3
+    assert TaskStore().purge("test") == 3
     assert r.exists(ready_key("test"), delayed_key("test"), dead_key("test")) == 0
     assert r.zcard(ready_key("other")) == 1
 
@@ -226,7 +250,7 @@ def test_cancel_removes_a_waiting_task_and_says_cancelled(r: redis.Redis) -> Non
 def test_cancel_finds_a_task_waiting_for_a_retry_or_after_a_crash(r: redis.Redis) -> None:
     result = tasks.record.enqueue("crashed")
     assert take("ghost.7.1.a", ["test"]) is not None
-    recover_worker(r, "ghost.7.1.a", ["test"], only_if_expired=False, max_crashes=3)
+    TaskStore(r).recover_worker("ghost.7.1.a", ["test"], only_if_expired=False, max_crashes=3)
     [raw] = r.zrange(ready_key("test"), 0, -1)
     assert TaskMessage.decode(raw).crashes == 1  # its payload changed
     assert cancel(result.id) == "cancelled"
@@ -285,3 +309,101 @@ def test_finished_tasks_are_counted_per_minute(r: redis.Redis) -> None:
     counts = {field.decode().split(":")[1]: int(n) for field, n in r.hgetall(key).items()}
     assert counts == {"processed": 1}
     assert 0 < r.pttl(key) <= 25 * 3600 * 1000
+
+
+# -- each script's builder against the script's header -------------------------------
+
+
+def header_numbers(script: str, section: str) -> list[int]:
+    """The numbers of the items a script's header lists in ``section`` (KEYS or ARGV):
+    ``3)``, not the open-ended ``7...)`` of a repeated part."""
+    header = itertools.takewhile(
+        lambda line: line.startswith("--"), load(script).source.splitlines()
+    )
+    text, current = {"KEYS": "", "ARGV": ""}, ""
+    for line in header:
+        body = line[2:].strip()
+        for name in ("KEYS:", "ARGV:", "Returns:"):
+            if body.startswith(name):
+                current, body = name[:-1], body.removeprefix(name)
+        if current in text:
+            text[current] += f" {body}"
+    item = r"(?<![\w.])(?<!ARGV )(?<!KEYS )(\d+)\)"  # not "(ARGV 3)", a reference to one
+    return [int(number) for number in re.findall(item, text[section])]
+
+
+def _message(n: int) -> TaskMessage:
+    return TaskMessage(f"{n:032x}", "t", f"q{n}", [n], {}, priority=n)
+
+
+def _outcome() -> Outcome:
+    return Outcome(position=1, payload=b"{}", task_id="ab", kind="ok", data="1", seconds=0.1)
+
+
+def _claims(n: int) -> list[TickClaim]:
+    return [
+        TickClaim(
+            schedule=f"s{i}", tick=1, following=2, run=True, message=_message(i), payload="{}"
+        )
+        for i in range(n)
+    ]
+
+
+# Each builder with one and with two of whatever its script repeats (queues, entries...).
+BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
+    "queue_enqueue": lambda n: enqueue_call(
+        message=_message(n), payload="{}", due=NOW, limit=0, unique_key="", unique_ms=0
+    ),
+    "queue_fetch": lambda n: fetch_call(
+        worker_id="w",
+        worker_keys=fetch_keys("w", [f"q{i}" for i in range(n)]),
+        mode="take",
+        outcome=_outcome(),
+        queue="q0",
+        hour=1,
+        taken_ms=5,
+    ),
+    "queue_heartbeat": lambda n: heartbeat_call(
+        worker_id="w",
+        lease_ms=1,
+        info="{}",
+        queues=[f"q{i}" for i in range(n)],
+        lead=True,
+        running_id="ab",
+    ),
+    "queue_recover": lambda n: recover_call(
+        worker_id="w",
+        queues=[f"q{i}" for i in range(n)],
+        task_ids=[f"{i:032x}" for i in range(n)],
+        only_if_expired=True,
+        max_crashes=1,
+    ),
+    "queue_requeue_dead": lambda n: requeue_dead_call(
+        queue="q", entries=[(b"{}", _message(i)) for i in range(n)]
+    ),
+    "queue_cancel": lambda n: cancel_call(
+        task_id="ab", queue="q", payload=b"{}", unique=unique_key("d"), terminate=True
+    ),
+    "queue_forget": lambda n: forget_call(names=[f"q{i}" for i in range(n)], hours=[1, 2]),
+    "entry_heads": lambda n: entry_heads_call(key="k", first=0, last=1, start_bytes=1, end_bytes=1),
+    "schedule_claim": lambda n: claim_call(claims=_claims(n)),
+}
+
+
+def test_every_script_of_the_task_system_has_a_builder() -> None:
+    ours = {name for name in scripts.available() if name.startswith(("queue_", "schedule_"))}
+    assert ours | {"entry_heads"} == set(BUILDERS)
+
+
+@pytest.mark.parametrize("script", sorted(BUILDERS))
+def test_each_builder_fills_the_keys_and_arguments_its_script_numbers(script: str) -> None:
+    """The items a header numbers 1) to N) are exactly the fixed part of what its builder
+    sends: what grows from one repeated item to two is the repeated part, the rest must
+    be N long."""
+    one, two = BUILDERS[script](1), BUILDERS[script](2)
+    assert one[0] is two[0] is load(script)
+    for section, index in (("KEYS", 1), ("ARGV", 2)):
+        numbers = header_numbers(script, section)
+        assert numbers == list(range(1, len(numbers) + 1)), (script, section, numbers)
+        repeated = len(two[index]) - len(one[index])
+        assert len(one[index]) - repeated == len(numbers), (script, section)

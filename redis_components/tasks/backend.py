@@ -39,10 +39,10 @@ from .. import keys
 from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
 from . import results
+from .execution import Job
 from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
 from .registry import due_at, time_limits
 from .results import TaskStatus
-from .runs import Job
 from .store import NOW, TaskStore
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):

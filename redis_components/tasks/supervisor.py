@@ -21,9 +21,8 @@ from typing import Any
 
 from django.db import connections
 
-from ..exceptions import InvalidInput, TimeLimitExceeded
-from .messages import MalformedTask, TaskMessage
-from .runs import failure, job_for
+from ..exceptions import InvalidInput
+from .execution import over_time
 from .store import TaskStore, fetch_keys, tasks_client
 from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id, put_back_tasks
 
@@ -213,33 +212,26 @@ class Supervisor:
         store = TaskStore()
         script_keys = fetch_keys(child.worker_id, self.queues)
         now_ms = int(time.time() * 1000)
+        stopped = f"stopped worker process {child.slot} (pid {child.process.pid})"
         for position, queue in enumerate(self.queues, 1):
             for payload in store.held_payloads(child.worker_id, queue):
-                try:
-                    message = TaskMessage.decode(payload)
-                except MalformedTask:
-                    continue  # recovery dead-letters it
-                job = job_for(message, child.worker_id, now_ms)
-                if isinstance(job, str):
-                    continue
-                limit = job.time_limit or 0.0
-                logger.error(
-                    "Task %s[%s] ran past its time limit of %g s: stopped worker process %d "
-                    "(pid %s)",
-                    *(message.task, message.id, limit, child.slot, child.process.pid),
-                )
-                error = TimeLimitExceeded(f"the task ran past its time limit of {limit:g} s")
-                outcome = failure(
-                    position, queue, payload, message, job, error, limit, reason="time limit"
-                )
-                store.fetch(
-                    child.worker_id,
-                    script_keys,
-                    "",
-                    outcome,
+                outcome = over_time(
+                    payload,
+                    position=position,
                     queue=queue,
-                    hour=now_ms // 3_600_000,
+                    worker_id=child.worker_id,
+                    now_ms=now_ms,
+                    stopped=stopped,
                 )
+                if outcome is not None:
+                    store.fetch(
+                        child.worker_id,
+                        script_keys,
+                        "",
+                        outcome,
+                        queue=queue,
+                        hour=now_ms // 3_600_000,
+                    )
 
     def _exited(self, child: _Child, stopping: bool) -> bool:
         """Handle a child that exited; True if it died and should be replaced."""

@@ -82,16 +82,14 @@ from types import CodeType, FrameType
 from typing import Any, NoReturn
 
 import redis
-from django.db import close_old_connections
 from redis.client import PubSub
 
 from ..conf import conf
 from ..connection import OneConnection, private_client
 from ..connection import pubsub as new_pubsub
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
-from .messages import MalformedTask, TaskMessage, task_id_of, validate_queue
-from .registry import running, stop_running
-from .runs import Job, bury, failure, job_for, success
+from .execution import Job, execute
+from .messages import validate_queue
 from .schedules import Scheduler, schedules
 from .store import Fetched, Heartbeat, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
 
@@ -506,43 +504,26 @@ class Worker:
     def _run(self, fetched: Fetched) -> None:
         position, payload = fetched.position, fetched.payload
         assert payload is not None
-        queue = self.queues[position - 1]
         self._taken_ms = fetched.now_ms
-        try:
-            message = TaskMessage.decode(payload)
-        except MalformedTask as error:
-            logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
-            task_id = task_id_of(payload)
-            self._outcome = bury(position, queue, payload, task_id, "undecodable", str(error))
-            return
-        job = job_for(message, self.id, fetched.now_ms)
-        if isinstance(job, str):
-            logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
-            self._outcome = bury(position, queue, payload, message.id, "unknown task", job)
-            return
 
-        close_old_connections()
-        running_task, token = running(message)
-        self._running = (position, payload, message.id)
-        started = time.perf_counter()
-        self._start_limits(job)
-        try:
-            value = self._call(job)
-        except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
-            self._stop_limits()
-            seconds = time.perf_counter() - started
-            self._outcome = failure(position, queue, payload, message, job, error, seconds)
-        else:
-            self._stop_limits()
-            seconds = time.perf_counter() - started
-            self._outcome = success(
-                position, queue, payload, message, job, value, running_task.deferred_for, seconds
-            )
-        finally:
-            self._running = None
-            stop_running(token)
-            close_old_connections()
-        self.processed += 1
+        def call(job: Job) -> Any:
+            self._running = (position, payload, job.message.id)
+            self._start_limits(job)
+            try:
+                return self._call(job)
+            finally:
+                self._stop_limits()
+                self._running = None
+                self.processed += 1
+
+        self._outcome = execute(
+            payload,
+            position=position,
+            queue=self.queues[position - 1],
+            worker_id=self.id,
+            now_ms=fetched.now_ms,
+            call=call,
+        )
 
     def _call(self, job: Job) -> Any:
         """Run the task's code; a process the task forked ends here, whatever happened.

@@ -1,8 +1,13 @@
-"""One run of a task in a worker: what runs it (a :class:`Job`), and how the run ends.
+"""Executing a task: a taken payload in, the :class:`~redis_components.tasks.store.Outcome`
+that the next fetch records out.
 
-The worker (and, for a task stopped at its time limit, the supervisor) turns each run
-into an :class:`~redis_components.tasks.store.Outcome` that the next fetch records:
-done with its return value, deferred, retried after the backoff, or dead-lettered.
+:func:`execute` is the one path a worker runs a task by: decoding (a payload that is
+not a task is dead-lettered), finding what runs it (a :class:`Job`: our ``@task``, or
+Django's with its context and signals), the current task and database connections
+around the call, and how the run ends: done with its return value, deferred, retried
+after the backoff, or dead-lettered. The worker gives only the call itself (its time
+limits, its guard against forked children); for a task stopped at its time limit, the
+supervisor records the failed attempt with :func:`over_time`.
 """
 
 from __future__ import annotations
@@ -10,13 +15,16 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.db import close_old_connections
 
-from .messages import TaskMessage, to_json
-from .registry import Retry, backoff, find_task
+from ..exceptions import TimeLimitExceeded
+from .messages import MalformedTask, TaskMessage, task_id_of, to_json
+from .registry import Retry, backoff, find_task, running, stop_running
 from .results import TaskStatus, describe, error_json
 from .store import Outcome, dead_entry
 
@@ -86,6 +94,70 @@ def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
     except ImportError as error:
         return f"Django's Tasks framework is not installed here ({error})"
     return django_job(message, worker_id, now_ms)
+
+
+def execute(
+    payload: bytes,
+    *,
+    position: int,
+    queue: str,
+    worker_id: str,
+    now_ms: int,
+    call: Callable[[Job], Any],
+) -> Outcome:
+    """Run the task of ``payload`` (taken from ``queue``, the worker's ``position``-th,
+    at ``now_ms``) by ``call(job)``, and say how it ended.
+
+    ``call`` runs the job (``Job.call`` at the least) and may raise anything the task
+    raised; everything but a ``BaseException`` that is not ``SystemExit`` (a
+    ``KeyboardInterrupt``) is an outcome of the task, never an error of the worker.
+    """
+    try:
+        message = TaskMessage.decode(payload)
+    except MalformedTask as error:
+        logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
+        return bury(position, queue, payload, task_id_of(payload), "undecodable", str(error))
+    job = job_for(message, worker_id, now_ms)
+    if isinstance(job, str):
+        logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
+        return bury(position, queue, payload, message.id, "unknown task", job)
+    close_old_connections()
+    running_task, token = running(message)
+    started = time.perf_counter()
+    try:
+        value = call(job)
+    except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
+        seconds = time.perf_counter() - started
+        return failure(position, queue, payload, message, job, error, seconds)
+    else:
+        seconds = time.perf_counter() - started
+        deferred_for = running_task.deferred_for
+        return success(position, queue, payload, message, job, value, deferred_for, seconds)
+    finally:
+        stop_running(token)
+        close_old_connections()
+
+
+def over_time(
+    payload: bytes, *, position: int, queue: str, worker_id: str, now_ms: int, stopped: str
+) -> Outcome | None:
+    """The failed attempt of a task whose process was ``stopped`` (how, for the log) at
+    its hard time limit; ``None`` for a payload that is not a task it can run (recovery
+    dead-letters it)."""
+    try:
+        message = TaskMessage.decode(payload)
+    except MalformedTask:
+        return None
+    job = job_for(message, worker_id, now_ms)
+    if isinstance(job, str):
+        return None
+    limit = job.time_limit or 0.0
+    logger.error(
+        "Task %s[%s] ran past its time limit of %g s: %s",
+        *(message.task, message.id, limit, stopped),
+    )
+    error = TimeLimitExceeded(f"the task ran past its time limit of {limit:g} s")
+    return failure(position, queue, payload, message, job, error, limit, reason="time limit")
 
 
 def success(

@@ -25,7 +25,8 @@ waiting for one are separate:
   redis-py resubscribes and the confirmation itself makes the worker take again. Idle
   workers wait with a client-side ``select`` (no blocking command, so the server's
   ``hz`` does not delay them): until the next delayed task is due, a message, a
-  signal, or at most one heartbeat interval, the last only as a safety net.
+  signal, or at most one heartbeat interval, the last only as a safety net
+  (``waker.py``; the running task's time limits are in ``limits.py``).
 
 Every idle worker of a queue wakes for the first task of an empty queue (Pub/Sub is a
 broadcast); they race for it with the take script, and each one that finds nothing
@@ -69,8 +70,6 @@ import json
 import logging
 import os
 import re
-import select
-import signal
 import socket
 import sys
 import threading
@@ -78,46 +77,21 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
-from types import CodeType, FrameType
 from typing import Any, NoReturn
 
 import redis
-from redis.client import PubSub
 
 from ..conf import conf
 from ..connection import OneConnection, private_client
-from ..connection import pubsub as new_pubsub
-from ..exceptions import InvalidInput, SoftTimeLimitExceeded
+from ..exceptions import InvalidInput
 from .execution import Job, execute
+from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import Scheduler, schedules
 from .store import Fetched, Heartbeat, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
+from .waker import Waker
 
 logger = logging.getLogger("redis_components.worker")
-
-# Code that a soft time limit never interrupts: an exception between a redis-py send
-# and its read would leave a reply on a pooled connection for the next command to read;
-# one inside this library could come between a grant (a lock, a permit) and the code
-# that releases it on error; hiredis calls back into Python from C.
-PROTECTED_PACKAGES = frozenset({"redis", "hiredis", "django_redis", "redis_components"})
-
-
-def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
-    """The innermost frame of a task's own code on the stack that ends in ``frame``.
-
-    The task's code is what the function whose code is ``entry`` (a job's ``call``)
-    calls, directly or not, outside the protected packages: the frame returned is the
-    first one outward of every protected frame. ``None`` when no task code is running
-    (the worker's own code, or a protected frame called right from ``entry``).
-    """
-    found = frame
-    while frame is not None:
-        if frame.f_code is entry:
-            return None if found is frame else found
-        if (frame.f_globals.get("__name__") or "").partition(".")[0] in PROTECTED_PACKAGES:
-            found = frame.f_back
-        frame = frame.f_back
-    return None
 
 
 def _end_forked_child(error: BaseException | None) -> NoReturn:
@@ -251,13 +225,10 @@ class Worker:
         self.heartbeat_interval = conf.TASK_HEARTBEAT_INTERVAL
         self.processed = 0
         self._stopping = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         self._heartbeat_stop = threading.Event()
         self._keys = fetch_keys(self.id, self.queues)
         # Each queue's wake-up channel is named like its ready set.
-        self._channels = [ready_key(queue) for queue in self.queues]
+        self._waker = Waker([ready_key(queue) for queue in self.queues])
         self._mode = "take+move" if scheduler else "take"
         self._info = json.dumps(
             {
@@ -267,26 +238,19 @@ class Worker:
                 "started_at": round(time.time(), 3),
             }
         )
-        self._pubsub: PubSub | None = None
         # How the last task ended, to record with the next fetch (kept until recorded).
         self._outcome: Outcome | None = None
         # The task running now (position, payload, id), for a termination request.
         self._running: tuple[int, bytes, str] | None = None
         # The server's time at the last fetch (ms): its hour files the throughput counts.
         self._now_ms = int(time.time() * 1000)
-        # A shared double (monotonic seconds) that rc_worker's supervisor watches: past
-        # it, it stops this process (the hard time limit). 0: no deadline.
-        self._deadline = deadline
+        self._limits = TimeLimits(deadline)
         self._terminate = terminate
         self._pid = os.getpid()
         self._own_client: tuple[redis.Redis, redis.Redis] | None = None
         self._loop_connection: OneConnection | None = None
         # The server's time (ms) when the running (or last) task was taken.
         self._taken_ms = 0
-        # While a task with a soft time limit runs: the code of its job's ``call``.
-        self._soft_limit_entry: CodeType | None = None
-        # While it watches for the task's code to raise it there: the trace it replaced.
-        self._traced_before: tuple[Any] | None = None
         self._schedules = schedules() if scheduler else []
         self._leader = False
         self._leading = threading.Event()  # set while this worker holds the scheduler's lease
@@ -327,7 +291,7 @@ class Worker:
     @property
     def wakeup_fd(self) -> int:
         """A non-blocking fd to pass to ``signal.set_wakeup_fd``: a signal ends an idle wait."""
-        return self._wake_w
+        return self._waker.fd
 
     def request_stop(self) -> None:
         """Stop after the running task. Only sets a flag: safe in a signal handler."""
@@ -336,9 +300,7 @@ class Worker:
     def stop(self) -> None:
         """Stop after the running task, waking an idle wait at once (from any thread)."""
         self._stopping = True
-        # A full pipe already holds a wake-up.
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"s")
+        self._waker.wake()
 
     def run(self) -> int:
         """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran."""
@@ -349,7 +311,7 @@ class Worker:
             threads.append(
                 threading.Thread(target=self._schedule, name="rc-scheduler", daemon=True)
             )
-        alarm = self._catch_soft_time_limits()
+        self._limits.catch_soft_limits()
         crashed = True
         try:
             if not self._register():
@@ -365,17 +327,13 @@ class Worker:
             for thread in threads:
                 if thread.is_alive():
                     thread.join()
-            if alarm is not None:
-                signal.signal(signal.SIGALRM, alarm)
+            self._limits.release_signal()
             self._leave(crashed)
-            if self._pubsub is not None:
-                self._pubsub.close()
             if self._loop_connection is not None:
                 self._loop_connection.close()
             if self._own_client is not None:
                 self._own_client[1].connection_pool.disconnect()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._waker.close()
         logger.info("Worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
 
@@ -455,49 +413,7 @@ class Worker:
     def _idle(self, wait_ms: int) -> None:
         """Wait for a wake-up message, the next due time, a signal, or one interval."""
         interval = self.heartbeat_interval
-        timeout = interval if wait_ms < 0 else min(wait_ms / 1000, interval)
-        if self._pubsub is None:
-            self._subscribe()
-            return  # take again: a task may have come before the subscription
-        if self._drain_messages():
-            return
-        sock = getattr(self._pubsub.connection, "_sock", None)
-        if sock is None:  # pragma: no cover - redis-py reconnects lazily
-            self._pubsub.get_message(timeout=min(timeout, 0.1))
-            return
-        select.select([sock, self._wake_r], [], [], timeout)
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except BlockingIOError:
-            pass
-        self._drain_messages()
-
-    def _subscribe(self) -> None:
-        pubsub: PubSub = new_pubsub(self.client)
-        try:
-            pubsub.subscribe(*self._channels)
-            confirmed = 0
-            deadline = time.monotonic() + 10
-            while confirmed < len(self._channels):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
-                message = pubsub.get_message(timeout=left)
-                if message is not None and message["type"] == "subscribe":
-                    confirmed += 1
-        except BaseException:
-            pubsub.close()
-            raise
-        self._pubsub = pubsub
-
-    def _drain_messages(self) -> bool:
-        """Read every pending wake-up (or resubscription) message; True if there was one."""
-        assert self._pubsub is not None
-        got = False
-        while self._pubsub.get_message(timeout=0) is not None:
-            got = True
-        return got
+        self._waker.wait(self.client, interval if wait_ms < 0 else min(wait_ms / 1000, interval))
 
     # -- running one task ---------------------------------------------------------------
 
@@ -508,11 +424,11 @@ class Worker:
 
         def call(job: Job) -> Any:
             self._running = (position, payload, job.message.id)
-            self._start_limits(job)
+            self._limits.start(job)
             try:
                 return self._call(job)
             finally:
-                self._stop_limits()
+                self._limits.stop()
                 self._running = None
                 self.processed += 1
 
@@ -540,77 +456,6 @@ class Worker:
         if os.getpid() != self._pid:
             _end_forked_child(None)
         return value
-
-    # -- time limits -----------------------------------------------------------------------
-
-    def _catch_soft_time_limits(self) -> Any:
-        """In the main thread, make SIGALRM raise SoftTimeLimitExceeded in a running task;
-        return the handler it replaces (``None`` where signals cannot be used).
-
-        The exception is raised only in the task's own code (see :func:`task_frame`).
-        When the signal finds the task inside redis-py or this library, it is raised as
-        soon as the task's code runs again: a trace function, installed only until then,
-        watches for it. When it finds the worker's own code (the task has returned), it
-        is dropped.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return None
-
-        def expired(signum: int, frame: FrameType | None) -> None:
-            entry = self._soft_limit_entry
-            if entry is None:
-                return  # the task has returned: its limit no longer applies
-            target = task_frame(frame, entry)
-            if target is frame:
-                self._soft_limit_entry = None  # raised once; the task may catch it
-                raise SoftTimeLimitExceeded("the task ran past its soft time limit")
-            self._raise_when_task_code_runs(entry, target)
-
-        return signal.signal(signal.SIGALRM, expired)
-
-    def _raise_when_task_code_runs(self, entry: CodeType, target: FrameType | None) -> None:
-        """Trace this thread until the task's code runs, and raise the soft limit there."""
-        if self._traced_before is not None:
-            return  # already watching
-        self._traced_before = (sys.gettrace(),)
-
-        def trace(frame: FrameType, event: str, arg: Any) -> Any:
-            if self._soft_limit_entry is not entry:
-                return None
-            if task_frame(frame, entry) is not frame:
-                return None  # no line events in protected code: they would cost time
-            self._soft_limit_entry = None
-            self._stop_tracing()
-            raise SoftTimeLimitExceeded("the task ran past its soft time limit")
-
-        if target is not None:  # the frame that the protected call returns to
-            target.f_trace = trace
-            target.f_trace_lines = True
-        sys.settrace(trace)
-
-    def _stop_tracing(self) -> None:
-        if self._traced_before is not None:
-            sys.settrace(self._traced_before[0])
-            self._traced_before = None
-
-    def _start_limits(self, job: Job) -> None:
-        if job.soft_time_limit is not None:
-            if threading.current_thread() is threading.main_thread():
-                self._soft_limit_entry = type(job).call.__code__
-                signal.setitimer(signal.ITIMER_REAL, job.soft_time_limit)
-            else:
-                logger.warning("Soft time limits work in a worker's main thread only")
-        if job.time_limit is not None and self._deadline is not None:
-            self._deadline.value = time.monotonic() + job.time_limit
-
-    def _stop_limits(self) -> None:
-        # First forget the limit: a SIGALRM that comes now finds nothing to raise.
-        self._soft_limit_entry = None
-        self._stop_tracing()
-        if threading.current_thread() is threading.main_thread():
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if self._deadline is not None:
-            self._deadline.value = 0.0
 
     # -- registration, heartbeats, recovery ---------------------------------------------
 
@@ -749,12 +594,10 @@ class Worker:
             self._down_since = now
             logger.warning("Worker %s lost Redis (%s); retrying", self.id, error)
         self._reclaim = True
-        if self._pubsub is not None:
-            self._pubsub.close()
-            self._pubsub = None
+        self._waker.unsubscribe()
         # Back off from 0.1 s to 5 s while Redis stays away; a stop request ends the wait.
         pause = min(5.0, 0.1 * 2 ** min(6, int((now - self._down_since) / 0.5)))
-        select.select([self._wake_r], [], [], pause)
+        self._waker.pause(pause)
 
     def _connected(self) -> None:
         if self._down_since is not None:

@@ -1,0 +1,117 @@
+"""How an idle worker waits for work without polling.
+
+A worker whose take found its queues empty waits on a Pub/Sub subscription to their
+wake-up channels (each named like its queue's ready set), confirmed before its first
+wait: the scripts that make an empty queue non-empty, or add a new earliest delayed
+task, publish there. The wait is a client-side ``select`` on the subscription's
+socket and on a pipe that a signal or :meth:`Waker.wake` writes to, so no blocking
+command holds a connection and the server's ``hz`` does not delay a wake-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import time
+from typing import Any
+
+import redis
+from redis.client import PubSub
+
+from ..connection import pubsub as new_pubsub
+
+# How long Redis may take to confirm a subscription before it counts as down.
+CONFIRM_TIMEOUT = 10.0
+
+
+class Waker:
+    """The idle wait of one worker over the wake-up ``channels`` of its queues.
+
+    Only the worker's loop calls :meth:`wait` and :meth:`pause`; :meth:`wake` may be
+    called from any thread, and :attr:`fd` given to ``signal.set_wakeup_fd``.
+    """
+
+    def __init__(self, channels: list[str]) -> None:
+        self.channels = channels
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._pubsub: PubSub | None = None
+
+    @property
+    def fd(self) -> int:
+        """A non-blocking fd to pass to ``signal.set_wakeup_fd``: a signal ends a wait."""
+        return self._write
+
+    def wake(self) -> None:
+        """End the current (or next) wait at once."""
+        with contextlib.suppress(OSError):  # a full pipe already holds a wake-up
+            os.write(self._write, b"s")
+
+    def wait(self, client: Any, timeout: float) -> None:
+        """Wait for a wake-up message, a :meth:`wake` (or signal), or ``timeout`` seconds.
+
+        The first call only subscribes (on ``client``) and returns: a task may have come
+        before the subscription, so the worker takes again before it waits.
+        """
+        if self._pubsub is None:
+            self._subscribe(client)
+            return
+        if self._drain():
+            return
+        sock = getattr(self._pubsub.connection, "_sock", None)
+        if sock is None:  # pragma: no cover - redis-py reconnects lazily
+            self._pubsub.get_message(timeout=min(timeout, 0.1))
+            return
+        select.select([sock, self._read], [], [], timeout)
+        self._empty_pipe()
+        self._drain()
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` (a back-off), unless woken first."""
+        select.select([self._read], [], [], seconds)
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription (its connection is lost); the next wait subscribes again."""
+        if self._pubsub is not None:
+            self._pubsub.close()
+            self._pubsub = None
+
+    def close(self) -> None:
+        self.unsubscribe()
+        os.close(self._read)
+        os.close(self._write)
+
+    def _subscribe(self, client: Any) -> None:
+        pubsub: PubSub = new_pubsub(client)
+        try:
+            pubsub.subscribe(*self.channels)
+            confirmed = 0
+            deadline = time.monotonic() + CONFIRM_TIMEOUT
+            while confirmed < len(self.channels):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
+                message = pubsub.get_message(timeout=left)
+                if message is not None and message["type"] == "subscribe":
+                    confirmed += 1
+        except BaseException:
+            pubsub.close()
+            raise
+        self._pubsub = pubsub
+
+    def _drain(self) -> bool:
+        """Read every pending wake-up (or resubscription) message; True if there was one."""
+        assert self._pubsub is not None
+        got = False
+        while self._pubsub.get_message(timeout=0) is not None:
+            got = True
+        return got
+
+    def _empty_pipe(self) -> None:
+        try:
+            while os.read(self._read, 512):
+                pass
+        except BlockingIOError:
+            pass

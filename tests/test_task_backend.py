@@ -399,3 +399,21 @@ def test_a_django_task_costs_the_server_what_our_task_does(r: redis.Redis) -> No
 
     commands_for(1)  # loads the scripts
     assert (commands_for(40) - commands_for(20)) / 20 == 13
+
+
+class SubclassedBackend(RedisTaskBackend):
+    """A project's own subclass of our backend: its queues are ours too."""
+
+
+def test_the_queues_of_a_subclass_of_our_backend_are_served() -> None:
+    from django.conf import settings
+
+    from redis_components.tasks.registry import queues_in_use
+
+    subclassed = {"BACKEND": f"{__name__}.SubclassedBackend", "QUEUES": ["sub-queue"]}
+    # Any other class (here not even a Tasks backend, on every Django we support).
+    elsewhere = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "QUEUES": ["not-ours"]}
+    with override_settings(TASKS={**settings.TASKS, "sub": subclassed, "other": elsewhere}):
+        found = queues_in_use()
+    assert "sub-queue" in found
+    assert "not-ours" not in found

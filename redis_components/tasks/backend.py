@@ -39,7 +39,7 @@ from .. import keys
 from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
 from . import results
-from .execution import Job
+from .jobs import Job
 from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
 from .registry import due_at, time_limits
 from .results import TaskStatus

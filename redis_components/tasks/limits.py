@@ -19,7 +19,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from ..exceptions import SoftTimeLimitExceeded
-from .execution import Job
+from .jobs import Job
 
 logger = logging.getLogger("redis_components.worker")
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django.db import transaction
+from django.utils.module_loading import import_string
 
 from .. import keys
 from ..conf import conf
@@ -453,7 +454,8 @@ BACKEND_PATH = "redis_components.tasks.backend.RedisTaskBackend"
 
 
 def queues_in_use() -> set[str]:
-    """The queues of every registered task and of every Django Tasks backend of ours.
+    """The queues of every registered task and of every Django Tasks backend of ours
+    (a ``RedisTaskBackend``, or a subclass of it).
 
     A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
     Names that are not valid queue names are left out (the system checks report them).
@@ -463,10 +465,23 @@ def queues_in_use() -> set[str]:
     names = {registered.queue for registered in _registry.values()}
     backends = getattr(settings, "TASKS", {})
     for params in backends.values() if isinstance(backends, dict) else ():
-        if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH:
+        if isinstance(params, dict) and _is_ours(params.get("BACKEND")):
             for name in params.get("QUEUES") or [DEFAULT_QUEUE]:
                 try:
                     names.add(validate_queue(name))
                 except ValueError:
                     continue
     return names
+
+
+def _is_ours(path: object) -> bool:
+    """Whether the backend class at ``path`` is ``RedisTaskBackend`` or a subclass of it
+    (told by name, so that this module need not import the backend, which imports it)."""
+    if not isinstance(path, str):
+        return False
+    try:
+        found = import_string(path)
+    except ImportError:
+        return False
+    classes = getattr(found, "__mro__", ())
+    return any(f"{kind.__module__}.{kind.__qualname__}" == BACKEND_PATH for kind in classes)

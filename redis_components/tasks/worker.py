@@ -84,7 +84,8 @@ import redis
 from ..conf import conf
 from ..connection import OneConnection, private_client
 from ..exceptions import InvalidInput
-from .execution import Job, execute
+from .execution import execute
+from .jobs import Job
 from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import Scheduler, schedules

@@ -54,9 +54,9 @@ def execute(
     """Run the task of ``payload`` (taken from ``queue``, the worker's ``position``-th,
     at ``now_ms``) by ``call(job)``, and say how it ended.
 
-    ``call`` runs the job (``Job.call`` at the least) and may raise anything the task
-    raised; everything but a ``BaseException`` that is not ``SystemExit`` (a
-    ``KeyboardInterrupt``) is an outcome of the task, never an error of the worker.
+    ``call`` runs the job (``Job.call`` at the least). An ``Exception`` or a
+    ``SystemExit`` that it raises is how the task ended, never an error of the worker;
+    any other ``BaseException`` (``KeyboardInterrupt``) propagates.
     """
     try:
         message = TaskMessage.decode(payload)

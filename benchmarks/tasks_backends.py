@@ -1,4 +1,5 @@
-"""Django's Tasks framework: our RedisTaskBackend against django-tasks-rq and django-tasks-db.
+"""Django's Tasks framework: our RedisTaskBackend against django-tasks-rq, django-tasks-db
+and django-tasks-redis.
 
     .venv/bin/pip install -e '.[embedded,bench]'
     .venv/bin/python benchmarks/tasks_backends.py                  # every contender, 3 rounds
@@ -18,7 +19,11 @@ it, as one worker process:
 * rq-simple: the same with ``--worker-class rq.worker.SimpleWorker`` (no fork per job:
   RQ's fastest one-process worker, measured to be generous to RQ);
 * db-sqlite, db-postgresql: django-tasks-db, ``manage.py db_worker``, on SQLite and on
-  PostgreSQL (Django's defaults for both).
+  PostgreSQL (Django's defaults for both);
+* tasks-redis: django-tasks-redis (Redis Streams), configured as its README's quick
+  start shows (``QUEUES: []``, ``OPTIONS: {"REDIS_URL": ...}``), worker
+  ``manage.py run_redis_tasks --continuous`` (its README's long-running worker: without
+  ``--continuous`` it drains the queue and exits).
 
 Measured, per contender:
 
@@ -35,7 +40,8 @@ Measured, per contender:
   contender gets the same recovery window (``KILL_WINDOW``). Lost: never finished. Run
   twice: started more than once. Stuck: results that still say RUNNING;
 * recovery: a 2 s task is running when its worker is SIGKILLed; a new worker starts at
-  once; the time until the task starts again (``RECOVERY_WINDOW`` at most).
+  once; the time until the task starts again (``--recovery-window``, 30 s by default, at
+  most).
 
 Each contender's measurements run in a child process configured for it alone (its
 ``TASKS``, its apps), which warms up before it measures. Rates are medians over the
@@ -81,10 +87,12 @@ RESULT_READS = 2_000
 KILL_TASKS = 1_000
 KILL_AT = (0.10, 0.25, 0.40, 0.55, 0.70)  # fractions of KILL_TASKS started
 # Seconds every contender gets, after the last restart, to finish what its dead workers
-# left: ours needs 2 x its 3 s heartbeat interval at most; the others never run a dead
-# worker's task again (see benchmarks/README.md), so no window changes their counts.
+# left: ours needs 2 x its 3 s heartbeat interval at most; RQ and django-tasks-db never
+# run a dead worker's task again (see benchmarks/README.md), and django-tasks-redis only
+# once it has been pending for its REDIS_CLAIM_TIMEOUT (300 s by default, found by a
+# sweep every 60 s), so this window changes none of their counts.
 KILL_WINDOW = 15.0
-RECOVERY_WINDOW = 30.0
+RECOVERY_WINDOW = 30.0  # the default of --recovery-window
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,13 @@ CONTENDERS = [
         "db",
         "postgresql",
         ("db_worker",),
+    ),
+    Contender(
+        "tasks-redis",
+        "django-tasks-redis, run_redis_tasks --continuous",
+        "tasks-redis",
+        "sqlite",
+        ("run_redis_tasks", "--continuous"),
     ),
 ]
 
@@ -384,7 +399,7 @@ class Child:
             "statuses": dict(statuses),
         }
 
-    def recovery(self) -> dict[str, Any]:
+    def recovery(self, window: float) -> dict[str, Any]:
         """Seconds from the kill of a worker running a task until the task starts again."""
         r = self.r
         self.reset()
@@ -394,12 +409,16 @@ class Child:
         worker.kill()
         killed = time.time()
         with running(self.contender, self.log):
-            deadline = time.monotonic() + RECOVERY_WINDOW
+            deadline = time.monotonic() + window
             while r.llen("bench:slow") < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
             again = r.lindex("bench:slow", 1)
             status = str(self.tasks.slow.get_result(result.id).status)
-        return {"seconds": float(again) - killed if again else None, "status": status}
+        return {
+            "seconds": float(again) - killed if again else None,
+            "status": status,
+            "window": window,
+        }
 
 
 def does_not_exist() -> tuple[type[Exception], ...]:
@@ -420,7 +439,7 @@ def child(contender: Contender, options: argparse.Namespace) -> None:
     if options.phase == "round":
         found = measured.round(options.tasks, options.latency_samples, options.seed)
     else:
-        found = {"kills": measured.kills(), "recovery": measured.recovery()}
+        found = {"kills": measured.kills(), "recovery": measured.recovery(options.recovery_window)}
     print(json.dumps(found))
 
 
@@ -488,7 +507,10 @@ def migrate(setup: Setup, contender: Contender) -> None:
 def versions(postgres: PrivatePostgres | None) -> str:
     import django
 
-    names = ("django-tasks-db", "django-tasks-rq", "django-rq", "rq", "django-tasks", "psycopg")
+    names = (
+        *("django-tasks-db", "django-tasks-rq", "django-rq", "rq", "django-tasks"),
+        *("django-tasks-redis", "psycopg"),
+    )
     found = [f"Django {django.get_version()}"]
     found += [f"{name} {importlib.metadata.version(name)}" for name in names]
     found.append(f"SQLite {sqlite3.sqlite_version}")
@@ -506,6 +528,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5_000, help="tasks per throughput run")
     parser.add_argument("--latency-samples", type=int, default=100, help="per round")
     parser.add_argument("--skip-kills", action="store_true")
+    parser.add_argument(
+        "--recovery-window",
+        type=float,
+        default=RECOVERY_WINDOW,
+        help="seconds a killed task gets to start again under a new worker",
+    )
     # Internal: run one contender's part in a child process configured for it.
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--phase", default="round", help=argparse.SUPPRESS)
@@ -558,7 +586,13 @@ def main() -> None:
                 )
         if not options.skip_kills:
             for contender in contenders:
-                found = run_child(setup, contender, logs, "--phase", "kills")
+                found = run_child(
+                    setup,
+                    contender,
+                    logs,
+                    *("--phase", "kills"),
+                    *("--recovery-window", str(options.recovery_window)),
+                )
                 results[contender.name] |= found
                 print(f"{contender.name}: {found}", flush=True)
     finally:
@@ -583,13 +617,14 @@ def report(
     for contender in contenders:
         result = results[contender.name]
         kills, recovery = result.get("kills", {}), result.get("recovery", {})
-        stuck = kills.get("statuses", {}).get("RUNNING", "-") if kills else "-"
+        # A measured count, 0 when no result says RUNNING; "-" only when kills did not run.
+        stuck = kills["statuses"].get("RUNNING", 0) if kills else "-"
         if recovery:
             seconds = recovery["seconds"]
             recovered = (
                 f"{seconds:.1f} s"
                 if seconds is not None
-                else (f"not within {RECOVERY_WINDOW:.0f} s ({recovery['status']})")
+                else (f"not within {recovery['window']:.0f} s ({recovery['status']})")
             )
         else:
             recovered = "-"

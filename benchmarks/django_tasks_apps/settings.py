@@ -1,8 +1,10 @@
 """Django settings of the Tasks benchmark, for the contender named by ``BENCH_BACKEND``.
 
 Every contender gets the ``TASKS`` entry and ``INSTALLED_APPS`` its documentation
-shows, with no options: ``ours`` (redis_components' ``RedisTaskBackend``), ``rq``
-(django-tasks-rq on django-rq) or ``db`` (django-tasks-db). All share the private
+shows, with no tuning options: ``ours`` (redis_components' ``RedisTaskBackend``),
+``rq`` (django-tasks-rq on django-rq), ``db`` (django-tasks-db) or ``tasks-redis``
+(django-tasks-redis, whose README's quick start gives ``QUEUES: []`` and the server in
+``OPTIONS["REDIS_URL"]``, nothing else). All share the private
 Redis in ``BENCH_REDIS_URL`` and the database in ``BENCH_DB_ENGINE`` (``sqlite`` or
 ``postgresql``), ``BENCH_DB_NAME`` (a file, or a database) and, for PostgreSQL,
 ``BENCH_DB_HOST`` (the directory of its socket) and ``BENCH_DB_PORT``.
@@ -47,12 +49,19 @@ APPS = {
     "ours": ["redis_components"],
     "rq": ["django_rq", "django_tasks_rq"],
     "db": ["django_tasks_db"],
+    "tasks-redis": ["django_tasks_redis"],
 }
-BACKENDS = {
-    "ours": "redis_components.tasks.backend.RedisTaskBackend",
-    "rq": "django_tasks_rq.RQBackend",
-    "db": "django_tasks_db.DatabaseBackend",
+BACKENDS: dict[str, dict[str, Any]] = {
+    "ours": {"BACKEND": "redis_components.tasks.backend.RedisTaskBackend", "QUEUES": ["default"]},
+    "rq": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["default"]},
+    "db": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]},
+    # django-tasks-redis finds Redis in its own OPTIONS, not in a cache or RQ_QUEUES.
+    "tasks-redis": {
+        "BACKEND": "django_tasks_redis.RedisTaskBackend",
+        "QUEUES": [],
+        "OPTIONS": {"REDIS_URL": REDIS_URL},
+    },
 }
 INSTALLED_APPS = [*BACKPORT, *APPS[BACKEND], "benchmarks.django_tasks_apps"]
-TASKS = {"default": {"BACKEND": BACKENDS[BACKEND], "QUEUES": ["default"]}}
+TASKS = {"default": BACKENDS[BACKEND]}
 RQ_QUEUES = {"default": {"URL": REDIS_URL}}

@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.store import dead_key, ready_key
-from redis_components.tasks.worker import Worker
+from redis_components.testing import crashed_worker, no_registered_tasks
 from tests.testapp import tasks
 
 
@@ -31,8 +31,7 @@ def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Re
     tasks.record.enqueue("a")
     tasks.record.enqueue_in(60, "b")
     bury(r, "mail", "m")
-    worker = Worker(["test", "mail"])
-    worker._beat()
+    worker = crashed_worker(["test", "mail"], take=0)
     lines = run().splitlines()
     assert lines[0].split() == ["queue", "ready", "delayed", "in", "progress", "dead", "limit"]
     table = lines[1 : lines.index("")]
@@ -44,9 +43,9 @@ def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Re
 
 
 @override_settings(TASKS={})
-def test_no_queues_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("redis_components.tasks.registry._registry", {})
-    assert run() == "No queues yet.\n\nWorkers: 0\n"
+def test_no_queues_yet() -> None:
+    with no_registered_tasks():
+        assert run() == "No queues yet.\n\nWorkers: 0\n"
 
 
 def test_requeue_dead_of_one_queue_or_all(r: redis.Redis) -> None:

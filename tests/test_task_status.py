@@ -23,6 +23,7 @@ from redis_components.tasks.store import (
     ready_key,
 )
 from redis_components.tasks.worker import Worker
+from redis_components.testing import crashed_worker
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -85,11 +86,10 @@ def test_dead_letters_are_paged_newest_first_and_acted_on_one_by_one(r: redis.Re
 
 
 def test_running_tasks_and_throughput(r: redis.Redis) -> None:
-    worker = Worker(["test"])
-    worker._beat()
     result = tasks.record.enqueue("running")
     tasks.record.enqueue("done")
-    assert worker._fetch(take=True).payload is not None
+    worker = crashed_worker(["test"])
+    assert worker.task_ids == [result.id]
     [running] = running_tasks()
     assert (running.task_id, running.worker_id, running.task) == (
         result.id,

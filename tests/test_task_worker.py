@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import random
 import threading
@@ -17,6 +16,7 @@ from redis.cluster import RedisCluster
 
 from conftest import single_server_only
 from redis_components import RedisLock, TaskStatus, defer, get_result, redis_lock, task
+from redis_components.conf import conf
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, queue_stats, workers
@@ -24,11 +24,12 @@ from redis_components.tasks.store import (
     TaskStore,
     dead_key,
     delayed_key,
+    fetch_keys,
     leases_key,
     ready_key,
-    workers_key,
 )
 from redis_components.tasks.worker import Worker
+from redis_components.testing import crashed_worker
 from tests.processes import run_processes, wait_until
 from tests.testapp import tasks
 
@@ -236,38 +237,49 @@ def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> No
 
 def test_a_dead_workers_tasks_are_recovered_by_a_live_one(r: redis.Redis) -> None:
     with override_settings(REDIS_COMPONENTS={"TASK_HEARTBEAT_INTERVAL": 0.2}):
-        dead = Worker(["test"], worker_id="ghost.1.1.abc")
-        dead._beat()  # registered, then never heard of again
-        tasks.record.enqueue("orphan")
-        assert dead._fetch(take=True).payload is not None
+        result = tasks.record.enqueue("orphan")
+        dead = crashed_worker(["test"], worker_id="ghost.1.1.abc")
+        assert dead.task_ids == [result.id]
         assert [w.id for w in workers()] == [dead.id]
         with running_worker(["test"]) as live:
             wait_until(lambda: runs(r) == {"orphan": 1})
             assert [w.id for w in workers()] == [live.id]
 
 
-def test_an_unregistered_worker_is_given_nothing_until_it_registers(r: redis.Redis) -> None:
+def test_an_unregistered_worker_is_given_nothing(r: redis.Redis) -> None:
     tasks.record.enqueue("x")
-    worker = Worker(["test"], burst=True)
-    assert worker._fetch(take=True).position == -1
-    assert r.zcard(ready_key("test")) == 1
-    # Its loop registers again and goes on.
-    assert worker.run() == 1
+    ghost = "ghost.2.2.abc"
+    fetched = TaskStore().fetch(ghost, fetch_keys(ghost, ["test"]), "take", None)
+    assert (fetched.position, fetched.payload) == (-1, None)
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.in_progress) == (1, 0)
+
+
+def test_a_worker_taken_for_dead_registers_again_and_goes_on(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    with running_worker(["test"]) as worker:
+        wait_until(lambda: [w.id for w in workers()] == [worker.id])
+        # Recovered by another worker (its lease had run out): no longer registered.
+        assert TaskStore().recover_worker(
+            worker.id, ["test"], only_if_expired=False, max_crashes=0
+        ) == (0, 0)
+        assert workers() == []
+        tasks.record.enqueue("after")
+        wait_until(lambda: runs(r) == {"after": 1})
+        assert [w.id for w in workers()] == [worker.id]
+    assert "was taken for dead (its lease ran out) and registers again" in caplog.text
 
 
 def test_in_progress_counts_and_live_workers(redis_mode: str, r: redis.Redis) -> None:
-    worker = Worker(["test", "other"])
-    worker._beat()
     tasks.record.enqueue("a")
     tasks.record.enqueue("b")
-    worker._fetch(take=True)
+    worker = crashed_worker(["test", "other"])
     [other, test] = queue_stats(["other", "test"])
     assert (test.ready, test.in_progress, other.in_progress) == (1, 1, 0)
     [info] = workers()
     assert (info.id, info.queues) == (worker.id, ["test", "other"])
-    assert 0 < info.lease_left <= 1.5 * worker.heartbeat_interval
-    assert json.loads(r.hget(workers_key(), worker.id) or "{}")["queues"] == ["test", "other"]
-    assert r.zscore(leases_key(), worker.id) is not None
+    assert 0 < info.lease_left <= 1.5 * conf.TASK_HEARTBEAT_INTERVAL
 
 
 def test_bad_worker_options_are_refused() -> None:
@@ -400,10 +412,9 @@ def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None
     for i in range(12):
         r.zadd(leases_key(), {b"junk\\xff" + bytes([i]): 1})
     with override_settings(REDIS_COMPONENTS={"TASK_HEARTBEAT_INTERVAL": 0.1}):
-        dead = Worker(["test"], worker_id="ghost.9.9.abc")
-        dead._beat()
         tasks.record.enqueue("orphan")
-        assert dead._fetch(take=True).payload is not None
+        dead = crashed_worker(["test"], worker_id="ghost.9.9.abc")
+        assert len(dead.task_ids) == 1
         r.zadd(leases_key(), {dead.id: 1})  # its lease ran out long ago
         with running_worker(["test"]) as live:
             wait_until(lambda: runs(r) == {"orphan": 1})

@@ -3,8 +3,9 @@
 One store (``store.py``) runs the queue scripts on task messages (``messages.py``);
 two front doors use it: our ``@task`` (``registry.py``) and Django's Tasks framework
 (``backend.py``). Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py
-rc_worker``) run tasks (``execution.py``), record their results (``results.py``) and claim
-the ticks of schedules (``schedules.py``); ``status.py`` reads what the queues hold.
+rc_worker``) run tasks (``execution.py``), record their results (``results.py``), keep
+their lease and recover dead workers' tasks (``lease.py``) and claim the ticks of
+schedules (``schedules.py``); ``status.py`` reads what the queues hold.
 """
 
 from __future__ import annotations

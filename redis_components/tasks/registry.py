@@ -15,6 +15,7 @@ task's module is imported (every installed app's ``tasks`` module is, at start-u
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import datetime
@@ -23,7 +24,7 @@ import json
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django.db import transaction
@@ -70,7 +71,39 @@ class Retry(Exception):
         super().__init__(reason or "retry requested")
 
 
-_registry: dict[str, Task[Any, Any]] = {}
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Things registered by name as their modules are imported (tasks, schedules).
+
+    One object per kind; :meth:`isolated` empties it for a while (in a test).
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, T] = {}
+
+    def add(self, name: str, item: T) -> None:
+        self._items[name] = item
+
+    def find(self, name: str) -> T | None:
+        return self._items.get(name)
+
+    def all(self) -> dict[str, T]:
+        """Every item by name (a copy)."""
+        return dict(self._items)
+
+    @contextlib.contextmanager
+    def isolated(self) -> Iterator[None]:
+        """Start empty; on leaving, forget what was added and have the old items back."""
+        saved, self._items = self._items, {}
+        try:
+            yield
+        finally:
+            self._items = saved
+
+
+task_registry: Registry[Task[Any, Any]] = Registry()
 
 
 class Task(Generic[P, R]):
@@ -331,13 +364,13 @@ def task(
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
         )
-        existing = _registry.get(new.name)
+        existing = task_registry.find(new.name)
         if existing is not None and _origin(existing.func) != _origin(function):
             raise TaskError(
                 f"two tasks are named {new.name!r}: {_origin(existing.func)} and "
                 f"{_origin(function)}; give one of them another name= ."
             )
-        _registry[new.name] = new
+        task_registry.add(new.name, new)
         return new
 
     if func is not None:
@@ -351,20 +384,20 @@ def _origin(func: Callable[..., Any]) -> str:
 
 def get_task(name: str) -> Task[Any, Any]:
     """The task registered under ``name``, or :class:`TaskNotRegistered`."""
-    try:
-        return _registry[name]
-    except KeyError:
-        raise TaskNotRegistered(f"no task is registered as {name!r}") from None
+    found = task_registry.find(name)
+    if found is None:
+        raise TaskNotRegistered(f"no task is registered as {name!r}")
+    return found
 
 
 def find_task(name: str) -> Task[Any, Any] | None:
     """The task registered under ``name``, or ``None`` (the worker's lookup)."""
-    return _registry.get(name)
+    return task_registry.find(name)
 
 
 def registered_tasks() -> dict[str, Task[Any, Any]]:
     """Every registered task by name (a copy)."""
-    return dict(_registry)
+    return task_registry.all()
 
 
 def backoff(retries: int, base: float | None = None) -> float:
@@ -462,7 +495,7 @@ def queues_in_use() -> set[str]:
     """
     from django.conf import settings
 
-    names = {registered.queue for registered in _registry.values()}
+    names = {registered.queue for registered in task_registry.all().values()}
     backends = getattr(settings, "TASKS", {})
     for params in backends.values() if isinstance(backends, dict) else ():
         if isinstance(params, dict) and _is_ours(params.get("BACKEND")):

@@ -45,7 +45,7 @@ from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
 from .messages import TaskMessage, new_task_id, to_json
-from .registry import Task, find_task
+from .registry import Registry, Task, find_task
 from .results import TaskResult, read_results
 from .store import TaskStore, TickClaim
 
@@ -105,7 +105,7 @@ class Schedule:
         return message, message.encode()
 
 
-_decorated: dict[str, Schedule] = {}
+schedule_registry: Registry[Schedule] = Registry()
 
 
 def periodic(
@@ -139,7 +139,7 @@ def periodic(
             args=args,
             kwargs=kwargs,
         )
-        _decorated[schedule.name] = schedule
+        schedule_registry.add(schedule.name, schedule)
         return task
 
     return register
@@ -216,7 +216,7 @@ def schedules() -> list[Schedule]:
 
     :class:`ConfigurationError` for a setting that names no task or has a bad value.
     """
-    found = dict(_decorated)
+    found = schedule_registry.all()
     setting = conf.get("TASK_SCHEDULES")
     if not isinstance(setting, dict):
         raise ConfigurationError(

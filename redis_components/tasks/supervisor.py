@@ -23,8 +23,9 @@ from django.db import connections
 
 from ..exceptions import InvalidInput
 from .execution import over_time
+from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
 from .store import TaskStore, fetch_keys, tasks_client
-from .worker import REDIS_DOWN, Worker, checked_queues, new_worker_id, put_back_tasks
+from .worker import Worker, checked_queues
 
 logger = logging.getLogger("redis_components.worker")
 

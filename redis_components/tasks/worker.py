@@ -37,17 +37,12 @@ Delayed tasks are moved by every worker that serves their queue, in the take scr
 so several workers (or ``rc_worker --no-scheduler`` ones that do not move) may run at
 once: a script is atomic, so each task moves exactly once and no lock is needed.
 
-Heartbeats and recovery
------------------------
-A worker registers (a lease in a ZSET, its queues in a hash) before it takes a task,
-and a thread renews the lease (1.5 x ``TASK_HEARTBEAT_INTERVAL``) twice per interval,
-whatever the task is doing. The same thread looks for workers whose lease ran out and
-puts their in-progress tasks back in their queues (``queue_recover.lua``, atomic,
-rechecking the lease), so a killed worker's tasks run again within 2 x the interval,
-however long tasks may legitimately run. The supervisor does it at once for a child
-process that dies. Each recovery counts a crash against the task; at
-``TASK_MAX_CRASHES`` the task is dead-lettered instead of killing workers forever.
-The take script refuses to hand a task to a worker that is not registered (recovered
+Leases and recovery
+-------------------
+A worker registers a lease before it takes a task, and a thread renews it whatever
+the task is doing; the same thread puts back the tasks of workers whose lease ran out
+(``lease.py``). The supervisor does it at once for a child process that dies. The
+take script refuses to hand a task to a worker that is not registered (recovered
 while it was cut off from Redis), so no task is ever held by a worker no one watches.
 
 Bad data
@@ -66,30 +61,25 @@ SIGTERM or SIGINT: the worker finishes its task, records it and exits.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
-import socket
 import sys
-import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import redis
 
-from ..conf import conf
 from ..connection import OneConnection, private_client
 from ..exceptions import InvalidInput
 from .execution import execute
 from .jobs import Job
+from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .limits import TimeLimits
 from .messages import validate_queue
-from .schedules import Scheduler, schedules
-from .store import Fetched, Heartbeat, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
+from .schedules import schedules
+from .store import Fetched, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
 from .waker import Waker
 
 logger = logging.getLogger("redis_components.worker")
@@ -113,31 +103,6 @@ def _end_forked_child(error: BaseException | None) -> NoReturn:
     os._exit(code)
 
 
-# Errors that mean "Redis cannot be reached now": wait and try again.
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-# Worker ids are parts of key names and of the results' worker lists.
-WORKER_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
-
-
-def new_worker_id(slot: int = 0) -> str:
-    """A unique worker id: host, supervisor pid, slot, random part (never a ``:``)."""
-    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
-    return f"{host[:50] or 'host'}.{os.getpid()}.{slot}.{uuid.uuid4().hex[:6]}"
-
-
-def validate_worker_id(worker_id: object) -> str:
-    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput.
-
-    A ``:`` would make two workers' key names collide, a space their result entries.
-    """
-    if not isinstance(worker_id, str) or not WORKER_ID.fullmatch(worker_id):
-        raise InvalidInput(
-            "worker_id",
-            f"must be 1-100 letters, digits, '.', '_' or '-', not {str(worker_id)[:120]!r}",
-        )
-    return worker_id
-
-
 def checked_queues(queues: Sequence[str]) -> list[str]:
     """The queue names in priority order without repeats, or :class:`InvalidInput`."""
     if isinstance(queues, str):
@@ -148,47 +113,12 @@ def checked_queues(queues: Sequence[str]) -> list[str]:
     return names
 
 
-def put_back_tasks(
-    client: redis.Redis,
-    worker_id: str,
-    queues: Sequence[str],
-    why: str,
-    *,
-    crashed: bool,
-    only_if_expired: bool = False,
-    level: int = logging.WARNING,
-    then: str = "",
-    quiet_if_none: bool = False,
-) -> None:
-    """Put the tasks that worker ``worker_id`` holds back on their queues, deregister it,
-    and log ``why`` with what was done (and ``then``).
+class Running(NamedTuple):
+    """The task a worker runs now, as a termination request needs it."""
 
-    ``crashed``: count a crash against each task, and dead-letter those that reach
-    ``TASK_MAX_CRASHES``. ``only_if_expired``: nothing happens unless its lease has run
-    out (it may have been renewed since it was seen). ``quiet_if_none``: log only if it
-    held a task. When Redis cannot be reached, that is logged: the tasks go back when a
-    live worker finds the lease run out.
-    """
-    try:
-        result = TaskStore(client).recover_worker(
-            worker_id,
-            queues,
-            only_if_expired=only_if_expired,
-            max_crashes=conf.TASK_MAX_CRASHES if crashed else 0,
-        )
-    except REDIS_DOWN as error:
-        logger.log(
-            level,
-            "%s; Redis cannot be reached (%s), so its tasks go back once a live worker "
-            "finds its lease run out%s",
-            why,
-            error,
-            then,
-        )
-        return
-    if result is None or (quiet_if_none and result == (0, 0)):
-        return
-    logger.log(level, "%s: put back %d of its tasks, dead-lettered %d%s", why, *result, then)
+    position: int
+    payload: bytes
+    task_id: str
 
 
 class Worker:
@@ -223,26 +153,24 @@ class Worker:
         self.scheduler = scheduler
         self.burst = burst
         self.max_tasks = max_tasks
-        self.heartbeat_interval = conf.TASK_HEARTBEAT_INTERVAL
         self.processed = 0
         self._stopping = False
-        self._heartbeat_stop = threading.Event()
         self._keys = fetch_keys(self.id, self.queues)
         # Each queue's wake-up channel is named like its ready set.
         self._waker = Waker([ready_key(queue) for queue in self.queues])
         self._mode = "take+move" if scheduler else "take"
-        self._info = json.dumps(
-            {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": self.queues,
-                "started_at": round(time.time(), 3),
-            }
+        self._lease: Lease[Running] = Lease(
+            self.id,
+            self.queues,
+            store=lambda: self.store,
+            running=self._now_running,
+            terminate=self._terminate_running,
+            schedules=schedules() if scheduler else [],
         )
         # How the last task ended, to record with the next fetch (kept until recorded).
         self._outcome: Outcome | None = None
-        # The task running now (position, payload, id), for a termination request.
-        self._running: tuple[int, bytes, str] | None = None
+        # The task running now, for a termination request.
+        self._running: Running | None = None
         # The server's time at the last fetch (ms): its hour files the throughput counts.
         self._now_ms = int(time.time() * 1000)
         self._limits = TimeLimits(deadline)
@@ -252,12 +180,14 @@ class Worker:
         self._loop_connection: OneConnection | None = None
         # The server's time (ms) when the running (or last) task was taken.
         self._taken_ms = 0
-        self._schedules = schedules() if scheduler else []
-        self._leader = False
-        self._leading = threading.Event()  # set while this worker holds the scheduler's lease
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between two renewals of the lease (``TASK_HEARTBEAT_INTERVAL``)."""
+        return self._lease.interval
 
     @property
     def client(self) -> redis.Redis:
@@ -307,36 +237,30 @@ class Worker:
         """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran."""
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
         self._pid = os.getpid()  # a process forked by a task has another
-        threads = [threading.Thread(target=self._heartbeat, name="rc-heartbeat", daemon=True)]
-        if self._schedules:
-            threads.append(
-                threading.Thread(target=self._schedule, name="rc-scheduler", daemon=True)
-            )
         self._limits.catch_soft_limits()
         crashed = True
         try:
             if not self._register():
                 crashed = False
                 return 0
-            for thread in threads:
-                thread.start()
+            self._lease.start()
             self._loop()
             crashed = False
         finally:
-            self._heartbeat_stop.set()
-            self._leading.set()  # wakes the scheduler thread, which then sees the stop
-            for thread in threads:
-                if thread.is_alive():
-                    thread.join()
+            self._lease.stop()
             self._limits.release_signal()
             self._leave(crashed)
-            if self._loop_connection is not None:
-                self._loop_connection.close()
-            if self._own_client is not None:
-                self._own_client[1].connection_pool.disconnect()
-            self._waker.close()
+            self.close()
         logger.info("Worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
+
+    def close(self) -> None:
+        """Close the worker's connections and wake-up pipe (:meth:`run` does, on return)."""
+        if self._loop_connection is not None:
+            self._loop_connection.close()
+        if self._own_client is not None:
+            self._own_client[1].connection_pool.disconnect()
+        self._waker.close()
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -351,7 +275,7 @@ class Worker:
                         "Worker %s was taken for dead (its lease ran out) and registers again",
                         self.id,
                     )
-                    self._beat()
+                    self._lease.beat()
                     continue
                 self._connected()
                 if fetched.payload is None:
@@ -380,7 +304,7 @@ class Worker:
         # A take whose reply was lost left a task in our in-progress set that we do not
         # know of: put it back (we run nothing now) and register again.
         self.store.recover_worker(self.id, self.queues, only_if_expired=False, max_crashes=0)
-        self._beat()
+        self._lease.beat()
         self._reclaim = False
 
     def _fetch(self, take: bool) -> Fetched:
@@ -424,7 +348,7 @@ class Worker:
         self._taken_ms = fetched.now_ms
 
         def call(job: Job) -> Any:
-            self._running = (position, payload, job.message.id)
+            self._running = Running(position, payload, job.message.id)
             self._limits.start(job)
             try:
                 return self._call(job)
@@ -458,86 +382,24 @@ class Worker:
             _end_forked_child(None)
         return value
 
-    # -- registration, heartbeats, recovery ---------------------------------------------
+    # -- registration, termination -------------------------------------------------------
 
     def _register(self) -> bool:
         """Register before taking any task, waiting for Redis if need be; False if stopped."""
         while not self._stopping:
             try:
-                self._beat()
+                self._lease.beat()
                 self._connected()
                 return True
             except REDIS_DOWN as error:
                 self._disconnected(error)
         return False
 
-    def _beat(self) -> Heartbeat:
-        """Renew this worker's lease (and the scheduler's, if it may lead)."""
-        lease_ms = round(self.heartbeat_interval * 1500)
+    def _now_running(self) -> tuple[str, Running] | None:
         running_task = self._running
-        beat = self.store.heartbeat(
-            self.id,
-            lease_ms,
-            self._info,
-            self.queues,
-            lead=bool(self._schedules),
-            running_id=running_task[2] if running_task else "",
-        )
-        if beat.leader != self._leader:
-            logger.info(
-                "Worker %s %s the scheduler",
-                self.id,
-                "now runs" if beat.leader else "no longer runs",
-            )
-            self._leader = beat.leader
-            if beat.leader:
-                self._leading.set()
-            else:
-                self._leading.clear()
-        if beat.terminate and running_task is not None:
-            self._terminate_running(running_task)
-        return beat
+        return None if running_task is None else (running_task.task_id, running_task)
 
-    def _heartbeat(self) -> None:
-        interval = self.heartbeat_interval / 2
-        # After an outage, give every worker a full interval to renew its lease before
-        # taking any of them for dead.
-        recover_after = 0.0
-        while not self._heartbeat_stop.wait(interval):
-            try:
-                expired = self._beat().expired
-                if time.monotonic() >= recover_after:
-                    for worker_id in expired:
-                        self._recover_expired(worker_id)
-            except REDIS_DOWN as error:
-                logger.debug("Heartbeat of %s failed: %s", self.id, error)
-                recover_after = time.monotonic() + self.heartbeat_interval
-            except Exception:
-                logger.exception("Heartbeat of worker %s failed", self.id)
-
-    def _schedule(self) -> None:
-        """Claim the schedules' due ticks while this worker holds the scheduler's lease.
-
-        It sleeps until the next tick is due (at most a minute, to notice schedules
-        moved by another scheduler), so an idle scheduler costs Redis one read and one
-        claim per due tick.
-        """
-        scheduler = Scheduler(self._schedules)
-        while not self._heartbeat_stop.is_set():
-            if not self._leader:
-                self._leading.wait(self.heartbeat_interval)
-                continue
-            try:
-                wait = min(60.0, scheduler.run_due())
-            except REDIS_DOWN as error:
-                logger.debug("Scheduler of %s cannot reach Redis: %s", self.id, error)
-                wait = self.heartbeat_interval
-            except Exception:
-                logger.exception("Scheduler of worker %s failed", self.id)
-                wait = self.heartbeat_interval
-            self._heartbeat_stop.wait(wait)
-
-    def _terminate_running(self, running_task: tuple[int, bytes, str]) -> None:
+    def _terminate_running(self, running_task: Running) -> None:
         """Record the running task as cancelled, then stop this process (asked by cancel)."""
         position, payload, task_id = running_task
         if self._terminate is None:
@@ -553,28 +415,6 @@ class Worker:
         if fetched.recorded:  # still running it: it finished otherwise
             logger.warning("Task %s was cancelled while running: stopping this process", task_id)
             self._terminate()
-
-    def _recover_expired(self, raw_id: bytes) -> None:
-        try:
-            worker_id = validate_worker_id(raw_id.decode())
-        except ValueError:  # not a worker of ours: drop its lease, or it blocks the others
-            self.store.drop_lease(raw_id)
-            logger.warning("Dropped the expired lease of %r, which is not a worker id", raw_id)
-            return
-        raw_info = self.store.worker_description(worker_id)
-        try:
-            described = json.loads(raw_info) if raw_info else {}
-            queues = [validate_queue(queue) for queue in described["queues"]]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            queues = []
-        put_back_tasks(
-            self.client,
-            worker_id,
-            queues,
-            f"Worker {worker_id} stopped renewing its lease",
-            crashed=True,
-            only_if_expired=True,
-        )
 
     def _leave(self, crashed: bool) -> None:
         """Deregister; a task still held (after an error) goes back on its queue."""

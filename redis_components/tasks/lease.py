@@ -1,0 +1,255 @@
+"""A worker's lease: its registration, the thread that renews it and recovers the
+tasks of workers whose lease ran out, and the scheduler thread it may lead.
+
+A worker registers (a lease in a ZSET, its queues in a hash) before it takes a task,
+and the heartbeat thread renews the lease (1.5 x ``TASK_HEARTBEAT_INTERVAL``) twice per
+interval, whatever the task is doing. The same thread looks for workers whose lease
+ran out and puts their in-progress tasks back in their queues (``queue_recover.lua``,
+atomic, rechecking the lease), so a killed worker's tasks run again within 2 x the
+interval, however long tasks may legitimately run. Each recovery counts a crash
+against the task; at ``TASK_MAX_CRASHES`` it is dead-lettered instead of killing
+workers forever.
+
+One worker at a time holds the scheduler's lease (renewed with its own); its
+scheduler thread claims the schedules' due ticks (``schedules.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+import redis
+
+from ..conf import conf
+from ..exceptions import InvalidInput
+from .messages import validate_queue
+from .schedules import Schedule, Scheduler
+from .store import Heartbeat, TaskStore
+
+logger = logging.getLogger("redis_components.worker")
+
+# Errors that mean "Redis cannot be reached now": wait and try again.
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+Running = TypeVar("Running")
+
+# Worker ids are parts of key names and of the results' worker lists.
+WORKER_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def new_worker_id(slot: int = 0) -> str:
+    """A unique worker id: host, supervisor pid, slot, random part (never a ``:``)."""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return f"{host[:50] or 'host'}.{os.getpid()}.{slot}.{uuid.uuid4().hex[:6]}"
+
+
+def put_back_tasks(
+    client: redis.Redis,
+    worker_id: str,
+    queues: Sequence[str],
+    why: str,
+    *,
+    crashed: bool,
+    only_if_expired: bool = False,
+    level: int = logging.WARNING,
+    then: str = "",
+    quiet_if_none: bool = False,
+) -> None:
+    """Put the tasks that worker ``worker_id`` holds back on their queues, deregister it,
+    and log ``why`` with what was done (and ``then``).
+
+    ``crashed``: count a crash against each task, and dead-letter those that reach
+    ``TASK_MAX_CRASHES``. ``only_if_expired``: nothing happens unless its lease has run
+    out (it may have been renewed since it was seen). ``quiet_if_none``: log only if it
+    held a task. When Redis cannot be reached, that is logged: the tasks go back when a
+    live worker finds the lease run out.
+    """
+    try:
+        result = TaskStore(client).recover_worker(
+            worker_id,
+            queues,
+            only_if_expired=only_if_expired,
+            max_crashes=conf.TASK_MAX_CRASHES if crashed else 0,
+        )
+    except REDIS_DOWN as error:
+        logger.log(
+            level,
+            "%s; Redis cannot be reached (%s), so its tasks go back once a live worker "
+            "finds its lease run out%s",
+            why,
+            error,
+            then,
+        )
+        return
+    if result is None or (quiet_if_none and result == (0, 0)):
+        return
+    logger.log(level, "%s: put back %d of its tasks, dead-lettered %d%s", why, *result, then)
+
+
+class Lease(Generic[Running]):
+    """The lease of worker ``worker_id`` on ``queues``, and its two threads.
+
+    ``store`` gives the task store to use (looked up each time: on a cluster the keys'
+    node may move). ``running`` says what the worker runs now (``None``: nothing), as
+    an id and whatever :attr:`terminate` needs; a heartbeat that finds that task to be
+    terminated calls ``terminate`` with it. ``schedules``: the schedules to claim while
+    this worker holds the scheduler's lease (none: it never asks for it).
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        queues: list[str],
+        *,
+        store: Callable[[], TaskStore],
+        running: Callable[[], tuple[str, Running] | None],
+        terminate: Callable[[Running], None],
+        schedules: list[Schedule],
+    ) -> None:
+        self.worker_id = worker_id
+        self.queues = queues
+        self.interval = conf.TASK_HEARTBEAT_INTERVAL
+        self.leader = False
+        self._store = store
+        self._running = running
+        self._terminate = terminate
+        self._schedules = schedules
+        self._info = json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": queues,
+                "started_at": round(time.time(), 3),
+            }
+        )
+        self._stop = threading.Event()
+        self._leading = threading.Event()  # set while this worker holds the scheduler's lease
+        self._threads: list[threading.Thread] = []
+
+    def beat(self) -> Heartbeat:
+        """Renew the lease (registering the worker if it was not), and the scheduler's
+        if this worker may lead; a running task to be terminated is terminated."""
+        running = self._running()
+        beat = self._store().heartbeat(
+            self.worker_id,
+            round(self.interval * 1500),
+            self._info,
+            self.queues,
+            lead=bool(self._schedules),
+            running_id=running[0] if running else "",
+        )
+        if beat.leader != self.leader:
+            logger.info(
+                "Worker %s %s the scheduler",
+                self.worker_id,
+                "now runs" if beat.leader else "no longer runs",
+            )
+            self.leader = beat.leader
+            if beat.leader:
+                self._leading.set()
+            else:
+                self._leading.clear()
+        if beat.terminate and running is not None:
+            self._terminate(running[1])
+        return beat
+
+    def start(self) -> None:
+        """Start the heartbeat thread (and the scheduler's, with schedules)."""
+        self._threads = [threading.Thread(target=self._heartbeat, name="rc-heartbeat", daemon=True)]
+        if self._schedules:
+            self._threads.append(
+                threading.Thread(target=self._schedule, name="rc-scheduler", daemon=True)
+            )
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop the threads and wait for them (the lease itself stays until deregistered)."""
+        self._stop.set()
+        self._leading.set()  # wakes the scheduler thread, which then sees the stop
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join()
+
+    def _heartbeat(self) -> None:
+        # After an outage, give every worker a full interval to renew its lease before
+        # taking any of them for dead.
+        recover_after = 0.0
+        while not self._stop.wait(self.interval / 2):
+            try:
+                expired = self.beat().expired
+                if time.monotonic() >= recover_after:
+                    for worker_id in expired:
+                        self._recover_expired(worker_id)
+            except REDIS_DOWN as error:
+                logger.debug("Heartbeat of %s failed: %s", self.worker_id, error)
+                recover_after = time.monotonic() + self.interval
+            except Exception:
+                logger.exception("Heartbeat of worker %s failed", self.worker_id)
+
+    def _schedule(self) -> None:
+        """Claim the schedules' due ticks while this worker holds the scheduler's lease.
+
+        It sleeps until the next tick is due (at most a minute, to notice schedules
+        moved by another scheduler), so an idle scheduler costs Redis one read and one
+        claim per due tick.
+        """
+        scheduler = Scheduler(self._schedules)
+        while not self._stop.is_set():
+            if not self.leader:
+                self._leading.wait(self.interval)
+                continue
+            try:
+                wait = min(60.0, scheduler.run_due())
+            except REDIS_DOWN as error:
+                logger.debug("Scheduler of %s cannot reach Redis: %s", self.worker_id, error)
+                wait = self.interval
+            except Exception:
+                logger.exception("Scheduler of worker %s failed", self.worker_id)
+                wait = self.interval
+            self._stop.wait(wait)
+
+    def _recover_expired(self, raw_id: bytes) -> None:
+        store = self._store()
+        try:
+            worker_id = validate_worker_id(raw_id.decode())
+        except ValueError:  # not a worker of ours: drop its lease, or it blocks the others
+            store.drop_lease(raw_id)
+            logger.warning("Dropped the expired lease of %r, which is not a worker id", raw_id)
+            return
+        raw_info = store.worker_description(worker_id)
+        try:
+            described = json.loads(raw_info) if raw_info else {}
+            queues = [validate_queue(queue) for queue in described["queues"]]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            queues = []
+        put_back_tasks(
+            store.client,
+            worker_id,
+            queues,
+            f"Worker {worker_id} stopped renewing its lease",
+            crashed=True,
+            only_if_expired=True,
+        )
+
+
+def validate_worker_id(worker_id: object) -> str:
+    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput.
+
+    A ``:`` would make two workers' key names collide, a space their result entries.
+    """
+    if not isinstance(worker_id, str) or not WORKER_ID.fullmatch(worker_id):
+        raise InvalidInput(
+            "worker_id",
+            f"must be 1-100 letters, digits, '.', '_' or '-', not {str(worker_id)[:120]!r}",
+        )
+    return worker_id

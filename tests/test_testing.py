@@ -1,0 +1,65 @@
+"""redis_components.testing: the helpers a project's own tests use."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from redis_components import periodic, task
+from redis_components.exceptions import InvalidInput, TaskNotRegistered
+from redis_components.tasks.registry import get_task, registered_tasks
+from redis_components.tasks.schedules import schedules
+from redis_components.tasks.status import queue_stats, running_tasks, workers
+from redis_components.testing import crashed_worker, no_registered_tasks
+from tests.testapp import tasks
+
+
+def test_a_crashed_worker_holds_what_it_took_highest_priority_first(r: redis.Redis) -> None:
+    first = tasks.record.enqueue("first")
+    second = tasks.record.enqueue("second")
+    with no_registered_tasks():
+        urgent = task(queue="test", priority=10, name="tests.urgent")(tasks.record.func)
+        pressing = urgent.enqueue("urgent")
+    crashed = crashed_worker(["test"], take=2, worker_id="ghost.3.3.abc")
+    assert crashed.id == "ghost.3.3.abc"
+    assert crashed.task_ids == [pressing.id, first.id]
+    assert sorted(t.task_id for t in running_tasks()) == sorted(crashed.task_ids)
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.in_progress) == (1, 2)
+    assert [w.id for w in workers()] == [crashed.id]
+    assert second.id not in crashed.task_ids
+
+
+def test_a_crashed_worker_takes_what_there_is(r: redis.Redis) -> None:
+    only = tasks.record.enqueue("only")
+    assert crashed_worker(["test"], take=3).task_ids == [only.id]
+    idle = crashed_worker(["test", "other"], take=0)
+    assert idle.task_ids == []
+    assert {w.id for w in workers()} >= {idle.id}
+
+
+@pytest.mark.parametrize("take", [-1, True, 1.5, "2"])
+def test_a_crashed_worker_refuses_a_bad_take(r: redis.Redis, take: object) -> None:
+    tasks.record.enqueue("left alone")
+    with pytest.raises(InvalidInput, match="take"):
+        crashed_worker(["test"], take=take)  # type: ignore[arg-type]
+    assert workers() == []
+    assert queue_stats(["test"])[0].ready == 1
+
+
+def test_no_registered_tasks_empties_both_registries_for_a_while() -> None:
+    before = registered_tasks()
+    assert "tests.testapp.tasks.record" in before
+    with no_registered_tasks():
+        assert registered_tasks() == {}
+        with pytest.raises(TaskNotRegistered):
+            get_task("tests.testapp.tasks.record")
+
+        @periodic(every=60)
+        @task(name="made.in.the.block")
+        def made() -> None: ...
+
+        assert list(registered_tasks()) == ["made.in.the.block"]
+        assert [s.task for s in schedules()] == ["made.in.the.block"]
+    assert registered_tasks() == before
+    assert "made.in.the.block" not in {s.task for s in schedules()}

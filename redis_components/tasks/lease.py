@@ -53,7 +53,7 @@ def new_worker_id(slot: int = 0) -> str:
 
 
 def put_back_tasks(
-    client: redis.Redis,
+    store: TaskStore,
     worker_id: str,
     queues: Sequence[str],
     why: str,
@@ -74,7 +74,7 @@ def put_back_tasks(
     live worker finds the lease run out.
     """
     try:
-        result = TaskStore(client).recover_worker(
+        result = store.recover_worker(
             worker_id,
             queues,
             only_if_expired=only_if_expired,
@@ -233,7 +233,7 @@ class Lease(Generic[Running]):
         except (ValueError, KeyError, TypeError, RecursionError):
             queues = []
         put_back_tasks(
-            store.client,
+            store,
             worker_id,
             queues,
             f"Worker {worker_id} stopped renewing its lease",

@@ -24,7 +24,7 @@ from django.db import connections
 from ..exceptions import InvalidInput
 from .execution import over_time
 from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
-from .store import TaskStore, fetch_keys, tasks_client
+from .store import TaskStore, fetch_keys
 from .worker import Worker, checked_queues
 
 logger = logging.getLogger("redis_components.worker")
@@ -247,7 +247,7 @@ class Supervisor:
                 logger.error("Could not record a task's time limit (%s); it counts a crash", error)
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         put_back_tasks(
-            tasks_client(),
+            TaskStore(),
             child.worker_id,
             self.queues,
             f"Worker process {child.slot} (pid {child.process.pid}) died ({how})",
@@ -264,7 +264,7 @@ class Supervisor:
         for child in list(self._children.values()):
             child.process.join()
             put_back_tasks(
-                tasks_client(),
+                TaskStore(),
                 child.worker_id,
                 self.queues,
                 f"Worker process {child.slot} killed",

@@ -419,7 +419,7 @@ class Worker:
     def _leave(self, crashed: bool) -> None:
         """Deregister; a task still held (after an error) goes back on its queue."""
         put_back_tasks(
-            self.client,
+            self.store,
             self.id,
             self.queues,
             f"Worker {self.id} stopped holding tasks",

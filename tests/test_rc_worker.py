@@ -18,8 +18,14 @@ import redis
 from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result
 from redis_components.embedded import EmbeddedRedis
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.status import dead_letters, workers
-from redis_components.tasks.store import ready_key, running_key
+from redis_components.tasks.status import (
+    dead_letters,
+    queue_stats,
+    running_tasks,
+    waiting_tasks,
+    workers,
+)
+from redis_components.tasks.store import ready_key
 from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 
@@ -45,14 +51,16 @@ def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
         # What the workers killed now held is all that may run twice (workers killed
         # earlier may still be waiting for recovery: their tasks are counted already).
         victims = {w.id for w in workers()} - killed
-        in_flight += sum(r.zcard(running_key(worker_id, "test")) for worker_id in victims)
+        in_flight += sum(1 for running in running_tasks() if running.worker_id in victims)
         killed |= victims
     worker = start_worker("test", "--concurrency", "2", **settings)
 
     def settled() -> bool:
         recovered = not killed & {w.id for w in workers()}
         return (
-            recovered and r.zcard(ready_key("test")) == 0 and r.hlen("{test}:runs") == len(labels)
+            recovered
+            and queue_stats(["test"])[0].ready == 0
+            and r.hlen("{test}:runs") == len(labels)
         )
 
     wait_until(settled, worker.output)
@@ -77,7 +85,7 @@ def test_sigterm_lets_the_running_task_finish(
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     assert r.exists("test:s:finished")
-    assert r.zcard(ready_key("test")) == 0
+    assert queue_stats(["test"])[0].ready == 0
     assert r.keys("rc:queue:{tasks}:running:*") == []
     assert workers() == []
     assert "signal again to stop at once" in worker.output()
@@ -94,8 +102,10 @@ def test_a_second_signal_stops_at_once_and_puts_the_task_back(
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
     assert not r.exists("test:s:finished")
-    [payload] = r.zrange(ready_key("test"), 0, -1)
-    message = TaskMessage.decode(payload)
+    total, [waiting] = waiting_tasks("test", "ready")
+    assert total == 1
+    message = waiting.message
+    assert message is not None, waiting.shown
     assert (message.args, message.crashes) == (["s", 60.0], 0)  # a stop is not a crash
     assert workers() == []
     assert "put back 1 of its tasks" in worker.output()

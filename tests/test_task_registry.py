@@ -24,7 +24,7 @@ from redis_components.exceptions import InvalidInput, LockNotAcquired, TaskError
 from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.registry import backoff, get_task, running, stop_running
-from redis_components.tasks.store import delayed_key, ready_key
+from redis_components.tasks.status import queue_stats, waiting_tasks
 from tests.testapp import tasks
 
 
@@ -36,11 +36,12 @@ def server_ms(r: redis.Redis) -> int:
 def test_enqueue_puts_a_json_task_on_its_queue_and_returns_its_result(r: redis.Redis) -> None:
     before = server_ms(r)
     result = tasks.record.enqueue("one", pause=0)
-    [raw] = r.zrange(ready_key("test"), 0, -1)
+    total, [waiting] = waiting_tasks("test", "ready")
+    assert total == 1
     assert result.enqueued_at is not None
     # The enqueue script adds its time to the payload (for the worker).
     enqueued_ms = round(result.enqueued_at.timestamp() * 1000)
-    assert TaskMessage.decode(raw) == TaskMessage(
+    assert waiting.message == TaskMessage(
         result.id,
         "tests.testapp.tasks.record",
         "test",
@@ -64,7 +65,7 @@ def test_enqueue_puts_a_json_task_on_its_queue_and_returns_its_result(r: redis.R
 def test_a_plain_call_runs_inline(r: redis.Redis) -> None:
     tasks.record("inline")
     assert r.hgetall("{test}:runs") == {b"inline": b"1"}
-    assert r.zcard(ready_key("test")) == 0
+    assert queue_stats(["test"])[0].ready == 0
 
 
 @pytest.mark.parametrize("bad", [object(), {1, 2}, math.nan, b"bytes", "lone \udc80"])
@@ -89,24 +90,27 @@ def test_enqueue_in_scores_by_the_servers_clock(r: redis.Redis) -> None:
     before = server_ms(r)
     result = tasks.record.enqueue_in(30, "later")
     after = server_ms(r)
-    [(raw, score)] = r.zrange(delayed_key("test"), 0, -1, withscores=True)
-    assert TaskMessage.decode(raw).id == result.id
-    assert before + 30_000 <= score <= after + 30_000
+    total, [delayed] = waiting_tasks("test", "delayed")
+    assert total == 1
+    assert delayed.task_id == result.id
+    assert delayed.due_ms is not None
+    assert before + 30_000 <= delayed.due_ms <= after + 30_000
     assert result.run_after is not None
-    assert result.run_after.timestamp() * 1000 == score
-    assert r.zcard(ready_key("test")) == 0
+    assert result.run_after.timestamp() * 1000 == delayed.due_ms
+    assert queue_stats(["test"])[0].ready == 0
 
 
 def test_enqueue_at_takes_an_aware_datetime(r: redis.Redis) -> None:
     when = datetime.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.timezone.utc)
     assert tasks.record.enqueue_at(when, "then").run_after == when
-    [(_, score)] = r.zrange(delayed_key("test"), 0, -1, withscores=True)
-    assert score == when.timestamp() * 1000
+    total, [delayed] = waiting_tasks("test", "delayed")
+    assert total == 1
+    assert delayed.due_ms == when.timestamp() * 1000
     with pytest.raises(InvalidInput, match="aware"):
         tasks.record.enqueue_at(datetime.datetime(2030, 1, 1), "naive")
     with pytest.raises(InvalidInput, match="when"):
         tasks.record.enqueue_at("2030-01-01", "text")  # type: ignore[arg-type]
-    assert r.zcard(delayed_key("test")) == 1
+    assert queue_stats(["test"])[0].delayed == 1
 
 
 def test_enqueue_at_past_ten_years_is_refused_before_anything_is_written(r: redis.Redis) -> None:
@@ -193,10 +197,11 @@ def test_bounded_queue_raises_queue_full_and_changes_nothing(r: redis.Redis) -> 
 def test_enqueue_on_commit_waits_for_the_commit(r: redis.Redis) -> None:
     with transaction.atomic():
         result = tasks.record.enqueue_on_commit("committed")
-        assert r.zcard(ready_key("test")) == 0
+        assert queue_stats(["test"])[0].ready == 0
         assert result.status is TaskStatus.READY
-    [raw] = r.zrange(ready_key("test"), 0, -1)
-    assert TaskMessage.decode(raw).id == result.id
+    total, [waiting] = waiting_tasks("test", "ready")
+    assert total == 1
+    assert waiting.task_id == result.id
     result.refresh()
     assert result.enqueued_at is not None
 
@@ -227,7 +232,7 @@ def test_a_failed_enqueue_on_commit_is_logged_after_the_commit_and_raises_outsid
         assert "QueueFull" in caplog.text
         with pytest.raises(QueueFull):
             tasks.record.enqueue_on_commit("no room, no transaction")
-    assert r.zcard(ready_key("test")) == 1
+    assert queue_stats(["test"])[0].ready == 1
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:

@@ -18,10 +18,11 @@ from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.schedules import (
     Scheduler,
     build,
+    schedule_registry,
     schedule_states,
     schedules,
 )
-from redis_components.tasks.store import ready_key
+from redis_components.tasks.status import waiting_tasks
 from redis_components.tasks.store import schedule_last_key as last_key
 from redis_components.tasks.store import schedule_next_key as next_key
 from tests.testapp import tasks
@@ -115,8 +116,14 @@ def test_the_setting_schedules_tasks_declared_elsewhere() -> None:
             schedules()
 
 
-def queued(r: redis.Redis) -> list[TaskMessage]:
-    return [TaskMessage.decode(raw) for raw in r.zrange(ready_key("test"), 0, -1)]
+def queued() -> list[TaskMessage]:
+    total, waiting = waiting_tasks("test", "ready", count=1000)
+    assert len(waiting) == total
+    found = []
+    for entry in waiting:
+        assert entry.message is not None, entry.shown
+        found.append(entry.message)
+    return found
 
 
 def test_a_new_schedule_waits_for_its_first_tick_then_runs_each_tick_once(
@@ -126,11 +133,11 @@ def test_a_new_schedule_waits_for_its_first_tick_then_runs_each_tick_once(
     scheduler = Scheduler([every])
     wait = scheduler.run_due()
     assert 0 < wait <= 2
-    assert queued(r) == []
+    assert queued() == []
     tick = int(r.hget(next_key(), "s") or 0)
     r.hset(next_key(), "s", tick - 2000)  # as if its tick had come
     scheduler.run_due()
-    [message] = queued(r)
+    [message] = queued()
     assert (message.task, message.args, message.scheduled_for) == (
         "tests.testapp.tasks.record",
         [],
@@ -138,7 +145,7 @@ def test_a_new_schedule_waits_for_its_first_tick_then_runs_each_tick_once(
     )
     assert int(r.hget(next_key(), "s") or 0) == tick
     scheduler.run_due()  # the next tick is not due yet
-    assert len(queued(r)) == 1
+    assert len(queued()) == 1
 
 
 @pytest.mark.parametrize(("missed", "runs"), [("run_once", 1), ("skip", 0)])
@@ -147,7 +154,7 @@ def test_missed_ticks_run_once_or_are_skipped(r: redis.Redis, missed: str, runs:
     seconds, _ = r.time()
     r.hset(next_key(), "s", (int(seconds) - 3600) * 1000)  # no scheduler ran for an hour
     Scheduler([every]).run_due()
-    assert len(queued(r)) == runs
+    assert len(queued()) == runs
     assert int(r.hget(next_key(), "s") or 0) > int(seconds) * 1000
 
 
@@ -174,23 +181,21 @@ def test_racing_schedulers_enqueue_each_tick_once(r: redis.Redis) -> None:
             thread.start()
         for thread in threads:
             thread.join()
-    assert sorted(m.scheduled_for or 0 for m in queued(r)) == ticks
+    assert sorted(m.scheduled_for or 0 for m in queued()) == ticks
 
 
-def test_states_show_the_next_and_last_run_with_its_result(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("redis_components.tasks.schedules._decorated", {})
-    declared = periodic(every=3600, name="tests.hourly")(tasks.add)
-    assert declared is tasks.add
-    Scheduler(schedules()).run_due()
-    [state] = [s for s in schedule_states() if s.schedule.name == "tests.hourly"]
-    assert state.next_run is not None
-    assert (state.last_run, state.last_result) == (None, None)
-    tick = int(r.hget(next_key(), "tests.hourly") or 0)
-    r.hset(next_key(), "tests.hourly", tick - 3_600_000)
-    Scheduler(schedules()).run_due()
-    [state] = [s for s in schedule_states() if s.schedule.name == "tests.hourly"]
+def test_states_show_the_next_and_last_run_with_its_result(r: redis.Redis) -> None:
+    with schedule_registry.isolated():
+        declared = periodic(every=3600, name="tests.hourly")(tasks.add)
+        assert declared is tasks.add
+        Scheduler(schedules()).run_due()
+        [state] = [s for s in schedule_states() if s.schedule.name == "tests.hourly"]
+        assert state.next_run is not None
+        assert (state.last_run, state.last_result) == (None, None)
+        tick = ms(state.next_run)
+        r.hset(next_key(), "tests.hourly", tick - 3_600_000)
+        Scheduler(schedules()).run_due()
+        [state] = [s for s in schedule_states() if s.schedule.name == "tests.hourly"]
     assert state.last_run == datetime.datetime.fromtimestamp((tick - 3_600_000) / 1000, UTC)
     assert state.last_result is not None
     assert state.last_result.status is TaskStatus.READY

@@ -22,7 +22,7 @@ from django.utils import timezone
 from conftest import single_server_only
 from redis_components import TaskStatus, get_result
 from redis_components.keys import MAX_SECONDS
-from redis_components.tasks.store import delayed_key, ready_key
+from redis_components.tasks.status import queue_stats
 from redis_components.tasks.worker import Worker
 from tests.processes import WorkerProcess, wait_until
 from tests.testapp import tasks
@@ -38,15 +38,17 @@ from tests.testapp import framework_tasks
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import TaskResultStatus, task_backends
+    from django.tasks import task as framework_task
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 else:
     from django_tasks import TaskResultStatus, task_backends
+    from django_tasks import task as framework_task
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
-from redis_components.tasks.backend import RedisTaskBackend
+from redis_components.tasks.backend import RedisTask, RedisTaskBackend
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
@@ -181,7 +183,7 @@ def test_a_bool_priority_is_refused_before_anything_is_written(r: redis.Redis) -
 def test_run_after_is_never_early(r: redis.Redis) -> None:
     due = timezone.now() + datetime.timedelta(seconds=0.3)
     result = framework_tasks.record.using(run_after=due).enqueue("later")
-    assert r.zcard(delayed_key("test")) == 1
+    assert queue_stats(["test"])[0].delayed == 1
     assert result.task.run_after == due
     worker = Worker(["test"])
     thread = threading.Thread(target=worker.run)
@@ -345,7 +347,7 @@ def test_a_worker_process_runs_django_tasks_from_the_default_queues(
     assert worker.wait() == 0
     assert framework_tasks.multiply.get_result(result.id).return_value == 56
     assert "test" in worker.output()
-    assert r.zcard(ready_key("test")) == 0
+    assert queue_stats(["test"])[0].ready == 0
 
 
 def _seen(r: redis.Redis, label: str) -> list[dict[str, Any]]:
@@ -417,3 +419,95 @@ def test_the_queues_of_a_subclass_of_our_backend_are_served() -> None:
         found = queues_in_use()
     assert "sub-queue" in found
     assert "not-ours" not in found
+
+
+# -- a task's own options (RedisTask, the backend's task_class) --------------------------
+
+
+def test_djangos_task_decorator_makes_our_task_class_with_its_options() -> None:
+    assert RedisTaskBackend.task_class is RedisTask
+    made = framework_tasks.explode_with_one_retry
+    assert isinstance(made, RedisTask)
+    assert (made.max_retries, made.retry_backoff, made.unique_for) == (1, 0.01, None)
+    assert isinstance(framework_tasks.multiply, RedisTask)
+    assert framework_tasks.multiply.max_retries is None  # the backend's OPTIONS hold
+
+
+def test_a_tasks_own_max_retries_beats_the_backends(r: redis.Redis) -> None:
+    own = framework_tasks.explode_with_one_retry.enqueue("own")
+    wait_until(lambda: run_worker() == 0 and get_result(own.id).is_finished)
+    with override_settings(TASKS={"default": RETRYING}):  # MAX_RETRIES 2
+        still_own = framework_tasks.explode_with_one_retry.enqueue("still own")
+        backends = framework_tasks.explode.enqueue("backend's")
+        wait_until(
+            lambda: (
+                run_worker() == 0
+                and get_result(still_own.id).is_finished
+                and get_result(backends.id).is_finished
+            )
+        )
+        still_own.refresh()
+    assert (still_own.status, still_own.attempts) == (TaskResultStatus.FAILED, 2)
+    assert r.hgetall("{test}:runs") == {b"own": b"2", b"still own": b"2", b"backend's": b"3"}
+
+
+def test_using_keeps_the_tasks_options() -> None:
+    changed = framework_tasks.explode_with_one_retry.using(priority=5)
+    assert isinstance(changed, RedisTask)
+    assert (changed.priority, changed.max_retries, changed.retry_backoff) == (5, 1, 0.01)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"max_retries": -1}, "max_retries"),
+        ({"max_retries": True}, "max_retries"),
+        ({"retry_backoff": 0}, "retry_backoff"),
+        ({"unique_for": -5}, "unique_for"),
+        ({"time_limit": 1, "soft_time_limit": 2}, "soft_time_limit"),
+        ({"time_limit": "1"}, "time_limit"),
+    ],
+)
+def test_bad_options_of_a_task_are_refused_when_it_is_made(
+    options: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidTask, match=named):
+        framework_task(queue_name="test", **options)(framework_tasks.multiply.func)
+
+
+def test_a_unique_django_task_is_enqueued_once_within_its_window(r: redis.Redis) -> None:
+    first = framework_tasks.record_once.enqueue("same")
+    again = framework_tasks.record_once.using(priority=3).enqueue("same")
+    other = framework_tasks.record_once.enqueue("other")
+    assert again.id == first.id
+    assert again.task.priority == 3  # the task as given
+    assert other.id != first.id
+    assert queue_stats(["test"])[0].ready == 2
+    framework_tasks.record.enqueue("same")  # not unique: always enqueued
+    assert queue_stats(["test"])[0].ready == 3
+    with pytest.raises(TypeError, match="mixed types"):
+        framework_tasks.record_once.enqueue({1: "a", "b": 2})  # type: ignore[arg-type]
+    assert queue_stats(["test"])[0].ready == 3
+    assert run_worker() == 3
+    assert r.hgetall("{test}:runs") == {b"same": b"2", b"other": b"1"}
+    finished = framework_tasks.record_once.enqueue("same")  # its first run's result
+    assert (finished.id, finished.status) == (first.id, TaskResultStatus.SUCCESSFUL)
+    assert finished.return_value is None
+
+
+def test_a_django_tasks_own_time_limits_beat_the_backends() -> None:
+    limited = {**RETRYING, "OPTIONS": {"TIME_LIMIT": 10, "SOFT_TIME_LIMIT": 5}}
+    with override_settings(TASKS={"default": limited}):
+        plain = job_of(framework_tasks.multiply)
+        own = job_of(framework_tasks.limited)
+    assert (plain.time_limit, plain.soft_time_limit) == (10, 5)
+    assert (own.time_limit, own.soft_time_limit) == (3, 1)
+
+
+def job_of(task: Any) -> Any:
+    """The job a worker makes of a message for ``task`` (its options looked up as then)."""
+    from redis_components.tasks.backend import django_job
+    from redis_components.tasks.messages import TaskMessage
+
+    message = TaskMessage("f" * 32, task.module_path, "test", [], {}, backend="default")
+    return django_job(message, "w.1.1.abc", 0)

@@ -23,10 +23,11 @@ backport (the ``tasks-backport`` extra; add ``"django_tasks"`` to ``INSTALLED_AP
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar, cast
 
 import django
 from django.conf import settings
@@ -79,6 +80,35 @@ OPTIONS = {
 }
 
 
+if TYPE_CHECKING:
+    _DjangoTask: TypeAlias = Task[..., Any]
+else:
+    _DjangoTask = Task  # not generic at run time on Django 6
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RedisTask(_DjangoTask):
+    """Django's ``Task`` with this backend's options for one task (the backend's
+    ``task_class``, so Django's ``@task`` makes it)::
+
+        @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
+        def send_sold_email(seller_id, item_id, price, buyer_id): ...
+
+    ``None`` (the default) takes the backend's ``OPTIONS`` (``MAX_RETRIES`` and so
+    on); ``unique_for`` (seconds) has no backend-wide setting: an enqueue equal to one
+    made within that time (same task, same arguments) enqueues nothing and returns the
+    first one's result. Bad values raise ``InvalidTask`` when the task is made. They
+    belong to the task's definition: a worker looks the task up by its module path,
+    so ``using()`` keeps them and does not change them.
+    """
+
+    max_retries: int | None = None
+    retry_backoff: float | None = None
+    unique_for: float | None = None
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+
+
 class RedisTaskBackend(BaseTaskBackend):
     """Django's Tasks backend on redis_components' queues and workers.
 
@@ -88,6 +118,7 @@ class RedisTaskBackend(BaseTaskBackend):
     ``async def`` tasks (run on an event loop in the worker).
     """
 
+    task_class = RedisTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -116,6 +147,8 @@ class RedisTaskBackend(BaseTaskBackend):
             validate_queue(task.queue_name, "queue_name")
             if task.run_after is not None:
                 due_at(_aware(task.run_after), "run_after")
+            if isinstance(task, RedisTask):
+                _checked_options(task)
         except InvalidInput as error:
             raise InvalidTask(str(error)) from None
 
@@ -154,10 +187,27 @@ class RedisTaskBackend(BaseTaskBackend):
         except TaskSerializationError as error:
             raise TypeError(str(error)) from None
         due = NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
-        enqueued = TaskStore().enqueue(message, payload, due)
+        unique_for = task.unique_for if isinstance(task, RedisTask) else None
+        try:
+            enqueued = TaskStore().enqueue(message, payload, due, unique_for=unique_for)
+        except InvalidInput as error:  # a unique task's arguments that cannot be compared
+            raise TypeError(str(error)) from None
+        if enqueued.duplicate_of is not None:
+            return self._duplicate(result, enqueued.duplicate_of)
         object.__setattr__(result, "enqueued_at", _django_time(enqueued.at_ms))
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _duplicate(self, result: TaskResult[P, R], task_id: str) -> TaskResult[P, R]:
+        """The result of the equal task that made this enqueue of a unique task a duplicate
+        (a READY one with its id, if its result expired before its unique window ended)."""
+        try:
+            found = cast("TaskResult[P, R]", self.get_result(task_id))  # of the same task
+        except DjangoResultDoesNotExist:
+            object.__setattr__(result, "id", task_id)
+            return result
+        object.__setattr__(found, "task", result.task)  # as given: using() may change it
+        return found
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The result of a task this backend enqueued (``TaskResultDoesNotExist`` if the id
@@ -221,6 +271,25 @@ class RedisTaskBackend(BaseTaskBackend):
             self.time_limits  # noqa: B018 - checks them
         except InvalidInput as error:
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not ``None`` (the last one if all are)."""
+    return next((value for value in values if value is not None), values[-1])
+
+
+def _checked_options(task: RedisTask) -> None:
+    """:class:`InvalidInput` for a task's option that is not what it must be."""
+    retries = task.max_retries
+    if retries is not None and (
+        not isinstance(retries, int) or isinstance(retries, bool) or retries < 0
+    ):
+        raise InvalidInput("max_retries", f"must be a non-negative integer, not {retries!r}")
+    for name in ("retry_backoff", "unique_for"):
+        value = getattr(task, name)
+        if value is not None:
+            keys.seconds(value, name, positive=True)
+    time_limits(task.time_limit, task.soft_time_limit)
 
 
 def _priority(task: Task[..., Any]) -> int:
@@ -331,15 +400,17 @@ class DjangoJob(Job):
         worker_id: str,
         now_ms: int,
     ) -> None:
+        own = task if isinstance(task, RedisTask) else None
+        hard, soft = backend.time_limits
         super().__init__(
             task.func,
             message,
-            max_retries=backend.max_retries,
-            retry_backoff=backend.retry_backoff
-            if backend.retry_backoff is not None
-            else conf.TASK_RETRY_BACKOFF,
-            time_limit=backend.time_limits[0],
-            soft_time_limit=backend.time_limits[1],
+            max_retries=_first(own and own.max_retries, backend.max_retries),
+            retry_backoff=_first(
+                own and own.retry_backoff, backend.retry_backoff, conf.TASK_RETRY_BACKOFF
+            ),
+            time_limit=_first(own and own.time_limit, hard),
+            soft_time_limit=_first(own and own.soft_time_limit, soft),
         )
         self.task = task
         self.sender = type(backend)

@@ -21,6 +21,7 @@ by schedules, or run again after a deferral or a dead letter's requeue do not ca
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -79,6 +80,21 @@ class TaskMessage:
         body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
         payload = to_json(body, f"the arguments of task {self.task!r}")
         return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
+
+    def digest(self) -> str:
+        """What makes two enqueues equal for a unique task: the task and its arguments,
+        compared as JSON with sorted keys (:class:`InvalidInput` for keys that do not sort)."""
+        try:
+            canonical = json.dumps(
+                [self.task, self.args, self.kwargs], sort_keys=True, separators=(",", ":")
+            )
+        except TypeError as error:  # a dict's keys of mixed types: 1 and "a" do not sort
+            raise InvalidInput(
+                "args",
+                f"a unique task's arguments are compared with their dicts' keys sorted, "
+                f"and keys of mixed types do not sort ({error})",
+            ) from None
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     @classmethod
     def decode(cls, payload: str | bytes) -> TaskMessage:

@@ -19,8 +19,6 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime
-import hashlib
-import json
 import logging
 import math
 import random
@@ -50,7 +48,7 @@ from .messages import (
     validate_queue,
 )
 from .results import TaskResult, TaskStatus, get_result
-from .store import NOW, Due, TaskStore, unique_key
+from .store import NOW, Due, TaskStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -133,11 +131,7 @@ class Task(Generic[P, R]):
         self.priority = validate_priority(priority)
         self.unique_for = _optional_seconds(unique_for, "unique_for")
         self.time_limit, self.soft_time_limit = time_limits(time_limit, soft_time_limit)
-        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-            raise InvalidInput(
-                "max_retries", f"must be a non-negative integer, not {max_retries!r}"
-            )
-        self.max_retries = max_retries
+        self.max_retries = validate_retries(max_retries)
         self.retry_backoff = (
             None if retry_backoff is None else keys.seconds(retry_backoff, "retry_backoff")
         )
@@ -198,31 +192,10 @@ class Task(Generic[P, R]):
         return new_message(self.name, self.queue, args, kwargs, priority=self.priority)
 
     def _send(self, message: tuple[TaskMessage, str], due: Due) -> TaskResult:
-        unique = {}
-        if self.unique_for:
-            unique = {
-                "unique_key": unique_key(self._digest(message[0])),
-                "unique_ms": math.ceil(self.unique_for * 1000),
-            }
-        enqueued = TaskStore().enqueue(*message, due, **unique)  # type: ignore[arg-type]
+        enqueued = TaskStore().enqueue(*message, due, unique_for=self.unique_for)
         if enqueued.duplicate_of is not None:
             return _existing(enqueued.duplicate_of, message[0])
         return new_result(message[0], enqueued.at_ms, due.run_after_ms(enqueued.at_ms))
-
-    def _digest(self, message: TaskMessage) -> str:
-        """What makes two enqueues of this task equal: its name and arguments, compared
-        as JSON with sorted keys (:class:`InvalidInput` for keys that do not sort)."""
-        try:
-            canonical = json.dumps(
-                [self.name, message.args, message.kwargs], sort_keys=True, separators=(",", ":")
-            )
-        except TypeError as error:  # a dict's keys of mixed types: 1 and "a" do not sort
-            raise InvalidInput(
-                "args",
-                f"a unique task's arguments are compared with their dicts' keys sorted, "
-                f"and keys of mixed types do not sort ({error})",
-            ) from None
-        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -239,6 +212,13 @@ def _existing(task_id: str, message: TaskMessage) -> TaskResult:
 
 def _optional_seconds(value: float | None, field: str) -> float | None:
     return None if value is None else keys.seconds(value, field, positive=True)
+
+
+def validate_retries(max_retries: object) -> int:
+    """``max_retries`` if it is a non-negative integer (not a bool), else :class:`InvalidInput`."""
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise InvalidInput("max_retries", f"must be a non-negative integer, not {max_retries!r}")
+    return max_retries
 
 
 def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:

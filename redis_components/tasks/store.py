@@ -65,6 +65,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -605,16 +606,15 @@ class TaskStore:
         payload: str,
         due: Due = NOW,
         *,
-        unique_key: str = "",
-        unique_ms: int = 0,
+        unique_for: float | None = None,
     ) -> Enqueued:
         """Add a task to its queue, to run when it is ``due``.
 
-        Writes its READY result in the same script. With ``unique_ms``, nothing is added
-        while ``unique_key`` holds the id of an equal task enqueued within that many ms
-        (:attr:`Enqueued.duplicate_of` names it). Raises :class:`QueueFull` when the queue
-        is at its limit, and :class:`TaskNotDurable` when ``QUEUE_WAIT_REPLICAS`` replicas
-        did not acknowledge.
+        Writes its READY result in the same script. With ``unique_for`` (seconds),
+        nothing is added when an equal task (:meth:`TaskMessage.digest`) was enqueued
+        within that time (:attr:`Enqueued.duplicate_of` names it). Raises
+        :class:`QueueFull` when the queue is at its limit, and :class:`TaskNotDurable`
+        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
         """
         options = user_settings()
         limit = _limit(options, message.queue)
@@ -623,8 +623,8 @@ class TaskStore:
             payload=payload,
             due=due,
             limit=limit,
-            unique_key=unique_key,
-            unique_ms=unique_ms,
+            unique_key=unique_key(message.digest()) if unique_for else "",
+            unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
         )
         replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
         if replicas:

@@ -86,3 +86,20 @@ def snapshot(context: TaskContext[Any, Any], label: str, defer_first: bool = Fal
     running = current_task()
     if defer_first and running is not None and context.attempt == 1:
         running.defer(0.01)
+
+
+@task(queue_name="test", max_retries=1, retry_backoff=0.01)
+def explode_with_one_retry(label: str) -> None:
+    """Our backend's options on Django's @task (its task_class is RedisTask)."""
+    get_client().hincrby("{test}:runs", label, 1)
+    raise ValueError(f"{label} exploded")
+
+
+@task(queue_name="test", unique_for=60)
+def record_once(label: str) -> None:
+    record.call(label)
+
+
+@task(queue_name="test", time_limit=3, soft_time_limit=1)
+def limited() -> None:
+    """Time limits of its own."""

@@ -771,13 +771,20 @@ def _release_all(handles: Sequence[LockHandle], ok: bool) -> None:
 
 
 async def _arelease_all(handles: Sequence[LockHandle], ok: bool) -> None:
-    lost = None
+    """:func:`_release_all` on the async client, one release after another: a release
+    that fails (the handle stays held, to retry) does not keep the others held."""
+    lost, failed = None, None
     for handle in reversed(handles):
-        if not handle.released:
-            try:
-                await handle.arelease()
-            except LockNotOwned as error:
-                lost = error
+        if handle.released:
+            continue
+        try:
+            await handle.arelease()
+        except LockNotOwned as error:
+            lost = error
+        except Exception as error:
+            failed = failed or error
+    if failed is not None:
+        raise failed
     _report(lost, ok)
 
 

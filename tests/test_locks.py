@@ -20,7 +20,7 @@ from django.test import AsyncRequestFactory, RequestFactory
 
 from conftest import CLUSTER, CommandCount, single_server_only
 from redis_components import locks, metrics
-from redis_components.connection import aclose_async_client, get_client
+from redis_components.connection import aclose_async_client, get_async_client, get_client
 from redis_components.exceptions import (
     ConfigurationError,
     InvalidInput,
@@ -760,6 +760,33 @@ def test_a_with_block_whose_release_fails_leaves_the_handle_to_retry(r: redis.Re
     for handle in group:
         handle.release()
     _free_for_everyone("a")
+    _free_for_everyone("b")
+
+
+@single_server_only
+def test_an_async_block_whose_release_fails_still_releases_the_other_locks(
+    r: redis.Redis,
+) -> None:
+    async def drop_connections() -> None:
+        for connection in list(get_async_client().connection_pool._in_use_connections):
+            connection._writer.transport.abort()
+
+    async def scenario() -> tuple[LockHandle, ...]:
+        scope = redis_lock("a", "b", timeout=30)
+        with pytest.raises(redis.ConnectionError):  # noqa: PT012 - the block's exit fails
+            async with scope as group:
+                r.execute_command("CLIENT", "PAUSE", 600)  # "b" is released first
+                asyncio.get_running_loop().call_later(
+                    0.2, lambda: asyncio.ensure_future(drop_connections())
+                )
+        await aclose_async_client()
+        return tuple(group)
+
+    first, second = asyncio.run(scenario())
+    assert (first.name, first.released, second.name, second.released) == ("a", True, "b", False)
+    assert not _held("a")
+    assert _held("b")
+    second.release()  # the retry releases it
     _free_for_everyone("b")
 
 

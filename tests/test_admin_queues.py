@@ -15,6 +15,7 @@ from django.utils.http import urlencode
 
 from redis_components import TaskStatus, get_result
 from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import dead_letters, queue_stats, waiting_tasks
 from redis_components.tasks.store import dead_entry, dead_key, ready_key
 from redis_components.tasks.worker import Worker
 from tests.processes import wait_until
@@ -191,22 +192,23 @@ def every_action(r: redis.Redis) -> list[tuple[str, dict[str, str]]]:
     ]
 
 
-def snapshot(r: redis.Redis) -> list[Any]:
-    return [r.zrange(ready_key("test"), 0, -1), r.lrange(dead_key("test"), 0, -1)]
+def snapshot() -> list[Any]:
+    """The ready tasks and dead letters of the test queue, each read whole."""
+    return [waiting_tasks("test", "ready"), dead_letters("test")]
 
 
 def test_no_action_is_done_without_the_permission_csrf_or_a_post(
     viewer: Client, manager: Client, r: redis.Redis
 ) -> None:
     actions = every_action(r)
-    before = snapshot(r)
+    before = snapshot()
     for action, target in actions:
         url = f"{ADMIN}do/{action}/"
         assert viewer.get(url, target).status_code == 403, action
         assert viewer.post(url, target).status_code == 403, action  # (the test client skips CSRF)
         _, fields = confirm(manager, f"{url}?{urlencode(target)}")  # a GET only asks
         assert manager.post(url, fields).status_code == 403, action  # no CSRF token
-        assert snapshot(r) == before, action
+        assert snapshot() == before, action
 
 
 @pytest.mark.parametrize(
@@ -234,16 +236,16 @@ def test_requeue_asks_first_needs_csrf_then_requeues_and_logs(
     url = ADMIN + "do/requeue/?queue=test&index=0"
     page, fields = confirm(manager, url)
     assert "Yes, requeue a dead letter" in page.content.decode()
-    assert r.llen(dead_key("test")) == 1  # asking changed nothing
+    assert queue_stats(["test"])[0].dead == 1  # asking changed nothing
     assert manager.post(ADMIN + "do/requeue/", fields).status_code == 403  # no CSRF token
-    assert r.llen(dead_key("test")) == 1
+    assert queue_stats(["test"])[0].dead == 1
     with caplog.at_level(logging.INFO, logger="redis_components.tasks"):
         done = manager.post(
             ADMIN + "do/requeue/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}
         )
     assert done.status_code == 302
-    assert r.llen(dead_key("test")) == 0
-    assert r.zcard(ready_key("test")) == 1
+    [stats] = queue_stats(["test"])
+    assert (stats.dead, stats.ready) == (0, 1)
     assert get_result(message.id).status is TaskStatus.READY
     assert "operator" in caplog.text
     assert "Requeued the dead letter" in caplog.text
@@ -257,7 +259,7 @@ def test_a_dead_letter_that_moved_is_not_acted_on(manager: Client, r: redis.Redi
         ADMIN + "do/delete/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}, follow=True
     )
     assert "no longer there" in str(next(iter(response.context["messages"])))
-    assert r.llen(dead_key("test")) == 2
+    assert queue_stats(["test"])[0].dead == 2
 
 
 def test_delete_requeue_all_and_purge(manager: Client, r: redis.Redis) -> None:
@@ -266,7 +268,7 @@ def test_delete_requeue_all_and_purge(manager: Client, r: redis.Redis) -> None:
     r.rpush(dead_key("test"), b"junk")
     page, fields = confirm(manager, ADMIN + "do/delete/?queue=test&index=1")
     manager.post(ADMIN + "do/delete/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})
-    assert r.llen(dead_key("test")) == 3
+    assert queue_stats(["test"])[0].dead == 3
     page, fields = confirm(manager, ADMIN + "do/requeue-all/?queue=test")
     done = manager.post(
         ADMIN + "do/requeue-all/",
@@ -275,11 +277,11 @@ def test_delete_requeue_all_and_purge(manager: Client, r: redis.Redis) -> None:
     )
     assert "Requeued 2 dead letter(s)" in done.content.decode()
     assert "1 unreadable left" in done.content.decode()
-    assert r.zcard(ready_key("test")) == 2
+    assert queue_stats(["test"])[0].ready == 2
     page, fields = confirm(manager, ADMIN + "do/purge/?queue=test")
     manager.post(ADMIN + "do/purge/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})
-    assert r.zcard(ready_key("test")) == 0
-    assert r.llen(dead_key("test")) == 0
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.dead) == (0, 0)
 
 
 def test_cancel_a_waiting_task_from_its_queue_page(manager: Client) -> None:

@@ -9,7 +9,8 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.store import dead_key, ready_key
+from redis_components.tasks.status import queue_stats, waiting_tasks
+from redis_components.tasks.store import dead_key
 from redis_components.testing import crashed_worker, no_registered_tasks
 from tests.testapp import tasks
 
@@ -52,12 +53,14 @@ def test_requeue_dead_of_one_queue_or_all(r: redis.Redis) -> None:
     bury(r, "test", "a")
     bury(r, "mail", "b")
     assert run("--requeue-dead", "test") == "test: requeued 1 dead tasks\n"
-    [raw] = r.zrange(ready_key("test"), 0, -1)
-    assert TaskMessage.decode(raw).retries == 0
-    assert r.llen(dead_key("mail")) == 1
+    total, [waiting] = waiting_tasks("test", "ready")
+    assert total == 1
+    assert waiting.message is not None, waiting.shown
+    assert waiting.message.retries == 0
+    assert queue_stats(["mail"])[0].dead == 1
     r.sadd("rc:queue:{tasks}:queues", "mail")
     assert "mail: requeued 1 dead tasks" in run("--requeue-dead")
-    assert r.llen(dead_key("mail")) == 0
+    assert queue_stats(["mail"])[0].dead == 0
 
 
 def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,14 +68,14 @@ def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr("builtins.input", lambda question: "n")
     with pytest.raises(CommandError, match="Nothing was deleted"):
         run("--purge", "test")
-    assert r.zcard(ready_key("test")) == 1
+    assert queue_stats(["test"])[0].ready == 1
     asked: list[str] = []
     monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "y")
     assert run("--purge", "test") == "test: deleted 1 tasks (there were 1 a moment ago)\n"
     assert asked == ["Delete 1 ready, 0 delayed and 0 dead tasks of queue 'test'? [y/N] "]
     tasks.record.enqueue("b")
     assert "deleted 1 tasks" in run("--purge", "test", "--yes")
-    assert r.zcard(ready_key("test")) == 0
+    assert queue_stats(["test"])[0].ready == 0
 
 
 def test_bad_queue_names_are_refused() -> None:

@@ -12,6 +12,7 @@ from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import (
     dead_letter_entry,
     dead_letter_page,
+    queue_stats,
     running_tasks,
     throughput,
     waiting_tasks,
@@ -80,9 +81,12 @@ def test_dead_letters_are_paged_newest_first_and_acted_on_one_by_one(r: redis.Re
     assert TaskStore().requeue_dead_entry("test", entries[4])
     assert not TaskStore().requeue_dead_entry("test", entries[4])  # gone already
     assert TaskStore().delete_dead_entry("test", entries[0])
-    assert r.llen(dead_key("test")) == 3
-    [ready] = r.zrange(ready_key("test"), 0, -1)
-    assert TaskMessage.decode(ready).args == ["d4"]
+    [stats] = queue_stats(["test"])
+    assert stats.dead == 3
+    total, [ready] = waiting_tasks("test", "ready")
+    assert total == 1
+    assert ready.message is not None, ready.shown
+    assert ready.message.args == ["d4"]
 
 
 def test_running_tasks_and_throughput(r: redis.Redis) -> None:

@@ -19,15 +19,14 @@ from redis_components import RedisLock, TaskStatus, defer, get_result, redis_loc
 from redis_components.conf import conf
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.status import dead_letters, queue_stats, workers
-from redis_components.tasks.store import (
-    TaskStore,
-    dead_key,
-    delayed_key,
-    fetch_keys,
-    leases_key,
-    ready_key,
+from redis_components.tasks.status import (
+    dead_letters,
+    queue_stats,
+    running_tasks,
+    waiting_tasks,
+    workers,
 )
+from redis_components.tasks.store import TaskStore, fetch_keys, leases_key, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.processes import run_processes, wait_until
@@ -106,10 +105,13 @@ def test_delayed_tasks_run_at_their_time_not_before(r: redis.Redis) -> None:
     labels = ["a", "b", "c"]
     for i, label in enumerate(labels):
         tasks.record_time.enqueue_in(0.1 + 0.1 * i, label)
-    due = {
-        TaskMessage.decode(raw).args[0]: int(score)
-        for raw, score in r.zrange(delayed_key("test"), 0, -1, withscores=True)
-    }
+    total, delayed = waiting_tasks("test", "delayed")
+    assert total == len(labels)
+    due = {}
+    for waiting in delayed:
+        assert waiting.message is not None, waiting.shown
+        assert waiting.due_ms is not None
+        due[waiting.message.args[0]] = waiting.due_ms
     with running_worker(["test"]):
         wait_until(lambda: r.hlen("test:started") == 3)
     started = {label.decode(): int(ms) for label, ms in r.hgetall("test:started").items()}
@@ -142,13 +144,13 @@ def test_concurrent_schedulers_move_each_due_task_exactly_once(r: redis.Redis) -
 
     run_processes(burst, [()] * 4)
     assert runs(r) == dict.fromkeys(labels, 1)
-    assert r.zcard(delayed_key("test")) == 0
+    assert queue_stats(["test"])[0].delayed == 0
 
 
 def test_failures_retry_with_backoff_then_dead_letter_with_traceback(r: redis.Redis) -> None:
     tasks.fail.enqueue("f")
     with running_worker(["test"]):
-        wait_until(lambda: r.llen(dead_key("test")) == 1)
+        wait_until(lambda: queue_stats(["test"])[0].dead == 1)
     assert runs(r) == {"f": 3}  # the first run and fail's max_retries=2 retries
     [letter] = dead_letters("test")
     assert letter.reason == "failed"
@@ -159,16 +161,17 @@ def test_failures_retry_with_backoff_then_dead_letter_with_traceback(r: redis.Re
 
     assert TaskStore().requeue_dead("test") == (1, 0)
     with running_worker(["test"]):
-        wait_until(lambda: r.llen(dead_key("test")) == 1)
+        wait_until(lambda: queue_stats(["test"])[0].dead == 1)
     assert runs(r) == {"f": 6}
 
 
 def test_retry_exception_reschedules_without_dead_letter(r: redis.Redis) -> None:
     tasks.retry_once.enqueue("r")
     with running_worker(["test"]):
-        wait_until(lambda: runs(r).get("r") == 2 and not r.keys("rc:queue:{tasks}:running:*"))
-    assert r.llen(dead_key("test")) == 0
-    assert r.zcard(delayed_key("test")) == 0
+        # The worker is registered: its tasks in progress are counted.
+        wait_until(lambda: runs(r).get("r") == 2 and queue_stats(["test"])[0].in_progress == 0)
+    [stats] = queue_stats(["test"])
+    assert (stats.dead, stats.delayed) == (0, 0)
 
 
 def test_unknown_tasks_are_dead_lettered_and_the_worker_goes_on(
@@ -212,7 +215,7 @@ def test_a_payload_that_is_not_a_task_is_dead_lettered_on_the_first_take(
     [letter] = dead_letters("test")
     assert letter.reason == "undecodable"
     assert letter.error.startswith("not a task")
-    assert r.zcard(ready_key("test")) == 0
+    assert queue_stats(["test"])[0].ready == 0
     assert r.keys("rc:queue:{tasks}:running*") == []  # nothing held, no attempt left open
 
 
@@ -229,7 +232,7 @@ def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> No
     deferring.enqueue()
     with running_worker(["test"]):
         wait_until(lambda: runs(r).get("deferring") == 3)
-    assert r.llen(dead_key("test")) == 0
+    assert dead_letters("test") == []
     with running_worker(["test"], burst=True):
         pass
     assert runs(r) == {"deferring": 3}
@@ -310,7 +313,7 @@ def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
         holder.release()
         wait_until(lambda: runs(r) == {"sell 7": 1})
     assert dead_letters("test") == []
-    assert r.zcard(delayed_key("test")) == 0
+    assert queue_stats(["test"])[0].delayed == 0
     # Deferrals do not count as retries: the task ran with its retries untouched.
     assert "retry" not in caplog.text
 
@@ -325,7 +328,7 @@ def test_a_result_follows_a_task_to_its_return_value(redis_mode: str, r: redis.R
     assert result.started_at is not None
     assert result.finished_at is not None
     assert result.enqueued_at <= result.started_at <= result.finished_at
-    assert r.hlen("rc:queue:{tasks}:running") == 0
+    assert running_tasks() == []
 
 
 def test_an_async_task_runs_on_an_event_loop(r: redis.Redis) -> None:

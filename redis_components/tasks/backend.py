@@ -37,7 +37,6 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
-from ..conf import conf
 from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
 from . import results
 from .jobs import Job
@@ -360,30 +359,62 @@ def to_django(task: Task[..., Any], record: results.TaskResult) -> TaskResult[..
 
 def django_job(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
     """What runs a message enqueued through Django's Tasks framework, or why nothing can."""
-    alias = message.backend or ""
     try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        return f"no Tasks backend is configured as {alias!r} in settings.TASKS here"
-    if not isinstance(backend, RedisTaskBackend):
-        return f"the Tasks backend {alias!r} is not a RedisTaskBackend here"
-    try:
-        task = _worker_task(message.task, message.priority, message.queue, alias)
-    except (ImportError, TypeError, InvalidTask) as error:
-        return f"no Django task {message.task!r} can run here: {error}"
-    return DjangoJob(task, backend, message, worker_id, now_ms)
+        runnable = _runnable(message.task, message.priority, message.queue, message.backend or "")
+    except _CannotRun as reason:
+        return str(reason)
+    return DjangoJob(runnable, message, worker_id, now_ms)
+
+
+class _CannotRun(Exception):
+    """Why a message's Django task cannot run here."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runnable:
+    """A Django task as a worker runs it: the task, its backend's class (the signals'
+    sender) and its options, those of the task first, then the backend's."""
+
+    task: Task[..., Any]
+    sender: type[RedisTaskBackend]
+    max_retries: int
+    retry_backoff: float | None
+    time_limit: float | None
+    soft_time_limit: float | None
 
 
 @functools.lru_cache(maxsize=1024)
-def _worker_task(path: str, priority: int, queue: str, alias: str) -> Task[..., Any]:
-    """The task at ``path`` as enqueued, validated once (a task is immutable); the
-    cache is emptied when ``TASKS`` changes."""
-    return _find_task(path).using(priority=priority, queue_name=queue, backend=alias)
+def _runnable(path: str, priority: int, queue: str, alias: str) -> _Runnable:
+    """The task at ``path`` as enqueued, with its options, found and validated once (a
+    task is immutable; the cache is emptied when ``TASKS`` changes), or
+    :class:`_CannotRun` (not cached)."""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        raise _CannotRun(
+            f"no Tasks backend is configured as {alias!r} in settings.TASKS here"
+        ) from None
+    if not isinstance(backend, RedisTaskBackend):
+        raise _CannotRun(f"the Tasks backend {alias!r} is not a RedisTaskBackend here")
+    try:
+        task = _find_task(path).using(priority=priority, queue_name=queue, backend=alias)
+    except (ImportError, TypeError, InvalidTask) as error:
+        raise _CannotRun(f"no Django task {path!r} can run here: {error}") from None
+    own = task if isinstance(task, RedisTask) else None
+    hard, soft = backend.time_limits
+    return _Runnable(
+        task,
+        type(backend),
+        max_retries=_first(own and own.max_retries, backend.max_retries),
+        retry_backoff=_first(own and own.retry_backoff, backend.retry_backoff),
+        time_limit=_first(own and own.time_limit, hard),
+        soft_time_limit=_first(own and own.soft_time_limit, soft),
+    )
 
 
 def _forget_tasks(*, setting: str, **kwargs: Any) -> None:
     if setting == "TASKS":
-        _worker_task.cache_clear()
+        _runnable.cache_clear()
 
 
 setting_changed.connect(_forget_tasks)
@@ -393,27 +424,18 @@ class DjangoJob(Job):
     """One run of a Django task: its context, Django's signals, Django's JSON rules."""
 
     def __init__(
-        self,
-        task: Task[..., Any],
-        backend: RedisTaskBackend,
-        message: TaskMessage,
-        worker_id: str,
-        now_ms: int,
+        self, runnable: _Runnable, message: TaskMessage, worker_id: str, now_ms: int
     ) -> None:
-        own = task if isinstance(task, RedisTask) else None
-        hard, soft = backend.time_limits
         super().__init__(
-            task.func,
+            runnable.task.func,
             message,
-            max_retries=_first(own and own.max_retries, backend.max_retries),
-            retry_backoff=_first(
-                own and own.retry_backoff, backend.retry_backoff, conf.TASK_RETRY_BACKOFF
-            ),
-            time_limit=_first(own and own.time_limit, hard),
-            soft_time_limit=_first(own and own.soft_time_limit, soft),
+            max_retries=runnable.max_retries,
+            retry_backoff=runnable.retry_backoff,
+            time_limit=runnable.time_limit,
+            soft_time_limit=runnable.soft_time_limit,
         )
-        self.task = task
-        self.sender = type(backend)
+        self.task = runnable.task
+        self.sender = runnable.sender
         self.result = self._running(worker_id, now_ms)
 
     def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:

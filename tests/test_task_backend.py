@@ -390,7 +390,7 @@ def test_a_deferred_task_sees_its_earlier_attempts(r: redis.Redis) -> None:
 @single_server_only
 def test_a_django_task_costs_the_server_what_our_task_does(r: redis.Redis) -> None:
     """No read of the result record before a first attempt: a finished Django task costs
-    the same 13 commands as one of our @task's (see test_task_worker.py)."""
+    the same 11 commands as one of our @task's (see test_task_worker.py)."""
 
     def commands_for(count: int) -> int:
         for i in range(count):
@@ -400,7 +400,7 @@ def test_a_django_task_costs_the_server_what_our_task_does(r: redis.Redis) -> No
         return sum(stat["calls"] for stat in r.info("commandstats").values())
 
     commands_for(1)  # loads the scripts
-    assert (commands_for(40) - commands_for(20)) / 20 == 13
+    assert (commands_for(40) - commands_for(20)) / 20 == 11
 
 
 class SubclassedBackend(RedisTaskBackend):

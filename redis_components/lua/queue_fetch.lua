@@ -18,7 +18,9 @@
 --       13) "" without metrics, else the finished task's queue then, after a space,
 --       the upper bound of its duration's histogram bucket  14) its duration in µs
 --       15) when the worker took it (the server's ms, as this script returned it), ""
---       to read it from the running hash
+--       to read it from the running hash  16) 1 when it was the task's first attempt for
+--       sure (its payload has the enqueue time, no retry and no crash): its result has
+--       no earlier attempt to read
 -- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
@@ -72,8 +74,13 @@ if done > 0 then
       end
     end
     if id ~= '' then
-      -- One read and one write of the result hash, whatever the outcome.
-      local known = redis.call('HMGET', result, 'workers', 'started_at', 'message')
+      -- One read and one write of the result hash, whatever the outcome; no read after
+      -- a first attempt, whose result holds no attempt yet. Its expiry goes first: it
+      -- says whether the result still exists (if not, its message is written again).
+      local first = ARGV[16] == '1'
+      local kept = redis.call('PEXPIRE', result, keep) == 1
+      local known = first and {false, false, kept}
+        or redis.call('HMGET', result, 'workers', 'started_at', 'message')
       local fields = {}
       local function set(name, value)
         fields[#fields + 1] = name
@@ -88,7 +95,7 @@ if done > 0 then
         end
       end
       if outcome == 'retry' or outcome == 'bury' then
-        local errors = redis.call('HGET', result, 'errors')
+        local errors = not first and redis.call('HGET', result, 'errors')
         set('errors',
           errors and (string.sub(errors, 1, -2) .. ',' .. ARGV[7] .. ']') or ('[' .. ARGV[7] .. ']'))
       end
@@ -110,13 +117,17 @@ if done > 0 then
         set('message', ARGV[4])
       end
       redis.call('HSET', result, unpack(fields))
-      redis.call('PEXPIRE', result, keep)
+      if not kept then
+        redis.call('PEXPIRE', result, keep)
+      end
     end
   end
 end
 
+-- A worker that has just recorded a task it held still has its lease: recovery takes
+-- the lease and the worker's tasks together, atomically.
 local take = string.sub(ARGV[2], 1, 4) == 'take'
-if take and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+if take and recorded == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return {false, -1, 0, recorded, now}
 end
 

@@ -440,7 +440,7 @@ class DjangoJob(Job):
 
     def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
         message = self.message
-        if message.enqueued_at is None or message.retries or message.crashes:
+        if not message.first_attempt:
             # Not known to be a first attempt: the attempts so far, and this one (written
             # when it was taken), in one round trip.
             record = results.read_results([message.id])[0]

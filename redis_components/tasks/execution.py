@@ -138,13 +138,17 @@ def success(
             again=again,
             delay_ms=delay_ms,
             seconds=seconds,
+            first=message.first_attempt,
         )
     try:
         returned = job.encode(value)
     except Exception as error:  # the task ran: running it again cannot help
         logger.error("Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error)
         job.finished(TaskStatus.FAILED, error)
-        return bury(position, queue, payload, message.id, "failed", str(error), error, seconds)
+        return bury(
+            *(position, queue, payload, message.id, "failed", str(error), error, seconds),
+            first=message.first_attempt,
+        )
     logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
     job.finished(TaskStatus.SUCCESSFUL, None)
     return Outcome(
@@ -154,6 +158,7 @@ def success(
         kind="ok",
         data=returned,
         seconds=seconds,
+        first=message.first_attempt,
     )
 
 
@@ -200,6 +205,7 @@ def failure(
             again=retried,
             delay_ms=round(delay * 1000),
             seconds=seconds,
+            first=message.first_attempt,
         )
     logger.error(
         "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
@@ -207,7 +213,10 @@ def failure(
         exc_info=None if isinstance(error, Retry) else error,
     )
     job.finished(TaskStatus.FAILED, error)
-    return bury(position, queue, payload, task_id, reason, described, error, seconds)
+    return bury(
+        *(position, queue, payload, task_id, reason, described, error, seconds),
+        first=message.first_attempt,
+    )
 
 
 def bury(
@@ -219,8 +228,11 @@ def bury(
     problem: str,
     error: BaseException | None = None,
     seconds: float = 0.0,
+    *,
+    first: bool = False,
 ) -> Outcome:
-    """A dead letter for ``payload``, saying why (``problem``; the traceback of ``error``)."""
+    """A dead letter for ``payload``, saying why (``problem``; the traceback of ``error``);
+    ``first``: of the task's first attempt (see :class:`Outcome`)."""
     class_path, trace = describe(error) if error is not None else ("", problem)
     return Outcome(
         position=position,
@@ -230,4 +242,5 @@ def bury(
         data=error_json(class_path, trace),
         dead_entry=dead_entry(payload, queue, reason, problem, trace),
         seconds=seconds,
+        first=first,
     )

@@ -81,6 +81,12 @@ class TaskMessage:
         payload = to_json(body, f"the arguments of task {self.task!r}")
         return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
 
+    @property
+    def first_attempt(self) -> bool:
+        """Whether this is the task's first attempt for sure: it carries its enqueue time
+        (dropped by a deferral or a dead letter's requeue) and no retry or crash."""
+        return self.enqueued_at is not None and not self.retries and not self.crashes
+
     def digest(self) -> str:
         """What makes two enqueues equal for a unique task: the task and its arguments,
         compared as JSON with sorted keys (:class:`InvalidInput` for keys that do not sort)."""

@@ -246,6 +246,7 @@ class Outcome:
     delay_ms: int = 0  # "retry", "defer": in how many ms
     dead_entry: str = ""  # "bury": the dead-letter entry
     seconds: float = 0.0  # how long it ran
+    first: bool = False  # its first attempt for sure (TaskMessage.first_attempt)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -464,7 +465,8 @@ def fetch_call(
             conf.TASK_DEAD_LETTER_MAX,
         ]
     micros = round(outcome.seconds * 1_000_000) if outcome else 0
-    args += [result_ttl_ms(), metrics, micros, taken_ms or ""]
+    first = 1 if outcome and outcome.first else 0
+    args += [result_ttl_ms(), metrics, micros, taken_ms or "", first]
     return scripts.load("queue_fetch"), script_keys, args
 
 

@@ -512,7 +512,11 @@ def versions(postgres: PrivatePostgres | None) -> str:
         *("django-tasks-redis", "psycopg"),
     )
     found = [f"Django {django.get_version()}"]
-    found += [f"{name} {importlib.metadata.version(name)}" for name in names]
+    for name in names:  # those not installed were not measured (--only)
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
     found.append(f"SQLite {sqlite3.sqlite_version}")
     if postgres is not None:
         found.append(f"PostgreSQL {postgres.version}")

@@ -41,7 +41,7 @@ from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerialization
 from . import results
 from .jobs import Job
 from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
-from .registry import due_at, time_limits
+from .registry import due_at, time_limits, validate_retries
 from .results import TaskStatus
 from .store import NOW, TaskStore
 
@@ -279,11 +279,8 @@ def _first(*values: Any) -> Any:
 
 def _checked_options(task: RedisTask) -> None:
     """:class:`InvalidInput` for a task's option that is not what it must be."""
-    retries = task.max_retries
-    if retries is not None and (
-        not isinstance(retries, int) or isinstance(retries, bool) or retries < 0
-    ):
-        raise InvalidInput("max_retries", f"must be a non-negative integer, not {retries!r}")
+    if task.max_retries is not None:
+        validate_retries(task.max_retries)
     for name in ("retry_backoff", "unique_for"):
         value = getattr(task, name)
         if value is not None:

@@ -257,7 +257,9 @@ class RedisTaskBackend(BaseTaskBackend):
                     id="redis_components.E012",
                 )
         retries = self.options.get("MAX_RETRIES", 0)
-        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        try:
+            validate_retries(retries)
+        except InvalidInput:
             yield Error(
                 f"{where}['OPTIONS']['MAX_RETRIES'] must be a non-negative integer, "
                 f"not {retries!r}.",
@@ -270,11 +272,6 @@ class RedisTaskBackend(BaseTaskBackend):
             self.time_limits  # noqa: B018 - checks them
         except InvalidInput as error:
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
-
-
-def _first(*values: Any) -> Any:
-    """The first value that is not ``None`` (the last one if all are)."""
-    return next((value for value in values if value is not None), values[-1])
 
 
 def _checked_options(task: RedisTask) -> None:
@@ -397,15 +394,19 @@ def _runnable(path: str, priority: int, queue: str, alias: str) -> _Runnable:
         task = _find_task(path).using(priority=priority, queue_name=queue, backend=alias)
     except (ImportError, TypeError, InvalidTask) as error:
         raise _CannotRun(f"no Django task {path!r} can run here: {error}") from None
-    own = task if isinstance(task, RedisTask) else None
+
+    def option(name: str, default: Any) -> Any:
+        value = getattr(task, name, None)  # a plain Django Task has none of ours
+        return default if value is None else value
+
     hard, soft = backend.time_limits
     return _Runnable(
         task,
         type(backend),
-        max_retries=_first(own and own.max_retries, backend.max_retries),
-        retry_backoff=_first(own and own.retry_backoff, backend.retry_backoff),
-        time_limit=_first(own and own.time_limit, hard),
-        soft_time_limit=_first(own and own.soft_time_limit, soft),
+        max_retries=option("max_retries", backend.max_retries),
+        retry_backoff=option("retry_backoff", backend.retry_backoff),
+        time_limit=option("time_limit", hard),
+        soft_time_limit=option("soft_time_limit", soft),
     )
 
 

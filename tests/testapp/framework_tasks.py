@@ -91,8 +91,7 @@ def snapshot(context: TaskContext[Any, Any], label: str, defer_first: bool = Fal
 @task(queue_name="test", max_retries=1, retry_backoff=0.01)
 def explode_with_one_retry(label: str) -> None:
     """Our backend's options on Django's @task (its task_class is RedisTask)."""
-    get_client().hincrby("{test}:runs", label, 1)
-    raise ValueError(f"{label} exploded")
+    explode.call(label)
 
 
 @task(queue_name="test", unique_for=60)

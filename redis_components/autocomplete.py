@@ -89,11 +89,11 @@ def find_prefix_range(prefix: str) -> tuple[bytes, bytes]:
     normalized name, so ``[<prefix>`` is at or below every match and ``(<prefix>\\xff``
     above all of them (no UTF-8 text holds the byte 0xFF). Nothing is written.
     """
-    start = normalize(check_prefix(prefix)).encode()
+    start = normalize(validate_prefix(prefix)).encode()
     return b"[" + start, b"(" + start + b"\xff"
 
 
-def check_prefix(prefix: object) -> str:
+def validate_prefix(prefix: object) -> str:
     """Return ``prefix`` if it is a usable search prefix, else raise :class:`InvalidInput`.
 
     The empty prefix is allowed (it matches every name).
@@ -104,30 +104,28 @@ def check_prefix(prefix: object) -> str:
         raise InvalidInput(
             "prefix", f"must be at most {MAX_PREFIX_LENGTH} characters, not {len(prefix)}"
         )
-    keys.check_text(prefix, "prefix")
+    keys.validate_text(prefix, "prefix")
     return prefix
 
 
-def check_limit(limit: object) -> int:
+def validate_limit(limit: object) -> int:
     """The number of suggestions to return: ``limit`` capped by AUTOCOMPLETE_MAX_RESULTS."""
     most = conf.AUTOCOMPLETE_MAX_RESULTS
     if limit is None:
         return most
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise InvalidInput("limit", f"must be a positive integer, not {limit!r}")
-    return min(limit, most)
+    return min(keys.integer(limit, "limit"), most)
 
 
-def check_name(name: object, field: str = "name") -> str:
+def validate_member(name: object, field: str = "name") -> str:
     """Return ``name`` if it may be stored (1-200 characters, no control characters)."""
     return keys.validate_name(name, field, max_length=MAX_NAME_LENGTH)
 
 
-def check_contact(name: object, field: str = "contact") -> str:
-    """A name a person is known by: as :func:`check_name`, and not only whitespace, nor
+def validate_contact(name: object, field: str = "contact") -> str:
+    """A name a person is known by: as :func:`validate_member`, and not only whitespace, nor
     holding U+FFFD (what a decoder puts for bytes that were not UTF-8: the name meant is
     not known)."""
-    name = check_name(name, field)
+    name = validate_member(name, field)
     if not name.strip():
         raise InvalidInput(field, "must not be only whitespace")
     if "\ufffd" in name:
@@ -192,13 +190,13 @@ class Guild:
         returns the first names.
         """
         low, high = find_prefix_range(prefix)
-        found = get_client().zrangebylex(self.key, low, high, start=0, num=check_limit(limit))
+        found = get_client().zrangebylex(self.key, low, high, start=0, num=validate_limit(limit))
         return [text(member).partition(SEPARATOR)[2] for member in found]
 
 
 def _member(name: object) -> str:
     """The ZSET member for ``name``: it sorts by the normalized form, then by the name."""
-    valid = check_name(name)
+    valid = validate_member(name)
     return normalize(valid) + SEPARATOR + valid
 
 
@@ -211,11 +209,7 @@ class RecentContacts:
     """
 
     def __init__(self, capacity: int | None = None) -> None:
-        if capacity is not None and (
-            not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1
-        ):
-            raise InvalidInput("capacity", f"must be a positive integer, not {capacity!r}")
-        self._capacity = capacity
+        self._capacity = None if capacity is None else keys.integer(capacity, "capacity")
 
     @property
     def capacity(self) -> int:
@@ -228,7 +222,7 @@ class RecentContacts:
         over-long list.
         """
         key = _contacts_key(user)
-        contact = check_contact(contact)
+        contact = validate_contact(contact)
         pipe = get_client().pipeline(transaction=True)
         pipe.lrem(key, 0, contact)
         pipe.lpush(key, contact)
@@ -238,7 +232,7 @@ class RecentContacts:
     def remove(self, user: User, contact: str) -> bool:
         """Forget ``contact``; False if the user did not have it."""
         key = _contacts_key(user)
-        return bool(get_client().lrem(key, 0, check_name(contact, "contact")))
+        return bool(get_client().lrem(key, 0, validate_member(contact, "contact")))
 
     def all(self, user: User) -> list[str]:
         """Every contact of ``user``, most recent first."""
@@ -249,14 +243,14 @@ class RecentContacts:
 
         Most recent first; one round trip reads the list, Python filters it.
         """
-        wanted = normalize(check_prefix(prefix))
-        count = check_limit(limit)
+        wanted = normalize(validate_prefix(prefix))
+        count = validate_limit(limit)
         matches = (name for name in self.all(user) if normalize(name).startswith(wanted))
         return list(islice(matches, count))
 
 
 def _contacts_key(user: User) -> str:
-    if isinstance(user, (str, int)) and not isinstance(user, bool):
+    if isinstance(user, str) or keys.is_integer(user):
         ident: object = str(user)
     else:
         ident = getattr(user, "pk", None)

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
 from .conf import DEFAULTS, OPTIONAL_NUMBERS, SETTING_NAME
+from .keys import is_integer
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 CLUSTER_CLIENT = "redis_components.connection.ClusterClient"
@@ -163,7 +164,7 @@ def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
         if given is None and name in OPTIONAL_NUMBERS:
             continue
         wanted_int = kind is int
-        is_number = isinstance(given, (int, float)) and not isinstance(given, bool)
+        is_number = is_integer(given) or isinstance(given, float)
         if not is_number or given <= 0 or (wanted_int and not isinstance(given, int)):
             wanted = "a positive integer" if wanted_int else "a positive number"
             if name in OPTIONAL_NUMBERS:
@@ -228,11 +229,7 @@ def _check_metrics(on: object, token: object) -> list[CheckMessage]:
 def _check_queue_limits(limits: object) -> list[CheckMessage]:
     """TASK_QUEUE_LIMITS maps queue names to positive integers."""
     valid = isinstance(limits, dict) and all(
-        isinstance(name, str)
-        and name
-        and isinstance(limit, int)
-        and not isinstance(limit, bool)
-        and limit > 0
+        isinstance(name, str) and name and is_integer(limit) and limit > 0
         for name, limit in limits.items()
     )
     if valid:

@@ -8,7 +8,9 @@ component reads through :func:`text` so both work.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
+from collections.abc import Collection
 from typing import Any
 
 import redis.asyncio
@@ -231,6 +233,27 @@ def pubsub(client: Any) -> PubSub:
         cluster: Any = client
         client = cluster.get_redis_connection(cluster.get_default_node())
     return client.pubsub()  # type: ignore[no-any-return]
+
+
+def subscribe(pubsub: PubSub, channels: Collection[str], deadline: float) -> bool:
+    """Subscribe ``pubsub`` to ``channels`` and wait until the server confirms each one,
+    or until ``deadline`` (``time.monotonic()``); whether all were confirmed.
+
+    A message published before the confirmation may not be heard: callers that must
+    not miss one subscribe first, then read the state they wait for.
+    """
+    if not channels:
+        return True
+    pubsub.subscribe(*channels)
+    confirmed = 0
+    while confirmed < len(channels):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        message = pubsub.get_message(timeout=left)
+        if message is not None and message["type"] == "subscribe":
+            confirmed += 1
+    return True
 
 
 def is_cluster(client: Any) -> bool:

@@ -789,7 +789,7 @@ def _reader_id(value: object, field: str) -> str:
 
 
 def _reader_ids(value: object) -> list[str]:
-    if isinstance(value, int) and not isinstance(value, bool):
+    if keys.is_integer(value):
         if not 1 <= value <= MAX_READERS:
             raise InvalidInput("readers", f"must be from 1 to {MAX_READERS}, not {value}")
         return [str(n) for n in range(value)]
@@ -802,7 +802,7 @@ def _reader_ids(value: object) -> list[str]:
 
 
 def _size(value: object, field: str, most: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not keys.is_integer(value) or value < 1:
         raise InvalidInput(field, f"must be a positive number of bytes, not {value!r}")
     if most is not None and value > most:
         raise InvalidInput(field, f"must be at most {most} bytes, not {value}")

@@ -9,8 +9,10 @@ are percent-escaped, so no name can end the tag early or produce an empty tag
 
 from __future__ import annotations
 
+import datetime
 import math
 import unicodedata
+from typing import TypeGuard
 
 from .conf import conf
 from .exceptions import InvalidInput
@@ -32,16 +34,47 @@ def validate_name(value: object, field: str = "name", max_length: int = MAX_NAME
         raise InvalidInput(field, "must not be empty")
     if len(value) > max_length:
         raise InvalidInput(field, f"must be at most {max_length} characters, not {len(value)}")
-    check_text(value, field)
+    validate_text(value, field)
     return value
 
 
-def check_text(value: str, field: str) -> None:
+def validate_text(value: str, field: str) -> None:
     """Raise :class:`InvalidInput` if ``value`` holds a control character or a surrogate."""
     for char in value:
         category = unicodedata.category(char)
         if category in ("Cc", "Cs"):
             raise InvalidInput(field, f"must not contain the control character {char!r}")
+
+
+def is_integer(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is an ``int`` and not a ``bool`` (``True`` is an int to Python,
+    never a count to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(value: object, field: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool) from ``minimum`` to ``maximum``, else
+    :class:`InvalidInput` naming ``field``."""
+    if is_integer(value) and value >= minimum and (maximum is None or value <= maximum):
+        return value
+    if maximum is not None:
+        wanted = f"an integer from {minimum} to {maximum}"
+    elif minimum in (0, 1):
+        wanted = "a positive integer" if minimum else "a non-negative integer"
+    else:
+        wanted = f"an integer of at least {minimum}"
+    raise InvalidInput(field, f"must be {wanted}, not {shorten(value)}")
+
+
+def utc_from_ms(ms: int | None) -> datetime.datetime | None:
+    """An aware UTC datetime from milliseconds since the epoch (how times are kept in
+    Redis); ``None`` for ``None``, or for a time no datetime can hold."""
+    if ms is None:
+        return None
+    try:
+        return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 # The longest duration any argument may name: ten years (Redis's expiry times, in ms
@@ -53,7 +86,7 @@ def seconds(value: object, field: str, *, positive: bool = False) -> float:
     """``value`` as a number of seconds (an int or float, not a bool), from 0 (above 0 when
     ``positive``) to :data:`MAX_SECONDS`; else :class:`InvalidInput`."""
     number = math.nan
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_integer(value) or isinstance(value, float):
         try:
             number = float(value)
         except OverflowError:  # an int too large for a float
@@ -72,7 +105,7 @@ def seconds(value: object, field: str, *, positive: bool = False) -> float:
 def shorten(value: object, limit: int = 40) -> str:
     """``repr(value)``, cut to ``limit`` characters: error messages never repeat all of a
     large bad value."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+    if is_integer(value) and value.bit_length() > 128:
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     shown = repr(value)
     return shown if len(shown) <= limit else f"{shown[: limit - 3]}..."

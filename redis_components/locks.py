@@ -62,7 +62,7 @@ from .exceptions import (
     LockNotOwned,
 )
 from .guard import Busy, Guard
-from .keys import key, validate_name
+from .keys import is_integer, key, validate_name
 from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
 from .waiting import (
     LONGEST_REGISTRATION_MS,
@@ -138,10 +138,8 @@ class RedisLock:
         self.auto_renew = auto_renew
         self.on_lost = on_lost
         self.reentrant = reentrant
-        if wait_for_replicas is not None and (
-            isinstance(wait_for_replicas, bool)
-            or not isinstance(wait_for_replicas, int)
-            or wait_for_replicas < 1
+        if wait_for_replicas is not None and not (
+            is_integer(wait_for_replicas) and wait_for_replicas >= 1
         ):
             raise InvalidInput(
                 "wait_for_replicas",
@@ -876,7 +874,7 @@ def fenced_update(
     whose lease ran out (and whose fence is therefore older than the next holder's)
     cannot overwrite what a newer holder wrote. Returns whether any row changed.
     """
-    if isinstance(fence, bool) or not isinstance(fence, int):
+    if not is_integer(fence):
         raise InvalidInput("fence", f"must be an integer fence token, not {fence!r}")
     changed: int = queryset.filter(**{f"{field}__lt": fence}).update(**{field: fence}, **values)
     return changed > 0
@@ -884,7 +882,7 @@ def fenced_update(
 
 def fenced_set(name: str, value: str, fence: int) -> bool:
     """Store ``value`` under ``name`` in Redis unless a write with a newer fence came first."""
-    if isinstance(fence, bool) or not isinstance(fence, int):
+    if not is_integer(fence):
         raise InvalidInput("fence", f"must be an integer fence token, not {fence!r}")
     validate_name(name, "name")
     return bool(load(FENCED_SET)(get_client(), [key("fenced", name)], [fence, value]))

@@ -51,11 +51,10 @@ from functools import partial
 from typing import Any, NamedTuple, TypedDict, TypeVar, cast
 
 from redis import Redis
-from redis.client import PubSub
 
 from . import keys, scripts
 from .conf import conf
-from .connection import get_client, pubsub, text
+from .connection import get_client, pubsub, subscribe, text
 from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, MessagingError, NotAMember
 
 # The statuses that lua/chat.lua returns first.
@@ -318,7 +317,7 @@ class GroupChat:
         """
         chat_id = _chat_id(chat_id)
         user = keys.validate_name(user, "user")
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        if not keys.is_integer(after) or after < 0:
             raise InvalidInput("after", f"must be a message id (an integer >= 0), not {after!r}")
         if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
             raise InvalidInput(
@@ -329,7 +328,7 @@ class GroupChat:
         if not wait:
             return self._since(client, chat_id, user, after, limit)
         with pubsub(client) as subscriber:
-            _subscribe(subscriber, {_chat_keys(chat_id)[3]}, deadline)
+            subscribe(subscriber, {_chat_keys(chat_id)[3]}, deadline)
             while True:
                 found = self._since(client, chat_id, user, after, limit)
                 remaining = deadline - time.monotonic()
@@ -501,11 +500,11 @@ class GroupChat:
         """
         with pubsub(client) as subscriber:
             subscribed = {_user_channel(user)}
-            _subscribe(subscriber, subscribed, deadline)
+            subscribe(subscriber, subscribed, deadline)
             while True:
                 index = self._index(client, user)
                 channels = {_chat_keys(chat_id)[3] for chat_id in index}
-                _subscribe(subscriber, channels - subscribed, deadline)
+                subscribe(subscriber, channels - subscribed, deadline)
                 subscribed |= channels
                 seen = look(index)
                 remaining = deadline - time.monotonic()
@@ -561,21 +560,6 @@ def _decode(packed: Iterable[bytes | str]) -> list[Message]:
     return [cast(Message, json.loads(item)) for item in packed]
 
 
-def _subscribe(pubsub: PubSub, channels: set[str], deadline: float) -> None:
-    """Subscribe to ``channels`` and wait (until ``deadline``) for the server to confirm."""
-    if not channels:
-        return
-    pubsub.subscribe(*channels)
-    confirmed = 0
-    while confirmed < len(channels):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        message = pubsub.get_message(timeout=remaining)
-        if message is not None and message["type"] == "subscribe":
-            confirmed += 1
-
-
 def _chat_id(value: object) -> str:
     if not isinstance(value, str) or not CHAT_ID.fullmatch(value):
         raise InvalidInput("chat_id", "must be a chat id: a string of digits such as '42'")
@@ -591,9 +575,9 @@ def _message_text(value: object) -> str:
     if len(value) > most:
         raise InvalidInput("message", f"must be at most {most} characters, not {len(value)}")
     # Line breaks and tabs are text; other control characters are not.
-    keys.check_text(LINE_BREAKS_AND_TABS.sub("", value), "message")
+    keys.validate_text(LINE_BREAKS_AND_TABS.sub("", value), "message")
     return value
 
 
 def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return keys.is_integer(value) and value >= 1

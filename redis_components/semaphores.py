@@ -43,9 +43,9 @@ from typing import Any
 from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, text
-from .exceptions import InvalidInput, SemaphoreError, SemaphoreNotAcquired, SemaphoreNotOwned
+from .exceptions import SemaphoreError, SemaphoreNotAcquired, SemaphoreNotOwned
 from .guard import Busy, Guard
-from .keys import key, validate_name
+from .keys import integer, key, validate_name
 from .scripts import Arg, Call, load
 from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant
 from .watchdog import watchdog
@@ -54,9 +54,7 @@ ACQUIRE, RELEASE, REFRESH, COUNT = "sem_acquire", "sem_release", "sem_refresh", 
 
 
 def _limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput("limit", f"must be an integer of at least 1, not {value!r}")
-    return value
+    return integer(value, "limit")
 
 
 class RedisSemaphore:

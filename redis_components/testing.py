@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
 
-from .exceptions import InvalidInput
+from .keys import integer
 from .tasks.messages import TaskMessage
 from .tasks.registry import task_registry
 from .tasks.schedules import schedule_registry
@@ -52,8 +52,7 @@ def crashed_worker(
     ``TASK_MAX_CRASHES`` a task is dead-lettered). With ``take=0`` it holds nothing: a
     worker that is registered but never heard of again.
     """
-    if not isinstance(take, int) or isinstance(take, bool) or take < 0:
-        raise InvalidInput("take", f"must be a non-negative integer, not {take!r}")
+    integer(take, "take", minimum=0)
     worker = Worker(queues, worker_id=worker_id, scheduler=False)
     try:
         worker._lease.beat()

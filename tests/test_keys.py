@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import datetime
+import re
+
 import pytest
 from django.test import override_settings
 from redis.crc import key_slot
 
+from redis_components import keys
 from redis_components.exceptions import InvalidInput
 from redis_components.keys import escape, key, seconds, validate_name
 
@@ -61,3 +65,31 @@ def test_seconds() -> None:
     assert seconds(2.5, "wait") == 2.5
     with pytest.raises(InvalidInput, match="positive"):
         seconds(0, "timeout", positive=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "minimum", "maximum", "wanted"),
+    [
+        (True, 1, None, "a positive integer, not True"),
+        (0, 1, None, "a positive integer, not 0"),
+        (-1, 0, None, "a non-negative integer, not -1"),
+        (1.0, 0, None, "a non-negative integer, not 1.0"),
+        (11, 1, 10, "an integer from 1 to 10, not 11"),
+        (2, 3, None, "an integer of at least 3, not 2"),
+        (10**400, 1, 10, "an integer from 1 to 10, not an integer of about 401 digits"),
+    ],
+)
+def test_integers_are_ints_not_bools_within_their_bounds(
+    value: object, minimum: int, maximum: int | None, wanted: str
+) -> None:
+    with pytest.raises(InvalidInput, match=f"^count: must be {re.escape(wanted)}$"):
+        keys.integer(value, "count", minimum=minimum, maximum=maximum)
+    assert keys.integer(minimum, "count", minimum=minimum, maximum=maximum) == minimum
+
+
+def test_times_from_redis_are_aware_utc_or_none() -> None:
+    assert keys.utc_from_ms(1_500) == datetime.datetime(
+        1970, 1, 1, 0, 0, 1, 500_000, tzinfo=datetime.timezone.utc
+    )
+    assert keys.utc_from_ms(None) is None
+    assert keys.utc_from_ms(10**20) is None  # beyond what a datetime holds

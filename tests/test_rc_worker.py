@@ -134,8 +134,13 @@ def test_burst_and_max_tasks_end_the_command(
 ) -> None:
     for i in range(5):
         tasks.record.enqueue(f"t{i}")
-    assert start_worker("test", "--max-tasks", "2").wait() == 0
+    first = start_worker("test", "--max-tasks", "2")
+    assert first.wait() == 0
     assert r.llen("{test}:order") == 2
+    output = first.output()
+    assert "stopped after 2 tasks" in output
+    assert "Our @tasks: " in output
+    assert "Django's tasks of TASKS['default'] (RedisTaskBackend, queues: " in output
     assert start_worker("test", "--burst", "-c", "2").wait() == 0
     assert r.llen("{test}:order") == 5
     assert workers() == []
@@ -193,6 +198,9 @@ def test_help_explains_the_guarantees() -> None:
     assert "may run twice after a crash, never zero times" in result.stdout
     assert "--concurrency" in result.stdout
     assert "highest priority first" in result.stdout
+    # Both things it turns off are named (the help text is wrapped: compare words).
+    words = " ".join(result.stdout.split())
+    assert "do not enqueue the ticks of periodic schedules (@periodic)" in words
 
 
 def test_bad_queue_names_are_refused(start_worker: Callable[..., WorkerProcess]) -> None:

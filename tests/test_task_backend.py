@@ -337,6 +337,30 @@ def test_system_checks_find_bad_queues_and_options(params: dict[str, Any], probl
     assert problem in messages[0].msg
 
 
+def test_a_queue_not_in_queues_at_start_up_is_a_system_check_error(
+    monkeypatch: pytest.MonkeyPatch, r: redis.Redis
+) -> None:
+    """A Django task declared while the apps load (its tasks module autodiscovered) with
+    a queue the backend does not serve: a check error naming it, not a crash; enqueuing
+    it is refused."""
+    backend = {"BACKEND": "redis_components.tasks.backend.RedisTaskBackend", "QUEUES": ["a"]}
+    with override_settings(TASKS={"default": backend}):
+        with monkeypatch.context() as loading:
+            loading.setattr("django.apps.apps.ready", False)
+            declared = framework_task(queue_name="b")(framework_tasks.record.func)
+        assert declared.queue_name == "b"
+        messages = [m for m in run_checks() if m.id == "redis_components.E016"]
+        assert [m.msg for m in messages] == [
+            f"Task {declared.module_path} uses queue 'b', which is not in "
+            "TASKS['default']['QUEUES'] (a)."
+        ]
+        with pytest.raises(InvalidTask, match="'b'"):
+            declared.enqueue("x")
+        with pytest.raises(InvalidTask, match="'c'"):  # once the apps are loaded: at once
+            framework_task(queue_name="c")(framework_tasks.record.func)
+    assert r.keys("*") == []
+
+
 def test_a_worker_process_runs_django_tasks_from_the_default_queues(
     r: redis.Redis, start_worker: Any
 ) -> None:

@@ -25,6 +25,7 @@ from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.registry import backoff, get_task, running, stop_running
 from redis_components.tasks.status import queue_stats, waiting_tasks
+from redis_components.testing import no_registered_tasks
 from tests.testapp import tasks
 
 
@@ -172,6 +173,22 @@ def test_bare_decorator_names_the_task_after_its_function() -> None:
     )
     assert (bare.queue, bare.priority) == ("default", 0)
     assert bare() == "ran"
+
+
+def test_a_task_registered_after_start_up_outside_a_tasks_module_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def late() -> None: ...
+
+    with no_registered_tasks(), caplog.at_level("WARNING", "redis_components.tasks"):
+        task(name="late")(late)
+        late.__module__ = "shop.tasks"  # as if declared in an app's tasks module
+        task(name="in_time")(late)
+    assert [record.getMessage() for record in caplog.records] == [
+        "Task 'late' was registered after start-up, when its module tests.test_task_registry "
+        "was imported: workers import each installed app's tasks module at start-up, so they "
+        "will not know this task unless that module is imported from there"
+    ]
 
 
 def test_unknown_task_names_raise() -> None:

@@ -185,6 +185,7 @@ def test_unknown_tasks_are_dead_lettered_and_the_worker_goes_on(
     [unknown] = dead_letters("test")
     assert (unknown.reason, unknown.task) == ("unknown task", stranger)
     assert "nobody.knows" in unknown.error
+    assert "each installed app's tasks module" in unknown.error  # where workers look
 
 
 DEEP = b"[" * 100_000 + b"]" * 100_000

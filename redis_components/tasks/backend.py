@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar, cast
 
 import django
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.core.signals import setting_changed
@@ -118,6 +119,13 @@ class RedisTaskBackend(BaseTaskBackend):
     """
 
     task_class = RedisTask
+    # The tasks declared at start-up with a queue not in QUEUES: module path -> queue.
+    _misqueued: dict[str, str]
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self._misqueued = {}
+
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -139,7 +147,15 @@ class RedisTaskBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's checks, then ours: a priority that is a whole number but not a bool,
-        a valid queue name, ``run_after`` at most ten years from now (``InvalidTask``)."""
+        a valid queue name, ``run_after`` at most ten years from now (``InvalidTask``).
+
+        A task declared at start-up (its module imported while the apps load) with a
+        queue that is not in ``QUEUES`` is not refused then, which would stop the
+        project with a traceback: the system checks report it (``redis_components.E016``),
+        and enqueuing it raises ``InvalidTask``."""
+        if self.queues and task.queue_name not in self.queues and not apps.ready:
+            self._misqueued[task.module_path] = task.queue_name
+            task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
         super().validate_task(task)
         try:
             _priority(task)
@@ -238,6 +254,14 @@ class RedisTaskBackend(BaseTaskBackend):
 
     def _problems(self) -> Iterable[CheckMessage]:
         where = f"TASKS[{self.alias!r}]"
+        for path, queue in sorted(self._misqueued.items()):
+            yield Error(
+                f"Task {path} uses queue {queue!r}, which is not in {where}['QUEUES'] "
+                f"({', '.join(sorted(self.queues))}).",
+                hint="Add the queue to QUEUES, or give the task one of them (queue_name=).",
+                obj=path,
+                id="redis_components.E016",
+            )
         for name in self.queues:
             try:
                 validate_queue(name)
@@ -305,9 +329,7 @@ def _find_task(path: str) -> Task[..., Any]:
 
 
 def _django_time(ms: int | None) -> datetime.datetime | None:
-    if ms is None:
-        return None
-    return _django_datetime(datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc))
+    return _django_datetime(keys.utc_from_ms(ms))
 
 
 def _django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:

@@ -34,7 +34,13 @@ def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
     """What runs ``message`` here, or why nothing can."""
     if message.backend is None:
         job = Job.of(message)
-        return job if job is not None else f"no task is registered as {message.task!r} here"
+        if job is None:
+            return (
+                f"no task is registered as {message.task!r} here: a worker knows the "
+                "@tasks of each installed app's tasks module (and of the modules it "
+                "imports); define the task there, or import its module from there"
+            )
+        return job
     try:  # Django's Tasks framework is optional on Django 5.2: import it only for its tasks
         from .backend import django_job
     except ImportError as error:

@@ -123,7 +123,7 @@ class TaskMessage:
                 raise MalformedTask(f"not a task: its {name!r} must be a {kind.__name__}")
         numbers = {name: data.get(name, 0) for name in ("priority", "retries", "crashes")}
         for name, number in numbers.items():
-            if not isinstance(number, int) or isinstance(number, bool):
+            if not keys.is_integer(number):
                 raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if numbers["retries"] < 0 or numbers["crashes"] < 0:
             raise MalformedTask("not a task: negative retry or crash count")
@@ -132,7 +132,7 @@ class TaskMessage:
             raise MalformedTask("not a task: its 'backend' must be a string")
         times = {name: data.get(name) for name in ("scheduled_for", "enqueued_at")}
         for name, time in times.items():
-            if time is not None and (not isinstance(time, int) or isinstance(time, bool)):
+            if time is not None and not keys.is_integer(time):
                 raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
@@ -205,11 +205,7 @@ def validate_queue(queue: object, field: str = "queue") -> str:
 
 def validate_priority(priority: object, field: str = "priority") -> int:
     """Return ``priority`` if it is a whole number from -100 to 100, else :class:`InvalidInput`."""
-    if (
-        not isinstance(priority, int)
-        or isinstance(priority, bool)
-        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
-    ):
+    if not keys.is_integer(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         raise InvalidInput(
             field, f"must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}"
         )

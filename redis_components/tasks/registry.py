@@ -216,9 +216,7 @@ def _optional_seconds(value: float | None, field: str) -> float | None:
 
 def validate_retries(max_retries: object) -> int:
     """``max_retries`` if it is a non-negative integer (not a bool), else :class:`InvalidInput`."""
-    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-        raise InvalidInput("max_retries", f"must be a non-negative integer, not {max_retries!r}")
-    return max_retries
+    return keys.integer(max_retries, "max_retries", minimum=0)
 
 
 def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
@@ -266,20 +264,14 @@ def new_result(
         kwargs=message.kwargs,
         backend=message.backend,
         status=TaskStatus.READY,
-        enqueued_at=_datetime(enqueued_ms),
-        run_after=_datetime(run_after_ms),
+        enqueued_at=keys.utc_from_ms(enqueued_ms),
+        run_after=keys.utc_from_ms(run_after_ms),
         started_at=None,
         last_attempted_at=None,
         finished_at=None,
         worker_ids=[],
         errors=[],
     )
-
-
-def _datetime(ms: int | None) -> datetime.datetime | None:
-    if ms is None:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
 
 
 @overload
@@ -351,11 +343,30 @@ def task(
                 f"{_origin(function)}; give one of them another name= ."
             )
         task_registry.add(new.name, new)
+        _warn_if_late(new)
         return new
 
     if func is not None:
         return register(func)
     return register
+
+
+def _warn_if_late(registered: Task[Any, Any]) -> None:
+    """Log a warning for a task registered after start-up outside a ``tasks`` module: a
+    worker imports each installed app's ``tasks`` module at start-up and nothing else, so
+    it may never know this task (a task in ``views.py`` is enqueued by the web process,
+    then dead-lettered by the worker as unknown)."""
+    from django.apps import apps
+
+    module = registered.func.__module__
+    if apps.ready and module.rpartition(".")[2] != "tasks":
+        logger.warning(
+            "Task %r was registered after start-up, when its module %s was imported: "
+            "workers import each installed app's tasks module at start-up, so they will "
+            "not know this task unless that module is imported from there",
+            registered.name,
+            module,
+        )
 
 
 def _origin(func: Callable[..., Any]) -> str:
@@ -473,18 +484,28 @@ def queues_in_use() -> set[str]:
     A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
     Names that are not valid queue names are left out (the system checks report them).
     """
+    names = {registered.queue for registered in task_registry.all().values()}
+    for queues in django_backends().values():
+        for name in queues or [DEFAULT_QUEUE]:
+            try:
+                names.add(validate_queue(name))
+            except ValueError:
+                continue
+    return names
+
+
+def django_backends() -> dict[str, list[Any]]:
+    """The ``QUEUES`` of each Django Tasks backend of ours in ``settings.TASKS``, by alias
+    (an empty list: any queue)."""
     from django.conf import settings
 
-    names = {registered.queue for registered in task_registry.all().values()}
     backends = getattr(settings, "TASKS", {})
-    for params in backends.values() if isinstance(backends, dict) else ():
+    found = {}
+    for alias, params in backends.items() if isinstance(backends, dict) else ():
         if isinstance(params, dict) and _is_ours(params.get("BACKEND")):
-            for name in params.get("QUEUES") or [DEFAULT_QUEUE]:
-                try:
-                    names.add(validate_queue(name))
-                except ValueError:
-                    continue
-    return names
+            queues = params.get("QUEUES") or []
+            found[str(alias)] = list(queues) if isinstance(queues, (list, tuple)) else []
+    return found
 
 
 def _is_ours(path: object) -> bool:

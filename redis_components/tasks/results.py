@@ -195,11 +195,9 @@ def _as_fields(record: Any) -> dict[str, bytes]:
 
 
 def _time(value: bytes | None) -> datetime.datetime | None:
-    if not value:
-        return None
     try:
-        return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.timezone.utc)
-    except (ValueError, OverflowError, OSError):
+        return keys.utc_from_ms(int(value)) if value else None
+    except ValueError:
         return None
 
 

@@ -358,7 +358,8 @@ class Claim:
 
 
 def _when(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc).isoformat()
+    when = keys.utc_from_ms(ms)
+    return str(ms) if when is None else when.isoformat()
 
 
 @dataclass(frozen=True)
@@ -391,8 +392,8 @@ def schedule_states() -> list[ScheduleState]:
         states.append(
             ScheduleState(
                 schedule,
-                _datetime(next_tick),
-                _datetime(last[0]) if last else None,
+                keys.utc_from_ms(next_tick),
+                keys.utc_from_ms(last[0]) if last else None,
                 results.get(last[1]) if last else None,
             )
         )
@@ -404,9 +405,3 @@ def _int(value: bytes | None) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
-
-
-def _datetime(ms: int | None) -> datetime.datetime | None:
-    if ms is None:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

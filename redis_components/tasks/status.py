@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import keys
 from ..conf import conf
 from .messages import MalformedTask, TaskMessage, validate_queue
 from .registry import queues_in_use
@@ -86,11 +87,11 @@ def _worker(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInfo:
     if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
         queues, problems = [], ["queues"]
     pid = info.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool):
+    if not keys.is_integer(pid):
         pid = None
         problems.append("pid")
     started = info.get("started_at")
-    if not isinstance(started, (int, float)) or isinstance(started, bool):
+    if not (keys.is_integer(started) or isinstance(started, float)):
         started = None
         problems.append("start time")
     host = info.get("host")
@@ -279,7 +280,7 @@ def waiting_tasks(
 
 
 def _waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
-    due = _datetime(due_ms)
+    due = keys.utc_from_ms(due_ms)
     if len(head) == size:  # read whole
         try:
             message = TaskMessage.decode(head)
@@ -375,7 +376,7 @@ def running_tasks() -> list[RunningTask]:
             name = TaskMessage.decode(message).task if message else ""
         except MalformedTask:
             name = ""
-        found.append(RunningTask(task_id, worker_id, _datetime(_int(begun)), name))
+        found.append(RunningTask(task_id, worker_id, keys.utc_from_ms(_int(begun)), name))
     return sorted(found, key=lambda running: running.worker_id)
 
 
@@ -404,7 +405,7 @@ def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]
                 counts.setdefault(number, {})[kind] = _int(value) or 0
         found[name] = [
             Minute(
-                _datetime(minute * 60_000) or datetime.datetime.min,
+                keys.utc_from_ms(minute * 60_000) or datetime.datetime.min,
                 counts.get(minute, {}).get("processed", 0),
                 counts.get(minute, {}).get("failed", 0),
                 counts.get(minute, {}).get("retried", 0),
@@ -418,14 +419,4 @@ def _int(value: bytes | str | None) -> int | None:
     try:
         return int(value) if value is not None else None
     except ValueError:
-        return None
-
-
-def _datetime(ms: int | None) -> datetime.datetime | None:
-    """Epoch ms as a datetime; ``None`` for none, or for a time no datetime can hold."""
-    if ms is None:
-        return None
-    try:
-        return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
-    except (ValueError, OverflowError, OSError):
         return None

@@ -25,7 +25,7 @@ from ..exceptions import InvalidInput
 from .execution import over_time
 from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
 from .store import TaskStore, fetch_keys
-from .worker import Worker, checked_queues
+from .worker import Worker, validate_queues
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -100,7 +100,7 @@ class Supervisor:
             raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
         if max_tasks is not None and max_tasks < 1:
             raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
-        self.queues = checked_queues(queues)
+        self.queues = validate_queues(queues)
         self.concurrency = concurrency
         self.options: dict[str, Any] = {
             "queues": self.queues,

@@ -20,6 +20,7 @@ import redis
 from redis.client import PubSub
 
 from ..connection import pubsub as new_pubsub
+from ..connection import subscribe
 
 # How long Redis may take to confirm a subscription before it counts as down.
 CONFIRM_TIMEOUT = 10.0
@@ -86,16 +87,8 @@ class Waker:
     def _subscribe(self, client: Any) -> None:
         pubsub: PubSub = new_pubsub(client)
         try:
-            pubsub.subscribe(*self.channels)
-            confirmed = 0
-            deadline = time.monotonic() + CONFIRM_TIMEOUT
-            while confirmed < len(self.channels):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
-                message = pubsub.get_message(timeout=left)
-                if message is not None and message["type"] == "subscribe":
-                    confirmed += 1
+            if not subscribe(pubsub, self.channels, time.monotonic() + CONFIRM_TIMEOUT):
+                raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
         except BaseException:
             pubsub.close()
             raise

@@ -103,7 +103,7 @@ def _end_forked_child(error: BaseException | None) -> NoReturn:
     os._exit(code)
 
 
-def checked_queues(queues: Sequence[str]) -> list[str]:
+def validate_queues(queues: Sequence[str]) -> list[str]:
     """The queue names in priority order without repeats, or :class:`InvalidInput`."""
     if isinstance(queues, str):
         raise InvalidInput("queues", "must be a list of queue names, not a string")
@@ -146,7 +146,7 @@ class Worker:
         deadline: Any = None,
         terminate: Callable[[], None] | None = None,
     ) -> None:
-        self.queues = checked_queues(queues)
+        self.queues = validate_queues(queues)
         if max_tasks is not None and max_tasks < 1:
             raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
         self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
@@ -251,7 +251,10 @@ class Worker:
             self._limits.release_signal()
             self._leave(crashed)
             self.close()
-        logger.info("Worker %s stopped after %d tasks", self.id, self.processed)
+        logger.info(
+            "Worker %s stopped after %d task%s",
+            *(self.id, self.processed, "" if self.processed == 1 else "s"),
+        )
         return self.processed
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from ...conf import conf
 from ...connection import get_client
 from ...exceptions import InvalidInput
 from ...tasks.messages import DEFAULT_QUEUE
-from ...tasks.registry import queues_in_use, registered_tasks
+from ...tasks.registry import django_backends, queues_in_use, registered_tasks
 from ...tasks.store import server_warnings
 from ...tasks.supervisor import Supervisor
 from ._console import configure_logging
@@ -83,7 +83,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-scheduler",
             action="store_true",
-            help="Do not move due delayed tasks to their queues (another worker must).",
+            help="Do not move due delayed tasks (enqueue_in, run_after, retries after their "
+            "backoff) to their queues and do not enqueue the ticks of periodic schedules "
+            "(@periodic): at least one other worker must do both.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -102,16 +104,23 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from None
         logger.info(
             "rc_worker: %d process%s serving %s (in this priority order); heartbeat every "
-            "%.3g s; delayed tasks %s",
+            "%.3g s; delayed tasks and schedules %s",
             supervisor.concurrency,
             "" if supervisor.concurrency == 1 else "es",
             ", ".join(supervisor.queues),
             conf.TASK_HEARTBEAT_INTERVAL,
-            "moved by these workers"
+            "handled by these workers"
             if not options["no_scheduler"]
-            else "not moved (--no-scheduler)",
+            else "left to other workers (--no-scheduler)",
         )
-        logger.info("Registered tasks: %s", ", ".join(sorted(tasks)) or "none")
+        logger.info("Our @tasks: %s", ", ".join(sorted(tasks)) or "none registered")
+        for alias, backend_queues in django_backends().items():
+            logger.info(
+                "Django's tasks of TASKS[%r] (RedisTaskBackend, queues: %s): found by module "
+                "path when they arrive",
+                alias,
+                ", ".join(map(str, backend_queues)) or "any",
+            )
         try:
             for warning in server_warnings(get_client()):
                 logger.warning(warning)

@@ -19,6 +19,7 @@ from typing import Any
 
 from .connection import is_cluster, text
 from .keys import seconds
+from .redispy import known_client_id, remember_client_id
 
 # How long after its own deadline the client gives up on a BLPOP that Redis has not
 # answered yet, and unblocks it itself.
@@ -90,28 +91,10 @@ class Attempt:
         return max(remaining, 0.001)  # BLPOP takes 0 as "forever"
 
 
-def _transport(connection: Any) -> object:
-    """What a connection talks through now: a new one after every reconnection."""
-    return getattr(connection, "_sock", None) or getattr(connection, "_writer", None)
-
-
-def _client_id(connection: Any) -> int | None:
-    """The server's id of this connection (for CLIENT UNBLOCK), if asked since it connected."""
-    known, transport = getattr(connection, "_rc_client_id", None), _transport(connection)
-    return (
-        known[1] if known is not None and transport is not None and known[0] is transport else None
-    )
-
-
-def _known_client_id(connection: Any, client_id: int) -> int:
-    connection._rc_client_id = (_transport(connection), client_id)
-    return client_id
-
-
 def _blpop(connection: Any, grant_key: str, seconds: float) -> tuple[Any, int | None]:
     """BLPOP packed for ``connection``, preceded by CLIENT ID while the connection's id is
     unknown (its reply then comes first), and the id if known."""
-    client_id = _client_id(connection)
+    client_id = known_client_id(connection)
     blpop = ("BLPOP", grant_key, f"{seconds:.3f}")
     commands = [blpop] if client_id is not None else [("CLIENT", "ID"), blpop]
     return connection.pack_commands(commands), client_id
@@ -128,7 +111,7 @@ def wait_for_grant(client: Any, grant_key: str, seconds: float) -> str | None:
         packed, client_id = _blpop(connection, grant_key, seconds)
         connection.send_packed_command(packed)
         if client_id is None:
-            client_id = _known_client_id(connection, int(connection.read_response()))
+            client_id = remember_client_id(connection, int(connection.read_response()))
         if not connection.can_read(timeout=seconds + CLIENT_SLACK):
             client.client_unblock(client_id)
         reply = connection.read_response()
@@ -165,7 +148,7 @@ async def await_grant(client: Any, grant_key: str, seconds: float) -> str | None
         packed, client_id = _blpop(connection, grant_key, seconds)
         await connection.send_packed_command(packed)
         if client_id is None:
-            client_id = _known_client_id(connection, int(await connection.read_response()))
+            client_id = remember_client_id(connection, int(await connection.read_response()))
         reading = asyncio.ensure_future(connection.read_response())
         done, _ = await asyncio.wait({reading}, timeout=seconds + CLIENT_SLACK)
         if not done:

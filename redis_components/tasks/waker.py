@@ -21,9 +21,12 @@ from redis.client import PubSub
 
 from ..connection import pubsub as new_pubsub
 from ..connection import subscribe
+from ..redispy import pubsub_socket
 
 # How long Redis may take to confirm a subscription before it counts as down.
 CONFIRM_TIMEOUT = 10.0
+# How often an idle worker reads its Pub/Sub connection when it cannot select on it.
+POLL_INTERVAL = 0.1
 
 
 class Waker:
@@ -61,11 +64,12 @@ class Waker:
             return
         if self._drain():
             return
-        sock = getattr(self._pubsub.connection, "_sock", None)
-        if sock is None:  # pragma: no cover - redis-py reconnects lazily
-            self._pubsub.get_message(timeout=min(timeout, 0.1))
+        sock = pubsub_socket(self._pubsub)
+        if sock is None:  # not connected yet, or redis-py's socket is not known: poll
+            if self._pubsub.get_message(timeout=min(timeout, POLL_INTERVAL)) is not None:
+                self._drain()
             return
-        select.select([sock, self._read], [], [], timeout)
+        select.select([sock.fileno(), self._read], [], [], timeout)
         self._empty_pipe()
         self._drain()
 

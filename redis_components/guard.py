@@ -19,6 +19,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from django.utils.translation import gettext_lazy
+
 from .exceptions import InvalidInput, RedisComponentsError
 from .keys import validate_name
 
@@ -55,7 +57,9 @@ class Guard(ABC, Generic[T]):
 
     kind = "lock"  # the JSON key that names what was busy
     busy_status = 409
-    busy_message = "This is being changed by another request right now; try again shortly."
+    busy_message = gettext_lazy(
+        "This is being changed by another request right now; try again shortly."
+    )
     # The error for a name template the call cannot fill: (message, name) -> exception.
     error: Callable[[str, str], RedisComponentsError]
 
@@ -201,7 +205,7 @@ class Guard(ABC, Generic[T]):
     def busy_response(cls, busy: Busy) -> HttpResponse:
         """The busy status with ``Retry-After``: JSON if the client prefers it, else text."""
         assert busy.request is not None
-        body = {"error": cls.busy_message, cls.kind: busy.names[0]}
+        body = {"error": str(cls.busy_message), cls.kind: busy.names[0]}
         response = _respond(busy.request, cls.busy_status, body)
         response["Retry-After"] = str(max(1, math.ceil(busy.retry_after)))
         return response

@@ -40,6 +40,8 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.utils.translation import gettext_lazy
+
 from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, text
@@ -292,7 +294,7 @@ class SemaphoreScope(Guard[Permit]):
 
     kind = "semaphore"
     busy_status = 429
-    busy_message = "Too many of these are running right now; try again shortly."
+    busy_message = gettext_lazy("Too many of these are running right now; try again shortly.")
     error = SemaphoreError
 
     def __init__(

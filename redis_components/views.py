@@ -5,7 +5,8 @@ redirects to the task queues' pages in Django's admin): bad input is a 400 namin
 parameter, an anonymous caller a 401, a forbidden one a 403, an unknown chat a 404, and
 a Redis that does not answer a 503: bad input is never a 500. POST bodies need Django's
 CSRF token (the ``X-CSRFToken`` header); the chat views take JSON objects, the contacts
-view a form. Every view acts as the signed-in user only.
+view a form. Every view acts as the signed-in user only. An ``error`` text is in the
+user's language (gettext); keys and status codes are not translated.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from django.http import (
 )
 from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
+from django.utils.translation import gettext
 from django.views import View
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.cache import never_cache
@@ -65,7 +67,7 @@ class JsonView(View):
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if self.login_required and not request.user.is_authenticated:
-            return json_error(401, "Sign in first.")
+            return json_error(401, gettext("Sign in first."))
         try:
             return super().dispatch(request, *args, **kwargs)
         except InvalidInput as error:
@@ -73,21 +75,23 @@ class JsonView(View):
             return json_error(400, f"{field}: {error.problem}", field)
         except (NotAMember, ChatNotFound):
             # The same answer whether the chat exists or not: non-members learn nothing.
-            return json_error(404, "No such chat among yours.")
+            return json_error(404, gettext("No such chat among yours."))
         except ChatLimitReached as error:
             response = json_error(429, str(error))
             response["Retry-After"] = str(error.retry_after)
             return response
         except RequestDataTooBig:
-            return json_error(413, "The request body is too large.")
+            return json_error(413, gettext("The request body is too large."))
         except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
             logger.exception("Redis is unreachable")
-            return json_error(503, "Redis is unavailable; try again shortly.")
+            return json_error(503, gettext("Redis is unavailable; try again shortly."))
 
     def http_method_not_allowed(
         self, request: HttpRequest, *args: Any, **kwargs: Any
     ) -> HttpResponse:
-        response = json_error(405, f"Method {request.method} is not allowed here.")
+        response = json_error(
+            405, gettext("Method %(method)s is not allowed here.") % {"method": request.method}
+        )
         allowed = [method.upper() for method in self.http_method_names if hasattr(self, method)]
         response["Allow"] = ", ".join(allowed)
         return response
@@ -127,13 +131,13 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """``CSRF_FAILURE_VIEW``: a JSON 403 for a client that sent or asked for JSON,
     Django's own page otherwise."""
     if wants_json(request):
-        return json_error(403, f"CSRF check failed: {reason}")
+        return json_error(403, gettext("CSRF check failed: %(reason)s") % {"reason": reason})
     return django_csrf_failure(request, reason)
 
 
 def not_found(request: HttpRequest, path: str) -> HttpResponse:
     """The app's URLs end here: an unknown route is a JSON 404."""
-    return json_error(404, "No such endpoint.")
+    return json_error(404, gettext("No such endpoint."))
 
 
 # -- autocomplete (autocomplete.py) ---------------------------------------------------
@@ -175,7 +179,7 @@ class GuildAutocompleteView(JsonView):
     def get(self, request: HttpRequest, guild: str) -> HttpResponse:
         found = Guild(guild)
         if not conf.AUTOCOMPLETE_GUILD_ACCESS(request, found.name):
-            return json_error(403, "You may not search this guild.")
+            return json_error(403, gettext("You may not search this guild."))
         results = found.suggest(request.GET.get("q", ""), int_parameter(request, "limit"))
         return JsonResponse({"results": results})
 
@@ -414,6 +418,8 @@ def queue_status(request: HttpRequest) -> HttpResponse:
             pass
     return json_error(
         404,
-        "The task queues' pages live in Django's admin, which this site does not serve; "
-        "?format=json gives their numbers.",
+        gettext(
+            "The task queues' pages live in Django's admin, which this site does not serve; "
+            "?format=json gives their numbers."
+        ),
     )

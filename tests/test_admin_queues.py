@@ -275,8 +275,8 @@ def test_delete_requeue_all_and_purge(manager: Client, r: redis.Redis) -> None:
         {**fields, "csrfmiddlewaretoken": csrf_token(page)},
         follow=True,
     )
-    assert "Requeued 2 dead letter(s)" in done.content.decode()
-    assert "1 unreadable left" in done.content.decode()
+    assert "Requeued 2 dead letters" in done.content.decode()
+    assert "1 unreadable dead letter stays" in done.content.decode()
     assert queue_stats(["test"])[0].ready == 2
     page, fields = confirm(manager, ADMIN + "do/purge/?queue=test")
     manager.post(ADMIN + "do/purge/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})

@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 from django.contrib import admin, messages
@@ -29,6 +29,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
+from django.utils.text import format_lazy
+from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, override, pgettext_lazy
 
 from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
 from ..models import can_manage_task_queues, can_view_task_queues
@@ -50,12 +52,22 @@ from ..tasks.status import (
 from ..tasks.store import TaskStore, cancel
 from ..views import INT64_MAX, whole_number
 
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
+
 log = logging.getLogger("redis_components.tasks")
 
 PAGE_SIZE = 50
 LAST_PAGE = INT64_MAX // PAGE_SIZE  # its entries' positions are still integers Redis takes
 CHART_HOURS = 6
 REFRESH_SECONDS = 10
+
+# A queue's pages, by the state of the tasks they list.
+STATES = {
+    "ready": pgettext_lazy("tasks", "Ready"),
+    "delayed": pgettext_lazy("tasks", "Delayed"),
+    "dead": pgettext_lazy("tasks", "Dead"),
+}
 
 
 def entry_digest(entry: bytes) -> str:
@@ -67,12 +79,17 @@ def entry_digest(entry: bytes) -> str:
 # -- throughput chart ------------------------------------------------------------------------
 
 CHART_WIDTH, CHART_HEIGHT = 720, 120
-SERIES = (("processed", "#2e7d32"), ("failed", "#c62828"), ("retried", "#ef6c00"))
+SERIES = (
+    ("processed", pgettext_lazy("tasks", "processed"), "#2e7d32"),
+    ("failed", pgettext_lazy("tasks", "failed"), "#c62828"),
+    ("retried", pgettext_lazy("tasks", "retried"), "#ef6c00"),
+)
 
 
 @dataclass(frozen=True)
 class Line:
     kind: str
+    label: StrOrPromise
     color: str
     points: str  # an SVG polyline's points
     total: int
@@ -98,13 +115,13 @@ def chart(queue: str, minutes: list[Minute]) -> Chart | None:
         return None
     step = CHART_WIDTH / max(len(minutes) - 1, 1)
     lines = []
-    for kind, color in SERIES:
+    for kind, label, color in SERIES:
         values = [getattr(minute, kind) for minute in minutes]
         points = " ".join(
             f"{i * step:.1f},{CHART_HEIGHT - value * CHART_HEIGHT / peak:.1f}"
             for i, value in enumerate(values)
         )
-        lines.append(Line(kind, color, points, sum(values)))
+        lines.append(Line(kind, label, color, points, sum(values)))
     return Chart(queue, lines, peak, minutes[0].at, minutes[-1].at)
 
 
@@ -140,90 +157,141 @@ class Target:
     def dead_entry(self) -> bytes:
         """The dead letter this names, still at its place; else :class:`InvalidInput`."""
         if not self.queue or self.index is None:
-            raise InvalidInput("index", "a queue and the dead letter's index are needed")
+            raise InvalidInput("index", gettext("a queue and the dead letter's index are needed"))
         entry = dead_letter_entry(self.queue, self.index)
         if entry is None or (self.digest and entry_digest(entry) != self.digest):
-            raise InvalidInput("index", "that dead letter is no longer there (the list changed)")
+            raise InvalidInput(
+                "index", gettext("that dead letter is no longer there (the list changed)")
+            )
         return entry
 
 
-def _requeue(target: Target) -> str:
+def _requeue(target: Target) -> StrOrPromise:
     if TaskStore().requeue_dead_entry(target.queue, target.dead_entry()):
-        return f"Requeued the dead letter on {target.queue!r}."
-    return "That dead letter could not be requeued (another user moved it, or it is unreadable)."
+        return format_lazy(
+            gettext_lazy("Requeued the dead letter on {queue}."), queue=repr(target.queue)
+        )
+    return gettext_lazy(
+        "That dead letter could not be requeued (another user moved it, or it is unreadable)."
+    )
 
 
-def _delete(target: Target) -> str:
+def _delete(target: Target) -> StrOrPromise:
     if TaskStore().delete_dead_entry(target.queue, target.dead_entry()):
-        return f"Deleted the dead letter from {target.queue!r}."
-    return "That dead letter was already gone."
+        return format_lazy(
+            gettext_lazy("Deleted the dead letter from {queue}."), queue=repr(target.queue)
+        )
+    return gettext_lazy("That dead letter was already gone.")
 
 
-def _requeue_all(target: Target) -> str:
+def _requeue_all(target: Target) -> StrOrPromise:
     moved, left = TaskStore().requeue_dead(_queue_of(target))
-    kept = f"; {left} unreadable left in the list" if left else ""
-    return f"Requeued {moved} dead letter(s) on {target.queue!r}{kept}."
+    done = format_lazy(
+        ngettext_lazy(
+            "Requeued {count} dead letter on {queue}.",
+            "Requeued {count} dead letters on {queue}.",
+            moved,
+        ),
+        count=moved,
+        queue=repr(target.queue),
+    )
+    if not left:
+        return done
+    kept = ngettext_lazy(
+        "{count} unreadable dead letter stays in the list.",
+        "{count} unreadable dead letters stay in the list.",
+        left,
+    )
+    return format_lazy("{} {}", done, format_lazy(kept, count=left))
 
 
-def _purge(target: Target) -> str:
-    return f"Purged {TaskStore().purge(_queue_of(target))} task(s) from {target.queue!r}."
+def _purge(target: Target) -> StrOrPromise:
+    purged = TaskStore().purge(_queue_of(target))
+    return format_lazy(
+        ngettext_lazy(
+            "Purged {count} task from {queue}.", "Purged {count} tasks from {queue}.", purged
+        ),
+        count=purged,
+        queue=repr(target.queue),
+    )
 
 
-def _cancel(target: Target) -> str:
+def _cancel(target: Target) -> StrOrPromise:
     cancel(target.task_id)
-    return f"Cancelled task {target.task_id}."
+    return format_lazy(gettext_lazy("Cancelled task {task}."), task=target.task_id)
 
 
-def _terminate(target: Target) -> str:
+def _terminate(target: Target) -> StrOrPromise:
     outcome = cancel(target.task_id, terminate=True)
     if outcome == "cancelled":  # it had not started after all
-        return f"Cancelled task {target.task_id} (it had not started)."
-    return f"Task {target.task_id} is being stopped (its worker process is replaced)."
+        return format_lazy(
+            gettext_lazy("Cancelled task {task} (it had not started)."), task=target.task_id
+        )
+    return format_lazy(
+        gettext_lazy("Task {task} is being stopped (its worker process is replaced)."),
+        task=target.task_id,
+    )
 
 
 def _queue_of(target: Target) -> str:
     if not target.queue:
-        raise InvalidInput("queue", "which queue?")
+        raise InvalidInput("queue", gettext("which queue?"))
     return target.queue
 
 
 @dataclass(frozen=True)
 class Action:
-    title: str
-    warning: str
-    run: Callable[[Target], str]
+    title: StrOrPromise
+    warning: StrOrPromise
+    confirm: StrOrPromise  # the button that does it
+    # What it did, as a lazy string: the message shows it in the user's language, the log
+    # line in English.
+    run: Callable[[Target], StrOrPromise]
     needs: Literal["dead letter", "queue", "task"]
 
 
 ACTIONS = {
     "requeue": Action(
-        "Requeue a dead letter",
-        "It goes back to its queue with fresh retries.",
+        gettext_lazy("Requeue a dead letter"),
+        gettext_lazy("It goes back to its queue with fresh retries."),
+        gettext_lazy("Yes, requeue a dead letter"),
         _requeue,
         "dead letter",
     ),
-    "delete": Action("Delete a dead letter", "It is gone for good.", _delete, "dead letter"),
+    "delete": Action(
+        gettext_lazy("Delete a dead letter"),
+        gettext_lazy("It is gone for good."),
+        gettext_lazy("Yes, delete a dead letter"),
+        _delete,
+        "dead letter",
+    ),
     "requeue-all": Action(
-        "Requeue every dead letter of a queue",
-        "Each goes back to its queue with fresh retries.",
+        gettext_lazy("Requeue every dead letter of a queue"),
+        gettext_lazy("Each goes back to its queue with fresh retries."),
+        gettext_lazy("Yes, requeue every dead letter of a queue"),
         _requeue_all,
         "queue",
     ),
     "purge": Action(
-        "Purge a queue",
-        "Every ready, delayed and dead task of the queue is deleted; running ones finish.",
+        gettext_lazy("Purge a queue"),
+        gettext_lazy(
+            "Every ready, delayed and dead task of the queue is deleted; running ones finish."
+        ),
+        gettext_lazy("Yes, purge a queue"),
         _purge,
         "queue",
     ),
     "cancel": Action(
-        "Cancel a waiting task",
-        "It leaves its queue and its result says CANCELLED.",
+        gettext_lazy("Cancel a waiting task"),
+        gettext_lazy("It leaves its queue and its result says CANCELLED."),
+        gettext_lazy("Yes, cancel a waiting task"),
         _cancel,
         "task",
     ),
     "terminate": Action(
-        "Terminate a running task",
-        "The worker process running it is stopped and replaced; the attempt fails.",
+        gettext_lazy("Terminate a running task"),
+        gettext_lazy("The worker process running it is stopped and replaced; the attempt fails."),
+        gettext_lazy("Yes, terminate a running task"),
         _terminate,
         "task",
     ),
@@ -290,12 +358,12 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 return HttpResponseRedirect(self.url("changelist"))
             except redis.RedisError as error:
                 log.warning("Task queues page: Redis cannot be reached: %s", error)
-                context = self._context(request, "Task queues", error=str(error))
+                context = self._context(request, gettext("Task queues"), error=str(error))
                 return render(request, "admin/redis_components/error.html", context, status=503)
 
         return guarded
 
-    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+    def _context(self, request: HttpRequest, title: StrOrPromise, **extra: Any) -> dict[str, Any]:
         return {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -328,7 +396,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         charts = [c for s in stats if (c := chart(s.name, minutes[s.name])) is not None]
         context = self._context(
             request,
-            "Task queues",
+            gettext("Task queues"),
             refresh=REFRESH_SECONDS,
             queues=[
                 {
@@ -353,7 +421,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def queue(self, request: HttpRequest) -> HttpResponse:
         name = validate_queue(request.GET.get("name", ""))
         state = request.GET.get("state", "ready")
-        if state not in ("ready", "delayed", "dead"):
+        if state not in STATES:
             raise Http404("No such state: ready, delayed or dead.")
         number = whole_number(request.GET.get("page", "1"), "page", 1, LAST_PAGE)
         offset = (number - 1) * PAGE_SIZE
@@ -380,7 +448,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         base: dict[str, str | int] = {"name": name, "state": state}
         context = self._context(
             request,
-            f"Queue {name}",
+            gettext("Queue %(name)s") % {"name": name},
             refresh=REFRESH_SECONDS,
             requeue_all_url=self.url("action", "requeue-all", query=Target(name).query()),
             queue=name,
@@ -392,8 +460,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             page=number,
             pages=pages,
             tabs=[
-                (tab, self.url("queue", query=urlencode({**base, "state": tab})))
-                for tab in ("ready", "delayed", "dead")
+                (tab, label, self.url("queue", query=urlencode({**base, "state": tab})))
+                for tab, label in STATES.items()
             ],
             previous_url=self.url("queue", query=urlencode({**base, "page": number - 1}))
             if number > 1
@@ -410,7 +478,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found = Target(target.queue, index=target.index, digest=entry_digest(entry))
         context = self._context(
             request,
-            f"Dead letter on {target.queue}",
+            gettext("Dead letter on %(queue)s") % {"queue": target.queue},
             letter=read_dead_letter(target.queue, entry),
             queue=target.queue,
             queue_url=self.url("queue", query=urlencode({"name": target.queue, "state": "dead"})),
@@ -425,7 +493,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         target = Target(result.queue, result.id).query()
         context = self._context(
             request,
-            f"Task {result.id}",
+            gettext("Task %(id)s") % {"id": result.id},
             result=result,
             arguments=json.dumps(result.args, ensure_ascii=False, indent=2),
             keyword_arguments=json.dumps(result.kwargs, ensure_ascii=False, indent=2),
@@ -454,7 +522,9 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except TaskNotCancellable as error:
             messages.error(request, str(error))
             return HttpResponseRedirect(self.url("changelist"))
-        log.info("%s (admin user %r): %s", chosen.title, request.user.get_username(), outcome)
+        with override("en"):
+            title, said = str(chosen.title), str(outcome)
+        log.info("%s (admin user %r): %s", title, request.user.get_username(), said)
         messages.success(request, outcome)
         if target.queue:
             state = "dead" if action in ("requeue", "delete") else "ready"
@@ -494,13 +564,20 @@ def _confirmable(action: Action, data: Any) -> tuple[Target, list[tuple[str, str
         action.needs
     ]:
         raise Http404(f"Which {action.needs}?")
-    shown = [("Queue", target.queue)] if target.queue else []
+    shown = [(gettext("Queue"), target.queue)] if target.queue else []
     if action.needs == "dead letter":
         entry = _existing_dead_entry(target)
         letter = read_dead_letter(target.queue, entry)
-        shown += [("Dead letter", letter.reason), ("Error", letter.error), ("Task", letter.task)]
+        shown += [
+            (gettext("Dead letter"), letter.reason),
+            (gettext("Error"), letter.error),
+            (gettext("Task"), letter.task),
+        ]
         return Target(target.queue, index=target.index, digest=entry_digest(entry)), shown
     if action.needs == "task":
         result = _result_or_404(target.task_id)
-        shown += [("Task", f"{result.task} ({result.status.value})"), ("Id", result.id)]
+        shown += [
+            (gettext("Task"), f"{result.task} ({result.status.value})"),
+            (gettext("Id"), result.id),
+        ]
     return target, shown

@@ -8,8 +8,14 @@
 // highlighted one, Escape closes, Tab leaves without picking. A newer keystroke aborts
 // the request of an older one, so answers never arrive out of order.
 // Loaded as a module: it runs once per page however often it is included.
+// Its texts go through Django's JavaScript catalog (JavaScriptCatalog) when the page
+// loads it, and stay English otherwise.
 
 let count = 0;
+
+const gettext = (text) => (window.gettext ? window.gettext(text) : text);
+const ngettext = (singular, plural, n) =>
+  window.ngettext ? window.ngettext(singular, plural, n) : n === 1 ? singular : plural;
 
 function enhance(input) {
   if (input.getAttribute("role") === "combobox") return;
@@ -22,7 +28,7 @@ function enhance(input) {
   listbox.id = `${input.id}-listbox`;
   listbox.className = "rc-autocomplete-listbox";
   listbox.setAttribute("role", "listbox");
-  listbox.setAttribute("aria-label", "Suggestions");
+  listbox.setAttribute("aria-label", gettext("Suggestions"));
   listbox.hidden = true;
   const status = document.createElement("span");
   status.className = "rc-autocomplete-status";
@@ -86,7 +92,7 @@ function enhance(input) {
     active = -1;
     input.removeAttribute("aria-activedescendant");
     status.textContent = results.length
-      ? `${results.length} suggestion${results.length === 1 ? "" : "s"}`
+      ? ngettext("%s suggestion", "%s suggestions", results.length).replace("%s", results.length)
       : "";
     // An answer that arrives after the user has moved on does not pop up.
     if (results.length && document.activeElement === input) open();

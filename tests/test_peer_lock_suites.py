@@ -4,8 +4,8 @@ Their test files come from their published source distributions (``peer_suites.p
 our conftests and the shims in ``tests/peer_locks/`` give them our lock behind the
 interface they test, as thinly as a user switching over would adapt it. Their
 assertions are unchanged: each test passes, or is listed here with the reason it
-cannot (the deliberate differences the README's "Coming from redis-py or
-python-redis-lock" table explains).
+cannot (the deliberate differences that the table in docs/coming-from.md, section
+"redis-py and python-redis-lock", explains).
 """
 
 from __future__ import annotations

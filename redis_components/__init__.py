@@ -6,6 +6,8 @@ clients and scripts are resolved on first use.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
 from .exceptions import (
@@ -38,7 +40,7 @@ from .exceptions import (
 )
 from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
 from .guard import Busy
-from .locks import LockGroup, LockHandle, RedisLock, fenced_update, redis_lock
+from .locks import LockGroup, LockHandle, LockScope, RedisLock, fenced_update, redis_lock
 from .messaging import (
     ChatSummary,
     GroupChat,
@@ -62,7 +64,7 @@ from .tasks import (
     task,
 )
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("django-redis-components")
 
 __all__ = [
     "Busy",
@@ -82,6 +84,7 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockScope",
     "Mailbox",
     "Message",
     "MessageList",

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 import django
@@ -9,8 +11,11 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 from django.core import mail
+from django.db import connection, connections
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
+from conftest import CommandCount
 from demo_project.marketplace.market import item_lock
 from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
@@ -386,3 +391,133 @@ def test_the_market_pages_its_listings_and_says_how_many(users: dict[str, int]) 
     assert len(last.context["rows"]) == total - 200
     narrowed = bob.get("/market/", {"q": "page item 1"}).content.decode()
     assert "100 listings matching “page item 1”." in narrowed
+
+
+def test_a_purchase_reads_only_the_seller_from_the_user_table(users: dict[str, int]) -> None:
+    bob = users["bob"]
+    item, price = listing_of(bob)
+    alice = login("alice")
+    with CaptureQueriesContext(connection) as queries:
+        response = alice.post(f"/market/buy/{item}/{bob}/", {"price": price})
+    assert response.status_code == 302
+    assert item in MARKET.inventory(users["alice"])
+    sql = [query["sql"] for query in queries]
+    # The buyer (the session's user) and the seller's name, for the notice and the message.
+    read_users = [query for query in sql if '"auth_user"' in query]
+    assert len(read_users) == 2
+    assert all('WHERE "auth_user"."id" ' in query for query in read_users)
+    # And the session: read, then saved (it remembers the notice) in a savepoint.
+    assert len(sql) == 6
+    with CaptureQueriesContext(connection) as refused:
+        alice.post(f"/market/buy/{item}/{bob}/", {"price": price})  # gone now
+    assert len(refused) == 2  # the session and its user: a refusal names nobody
+
+
+def _changes(r: redis.Redis) -> int:
+    """The server's count of writes that changed data (what the next save would store)."""
+    return int(r.info("persistence")["rdb_changes_since_last_save"])
+
+
+def test_page_views_write_nothing_to_redis(
+    users: dict[str, int], r: redis.Redis, count_commands: CommandCount
+) -> None:
+    """Looking writes nothing, also for a user the market has never seen (not seeded)."""
+    get_user_model()._default_manager.create_user("frank", password=DEMO_PASSWORD)
+    writing = {
+        name for name, info in r.command().items() if {"write", "may_replicate"} & {*info["flags"]}
+    }
+    [chat] = GroupChat().chat_list("alice")
+    pages = ["/", "/login/", "/market/", "/market/?sort=seller", "/inventory/", "/contacts/"]
+    pages += ["/guild/?member=Ada+Abbott", "/notices/", "/chats/"]
+    for name, chats in (("alice", [f"/chats/{chat.chat_id}/"]), ("frank", [])):
+        client = login(name)
+        for page in pages + chats:
+            before = _changes(r)
+            with count_commands as counted:
+                assert client.get(page).status_code == 200
+            assert _changes(r) == before, f"{name} looking at {page} changed Redis"
+            if page.startswith(("/chats/", "/notices/")):
+                # The chat list's script applies the chats' limits (CHAT_MAX_MESSAGES),
+                # a write only for a chat over them; the notices page pulls the mailbox
+                # (MULTI, LRANGE, DEL, EXEC): that is what delivers notices, and an empty
+                # mailbox changes nothing, as the count above shows.
+                continue
+            sent = {command.split()[0].lower() for command in counted.commands}
+            assert not sent & writing, f"{name} looking at {page} sent {sorted(sent & writing)}"
+
+
+def _pausing(
+    method: Callable[..., Any], entered: threading.Event, resume: threading.Event
+) -> Callable[..., Any]:
+    """``method``, stopping (under the caller's locks) until ``resume`` is set."""
+
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert resume.wait(10)
+        return method(*args, **kwargs)
+
+    return paused
+
+
+def test_a_withdraw_in_progress_holds_off_the_buy_view(
+    users: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice_id = users["alice"]
+    item, price = listing_of(alice_id)
+    entered, resume = threading.Event(), threading.Event()
+    monkeypatch.setattr(MARKET, "price", _pausing(MARKET.price, entered, resume))
+    withdrawn = []
+    thread = threading.Thread(target=lambda: withdrawn.append(MARKET.withdraw(item, alice_id)))
+    thread.start()
+    try:
+        assert entered.wait(10)
+        assert RedisLock(item_lock(item, alice_id)).locked()
+        bob = login("bob")
+        busy = bob.post(f"/market/buy/{item}/{alice_id}/", {"price": price}, follow=True)
+        assert flash(busy) == [f"Someone else is buying {item} right now. Try again in a moment."]
+    finally:
+        resume.set()
+        thread.join()
+    assert withdrawn == [True]
+    late = bob.post(f"/market/buy/{item}/{alice_id}/", {"price": price}, follow=True)
+    assert flash(late) == [f"{item} is no longer for sale: someone bought it first."]
+    assert item in MARKET.inventory(alice_id)
+    assert MARKET.check() == []
+
+
+@pytest.mark.django_db(transaction=True)  # the buying thread has its own connection
+def test_a_purchase_in_progress_in_the_buy_view_holds_off_a_withdraw(
+    users: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice_id, bob_id = users["alice"], users["bob"]
+    item, price = listing_of(alice_id)
+    entered, resume = threading.Event(), threading.Event()
+    monkeypatch.setattr(
+        MARKET, "purchase_under_lock", _pausing(MARKET.purchase_under_lock, entered, resume)
+    )
+    monkeypatch.setattr("demo_project.marketplace.market.BUSY_TIMEOUT", 0.2)
+    bob = login("bob")
+    bought = []
+
+    def buy() -> None:
+        try:
+            bought.append(bob.post(f"/market/buy/{item}/{alice_id}/", {"price": price}))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=buy)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        assert RedisLock(item_lock(item, alice_id)).locked()
+        alice = login("alice")
+        busy = alice.post("/inventory/withdraw/", {"item": item}, follow=True)
+        assert flash(busy) == [f"Someone is buying {item} right now; try again."]
+    finally:
+        resume.set()
+        thread.join()
+    assert bought[0].status_code == 302
+    late = alice.post("/inventory/withdraw/", {"item": item}, follow=True)
+    assert flash(late) == [f"{item} is not for sale any more: it was sold."]
+    assert item in MARKET.inventory(bob_id)
+    assert MARKET.check() == []

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from redis_components import get_client
-from redis_components.connection import text
-from redis_components.files import ReceivedFile
+from redis_components import ReceivedFile, get_client
 
 
 def requests_key(reader: str) -> str:
@@ -50,4 +48,9 @@ class RequestsPerDay:
 def requests_per_day(reader: str) -> dict[str, int]:
     """What ``reader`` has counted so far."""
     counts = get_client().hgetall(requests_key(reader))
-    return {text(day): int(count) for day, count in counts.items()}
+    return {_text(day): int(count) for day, count in counts.items()}
+
+
+def _text(value: bytes | str) -> str:
+    """A reply as ``str``, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else value

@@ -19,6 +19,11 @@ buyers (or a buyer and the item's seller) apart is the mode, one of the book's t
 - ``"fine"``: a lock on the one listing, plus one on the buyer so that two purchases by
   the same buyer cannot both spend the same funds (the book locks the item alone,
   which lets funds go negative). The locks are taken in sorted order, all or nothing.
+
+A seller withdrawing a listing takes the same listing lock as a purchase, so of a
+withdraw and a purchase of one item exactly one happens. Each lock's name is written
+once, below (``ITEM_LOCK``, ``USER_LOCK``): the market fills them in, and so does the
+site's buy view (``@redis_lock(*PURCHASE_LOCKS)``), so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from typing import Literal
 
 import redis
 
-from redis_components import LockNotAcquired, get_client, redis_lock
-from redis_components.scripts import Script
+from redis_components import get_client, redis_lock
+from redis_components.exceptions import LockNotAcquired
 
 Mode = Literal["watch", "lock", "fine"]
 MODES: tuple[Mode, ...] = ("watch", "lock", "fine")
@@ -82,12 +87,23 @@ def item_name_problem(item: str) -> str | None:
     return None
 
 
+# The locks' names, as templates in ``@redis_lock``'s form: the buy view's decorator
+# fills them from its URL's ``item`` and ``seller`` and the request's ``{user}``, and
+# the market fills them with the same values. Written here only.
+ITEM_LOCK = "market:item:{item}.{seller}"  # one listing: purchases and withdraws
+USER_LOCK = "market:user:{user}"  # one buyer: their purchases spend the same funds
+PURCHASE_LOCKS = (ITEM_LOCK, USER_LOCK)
+MARKET_LOCK = "market"  # the whole market, in the "lock" mode
+
+
 def item_lock(item: str, seller: int) -> str:
-    return f"market:item:{listing(item, seller)}"
+    """The name of the lock on ``item`` listed by ``seller``."""
+    return ITEM_LOCK.format(item=item, seller=seller)
 
 
-def user_lock(user: int) -> str:
-    return f"market:user:{user}"
+def purchase_locks(buyer: int, item: str, seller: int) -> list[str]:
+    """The names of the locks a fine-grained purchase takes: the listing's, the buyer's."""
+    return [name.format(item=item, seller=seller, user=buyer) for name in PURCHASE_LOCKS]
 
 
 class Market:
@@ -109,13 +125,14 @@ class Market:
     def add_user(self, user: int, name: str, funds: int) -> None:
         """Create a user with some funds (idempotent: an existing user is left alone)."""
         keys = [self.key("people"), self.key("users", user), self.key("total")]
-        ADD_USER(self.client, keys, [user, name, funds])
+        self.client.register_script(ADD_USER)(keys, [user, name, funds])
 
     def make_item(self, user: int, item: str) -> None:
         """Put a new item (a name never used before) in a user's inventory."""
         if "." in item or not item:
             raise ValueError("an item name must be non-empty and contain no '.'")
-        if not MAKE_ITEM(self.client, [self.key("items"), self.key("inventory", user)], [item]):
+        keys = [self.key("items"), self.key("inventory", user)]
+        if not self.client.register_script(MAKE_ITEM)(keys, [item]):
             raise ValueError(f"an item called {item!r} exists already")
 
     def user(self, user: int) -> dict[str, str]:
@@ -165,7 +182,7 @@ class Market:
                         return True
                     except redis.WatchError:
                         continue
-        with self._locked(mode, [item_lock(item, seller)] if mode == "fine" else ["market"]):
+        with self._locked(mode, [item_lock(item, seller)] if mode == "fine" else [MARKET_LOCK]):
             if not self.client.sismember(inventory, item):
                 return False
             pipe = self.client.pipeline(transaction=True)
@@ -195,7 +212,7 @@ class Market:
         """Buy ``item`` from ``seller`` if it is still for sale (at ``price``, if given)."""
         if mode == "watch":
             return self._purchase_watching(buyer, item, seller, price)
-        names = [item_lock(item, seller), user_lock(buyer)] if mode == "fine" else ["market"]
+        names = purchase_locks(buyer, item, seller) if mode == "fine" else [MARKET_LOCK]
         try:
             with self._locked(mode, names):
                 return self.purchase_under_lock(buyer, item, seller, price)
@@ -319,9 +336,9 @@ class Market:
         return int(self.client.delete(*names)) if names else 0
 
 
-ADD_USER = Script(
-    "market_add_user",
-    """-- KEYS: 1) the people set  2) the user's hash  3) the total of all funds
+# Lua run with redis-py's register_script (EVALSHA, loading the script when the
+# server does not know it yet). Every key arrives through KEYS, as Redis Cluster needs.
+ADD_USER = """-- KEYS: 1) the people set  2) the user's hash  3) the total of all funds
 -- ARGV: 1) the user id  2) their name  3) their funds
 -- Returns: 1 when the user was created; 0 when they existed (nothing changes)
 if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
@@ -330,12 +347,9 @@ end
 redis.call('HSET', KEYS[2], 'name', ARGV[2], 'funds', ARGV[3])
 redis.call('INCRBY', KEYS[3], ARGV[3])
 return 1
-""",
-)
+"""
 
-MAKE_ITEM = Script(
-    "market_make_item",
-    """-- KEYS: 1) the set of every item  2) the user's inventory
+MAKE_ITEM = """-- KEYS: 1) the set of every item  2) the user's inventory
 -- ARGV: 1) the item
 -- Returns: 1 when made; 0 when an item of that name exists (nothing changes)
 if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
@@ -343,8 +357,7 @@ if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
 end
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
-""",
-)
+"""
 
 
 def _verdict(

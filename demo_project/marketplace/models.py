@@ -8,8 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from redis_components import Mailbox
-from redis_components.messaging import UnreadableMessage
+from redis_components import Mailbox, UnreadableMessage
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.http import HttpRequest
 
-from redis_components import Mailbox, TaskResultDoesNotExist, get_result, task
+from redis_components import Mailbox, get_result, task
+from redis_components.exceptions import TaskResultDoesNotExist
 
 SENT_KEPT = 10  # the buyer's latest notices whose status the notices page shows
 

@@ -16,24 +16,21 @@ from django.contrib.auth.views import LoginView
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
 
 from redis_components import (
     Busy,
-    ChatLimitReached,
     GroupChat,
     Guild,
-    InvalidInput,
-    LockNotAcquired,
+    LockScope,
     RecentContacts,
     get_client,
     redis_lock,
 )
-from redis_components.conf import conf
-from redis_components.keys import shorten
-from redis_components.locks import LockScope
+from redis_components.exceptions import ChatLimitReached, InvalidInput, LockNotAcquired
 
-from .market import Market, Purchase, item_name_problem
+from .market import PURCHASE_LOCKS, Market, Purchase, item_name_problem
 from .tasks import notify_seller, sent_notices
 
 MARKET = Market("main")
@@ -110,9 +107,12 @@ class DemoLoginView(LoginView):
 
 
 def me(request: HttpRequest) -> int:
-    """The logged-in user's id in the market (their Django user id); made on first use."""
+    """The logged-in user's id in the market: their Django user id.
+
+    Nothing is written for a user the market has not seen (one not seeded): the market
+    reads an id it does not know as someone with no funds and no items.
+    """
     user_id: int = request.user.pk
-    MARKET.add_user(user_id, request.user.get_username(), 0)
     return user_id
 
 
@@ -128,11 +128,10 @@ def market(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", "price")
     if sort not in SORTS:
         sort = "price"
-    names = _names()
+    found = [row for row in MARKET.listings() if query.casefold() in row[0].casefold()]
+    names = _usernames({seller for _, seller, _ in found})
     rows = [
-        (item, seller, price, names.get(seller, f"user {seller}"))
-        for item, seller, price in MARKET.listings()
-        if query.casefold() in item.casefold()
+        (item, seller, price, names.get(seller, f"user {seller}")) for item, seller, price in found
     ]
     rows.sort(key=SORTS[sort])
     page = Paginator(rows, LISTINGS_PER_PAGE).get_page(request.GET.get("page"))
@@ -148,8 +147,9 @@ def market(request: HttpRequest) -> HttpResponse:
     return render(request, "marketplace/market.html", context)
 
 
-def _names() -> dict[int, str]:
-    users = get_user_model()._default_manager.values_list("pk", "username")
+def _usernames(ids: set[int]) -> dict[int, str]:
+    """The names of the users ``ids`` (one query, for those users only)."""
+    users = get_user_model()._default_manager.filter(pk__in=ids).values_list("pk", "username")
     return dict(users)
 
 
@@ -181,36 +181,34 @@ def _named_item(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 @require_POST
 @login_required
 @_named_item
-@redis_lock(
-    "market:item:{item}.{seller}",
-    "market:user:{user}",
-    timeout=10,
-    blocking_timeout=2,
-    on_busy=_busy,
-)
+@redis_lock(*PURCHASE_LOCKS, timeout=10, blocking_timeout=2, on_busy=_busy)
 def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
-    """Buy under the fine-grained locks: the listing's, and the buyer's own."""
+    """Buy under the fine-grained locks: the listing's, and the buyer's own.
+
+    The lock names are the market's templates, filled from the URL's ``item`` and
+    ``seller`` and the request's ``{user}``: a withdraw of this listing takes the same.
+    """
     try:
         price = int(request.POST.get("price", ""))
     except ValueError:
         messages.error(request, "The form was missing the price you saw; have another look.")
         return redirect("market")
     purchase = MARKET.purchase_under_lock(me(request), item, seller, price)
-    if purchase.ok:
-        notify_seller(request, seller, item, purchase.price, _names().get(seller, str(seller)))
-        RecentContacts().add(request.user, _names().get(seller, str(seller)))
-    _tell(request, item, _names().get(seller, f"user {seller}"), purchase)
+    if not purchase.ok:
+        _refused(request, item, purchase)
+        return redirect("market")
+    name = _usernames({seller}).get(seller, f"user {seller}")
+    notify_seller(request, seller, item, purchase.price, name)
+    RecentContacts().add(request.user, name)
+    messages.success(
+        request,
+        f"You bought {item} from {name} for {purchase.price}. Your balance is {purchase.balance}.",
+    )
     return redirect("market")
 
 
-def _tell(request: HttpRequest, item: str, seller: str, purchase: Purchase) -> None:
-    if purchase.outcome == "bought":
-        messages.success(
-            request,
-            f"You bought {item} from {seller} for {purchase.price}. "
-            f"Your balance is {purchase.balance}.",
-        )
-    elif purchase.outcome == "gone":
+def _refused(request: HttpRequest, item: str, purchase: Purchase) -> None:
+    if purchase.outcome == "gone":
         messages.error(request, f"{item} is no longer for sale: someone bought it first.")
     elif purchase.outcome == "price changed":
         messages.error(request, f"The price of {item} is now {purchase.price}. Have another look.")
@@ -292,7 +290,7 @@ def contacts(request: HttpRequest) -> HttpResponse:
         to = request.POST.get("to", "").strip()
         text = request.POST.get("message", "").strip()
         if not get_user_model()._default_manager.filter(username=to).exists():
-            messages.error(request, f"There is no user called {shorten(to)}.")
+            messages.error(request, f"There is no user called {Truncator(to).chars(40)!r}.")
         elif to == request.user.get_username():
             messages.error(request, "Pick someone other than yourself.")
         else:
@@ -361,10 +359,5 @@ def chats(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
         (chat.chat_id, [name for name in chat.members if name != user] or ["only you"], chat.unread)
         for chat in listed
     ]
-    context = {
-        "chats": rows,
-        "chat_id": chat_id,
-        "members": members,
-        "kept": f"{conf.CHAT_MAX_MESSAGES:,}",
-    }
+    context = {"chats": rows, "chat_id": chat_id, "members": members}
     return render(request, "marketplace/chats.html", context)

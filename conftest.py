@@ -26,6 +26,16 @@ CLUSTER = bool(os.environ.get("RC_TEST_CLUSTER"))
 single_server_only = pytest.mark.skipif(CLUSTER, reason="needs a single server, not a cluster")
 
 
+def cancelled(result: Any) -> bool:
+    """Whether a task's result (Django's ``TaskResult``) says it was cancelled: FAILED,
+    its last error a ``TaskCancelled`` (Django has no CANCELLED status)."""
+    return (
+        result.status == "FAILED"
+        and bool(result.errors)
+        and result.errors[-1].exception_class_path == "redis_components.exceptions.TaskCancelled"
+    )
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis | EmbeddedCluster]:
     # hz 100: the server checks blocking-command timeouts every 10 ms, not 100 ms.

@@ -52,10 +52,8 @@ from .messaging import (
 )
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
 from .tasks import (
+    RedisTask,
     Retry,
-    Task,
-    TaskResult,
-    TaskStatus,
     cancel,
     current_task,
     defer,
@@ -100,21 +98,19 @@ __all__ = [
     "RedisComponentsError",
     "RedisLock",
     "RedisSemaphore",
+    "RedisTask",
     "Retry",
     "SemaphoreError",
     "SemaphoreNotAcquired",
     "SemaphoreNotOwned",
     "SendProgress",
     "SoftTimeLimitExceeded",
-    "Task",
     "TaskError",
     "TaskNotCancellable",
     "TaskNotDurable",
     "TaskNotRegistered",
-    "TaskResult",
     "TaskResultDoesNotExist",
     "TaskSerializationError",
-    "TaskStatus",
     "UnreadableMessage",
     "__version__",
     "cancel",
@@ -131,3 +127,13 @@ __all__ = [
     "send_files",
     "task",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Names of 0.1 that the one task model replaced (``Task``, ``TaskResult``,
+    ``TaskStatus``): they work, with a ``DeprecationWarning``, until 0.3."""
+    if name in ("Task", "TaskResult", "TaskStatus"):
+        from . import tasks
+
+        return getattr(tasks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

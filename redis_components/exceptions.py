@@ -87,8 +87,9 @@ class TaskNotRegistered(TaskError):
     """No task is registered under the given name."""
 
 
-class TaskSerializationError(TaskError, ValueError):
-    """The task's arguments cannot be encoded as JSON."""
+class TaskSerializationError(TaskError, TypeError, ValueError):
+    """A task's arguments (or return value) cannot be JSON: a ``TypeError``, as Django's
+    Tasks framework raises for them, and a ``ValueError``, as earlier releases did."""
 
 
 class TaskNotDurable(TaskError):

@@ -98,7 +98,7 @@ class TaskCollector:
             HistogramMetricFamily,
         )
 
-        from .tasks.registry import queues_in_use
+        from .tasks.backend import queues_in_use
         from .tasks.status import queue_stats, workers
         from .tasks.store import DURATION_BUCKETS, TaskStore
 

@@ -13,7 +13,9 @@ from django.test import Client
 from django.test.utils import override_settings
 from django.utils.http import urlencode
 
-from redis_components import TaskStatus, get_result
+from conftest import cancelled
+from redis_components import get_result
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, queue_stats, waiting_tasks
 from redis_components.tasks.store import dead_entry, dead_key, ready_key
@@ -246,7 +248,7 @@ def test_requeue_asks_first_needs_csrf_then_requeues_and_logs(
     assert done.status_code == 302
     [stats] = queue_stats(["test"])
     assert (stats.dead, stats.ready) == (0, 1)
-    assert get_result(message.id).status is TaskStatus.READY
+    assert get_result(message.id).status is TaskResultStatus.READY
     assert "operator" in caplog.text
     assert "Requeued the dead letter" in caplog.text
 
@@ -291,7 +293,7 @@ def test_cancel_a_waiting_task_from_its_queue_page(manager: Client) -> None:
     assert link, listing
     page, fields = confirm(manager, link.group(1).replace("&amp;", "&"))
     manager.post(ADMIN + "do/cancel/", {**fields, "csrfmiddlewaretoken": csrf_token(page)})
-    assert get_result(waiting.id).status is TaskStatus.CANCELLED
+    assert cancelled(get_result(waiting.id))
     again = manager.post(
         ADMIN + "do/cancel/", {**fields, "csrfmiddlewaretoken": csrf_token(page)}, follow=True
     )

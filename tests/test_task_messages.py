@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,7 @@ from redis_components.exceptions import InvalidInput, TaskSerializationError
 from redis_components.tasks.messages import (
     MalformedTask,
     TaskMessage,
-    new_message,
+    new_task_id,
     task_id_of,
     validate_priority,
 )
@@ -32,6 +33,14 @@ def test_the_payload_starts_with_id_and_priority_and_ends_with_the_retries() -> 
     dated = TaskMessage("ab12", "t", "q", [], {}, enqueued_at=1_700_000_000_123, retries=1)
     assert dated.encode().endswith(',"enqueued_at":1700000000123,"retries":1}')
     assert TaskMessage.decode(dated.encode()) == dated
+
+
+def new_message(
+    task: str, queue: str, args: Any, kwargs: dict[str, Any]
+) -> tuple[TaskMessage, str]:
+    """A new task's message and its payload (what an enqueue writes)."""
+    message = TaskMessage(new_task_id(), task, queue, list(args), kwargs)
+    return message, message.encode()
 
 
 def test_new_messages_get_random_hex_ids() -> None:

@@ -14,14 +14,13 @@ from django.test import override_settings
 from redis_components import (
     QueueFull,
     Retry,
-    TaskResult,
     TaskSerializationError,
-    TaskStatus,
     defer,
     task,
 )
 from redis_components.exceptions import InvalidInput, LockNotAcquired, TaskError, TaskNotRegistered
 from redis_components.keys import MAX_SECONDS
+from redis_components.tasks.framework import TaskResult, TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.registry import backoff, get_task, running, stop_running
 from redis_components.tasks.status import queue_stats, waiting_tasks
@@ -51,8 +50,8 @@ def test_enqueue_puts_a_json_task_on_its_queue_and_returns_its_result(r: redis.R
         enqueued_at=enqueued_ms,
     )
     assert isinstance(result, TaskResult)
-    assert (result.status, result.task, result.args, result.kwargs) == (
-        TaskStatus.READY,
+    assert (result.status, result.task.name, result.args, result.kwargs) == (
+        TaskResultStatus.READY,
         "tests.testapp.tasks.record",
         ["one"],
         {"pause": 0},
@@ -60,16 +59,16 @@ def test_enqueue_puts_a_json_task_on_its_queue_and_returns_its_result(r: redis.R
     assert result.enqueued_at is not None
     assert before <= result.enqueued_at.timestamp() * 1000 <= server_ms(r)
     result.refresh()
-    assert result.status is TaskStatus.READY
+    assert result.status is TaskResultStatus.READY
 
 
-def test_a_plain_call_runs_inline(r: redis.Redis) -> None:
-    tasks.record("inline")
+def test_call_runs_inline(r: redis.Redis) -> None:
+    tasks.record.call("inline")
     assert r.hgetall("{test}:runs") == {b"inline": b"1"}
     assert queue_stats(["test"])[0].ready == 0
 
 
-@pytest.mark.parametrize("bad", [object(), {1, 2}, math.nan, b"bytes", "lone \udc80"])
+@pytest.mark.parametrize("bad", [object(), {1, 2}, math.nan, b"\xff not utf-8", "lone \udc80"])
 def test_arguments_json_cannot_carry_are_refused_in_the_caller(r: redis.Redis, bad: object) -> None:
     with pytest.raises(TaskSerializationError, match=r"tests\.testapp\.tasks\.record"):
         tasks.record.enqueue(bad)  # type: ignore[arg-type]
@@ -96,14 +95,14 @@ def test_enqueue_in_scores_by_the_servers_clock(r: redis.Redis) -> None:
     assert delayed.task_id == result.id
     assert delayed.due_ms is not None
     assert before + 30_000 <= delayed.due_ms <= after + 30_000
-    assert result.run_after is not None
-    assert result.run_after.timestamp() * 1000 == delayed.due_ms
+    assert result.task.run_after is not None
+    assert result.task.run_after.timestamp() * 1000 == delayed.due_ms
     assert queue_stats(["test"])[0].ready == 0
 
 
 def test_enqueue_at_takes_an_aware_datetime(r: redis.Redis) -> None:
     when = datetime.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.timezone.utc)
-    assert tasks.record.enqueue_at(when, "then").run_after == when
+    assert tasks.record.enqueue_at(when, "then").task.run_after == when
     total, [delayed] = waiting_tasks("test", "delayed")
     assert total == 1
     assert delayed.due_ms == when.timestamp() * 1000
@@ -124,11 +123,11 @@ def test_enqueue_at_past_ten_years_is_refused_before_anything_is_written(r: redi
             tasks.record.enqueue_at(when, "never")
     assert r.keys("*") == []
     within = now + datetime.timedelta(seconds=MAX_SECONDS - 3600)
-    assert tasks.record.enqueue_at(within, "in time").run_after is not None
+    assert tasks.record.enqueue_at(within, "in time").task.run_after is not None
 
 
 def test_a_unique_task_with_dict_keys_of_mixed_types_is_refused_clearly(r: redis.Redis) -> None:
-    with pytest.raises(InvalidInput, match=r"keys.*mixed types"):
+    with pytest.raises(TaskSerializationError, match=r"keys.*mixed types"):
         tasks.unique_record.enqueue({1: "one", "two": 2})  # type: ignore[arg-type]
     assert r.keys("*") == []
 
@@ -171,8 +170,8 @@ def test_bare_decorator_names_the_task_after_its_function() -> None:
         == "tests.test_task_registry.test_bare_decorator_names_the_task_after_its_function."
         "<locals>.bare"
     )
-    assert (bare.queue, bare.priority) == ("default", 0)
-    assert bare() == "ran"
+    assert (bare.queue_name, bare.priority, bare.backend) == ("default", 0, "redis_components")
+    assert bare.call() == "ran"
 
 
 def test_a_task_registered_after_start_up_outside_a_tasks_module_is_warned_about(
@@ -215,7 +214,7 @@ def test_enqueue_on_commit_waits_for_the_commit(r: redis.Redis) -> None:
     with transaction.atomic():
         result = tasks.record.enqueue_on_commit("committed")
         assert queue_stats(["test"])[0].ready == 0
-        assert result.status is TaskStatus.READY
+        assert result.status is TaskResultStatus.READY
     total, [waiting] = waiting_tasks("test", "ready")
     assert total == 1
     assert waiting.task_id == result.id
@@ -293,3 +292,25 @@ def test_defer_inside_a_worker_marks_the_running_task() -> None:
         stop_running(token)
     with pytest.raises(InvalidInput):
         defer(-1)
+
+
+def test_the_names_the_one_task_model_replaced_work_with_a_warning(r: redis.Redis) -> None:
+    import redis_components
+
+    with pytest.warns(DeprecationWarning, match=r"use \.call"):
+        tasks.record("plain call")
+    assert r.hgetall("{test}:runs") == {b"plain call": b"1"}
+    with pytest.warns(DeprecationWarning, match="queue_name"):
+        assert tasks.record.queue == "test"
+    with pytest.warns(DeprecationWarning, match="RedisTask"):
+        assert redis_components.Task is redis_components.RedisTask
+    with pytest.warns(DeprecationWarning, match="TaskResultStatus"):
+        assert redis_components.TaskStatus is TaskResultStatus
+    with pytest.warns(DeprecationWarning, match="TaskResult"):
+        assert redis_components.TaskResult is TaskResult
+    with pytest.raises(AttributeError, match="Nothing"):
+        redis_components.Nothing  # noqa: B018
+    from tests.testapp import framework_tasks
+
+    with pytest.raises(TypeError, match=r"use multiply\.call"):
+        framework_tasks.multiply(1, 2)

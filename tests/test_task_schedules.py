@@ -12,8 +12,9 @@ import pytest
 import redis
 from django.test import override_settings
 
-from redis_components import TaskStatus, get_result, periodic
+from redis_components import get_result, periodic
 from redis_components.exceptions import ConfigurationError, InvalidInput
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.schedules import (
     Scheduler,
@@ -198,6 +199,6 @@ def test_states_show_the_next_and_last_run_with_its_result(r: redis.Redis) -> No
         [state] = [s for s in schedule_states() if s.schedule.name == "tests.hourly"]
     assert state.last_run == datetime.datetime.fromtimestamp((tick - 3_600_000) / 1000, UTC)
     assert state.last_result is not None
-    assert state.last_result.status is TaskStatus.READY
-    assert get_result(state.last_result.id).task == "tests.testapp.tasks.add"
+    assert state.last_result.status == TaskResultStatus.READY  # a record: our TaskStatus
+    assert get_result(state.last_result.id).task == tasks.add
     assert r.hlen(last_key()) == 1

@@ -11,9 +11,11 @@ import pytest
 import redis
 from django.test import override_settings
 
-from redis_components import TaskNotCancellable, TaskStatus, cancel, get_result, scripts, task
+from conftest import cancelled
+from redis_components import TaskNotCancellable, cancel, get_result, scripts, task
 from redis_components.exceptions import InvalidInput, TaskNotDurable
 from redis_components.scripts import load
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.store import (
     BAND,
@@ -65,7 +67,7 @@ def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> No
 
 
 def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
-    urgent = task(name="tests.test_task_store.urgent", queue="test", priority=10)(tasks.record)
+    urgent = task(name="tests.test_task_store.urgent", queue="test", priority=10)(tasks.record.func)
     tasks.record.enqueue("first")
     urgent.enqueue("urgent")
     tasks.record.enqueue("second")
@@ -85,7 +87,7 @@ def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.R
     first = tasks.record.enqueue("first")
     tasks.record.enqueue("second")
     assert take("ghost.1.1.a", ["test"]) is not None
-    assert get_result(first.id).status is TaskStatus.RUNNING
+    assert get_result(first.id).status is TaskResultStatus.RUNNING
     tasks.record.enqueue("third")
     with override_settings(REDIS_COMPONENTS={"TASK_MAX_CRASHES": 3}):
         assert TaskStore(r).recover_worker(
@@ -97,7 +99,7 @@ def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.R
     order = [TaskMessage.decode(raw) for raw in r.zrange(ready_key("test"), 0, -1)]
     assert [(m.args[0], m.crashes) for m in order] == [("first", 1), ("second", 0), ("third", 0)]
     result = get_result(first.id)
-    assert (result.status, result.worker_ids) == (TaskStatus.READY, ["ghost.1.1.a"])
+    assert (result.status, result.worker_ids) == (TaskResultStatus.READY, ["ghost.1.1.a"])
     [error] = result.errors
     assert error.exception_class_path == "redis_components.exceptions.WorkerCrashed"
     assert "died while running it (1 of 3)" in error.traceback
@@ -120,7 +122,7 @@ def test_a_task_found_after_too_many_crashes_is_dead_lettered_and_failed(r: redi
     assert "died while running it (2 of 2)" in letter["error"]
     assert r.zcard(ready_key("test")) == 0
     final = get_result(result.id)
-    assert final.status is TaskStatus.FAILED
+    assert final.status is TaskResultStatus.FAILED
     assert final.worker_ids == ["ghost.1.0.abc", "ghost.1.1.abc"]
     assert final.finished_at is not None
     assert len(final.errors) == 2
@@ -189,7 +191,7 @@ def test_requeue_dead_gives_fresh_retries_and_leaves_what_is_not_a_task(
         result.id, "tests.testapp.tasks.record", "test", ["x"], {}
     )
     assert r.llen(dead_key("test")) == 2
-    assert get_result(result.id).status is TaskStatus.READY
+    assert get_result(result.id).status is TaskResultStatus.READY
     assert TaskStore().requeue_dead("test") == (0, 2)
 
 
@@ -235,9 +237,9 @@ def test_cancel_removes_a_waiting_task_and_says_cancelled(r: redis.Redis) -> Non
     assert r.zcard(ready_key("test")) == r.zcard(delayed_key("test")) == 0
     for result in (now, later):
         result.refresh()
-        assert result.status is TaskStatus.CANCELLED
+        assert cancelled(result)
         assert result.is_finished
-        with pytest.raises(ValueError, match="cancelled"):
+        with pytest.raises(ValueError, match="failed"):
             result.return_value  # noqa: B018
     with pytest.raises(TaskNotCancellable, match="already cancelled"):
         cancel(now.id)
@@ -285,11 +287,11 @@ def test_a_cancelled_unique_task_does_not_block_an_equal_enqueue(r: redis.Redis)
     assert cancel(first.id) == "cancelled"
     again = tasks.unique_record.enqueue("once")
     assert again.id != first.id
-    assert again.status is TaskStatus.READY
+    assert again.status is TaskResultStatus.READY
     assert tasks.unique_record.enqueue("once").id == again.id  # unique again from then on
     assert r.zcard(ready_key("test")) == 1
     assert Worker(["test"], burst=True).run() == 1
-    assert get_result(again.id).status is TaskStatus.SUCCESSFUL
+    assert get_result(again.id).status is TaskResultStatus.SUCCESSFUL
 
 
 def test_a_unique_task_being_terminated_does_not_block_an_equal_enqueue(r: redis.Redis) -> None:

@@ -6,7 +6,7 @@ import datetime
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -15,9 +15,10 @@ from django.test import override_settings
 from redis.cluster import RedisCluster
 
 from conftest import single_server_only
-from redis_components import RedisLock, TaskStatus, defer, get_result, redis_lock, task
+from redis_components import RedisLock, RedisTask, defer, get_result, redis_lock, task
 from redis_components.conf import conf
 from redis_components.exceptions import TaskResultDoesNotExist
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import (
     dead_letters,
@@ -35,9 +36,9 @@ from tests.testapp import tasks
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
 
-def record_in(queue: str) -> Callable[[str], None]:
+def record_in(queue: str) -> RedisTask[[str], None]:
     def record(label: str) -> None:
-        tasks.record(label)
+        tasks.record.call(label)
 
     return task(name=f"tests.test_task_worker.record_{queue}", queue=queue)(record)
 
@@ -323,7 +324,11 @@ def test_a_result_follows_a_task_to_its_return_value(redis_mode: str, r: redis.R
     result = tasks.add.enqueue(2, 3)
     Worker(["test"], burst=True).run()
     result.refresh()
-    assert (result.status, result.return_value, result.attempts) == (TaskStatus.SUCCESSFUL, 5, 1)
+    assert (result.status, result.return_value, result.attempts) == (
+        TaskResultStatus.SUCCESSFUL,
+        5,
+        1,
+    )
     assert result.errors == []
     assert result.enqueued_at is not None
     assert result.started_at is not None
@@ -343,7 +348,7 @@ def test_a_failing_task_keeps_the_traceback_of_each_attempt(r: redis.Redis) -> N
     with running_worker(["test"]):
         wait_until(lambda: get_result(result.id).is_finished)
     result.refresh()
-    assert (result.status, result.attempts, len(result.errors)) == (TaskStatus.FAILED, 3, 3)
+    assert (result.status, result.attempts, len(result.errors)) == (TaskResultStatus.FAILED, 3, 3)
     assert {error.exception_class_path for error in result.errors} == {"builtins.ValueError"}
     assert all("f failed on purpose" in error.traceback for error in result.errors)
     with pytest.raises(ValueError, match="failed"):
@@ -355,7 +360,7 @@ def test_a_retry_then_a_success_records_two_attempts(r: redis.Redis) -> None:
     with running_worker(["test"]):
         wait_until(lambda: get_result(result.id).is_finished)
     result.refresh()
-    assert (result.status, result.attempts) == (TaskStatus.SUCCESSFUL, 2)
+    assert (result.status, result.attempts) == (TaskResultStatus.SUCCESSFUL, 2)
     [error] = result.errors
     assert error.exception_class_path == "redis_components.tasks.registry.Retry"
 
@@ -364,7 +369,7 @@ def test_a_return_value_that_is_not_json_fails_the_task_without_a_retry(r: redis
     result = tasks.returns_object.enqueue("o")
     Worker(["test"], burst=True).run()
     result.refresh()
-    assert (result.status, runs(r)) == (TaskStatus.FAILED, {"o": 1})
+    assert (result.status, runs(r)) == (TaskResultStatus.FAILED, {"o": 1})
     assert "cannot be stored as JSON" in result.errors[0].traceback
     [letter] = dead_letters("test")
     assert letter.reason == "failed"
@@ -375,10 +380,10 @@ def test_a_running_task_reads_as_running(r: redis.Redis) -> None:
     with running_worker(["test"]) as worker:
         wait_until(lambda: r.get("test:s:started") is not None)
         running = get_result(result.id)
-        assert running.status is TaskStatus.RUNNING
+        assert running.status is TaskResultStatus.RUNNING
         assert running.worker_ids == [worker.id]
         assert running.started_at is not None
-        wait_until(lambda: get_result(result.id).status is TaskStatus.SUCCESSFUL)
+        wait_until(lambda: get_result(result.id).status is TaskResultStatus.SUCCESSFUL)
 
 
 def test_results_expire_on_their_own(r: redis.Redis) -> None:
@@ -400,8 +405,8 @@ def test_a_first_attempt_whose_result_expired_while_it_waited_has_a_whole_result
     wait_until(lambda: r.exists(f"rc:queue:{{tasks}}:result:{result.id}") == 0)
     assert Worker(["test"], burst=True).run() == 1
     finished = get_result(result.id)
-    assert (finished.status, finished.return_value) == (TaskStatus.SUCCESSFUL, 5)
-    assert (finished.task, finished.args) == ("tests.testapp.tasks.add", [2, 3])
+    assert (finished.status, finished.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+    assert (finished.task.name, finished.args) == ("tests.testapp.tasks.add", [2, 3])
     assert finished.started_at is not None
     assert len(finished.worker_ids) == 1
     assert 0 < r.pttl(f"rc:queue:{{tasks}}:result:{result.id}") <= 86_400_000

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from redis_components import TaskStatus, get_result
+from redis_components import get_result
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.status import dead_letters, queue_stats
 from tests.processes import WorkerProcess
 from tests.testapp import framework_tasks
@@ -41,7 +42,7 @@ def test_tasks_a_release_left_queued_run_and_read_successful(
         if expected["door"] == "task":
             ours = get_result(expected["id"])
             assert (ours.status, ours.return_value) == (
-                TaskStatus.SUCCESSFUL,
+                TaskResultStatus.SUCCESSFUL,
                 expected["return_value"],
             ), ours
         else:

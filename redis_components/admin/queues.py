@@ -35,7 +35,7 @@ from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, overr
 from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
 from ..models import can_manage_task_queues, can_view_task_queues
 from ..tasks.messages import validate_queue
-from ..tasks.results import TaskResult, get_result
+from ..tasks.results import TaskRecord, get_record
 from ..tasks.schedules import schedule_states
 from ..tasks.status import (
     Minute,
@@ -541,9 +541,9 @@ def _existing_dead_entry(target: Target) -> bytes:
         raise Http404(error.problem) from None
 
 
-def _result_or_404(task_id: str) -> TaskResult:
+def _result_or_404(task_id: str) -> TaskRecord:
     try:
-        return get_result(task_id)
+        return get_record(task_id)
     except (TaskResultDoesNotExist, InvalidInput):
         raise Http404("No such task is kept (unknown, or its result expired).") from None
 

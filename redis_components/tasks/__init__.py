@@ -1,30 +1,33 @@
 """The task system: queues, workers, results, and Django's Tasks backend.
 
-One store (``store.py``) runs the queue scripts on task messages (``messages.py``);
-two front doors use it: our ``@task`` (``registry.py``) and Django's Tasks framework
-(``backend.py``). Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py
-rc_worker``) run tasks (``execution.py``), record their results (``results.py``), keep
-their lease and recover dead workers' tasks (``lease.py``) and claim the ticks of
-schedules (``schedules.py``); ``status.py`` reads what the queues hold.
+Every task is Django's ``Task`` (``backend.py``: :class:`RedisTask`, made by our
+``@task`` or by Django's with :class:`RedisTaskBackend`), and every result Django's
+``TaskResult``. One store (``store.py``) runs the queue scripts on task messages
+(``messages.py``) and reads result records (``results.py``); our ``@task`` registers
+tasks by name (``registry.py``). Workers (``worker.py``, run by ``supervisor.py`` for
+``manage.py rc_worker``) run jobs (``jobs.py``, ``execution.py``), keep their lease
+and recover dead workers' tasks (``lease.py``) and claim the ticks of schedules
+(``schedules.py``); ``status.py`` reads what the queues hold.
 """
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
+from .backend import RedisTask, RedisTaskBackend, get_result, task
 from .messages import DEFAULT_QUEUE, TaskMessage
-from .registry import Retry, RunningTask, Task, current_task, defer, get_task, task
-from .results import AttemptError, TaskResult, TaskStatus, get_result
+from .registry import Retry, RunningTask, current_task, defer, get_task
 from .schedules import periodic
 from .store import cancel
 
 __all__ = [
     "DEFAULT_QUEUE",
-    "AttemptError",
+    "RedisTask",
+    "RedisTaskBackend",
     "Retry",
     "RunningTask",
-    "Task",
     "TaskMessage",
-    "TaskResult",
-    "TaskStatus",
     "cancel",
     "current_task",
     "defer",
@@ -33,3 +36,22 @@ __all__ = [
     "periodic",
     "task",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of 0.1 that the one task model replaced: they work, with a warning,
+    until 0.3 (see the changelog)."""
+    replaced = {
+        "Task": ("redis_components.RedisTask", "backend", "RedisTask"),
+        "TaskResult": ("Django's TaskResult", "framework", "TaskResult"),
+        "TaskStatus": ("Django's TaskResultStatus", "framework", "TaskResultStatus"),
+    }
+    if name not in replaced:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    instead, module, attribute = replaced[name]
+    warnings.warn(
+        f"redis_components.{name} is deprecated: use {instead}", DeprecationWarning, stacklevel=2
+    )
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{module}"), attribute)

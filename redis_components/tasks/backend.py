@@ -1,24 +1,38 @@
-"""Django's Tasks framework on our queue: a backend for ``settings.TASKS``.
+"""The task model: Django's ``Task``, on our queue, by either of two decorators.
 
-::
+Every task is a :class:`RedisTask`, a subclass of Django's ``Task`` carrying our
+options (retries, backoff, uniqueness, time limits), and every result is Django's
+``TaskResult``. There are two ways to make a task:
 
-    TASKS = {
-        "default": {
-            "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
-            "QUEUES": ["default", "email"],
-            "OPTIONS": {"MAX_RETRIES": 0, "RETRY_BACKOFF": 2.0},
-        }
-    }
+- our :func:`task` decorator needs no ``TASKS`` setting: the task is registered under
+  a name (``name=``, by default its module path) that travels in the queue, so
+  renaming the function does not orphan the tasks already queued; it retries three
+  times by default::
 
-A thin adapter: ``enqueue`` sends Django's task to the same store as our ``@task``
-(the message carries the task's module path and this backend's alias), workers run it
-(``manage.py rc_worker``), and ``get_result`` reads the same result records. Every
-guarantee of the queue holds: at-least-once delivery, recovery after a crash, dead
-letters, ``QueueFull``, ``QUEUE_WAIT_REPLICAS``. A failing task is retried only when
-``MAX_RETRIES`` (default 0) or a raised :class:`~redis_components.Retry` asks for it.
+      @task(queue="email", max_retries=3)
+      def send_sold_email(seller_id, item_id, price, buyer_id): ...
+
+- Django's own ``@task``, with :class:`RedisTaskBackend` in ``settings.TASKS``; a
+  worker finds it by its module path, and its options default to the backend's::
+
+      TASKS = {
+          "default": {
+              "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
+              "QUEUES": ["default", "email"],
+              "OPTIONS": {"MAX_RETRIES": 0, "RETRY_BACKOFF": 2.0},
+          }
+      }
+
+Both enqueue into the same store (``store.py``), run in the same workers (``manage.py
+rc_worker``), send Django's ``task_enqueued``, ``task_started`` and ``task_finished``
+signals, and read the same result records. Every guarantee of the queue holds:
+at-least-once delivery, recovery after a crash, dead letters, ``QueueFull``,
+``QUEUE_WAIT_REPLICAS``. Django has no CANCELLED status: a cancelled task's result is
+FAILED, its last error a :class:`~redis_components.exceptions.TaskCancelled`.
 
 It runs on Django 6's ``django.tasks``, and on Django 5.2 with the ``django-tasks``
-backport (the ``tasks-backport`` extra; add ``"django_tasks"`` to ``INSTALLED_APPS``).
+backport (installed with this package on Python 3.10 and 3.11; the
+``tasks-backport`` extra elsewhere).
 """
 
 from __future__ import annotations
@@ -26,47 +40,81 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar, cast
+import inspect
+import logging
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    NamedTuple,
+    ParamSpec,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 
-import django
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
-from django.core.signals import setting_changed
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
-from ..exceptions import InvalidInput, TaskResultDoesNotExist, TaskSerializationError
+from ..exceptions import (
+    InvalidInput,
+    TaskError,
+    TaskResultDoesNotExist,
+    TaskSerializationError,
+)
 from . import results
-from .jobs import Job
-from .messages import TaskMessage, new_task_id, to_json, validate_priority, validate_queue
-from .registry import due_at, time_limits, validate_retries
+from .framework import (
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    task_enqueued,
+)
+from .framework import TaskError as DjangoTaskError
+from .framework import TaskResultDoesNotExist as DjangoResultDoesNotExist
+from .messages import (
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    MAX_TASK_NAME,
+    TaskMessage,
+    new_task_id,
+    validate_priority,
+    validate_queue,
+)
+from .registry import task_registry, time_limits, validate_retries
 from .results import TaskStatus
-from .store import NOW, TaskStore
+from .store import NOW, Due, TaskStore, due_at
 
-if TYPE_CHECKING or django.VERSION >= (6, 0):
-    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
-    from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TaskError
-    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
-    from django.tasks.exceptions import TaskResultDoesNotExist as DjangoResultDoesNotExist
-    from django.tasks.signals import task_enqueued, task_finished, task_started
-    from django.utils.json import normalize_json
-else:  # Django 5.2 with the django-tasks backport
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskError
-    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist as DjangoResultDoesNotExist
-    from django_tasks.signals import task_enqueued, task_finished, task_started
-    from django_tasks.utils import normalize_json
+__all__ = [
+    "InvalidTask",
+    "RedisTask",
+    "RedisTaskBackend",
+    "ResultDoesNotExist",
+    "Task",
+    "TaskResult",
+    "TaskResultStatus",
+    "get_result",
+    "task",
+]
 
 CANCELLED = "redis_components.exceptions.TaskCancelled"
+# The alias of the backend of our @task's tasks: not in settings.TASKS, needs nothing.
+OWN_BACKEND = "redis_components"
 P = ParamSpec("P")
 R = TypeVar("R")
+
+logger = logging.getLogger("redis_components.tasks")
 
 OPTIONS = {
     # How many times a task that raised is run again (after the backoff); 0: never.
@@ -80,6 +128,10 @@ OPTIONS = {
 }
 
 
+class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
+    """No result is kept under this id: ours and Django's ``TaskResultDoesNotExist``."""
+
+
 if TYPE_CHECKING:
     _DjangoTask: TypeAlias = Task[..., Any]
 else:
@@ -87,9 +139,9 @@ else:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RedisTask(_DjangoTask):
-    """Django's ``Task`` with this backend's options for one task (the backend's
-    ``task_class``, so Django's ``@task`` makes it)::
+class RedisTask(_DjangoTask, Generic[P, R]):
+    """Django's ``Task`` with our options; made by our :func:`task`, or by Django's
+    ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
 
         @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
         def send_sold_email(seller_id, item_id, price, buyer_id): ...
@@ -98,8 +150,11 @@ class RedisTask(_DjangoTask):
     on); ``unique_for`` (seconds) has no backend-wide setting: an enqueue equal to one
     made within that time (same task, same arguments) enqueues nothing and returns the
     first one's result. Bad values raise ``InvalidTask`` when the task is made. They
-    belong to the task's definition: a worker looks the task up by its module path,
-    so ``using()`` keeps them and does not change them.
+    belong to the task's definition: a worker looks the task up by its name or module
+    path, so ``using()`` keeps them and does not change them.
+
+    ``registered_name``: the name our :func:`task` registered it under (what its
+    messages carry); ``None`` for a Django ``@task`` (found by its module path).
     """
 
     max_retries: int | None = None
@@ -107,6 +162,98 @@ class RedisTask(_DjangoTask):
     unique_for: float | None = None
     time_limit: float | None = None
     soft_time_limit: float | None = None
+    registered_name: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The registered name of our ``@task``; the function's name for Django's."""
+        return self.registered_name or self.func.__name__
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Deprecated: run the task here with :meth:`call` (Django's tasks are not
+        callable); a plain call of our ``@task`` works, with a warning, until 0.3."""
+        if self.registered_name is None:
+            raise TypeError(f"a task is not callable: use {self.name}.call(...)")
+        warnings.warn(
+            f"calling task {self.name!r} is deprecated: use .call(...), as for Django's tasks",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return cast("R", self.call(*args, **kwargs))
+
+    @property
+    def queue(self) -> str:
+        """Deprecated: :attr:`queue_name` (Django's name), until 0.3."""
+        warnings.warn(
+            "a task's .queue is deprecated: use .queue_name", DeprecationWarning, stacklevel=2
+        )
+        return self.queue_name
+
+    def get_backend(self) -> BaseTaskBackend:
+        if self.backend == OWN_BACKEND:
+            return own_backend()
+        return Task.get_backend(self)
+
+    def enqueue_in(
+        self, delay: float, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskResult[..., Any]:
+        """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
+        milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
+        backend = self._redis_backend()
+        backend.validate_task(self)
+        return backend.send(backend.prepare(self, args, kwargs), Due(after_ms=milliseconds))
+
+    def enqueue_at(
+        self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskResult[..., Any]:
+        """Send the task to run at ``when``, an aware datetime: ``using(run_after=when)``
+        then ``enqueue``."""
+        due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
+        return self.using(run_after=when).enqueue(*args, **kwargs)
+
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[..., Any]:
+        """Enqueue when the current database transaction commits; never if it rolls back.
+
+        The arguments are encoded now (so a bad argument raises here), and the result
+        is returned at once (it can be read once the transaction has committed).
+        Outside a transaction the task is enqueued immediately, and its errors raise as
+        ``enqueue``'s do. Inside one, an enqueue that fails when its turn comes
+        (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an error with the
+        task id, not raised: the transaction has committed by then.
+        """
+        backend = self._redis_backend()
+        backend.validate_task(self)
+        prepared = backend.prepare(self, args, kwargs)
+        due = backend.due(self)
+        if not transaction.get_connection().in_atomic_block:
+            return backend.send(prepared, due)
+
+        def send() -> None:
+            try:
+                backend.send(prepared, due)
+            except Exception:
+                logger.exception(
+                    "Task %s (%s) was not enqueued after its transaction committed",
+                    prepared.result.id,
+                    self.name,
+                )
+
+        transaction.on_commit(send)
+        return prepared.result
+
+    def _redis_backend(self) -> RedisTaskBackend:
+        backend = self.get_backend()
+        if not isinstance(backend, RedisTaskBackend):
+            raise InvalidTask(f"the backend {self.backend!r} is not a RedisTaskBackend")
+        return backend
+
+
+class Prepared(NamedTuple):
+    """A task about to be enqueued: its READY result, its message and payload."""
+
+    result: TaskResult[..., Any]
+    message: TaskMessage
+    payload: str
 
 
 class RedisTaskBackend(BaseTaskBackend):
@@ -119,17 +266,16 @@ class RedisTaskBackend(BaseTaskBackend):
     """
 
     task_class = RedisTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
     # The tasks declared at start-up with a queue not in QUEUES: module path -> queue.
     _misqueued: dict[str, str]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._misqueued = {}
-
-    supports_defer = True
-    supports_async_task = True
-    supports_get_result = True
-    supports_priority = True
 
     @property
     def max_retries(self) -> int:
@@ -156,7 +302,15 @@ class RedisTaskBackend(BaseTaskBackend):
         if self.queues and task.queue_name not in self.queues and not apps.ready:
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
-        super().validate_task(task)
+        if isinstance(task, RedisTask) and task.registered_name is not None:
+            # Found by its name, not imported by its path: it may be defined anywhere
+            # (Django's checks want a module-level function); the rest is checked below.
+            if task.takes_context and _first_argument(task.func) != "context":
+                raise InvalidTask(
+                    "Task takes context but does not have a first argument of 'context'."
+                )
+        else:
+            super().validate_task(task)
         try:
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
@@ -170,46 +324,75 @@ class RedisTaskBackend(BaseTaskBackend):
     def enqueue(
         self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
     ) -> TaskResult[P, R]:
-        """Send the task to its queue; its result is READY (``TypeError`` for arguments
-        that JSON cannot carry, as with Django's own backends for the types they refuse:
-        NaN and infinities, lone surrogates too; nothing is written then)."""
+        """Send the task to its queue; its result is READY (:class:`TaskSerializationError`,
+        a ``TypeError`` as with Django's own backends, for arguments that JSON cannot
+        carry: NaN and infinities, lone surrogates too; nothing is written then)."""
         self.validate_task(task)
-        result: TaskResult[P, R] = TaskResult(
-            task=task,
-            id=new_task_id(),
-            status=TaskResultStatus("READY"),
-            enqueued_at=None,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=args,  # made JSON here: what JSON cannot carry raises TypeError
-            kwargs=kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
+        result = self.send(self.prepare(task, args, kwargs), self.due(task))
+        return cast("TaskResult[P, R]", result)
+
+    def prepare(
+        self, task: Task[..., Any], args: Iterable[Any], kwargs: dict[str, Any]
+    ) -> Prepared:
+        """The READY result, message and payload of an enqueue of ``task`` (validated)."""
+        registered = task.registered_name if isinstance(task, RedisTask) else None
+        name = registered or task.module_path
+        try:
+            result: TaskResult[..., Any] = TaskResult(
+                task=task,
+                id=new_task_id(),
+                status=TaskResultStatus("READY"),
+                enqueued_at=None,
+                started_at=None,
+                finished_at=None,
+                last_attempted_at=None,
+                args=list(args),  # made JSON here: what JSON cannot carry raises TypeError
+                kwargs=kwargs,
+                backend=task.backend,
+                errors=[],
+                worker_ids=[],
+            )
+        except RecursionError:
+            raise TaskSerializationError(
+                f"the arguments of task {name!r} are nested too deeply for JSON"
+            ) from None
+        except (TypeError, ValueError) as error:  # Django's rules, as its backends apply them
+            raise TaskSerializationError(
+                f"the arguments of task {name!r} cannot be JSON: {error}"
+            ) from None
         message = TaskMessage(
             result.id,
-            task.module_path,
+            name,
             task.queue_name,
             list(result.args),
             dict(result.kwargs),
             _priority(task),
-            self.alias,
+            None if registered else task.backend,
         )
-        try:
-            payload = message.encode()
-        except TaskSerializationError as error:
-            raise TypeError(str(error)) from None
-        due = NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
+        return Prepared(result, message, message.encode())
+
+    def due(self, task: Task[..., Any]) -> Due:
+        """When ``task`` is due: now, or at its ``run_after``."""
+        return NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
+
+    def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
+        """Write a prepared task to its queue; its result (the first one's, for a unique
+        task enqueued again within its window)."""
+        result = prepared.result
+        task = result.task
         unique_for = task.unique_for if isinstance(task, RedisTask) else None
         try:
-            enqueued = TaskStore().enqueue(message, payload, due, unique_for=unique_for)
+            enqueued = TaskStore().enqueue(
+                prepared.message, prepared.payload, due, unique_for=unique_for
+            )
         except InvalidInput as error:  # a unique task's arguments that cannot be compared
-            raise TypeError(str(error)) from None
+            raise TaskSerializationError(str(error)) from None
         if enqueued.duplicate_of is not None:
             return self._duplicate(result, enqueued.duplicate_of)
-        object.__setattr__(result, "enqueued_at", _django_time(enqueued.at_ms))
+        object.__setattr__(result, "enqueued_at", django_time(enqueued.at_ms))
+        if due.after_ms is not None:  # by the server's clock: its run_after is known now
+            run_after = django_time(due.run_after_ms(enqueued.at_ms))
+            object.__setattr__(result, "task", dataclasses.replace(task, run_after=run_after))
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -225,29 +408,14 @@ class RedisTaskBackend(BaseTaskBackend):
         return found
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
-        """The result of a task this backend enqueued (``TaskResultDoesNotExist`` if the id
-        is unknown, expired, or names one of our own ``@task``\\ s)."""
+        """The result of any task of ours (:class:`ResultDoesNotExist`, which is also
+        Django's ``TaskResultDoesNotExist``, if the id is unknown or expired, or if its
+        task cannot be found in this process)."""
         try:
-            record = results.get_result(result_id)
+            record = results.get_record(result_id)
         except (TaskResultDoesNotExist, InvalidInput) as error:
-            raise DjangoResultDoesNotExist(str(error)) from None
-        if record.backend is None:
-            raise DjangoResultDoesNotExist(
-                f"task {result_id!r} was enqueued with redis_components' own @task; "
-                "use redis_components.tasks.get_result()"
-            )
-        try:
-            task = _find_task(record.task).using(
-                priority=record.priority,
-                queue_name=record.queue,
-                run_after=_django_datetime(record.run_after),
-                backend=record.backend,
-            )
-        except (ImportError, TypeError, InvalidTask, InvalidTaskBackend) as error:
-            raise DjangoResultDoesNotExist(
-                f"the task of result {result_id!r} cannot be found: {error}"
-            ) from None
-        return to_django(task, record)
+            raise ResultDoesNotExist(str(error)) from None
+        return to_django(task_of(record), record)
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         return list(self._problems())
@@ -298,59 +466,61 @@ class RedisTaskBackend(BaseTaskBackend):
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
 
 
-def _checked_options(task: RedisTask) -> None:
-    """:class:`InvalidInput` for a task's option that is not what it must be."""
-    if task.max_retries is not None:
-        validate_retries(task.max_retries)
-    for name in ("retry_backoff", "unique_for"):
-        value = getattr(task, name)
-        if value is not None:
-            keys.seconds(value, name, positive=True)
-    time_limits(task.time_limit, task.soft_time_limit)
+@functools.cache
+def own_backend() -> RedisTaskBackend:
+    """The backend of our ``@task``'s tasks: any queue, no options, no settings."""
+    return RedisTaskBackend(OWN_BACKEND, {"QUEUES": [], "OPTIONS": {}})
 
 
-def _priority(task: Task[..., Any]) -> int:
-    """The task's priority as the int it equals: Django allows any whole number (``5.0``,
-    ``Decimal("5")``), our payload and workers take an int; a bool is refused."""
-    priority = task.priority
-    return validate_priority(priority if isinstance(priority, bool) else int(priority))
+def get_result(task_id: str) -> TaskResult[..., Any]:
+    """The result of task ``task_id``, whichever decorator made it: Django's
+    ``TaskResult`` (:class:`ResultDoesNotExist` if none is kept)."""
+    return own_backend().get_result(task_id)
 
 
-def _aware(when: datetime.datetime) -> datetime.datetime:
-    """``run_after`` as an aware datetime (Django allows naive ones when ``USE_TZ`` is False)."""
-    return timezone.make_aware(when) if timezone.is_naive(when) else when
+def task_of(record: results.TaskRecord) -> Task[..., Any]:
+    """The task of a result record, as it was enqueued (:class:`ResultDoesNotExist` if
+    it cannot be found in this process)."""
+    if record.backend is None:
+        found = task_registry.find(record.task)
+        if found is None:
+            raise ResultDoesNotExist(
+                f"the task {record.task!r} of result {record.id!r} is not registered here"
+            )
+        return as_enqueued(found, record.priority, record.queue, _django_datetime(record.run_after))
+    try:
+        return find_django_task(record.task).using(
+            priority=record.priority,
+            queue_name=record.queue,
+            run_after=_django_datetime(record.run_after),
+            backend=record.backend,
+        )
+    except (ImportError, TypeError, InvalidTask, InvalidTaskBackend) as error:
+        raise ResultDoesNotExist(
+            f"the task of result {record.id!r} cannot be found: {error}"
+        ) from None
 
 
-def _find_task(path: str) -> Task[..., Any]:
-    found = import_string(path)
-    if not isinstance(found, Task):
-        raise TypeError(f"{path!r} is not a Django task")
-    return found
+def as_enqueued(
+    found: RedisTask[..., Any], priority: int, queue: str, run_after: datetime.datetime | None
+) -> RedisTask[..., Any]:
+    """A registered task with the priority and queue of one enqueue (itself if equal)."""
+    if (found.priority, found.queue_name, run_after) == (priority, queue, None):
+        return found
+    return dataclasses.replace(found, priority=priority, queue_name=queue, run_after=run_after)
 
 
-def _django_time(ms: int | None) -> datetime.datetime | None:
-    return _django_datetime(keys.utc_from_ms(ms))
-
-
-def _django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
-    """An aware UTC time as Django's own backends give it: aware, or naive local time
-    when ``USE_TZ`` is False."""
-    if value is None or settings.USE_TZ:
-        return value
-    return timezone.make_naive(value)
-
-
-def to_django(task: Task[..., Any], record: results.TaskResult) -> TaskResult[..., Any]:
-    """Our result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
+def to_django(task: Task[..., Any], record: results.TaskRecord) -> TaskResult[..., Any]:
+    """A result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
     a cancelled task is FAILED, its last error a ``TaskCancelled``)."""
     errors = [
-        TaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
+        DjangoTaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
         for error in record.errors
     ]
     status = record.status.value
     if record.status is TaskStatus.CANCELLED:
         status = "FAILED"
-        errors.append(TaskError(exception_class_path=CANCELLED, traceback="it was cancelled"))
+        errors.append(DjangoTaskError(exception_class_path=CANCELLED, traceback="it was cancelled"))
     result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=record.id,
@@ -366,140 +536,212 @@ def to_django(task: Task[..., Any], record: results.TaskResult) -> TaskResult[..
         worker_ids=record.worker_ids,
     )
     if record.status is TaskStatus.SUCCESSFUL:
-        object.__setattr__(result, "_return_value", record._return_value)
+        object.__setattr__(result, "_return_value", record.return_value)
     return result
 
 
-# -- in the worker ------------------------------------------------------------------
+# -- our @task ------------------------------------------------------------------------
 
 
-def django_job(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
-    """What runs a message enqueued through Django's Tasks framework, or why nothing can."""
-    try:
-        runnable = _runnable(message.task, message.priority, message.queue, message.backend or "")
-    except _CannotRun as reason:
-        return str(reason)
-    return DjangoJob(runnable, message, worker_id, now_ms)
+@overload
+def task(func: Callable[P, R], /) -> RedisTask[P, R]: ...
 
 
-class _CannotRun(Exception):
-    """Why a message's Django task cannot run here."""
+@overload
+def task(
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = 3,
+    retry_backoff: float | None = None,
+    unique_for: float | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    takes_context: bool = False,
+) -> Callable[[Callable[P, R]], RedisTask[P, R]]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class _Runnable:
-    """A Django task as a worker runs it: the task, its backend's class (the signals'
-    sender) and its options, those of the task first, then the backend's."""
+def task(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = 3,
+    retry_backoff: float | None = None,
+    unique_for: float | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    takes_context: bool = False,
+) -> RedisTask[P, R] | Callable[[Callable[P, R]], RedisTask[P, R]]:
+    """Make a function a task that workers run; use as ``@task`` or ``@task(...)``.
 
-    task: Task[..., Any]
-    sender: type[RedisTaskBackend]
-    max_retries: int
-    retry_backoff: float | None
-    time_limit: float | None
-    soft_time_limit: float | None
+    It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
+    ``name`` defaults to ``"<module>.<function>"`` and is what travels in the queue, so
+    renaming a function orphans its queued tasks unless ``name`` keeps the old one.
+    ``queue``: where :meth:`~RedisTask.enqueue` sends it; ``priority`` (-100 to 100):
+    within its queue, a task of higher priority runs first, equal ones in the order
+    enqueued. An exception in the task retries it up to ``max_retries`` times, after
+    ``retry_backoff`` (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds,
+    jittered; then it is dead-lettered with its traceback. ``async def`` functions run
+    on an event loop in the worker; ``takes_context``: the function's first argument
+    is Django's ``TaskContext``.
 
+    ``unique_for`` (seconds): an enqueue equal to one made within that time (same
+    task, same arguments) enqueues nothing and returns the first one's result.
+    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`, which
+    it may catch. ``time_limit``: its worker process is stopped and replaced (by
+    ``rc_worker``'s supervisor), and the run counts as a failed attempt. Bad values
+    raise :class:`~redis_components.exceptions.InvalidInput`.
+    """
 
-@functools.lru_cache(maxsize=1024)
-def _runnable(path: str, priority: int, queue: str, alias: str) -> _Runnable:
-    """The task at ``path`` as enqueued, with its options, found and validated once (a
-    task is immutable; the cache is emptied when ``TASKS`` changes), or
-    :class:`_CannotRun` (not cached)."""
-    try:
-        backend = task_backends[alias]
-    except InvalidTaskBackend:
-        raise _CannotRun(
-            f"no Tasks backend is configured as {alias!r} in settings.TASKS here"
-        ) from None
-    if not isinstance(backend, RedisTaskBackend):
-        raise _CannotRun(f"the Tasks backend {alias!r} is not a RedisTaskBackend here")
-    try:
-        task = _find_task(path).using(priority=priority, queue_name=queue, backend=alias)
-    except (ImportError, TypeError, InvalidTask) as error:
-        raise _CannotRun(f"no Django task {path!r} can run here: {error}") from None
-
-    def option(name: str, default: Any) -> Any:
-        value = getattr(task, name, None)  # a plain Django Task has none of ours
-        return default if value is None else value
-
-    hard, soft = backend.time_limits
-    return _Runnable(
-        task,
-        type(backend),
-        max_retries=option("max_retries", backend.max_retries),
-        retry_backoff=option("retry_backoff", backend.retry_backoff),
-        time_limit=option("time_limit", hard),
-        soft_time_limit=option("soft_time_limit", soft),
-    )
-
-
-def _forget_tasks(*, setting: str, **kwargs: Any) -> None:
-    if setting == "TASKS":
-        _runnable.cache_clear()
-
-
-setting_changed.connect(_forget_tasks)
-
-
-class DjangoJob(Job):
-    """One run of a Django task: its context, Django's signals, Django's JSON rules."""
-
-    def __init__(
-        self, runnable: _Runnable, message: TaskMessage, worker_id: str, now_ms: int
-    ) -> None:
-        super().__init__(
-            runnable.task.func,
-            message,
-            max_retries=runnable.max_retries,
-            retry_backoff=runnable.retry_backoff,
-            time_limit=runnable.time_limit,
-            soft_time_limit=runnable.soft_time_limit,
+    def register(function: Callable[P, R]) -> RedisTask[P, R]:
+        task_name = keys.validate_name(
+            name or f"{function.__module__}.{function.__qualname__}", "name", MAX_TASK_NAME
         )
-        self.task = runnable.task
-        self.sender = runnable.sender
-        self.result = self._running(worker_id, now_ms)
+        hard, soft = time_limits(time_limit, soft_time_limit)
+        try:
+            new: RedisTask[P, R] = RedisTask(
+                func=function,
+                priority=validate_priority(priority),
+                queue_name=validate_queue(queue),
+                backend=OWN_BACKEND,
+                takes_context=takes_context,
+                registered_name=task_name,
+                max_retries=validate_retries(max_retries),
+                retry_backoff=None
+                if retry_backoff is None
+                else keys.seconds(retry_backoff, "retry_backoff", positive=True),
+                unique_for=None
+                if unique_for is None
+                else keys.seconds(unique_for, "unique_for", positive=True),
+                time_limit=hard,
+                soft_time_limit=soft,
+            )
+        except InvalidTask as error:  # Django's own checks (a nested function, ...)
+            raise InvalidInput("task", str(error)) from None
+        existing = task_registry.find(task_name)
+        if existing is not None and _origin(existing.func) != _origin(function):
+            raise TaskError(
+                f"two tasks are named {task_name!r}: {_origin(existing.func)} and "
+                f"{_origin(function)}; give one of them another name= ."
+            )
+        task_registry.add(task_name, new)
+        _warn_if_late(new)
+        return new
 
-    def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
-        message = self.message
-        if not message.first_attempt:
-            # Not known to be a first attempt: the attempts so far, and this one (written
-            # when it was taken), in one round trip.
-            record = results.read_results([message.id])[0]
-            if record is not None:
-                return to_django(self.task, record)
-        # A first attempt: its result is what the payload and the take say, as Redis
-        # holds it now (enqueued, started and last attempted at the take, by this worker).
-        started = _django_time(now_ms)
-        return TaskResult(
-            task=self.task,
-            id=message.id,
-            status=TaskResultStatus("RUNNING"),
-            enqueued_at=_django_time(message.enqueued_at),
-            started_at=started,
-            finished_at=None,
-            last_attempted_at=started,
-            args=self.message.args,
-            kwargs=self.message.kwargs,
-            backend=self.task.backend,
-            errors=[],
-            worker_ids=[worker_id],
+    if func is not None:
+        return register(func)
+    return register
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{getattr(func, '__qualname__', func)}"
+
+
+def _warn_if_late(registered: RedisTask[..., Any]) -> None:
+    """Log a warning for a task registered after start-up outside a ``tasks`` module: a
+    worker imports each installed app's ``tasks`` module at start-up and nothing else, so
+    it may never know this task (a task in ``views.py`` is enqueued by the web process,
+    then dead-lettered by the worker as unknown)."""
+    module = registered.func.__module__
+    if apps.ready and module.rpartition(".")[2] != "tasks":
+        logger.warning(
+            "Task %r was registered after start-up, when its module %s was imported: "
+            "workers import each installed app's tasks module at start-up, so they will "
+            "not know this task unless that module is imported from there",
+            registered.name,
+            module,
         )
 
-    def call(self) -> Any:
-        task_started.send(sender=self.sender, task_result=self.result)
-        args, kwargs = self.message.args, self.message.kwargs
-        if self.task.takes_context:
-            return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
-        return self.task.call(*args, **kwargs)
 
-    def encode(self, value: Any) -> str:
-        value = normalize_json(value)  # TypeError for what JSON cannot carry, as in Django
-        object.__setattr__(self.result, "_return_value", value)
-        return to_json(value, f"the return value of task {self.message.task!r}")
+def queues_in_use() -> set[str]:
+    """The queues of every registered task and of every Django Tasks backend of ours
+    (a ``RedisTaskBackend``, or a subclass of it).
 
-    def finished(self, status: TaskStatus, error: BaseException | None) -> None:
-        object.__setattr__(self.result, "status", TaskResultStatus(status.value))
-        object.__setattr__(self.result, "finished_at", timezone.now())
-        if error is not None:
-            class_path, trace = results.describe(error)
-            self.result.errors.append(TaskError(exception_class_path=class_path, traceback=trace))
-        task_finished.send(sender=self.sender, task_result=self.result)
+    A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
+    Names that are not valid queue names are left out (the system checks report them).
+    """
+    names = {registered.queue_name for registered in task_registry.all().values()}
+    for queues in django_backends().values():
+        for name in queues or [DEFAULT_QUEUE]:
+            try:
+                names.add(validate_queue(name))
+            except ValueError:
+                continue
+    return names
+
+
+def django_backends() -> dict[str, list[Any]]:
+    """The ``QUEUES`` of each Django Tasks backend of ours in ``settings.TASKS``, by alias
+    (an empty list: any queue)."""
+    backends = getattr(settings, "TASKS", {})
+    found = {}
+    for alias, params in backends.items() if isinstance(backends, dict) else ():
+        if isinstance(params, dict) and _is_ours(params.get("BACKEND")):
+            queues = params.get("QUEUES") or []
+            found[str(alias)] = list(queues) if isinstance(queues, (list, tuple)) else []
+    return found
+
+
+def _is_ours(path: object) -> bool:
+    """Whether the backend class at ``path`` is ``RedisTaskBackend`` or a subclass of it."""
+    if not isinstance(path, str):
+        return False
+    try:
+        found = import_string(path)
+    except ImportError:
+        return False
+    return isinstance(found, type) and issubclass(found, RedisTaskBackend)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _checked_options(task: RedisTask[..., Any]) -> None:
+    """:class:`InvalidInput` for a task's option that is not what it must be."""
+    if task.max_retries is not None:
+        validate_retries(task.max_retries)
+    for name in ("retry_backoff", "unique_for"):
+        value = getattr(task, name)
+        if value is not None:
+            keys.seconds(value, name, positive=True)
+    time_limits(task.time_limit, task.soft_time_limit)
+
+
+def _first_argument(func: Callable[..., Any]) -> str | None:
+    parameters = list(inspect.signature(func).parameters)
+    return parameters[0] if parameters else None
+
+
+def _priority(task: Task[..., Any]) -> int:
+    """The task's priority as the int it equals: Django allows any whole number (``5.0``,
+    ``Decimal("5")``), our payload and workers take an int; a bool is refused."""
+    priority = task.priority
+    return validate_priority(priority if isinstance(priority, bool) else int(priority))
+
+
+def _aware(when: datetime.datetime) -> datetime.datetime:
+    """``run_after`` as an aware datetime (Django allows naive ones when ``USE_TZ`` is False)."""
+    return timezone.make_aware(when) if timezone.is_naive(when) else when
+
+
+def find_django_task(path: str) -> Task[..., Any]:
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{path!r} is not a Django task")
+    return found
+
+
+def django_time(ms: int | None) -> datetime.datetime | None:
+    """Epoch ms as Django's own backends give times: aware, or naive local time when
+    ``USE_TZ`` is False."""
+    return _django_datetime(keys.utc_from_ms(ms))
+
+
+def _django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
+    if value is None or settings.USE_TZ:
+        return value
+    return timezone.make_naive(value)

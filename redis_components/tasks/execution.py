@@ -2,8 +2,8 @@
 that the next fetch records out.
 
 :func:`execute` is the one path a worker runs a task by: decoding (a payload that is
-not a task is dead-lettered), finding what runs it (a :class:`Job`: our ``@task``, or
-Django's with its context and signals), the current task and database connections
+not a task is dead-lettered), finding what runs it (a :class:`Job`: the task, its
+options, its context and Django's signals), the current task and database connections
 around the call, and how the run ends: done with its return value, deferred, retried
 after the backoff, or dead-lettered. The worker gives only the call itself (its time
 limits, its guard against forked children); for a task stopped at its time limit, the
@@ -21,31 +21,13 @@ from typing import Any
 from django.db import close_old_connections
 
 from ..exceptions import TimeLimitExceeded
-from .jobs import Job
+from .jobs import Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, backoff, running, stop_running
 from .results import TaskStatus, describe, error_json
 from .store import Outcome, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
-
-
-def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
-    """What runs ``message`` here, or why nothing can."""
-    if message.backend is None:
-        job = Job.of(message)
-        if job is None:
-            return (
-                f"no task is registered as {message.task!r} here: a worker knows the "
-                "@tasks of each installed app's tasks module (and of the modules it "
-                "imports); define the task there, or import its module from there"
-            )
-        return job
-    try:  # Django's Tasks framework is optional on Django 5.2: import it only for its tasks
-        from .backend import django_job
-    except ImportError as error:
-        return f"Django's Tasks framework is not installed here ({error})"
-    return django_job(message, worker_id, now_ms)
 
 
 def execute(
@@ -134,7 +116,7 @@ def success(
         )
         delay_ms = round(deferred_for * 1000)
         # Its next run is not a first attempt: without its enqueue time, the worker
-        # reads the attempts so far from its result (see DjangoJob).
+        # reads the attempts so far from its result (see Job).
         again = payload if message.enqueued_at is None else undated(message)
         return Outcome(
             position=position,

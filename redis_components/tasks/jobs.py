@@ -1,71 +1,204 @@
 """What runs a task in a worker: a :class:`Job`, one run of one task message.
 
-Our ``@task`` gives a plain :class:`Job`; Django's Tasks backend gives its own
-subclass (``backend.DjangoJob``: the task's context, Django's signals, Django's JSON
-rules). :func:`~redis_components.tasks.execution.execute` runs either.
+A message names its task by our ``@task``'s registered name (found in the registry)
+or by a Django ``@task``'s module path and backend alias (imported once, then
+cached). Either way the job is the same: Django's task with its options, its
+``TaskResult`` as the run goes, its context, and Django's ``task_started`` and
+``task_finished`` signals. :func:`~redis_components.tasks.execution.execute` runs it.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+import dataclasses
+import functools
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from django.core.signals import setting_changed
+from django.utils import timezone
 
+from . import results
+from .backend import (
+    RedisTask,
+    RedisTaskBackend,
+    as_enqueued,
+    django_time,
+    find_django_task,
+    own_backend,
+    to_django,
+)
+from .framework import (
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from .messages import TaskMessage, to_json
-from .registry import find_task
+from .registry import task_registry
 from .results import TaskStatus
 
 
+class CannotRun(Exception):
+    """Why a message's task cannot run here."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Runnable:
+    """A task as a worker runs it: the task as enqueued, its backend's class (the
+    signals' sender) and its options, those of the task first, then the backend's."""
+
+    task: Task[..., Any]
+    sender: type[RedisTaskBackend]
+    max_retries: int
+    retry_backoff: float | None
+    time_limit: float | None
+    soft_time_limit: float | None
+
+
+def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
+    """What runs ``message`` here, or why nothing can."""
+    try:
+        if message.backend is None:
+            runnable = _registered(message.task, message.priority, message.queue)
+        else:
+            runnable = _django(message.task, message.priority, message.queue, message.backend)
+    except CannotRun as reason:
+        return str(reason)
+    return Job(runnable, message, worker_id, now_ms)
+
+
+def _registered(name: str, priority: int, queue: str) -> Runnable:
+    """One of our ``@task``\\ s, looked up by name for each message (the registry may
+    change: a test isolates it)."""
+    found = task_registry.find(name)
+    if found is None:
+        raise CannotRun(
+            f"no task is registered as {name!r} here: a worker knows the @tasks of each "
+            "installed app's tasks module (and of the modules it imports); define the task "
+            "there, or import its module from there"
+        )
+    return _runnable(as_enqueued(found, priority, queue, None), own_backend())
+
+
+@functools.lru_cache(maxsize=1024)
+def _django(path: str, priority: int, queue: str, alias: str) -> Runnable:
+    """The Django task at ``path`` as enqueued, with its options, found and validated
+    once (a task is immutable; the cache is emptied when ``TASKS`` changes), or
+    :class:`CannotRun` (not cached)."""
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        raise CannotRun(
+            f"no Tasks backend is configured as {alias!r} in settings.TASKS here"
+        ) from None
+    if not isinstance(backend, RedisTaskBackend):
+        raise CannotRun(f"the Tasks backend {alias!r} is not a RedisTaskBackend here")
+    try:
+        task = find_django_task(path).using(priority=priority, queue_name=queue, backend=alias)
+    except (ImportError, TypeError, InvalidTask) as error:
+        raise CannotRun(f"no Django task {path!r} can run here: {error}") from None
+    return _runnable(task, backend)
+
+
+def _runnable(task: Task[..., Any], backend: RedisTaskBackend) -> Runnable:
+    def option(name: str, default: Any) -> Any:
+        value = getattr(task, name, None) if isinstance(task, RedisTask) else None
+        return default if value is None else value
+
+    hard, soft = backend.time_limits
+    return Runnable(
+        task,
+        type(backend),
+        max_retries=option("max_retries", backend.max_retries),
+        retry_backoff=option("retry_backoff", backend.retry_backoff),
+        time_limit=option("time_limit", hard),
+        soft_time_limit=option("soft_time_limit", soft),
+    )
+
+
+def _forget_tasks(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _django.cache_clear()
+
+
+setting_changed.connect(_forget_tasks)
+
+
 class Job:
-    """One run of a task in a worker: what to call, how to store its value, its retries.
+    """One run of a task: what to call (with its context), its options, Django's
+    ``TaskResult`` as the run goes, Django's signals, Django's JSON rules."""
 
-    Django's Tasks backend gives its own (with the task context and Django's signals).
-    """
-
-    def __init__(
-        self,
-        func: Callable[..., Any],
-        message: TaskMessage,
-        *,
-        max_retries: int,
-        retry_backoff: float | None,
-        time_limit: float | None = None,
-        soft_time_limit: float | None = None,
-    ) -> None:
-        self.func = func
+    def __init__(self, runnable: Runnable, message: TaskMessage, worker_id: str, now_ms: int):
+        self.task = runnable.task
+        self.sender = runnable.sender
         self.message = message
-        self.max_retries = max_retries
-        self.retry_backoff = retry_backoff
-        self.time_limit = time_limit
-        self.soft_time_limit = soft_time_limit
+        self.max_retries = runnable.max_retries
+        self.retry_backoff = runnable.retry_backoff
+        self.time_limit = runnable.time_limit
+        self.soft_time_limit = runnable.soft_time_limit
+        self.result = self._running(worker_id, now_ms)
 
-    @classmethod
-    def of(cls, message: TaskMessage) -> Job | None:
-        r"""The job of a message for one of our ``@task``\ s (``None``: no such task here)."""
-        registered = find_task(message.task)
-        if registered is None:
-            return None
-        return cls(
-            registered.func,
-            message,
-            max_retries=registered.max_retries,
-            retry_backoff=registered.retry_backoff,
-            time_limit=registered.time_limit,
-            soft_time_limit=registered.soft_time_limit,
+    def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
+        message = self.message
+        if not message.first_attempt:
+            # Not known to be a first attempt: the attempts so far, and this one (written
+            # when it was taken), in one round trip.
+            record = results.read_records([message.id])[0]
+            if record is not None:
+                return to_django(self.task, record)
+        # A first attempt: its result is what the payload and the take say, as Redis
+        # holds it now (enqueued, started and last attempted at the take, by this worker).
+        started = django_time(now_ms)
+        return TaskResult(
+            task=self.task,
+            id=message.id,
+            status=TaskResultStatus("RUNNING"),
+            enqueued_at=django_time(message.enqueued_at),
+            started_at=started,
+            finished_at=None,
+            last_attempted_at=started,
+            args=message.args,
+            kwargs=message.kwargs,
+            backend=self.task.backend,
+            errors=[],
+            worker_ids=[worker_id],
         )
 
     def call(self) -> Any:
-        """Run the task once; an ``async def`` task runs on an event loop."""
-        func = self.func
-        if inspect.iscoroutinefunction(func):
-            func = async_to_sync(func)
-        return func(*self.message.args, **self.message.kwargs)
+        """Run the task once (``async def`` tasks on an event loop), after Django's
+        ``task_started`` signal."""
+        task_started.send(sender=self.sender, task_result=self.result)
+        args, kwargs = self.message.args, self.message.kwargs
+        if self.task.takes_context:
+            return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
+        return self.task.call(*args, **kwargs)
 
     def encode(self, value: Any) -> str:
-        """The return value as JSON (:class:`TaskSerializationError` if it is not JSON)."""
-        return to_json(value, f"the return value of task {self.message.task!r}")
+        """The return value as JSON, by Django's rules: what JSON cannot carry is the
+        task's error, a ``TypeError`` (``ValueError`` for bytes that are not UTF-8), as
+        with Django's own backends."""
+        what = f"the return value of task {self.message.task!r}"
+        try:
+            value = normalize_json(value)
+        except RecursionError:
+            raise TypeError(f"{what} is nested too deeply for JSON") from None
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{what} cannot be stored as JSON: {error}") from None
+        object.__setattr__(self.result, "_return_value", value)
+        return to_json(value, what)
 
     def finished(self, status: TaskStatus, error: BaseException | None) -> None:
-        """Called once the task has ended for good (not before a retry)."""
+        """Called once the task has ended for good (not before a retry): Django's
+        ``task_finished`` signal."""
+        object.__setattr__(self.result, "status", TaskResultStatus(status.value))
+        object.__setattr__(self.result, "finished_at", timezone.now())
+        if error is not None:
+            class_path, trace = results.describe(error)
+            self.result.errors.append(TaskError(exception_class_path=class_path, traceback=trace))
+        task_finished.send(sender=self.sender, task_result=self.result)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,20 +181,6 @@ def _short(error: BaseException, limit: int = 200) -> str:
 def new_task_id() -> str:
     """A new task id: 32 random hex digits."""
     return os.urandom(16).hex()
-
-
-def new_message(
-    task: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    *,
-    priority: int = DEFAULT_PRIORITY,
-    backend: str | None = None,
-) -> tuple[TaskMessage, str]:
-    """A new task's message and payload, or :class:`TaskSerializationError`."""
-    message = TaskMessage(new_task_id(), task, queue, list(args), kwargs, priority, backend)
-    return message, message.encode()
 
 
 def validate_queue(queue: object, field: str = "queue") -> str:

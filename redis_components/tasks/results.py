@@ -1,15 +1,12 @@
-"""Task results: what is known of a task, whichever front door enqueued it.
+r"""Task result records: what Redis keeps of a task, whichever decorator made it.
 
 The queue scripts write a task's result hash as its state changes (see ``store.py``):
 READY when enqueued (and again when it waits for a retry), SUCCESSFUL or FAILED when it
 ends; while a worker runs it, the ``running`` hash says so. This module reads both in
-one round trip. A result is kept ``TASK_RESULT_TTL`` seconds (a day by default) after
-its last change, then Redis expires it: nothing grows forever::
-
-    result = send_sold_email.enqueue(7, "ItemA", 35, 4)
-    result.status                      # TaskStatus.READY
-    result.refresh()                   # read it again
-    get_result(result.id).return_value # once SUCCESSFUL
+one round trip, as :class:`TaskRecord`\ s: what the admin pages and ``rc_queues`` show,
+and what ``backend.py`` turns into Django's ``TaskResult`` (the public result type).
+A result is kept ``TASK_RESULT_TTL`` seconds (a day by default) after its last change,
+then Redis expires it: nothing grows forever.
 """
 
 from __future__ import annotations
@@ -53,15 +50,17 @@ class AttemptError:
     traceback: str
 
 
-@dataclass
-class TaskResult:
-    """What is known of one task; :meth:`refresh` reads it again.
+@dataclass(frozen=True)
+class TaskRecord:
+    r"""What Redis keeps of one task.
 
-    ``task`` is the name of one of our ``@task``\\ s, or the module path of a Django
-    ``@task`` (``backend`` is then its Tasks backend alias). Times are aware UTC
-    datetimes from the Redis server's clock. ``worker_ids`` lists the worker of each
-    attempt, ``errors`` the error of each failed one (a worker that died counts as
-    :class:`~redis_components.exceptions.WorkerCrashed`).
+    ``task`` is the registered name of one of our ``@task``\ s (``backend`` is then
+    ``None``), or the module path of a Django ``@task`` (``backend`` is its Tasks
+    backend alias). Times are aware UTC datetimes from the Redis server's clock.
+    ``worker_ids`` lists the worker of each attempt, ``errors`` the error of each
+    failed one (a worker that died counts as
+    :class:`~redis_components.exceptions.WorkerCrashed`); ``return_value`` is what a
+    SUCCESSFUL task returned (``None`` otherwise).
     """
 
     id: str
@@ -79,32 +78,11 @@ class TaskResult:
     finished_at: datetime.datetime | None
     worker_ids: list[str]
     errors: list[AttemptError]
-    _return_value: Any = field(default=None, repr=False)
-
-    @property
-    def return_value(self) -> Any:
-        """What the task returned; ``ValueError`` unless it was SUCCESSFUL (as in Django)."""
-        if self.status is TaskStatus.SUCCESSFUL:
-            return self._return_value
-        if self.status is TaskStatus.FAILED:
-            raise ValueError(f"task {self.id} failed")
-        if self.status is TaskStatus.CANCELLED:
-            raise ValueError(f"task {self.id} was cancelled")
-        raise ValueError(f"task {self.id} has not finished yet")
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in _ENDED
+    return_value: Any = field(default=None, repr=False)
 
     @property
     def attempts(self) -> int:
         return len(self.worker_ids)
-
-    def refresh(self) -> None:
-        """Read the result again from Redis (:class:`TaskResultDoesNotExist` once expired)."""
-        fresh = get_result(self.id)
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(fresh, name))
 
 
 def describe(error: BaseException) -> tuple[str, str]:
@@ -119,16 +97,16 @@ def error_json(class_path: str, trace: str) -> str:
     return json.dumps({"exception_class_path": class_path, "traceback": trace}, ensure_ascii=False)
 
 
-def get_result(task_id: str) -> TaskResult:
-    """The result of task ``task_id``; :class:`TaskResultDoesNotExist` if none is kept."""
-    found = read_results([task_id])[0]
+def get_record(task_id: str) -> TaskRecord:
+    """The record of task ``task_id``; :class:`TaskResultDoesNotExist` if none is kept."""
+    found = read_records([task_id])[0]
     if found is None:
         raise TaskResultDoesNotExist(f"no result is kept for task {task_id!r}")
     return found
 
 
-def read_results(task_ids: list[str]) -> list[TaskResult | None]:
-    """The results of several tasks in one round trip (``None`` where none is kept).
+def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
+    """The records of several tasks in one round trip (``None`` where none is kept).
 
     A record that cannot be read (written by something else than this app) counts as
     missing: reading never fails on bad data.
@@ -142,7 +120,7 @@ def read_results(task_ids: list[str]) -> list[TaskResult | None]:
     ]
 
 
-def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskResult | None:
+def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskRecord | None:
     fields = _as_fields(record)
     try:
         message = TaskMessage.decode(fields["message"])
@@ -164,7 +142,7 @@ def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskResult | Non
             value = json.loads(fields.get("return_value", b"null"))
         except (ValueError, RecursionError):
             value = fields["return_value"].decode("utf-8", "replace")
-    return TaskResult(
+    return TaskRecord(
         id=task_id,
         task=message.task,
         queue=message.queue,
@@ -180,7 +158,7 @@ def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskResult | Non
         finished_at=_time(fields.get("finished_at")) if status in _ENDED else None,
         worker_ids=workers,
         errors=_errors(fields.get("errors")),
-        _return_value=value,
+        return_value=value,
     )
 
 

@@ -44,15 +44,16 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
+from .backend import RedisTask
 from .messages import TaskMessage, new_task_id, to_json
-from .registry import Registry, Task, find_task
-from .results import TaskResult, read_results
+from .registry import Registry, find_task
+from .results import TaskRecord, read_records
 from .store import TaskStore, TickClaim
 
 logger = logging.getLogger("redis_components.scheduler")
 
 Missed = Literal["run_once", "skip"]
-T = TypeVar("T", bound=Task[Any, Any])
+T = TypeVar("T", bound=RedisTask[..., Any])
 MAX_TICKS_AHEAD = 366 * 24 * 3600 * 1000  # a cron expression that never matches, in ms
 # The keys of a schedule in the TASK_SCHEDULES setting.
 SPEC_KEYS = ("task", "cron", "every", "tz", "args", "kwargs", "missed")
@@ -124,14 +125,16 @@ def periodic(
     each run. Bad values raise :class:`InvalidInput` at import time."""
 
     def register(task: T) -> T:
-        if not isinstance(task, Task):
-            raise InvalidInput("periodic", "must decorate a @task (put @periodic above @task)")
+        if not isinstance(task, RedisTask):
+            raise InvalidInput(
+                "periodic",
+                "must decorate a task of ours: a @task, or Django's @task with a "
+                "RedisTaskBackend: put @periodic above @task",
+            )
+        target = _target_of(task)
         schedule = build(
-            name or task.name,
-            task_name=task.name,
-            queue=task.queue,
-            priority=task.priority,
-            backend=None,
+            name or target["task_name"],
+            **target,
             cron=cron,
             every=every,
             tz=tz,
@@ -248,12 +251,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
         raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] needs 'task': a task's name")
     ours = find_task(target)
     if ours is not None:
-        return {
-            "task_name": ours.name,
-            "queue": ours.queue,
-            "priority": ours.priority,
-            "backend": None,
-        }
+        return _target_of(ours)
     try:
         django_task = import_string(target)
     except (ImportError, TypeError, ValueError):  # TypeError: a relative path ("..x")
@@ -268,6 +266,18 @@ def _target(name: str, target: object) -> dict[str, Any]:
         "queue": django_task.queue_name,
         "priority": django_task.priority,
         "backend": backend,
+    }
+
+
+def _target_of(task: RedisTask[..., Any]) -> dict[str, Any]:
+    """What a schedule of ``task`` enqueues: its name in messages, queue, priority and
+    backend (``None`` for our ``@task``'s)."""
+    registered = task.registered_name
+    return {
+        "task_name": registered or task.module_path,
+        "queue": task.queue_name,
+        "priority": task.priority,
+        "backend": None if registered else task.backend,
     }
 
 
@@ -369,7 +379,7 @@ class ScheduleState:
     schedule: Schedule
     next_run: datetime.datetime | None
     last_run: datetime.datetime | None
-    last_result: TaskResult | None
+    last_result: TaskRecord | None
 
 
 def schedule_states() -> list[ScheduleState]:
@@ -384,7 +394,7 @@ def schedule_states() -> list[ScheduleState]:
         except ValueError:
             continue
     ids = [lasts[s.name][1] for s in known if s.name in lasts]
-    results = dict(zip(ids, read_results(ids), strict=True)) if ids else {}
+    results = dict(zip(ids, read_records(ids), strict=True)) if ids else {}
     states = []
     for schedule in known:
         next_tick = _int(next_ticks.get(schedule.name))

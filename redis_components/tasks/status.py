@@ -17,8 +17,8 @@ from typing import Any
 
 from .. import keys
 from ..conf import conf
+from .backend import queues_in_use
 from .messages import MalformedTask, TaskMessage, validate_queue
-from .registry import queues_in_use
 from .store import TaskStore, queue_limit
 
 UNREADABLE = "(unreadable)"

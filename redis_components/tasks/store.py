@@ -63,6 +63,7 @@ never zero times: write tasks to be idempotent.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import json
 import math
@@ -78,7 +79,7 @@ from redis.client import NEVER_DECODE
 from .. import keys, scripts
 from ..conf import conf, user_settings
 from ..connection import get_client, is_cluster, node_client, text
-from ..exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
+from ..exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDurable
 from .messages import MAX_PRIORITY, MalformedTask, TaskMessage, task_id_of, validate_queue
 
 COMPONENT = "queue"
@@ -225,6 +226,29 @@ class Due:
 
 
 NOW = Due()
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
+
+
+def due_at(when: object, field: str = "when") -> Due:
+    """When a task is due at ``when`` (an aware datetime at most ten years from now, the
+    bound of every duration), or :class:`InvalidInput` naming ``field``."""
+    if not isinstance(when, datetime.datetime):
+        raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
+    if when.utcoffset() is None:
+        raise InvalidInput(field, "must be an aware datetime (with a time zone)")
+    # By this machine's clock: the server's is read only by the script that writes, and
+    # a bound of ten years does not need it. Beyond it, times may not fit a datetime.
+    if when - datetime.datetime.now(datetime.timezone.utc) > MAX_DELAY:
+        raise InvalidInput(
+            field,
+            f"must be at most {keys.MAX_SECONDS:,} seconds (ten years) from now, "
+            f"not {when.isoformat()}",
+        )
+    # Whole milliseconds, rounded up (in integers: floats can round), so that a task
+    # never runs before its time.
+    micros = (when - EPOCH) // datetime.timedelta(microseconds=1)
+    return Due(at_ms=-(-micros // 1000))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from redis_components import Retry, SoftTimeLimitExceeded, Task, current_task, task
+from redis_components import RedisTask, Retry, SoftTimeLimitExceeded, current_task, task
 from redis_components.connection import get_client
 
 
@@ -89,7 +89,7 @@ def returns_object(label: str) -> object:
     return object()
 
 
-def at(priority: int) -> Task[[str], None]:
+def at(priority: int) -> RedisTask[[str], None]:
     """``record`` with a priority of its own."""
     return task(name=f"tests.testapp.tasks.record_at_{priority}", queue="test", priority=priority)(
         record.func

@@ -12,8 +12,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import conf
 from ...connection import get_client
 from ...exceptions import InvalidInput
+from ...tasks.backend import django_backends, queues_in_use
 from ...tasks.messages import DEFAULT_QUEUE
-from ...tasks.registry import django_backends, queues_in_use, registered_tasks
+from ...tasks.registry import registered_tasks
 from ...tasks.store import server_warnings
 from ...tasks.supervisor import Supervisor
 from ._console import configure_logging

@@ -345,27 +345,43 @@ def test_a_seller_withdraws_a_listing_and_a_sold_one_cannot_be_withdrawn(
     assert MARKET.check() == []
 
 
-def _buy_all(buyer: int, seller: int, items: list[str]) -> None:
-    for item in items:
+def _buy_all(buyer: int, seller: int, items: list[str], bought_one: Any, withdrew_one: Any) -> None:
+    """Buy from the first item on; after the first purchase, wait for the first withdraw."""
+    first, *rest = items
+    assert MARKET.purchase_item(buyer, first, seller).outcome == "bought"
+    bought_one.set()
+    assert withdrew_one.wait(30)
+    for item in rest:
         MARKET.purchase_item(buyer, item, seller)
 
 
-def _withdraw_all(seller: int, items: list[str]) -> None:
-    for item in reversed(items):
+def _withdraw_all(seller: int, items: list[str], bought_one: Any, withdrew_one: Any) -> None:
+    """Withdraw from the last item back, once the first purchase is made."""
+    assert bought_one.wait(30)
+    last, *rest = reversed(items)
+    assert MARKET.withdraw(last, seller)
+    withdrew_one.set()
+    for item in rest:
         MARKET.withdraw(item, seller)
 
 
 def test_withdraws_racing_purchases_end_in_exactly_one_of_them(users: dict[str, int]) -> None:
-    from tests.processes import run_processes
+    from tests.processes import FORK, run_processes
 
     alice_id, bob_id = users["alice"], users["bob"]
     items = [f"race item {n}" for n in range(60)]
     for item in items:
         MARKET.make_item(alice_id, item)
         assert MARKET.list_item(item, alice_id, 1)
+    # Each side waits for the other's first success, so both win some (however the
+    # processes are scheduled); then they race over the rest.
+    bought_one, withdrew_one = FORK.Event(), FORK.Event()
     run_processes(
         lambda role, *args: role(*args),
-        [(_buy_all, bob_id, alice_id, items), (_withdraw_all, alice_id, items)],
+        [
+            (_buy_all, bob_id, alice_id, items, bought_one, withdrew_one),
+            (_withdraw_all, alice_id, items, bought_one, withdrew_one),
+        ],
     )
     bought = set(MARKET.inventory(bob_id)) & set(items)
     withdrawn = set(MARKET.inventory(alice_id)) & set(items)

@@ -43,6 +43,11 @@ from .messages import TaskMessage, to_json
 from .registry import task_registry
 from .results import TaskStatus
 
+RUNNING = TaskResultStatus("RUNNING")
+ENDED = {
+    status: TaskResultStatus(status.value) for status in TaskStatus if status.value != "CANCELLED"
+}
+
 
 class CannotRun(Exception):
     """Why a message's task cannot run here."""
@@ -83,7 +88,18 @@ def _registered(name: str, priority: int, queue: str) -> Runnable:
             "installed app's tasks module (and of the modules it imports); define the task "
             "there, or import its module from there"
         )
-    return _runnable(as_enqueued(found, priority, queue, None), own_backend())
+    known = _registered_runnables.get(name)
+    if known is not None and known.task is found:  # still the task registered
+        return known
+    runnable = _runnable(as_enqueued(found, priority, queue, None), own_backend())
+    if runnable.task is found:  # enqueued as registered (no using()): keep it
+        _registered_runnables[name] = runnable
+    return runnable
+
+
+# The runnable of each registered task as registered, by name: checked against the
+# registry at every message, so a task registered again under the name is seen.
+_registered_runnables: dict[str, Runnable] = {}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -158,7 +174,7 @@ class Job:
         return TaskResult(
             task=self.task,
             id=message.id,
-            status=TaskResultStatus("RUNNING"),
+            status=RUNNING,
             enqueued_at=django_time(message.enqueued_at),
             started_at=started,
             finished_at=None,
@@ -196,7 +212,7 @@ class Job:
     def finished(self, status: TaskStatus, error: BaseException | None) -> None:
         """Called once the task has ended for good (not before a retry): Django's
         ``task_finished`` signal."""
-        object.__setattr__(self.result, "status", TaskResultStatus(status.value))
+        object.__setattr__(self.result, "status", ENDED[status])
         object.__setattr__(self.result, "finished_at", timezone.now())
         if error is not None:
             class_path, trace = results.describe(error)

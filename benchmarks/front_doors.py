@@ -1,5 +1,5 @@
-"""What a no-op task costs its worker through each front door: our ``@task`` against
-Django's ``@task`` on ``RedisTaskBackend``, in one process, one run, same settings.
+"""What a no-op task costs its worker through each front door: our ``@redis_task`` against
+Django's ``@redis_task`` on ``RedisTaskBackend``, in one process, one run, same settings.
 
     .venv/bin/python benchmarks/front_doors.py            # 5 rounds of 5,000 tasks each
 
@@ -71,13 +71,13 @@ def main() -> None:
         from django.core.management import call_command
 
         from benchmarks.django_tasks_apps.tasks import noop as django_noop
-        from redis_components import task
+        from redis_components import redis_task
 
         call_command("migrate", verbosity=0)
-        ours_noop = task(name="bench.front_doors.noop", queue="default")(lambda: None)
+        ours_noop = redis_task(name="bench.front_doors.noop", queue="default")(lambda: None)
         doors: dict[str, Callable[[], object]] = {
-            "our @task": ours_noop.enqueue,
-            "Django's @task (RedisTaskBackend)": django_noop.enqueue,
+            "our @redis_task": ours_noop.enqueue,
+            "Django's @redis_task (RedisTaskBackend)": django_noop.enqueue,
         }
         r = redis.Redis.from_url(server.url)
         for enqueue in doors.values():  # warm up: scripts loaded, imports done
@@ -96,15 +96,15 @@ def main() -> None:
                 statistics.median(s[i] for s in samples) for i in range(3)
             )
             rows.append([name, f"{worker:.0f} us", f"{server_us:.0f} us", f"{commands:.1f}"])
-        base = statistics.median(s[0] for s in measured["our @task"])
-        other = statistics.median(s[0] for s in measured["Django's @task (RedisTaskBackend)"])
+        base = statistics.median(s[0] for s in measured["our @redis_task"])
+        other = statistics.median(s[0] for s in measured["Django's @redis_task (RedisTaskBackend)"])
         print()
         print(
             table(
                 ["front door", "worker CPU/task", "server CPU/task", "server commands/task"], rows
             )
         )
-        print(f"\nDjango's front door / our @task, worker CPU per task: {other / base:.2f}x")
+        print(f"\nDjango's front door / our @redis_task, worker CPU per task: {other / base:.2f}x")
     server.stop()
 
 

@@ -2,45 +2,39 @@
 
 Importing this package needs no Django settings and opens no connection: settings,
 clients and scripts are resolved on first use.
+
+The top level holds the components and the few exceptions a caller catches every day;
+every exception is in :mod:`redis_components.exceptions`. No name here shadows one of
+``django.tasks``: our task decorator is :func:`redis_task` (its tasks are Django's).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 
 from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
 from .exceptions import (
-    ChannelBusy,
-    ChatLimitReached,
-    ChatNotFound,
-    ConfigurationError,
-    FilesError,
     InvalidInput,
-    LockAlreadyHeld,
-    LockError,
     LockLost,
     LockNotAcquired,
-    LockNotOwned,
-    MessagingError,
-    NotAMember,
     QueueFull,
-    ReaderDropped,
     RedisComponentsError,
-    SemaphoreError,
     SemaphoreNotAcquired,
-    SemaphoreNotOwned,
-    SoftTimeLimitExceeded,
-    TaskError,
-    TaskNotCancellable,
-    TaskNotDurable,
-    TaskNotRegistered,
-    TaskResultDoesNotExist,
-    TaskSerializationError,
 )
 from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
 from .guard import Busy
-from .locks import LockGroup, LockHandle, LockScope, RedisLock, fenced_update, redis_lock
+from .locks import (
+    LockGroup,
+    LockHandle,
+    LockScope,
+    RedisLock,
+    fenced_get,
+    fenced_set,
+    fenced_update,
+    redis_lock,
+)
 from .messaging import (
     ChatSummary,
     GroupChat,
@@ -59,39 +53,28 @@ from .tasks import (
     defer,
     get_result,
     periodic,
-    task,
+    redis_task,
 )
 
 __version__ = importlib.metadata.version("django-redis-components")
 
 __all__ = [
     "Busy",
-    "ChannelBusy",
-    "ChatLimitReached",
-    "ChatNotFound",
     "ChatSummary",
-    "ConfigurationError",
-    "FilesError",
     "GroupChat",
     "Guild",
     "InvalidInput",
-    "LockAlreadyHeld",
-    "LockError",
     "LockGroup",
     "LockHandle",
     "LockLost",
     "LockNotAcquired",
-    "LockNotOwned",
     "LockScope",
     "Mailbox",
     "Message",
     "MessageList",
-    "MessagingError",
-    "NotAMember",
     "Pending",
     "Permit",
     "QueueFull",
-    "ReaderDropped",
     "ReceiveProgress",
     "ReceivedFile",
     "RecentContacts",
@@ -100,22 +83,15 @@ __all__ = [
     "RedisSemaphore",
     "RedisTask",
     "Retry",
-    "SemaphoreError",
     "SemaphoreNotAcquired",
-    "SemaphoreNotOwned",
     "SendProgress",
-    "SoftTimeLimitExceeded",
-    "TaskError",
-    "TaskNotCancellable",
-    "TaskNotDurable",
-    "TaskNotRegistered",
-    "TaskResultDoesNotExist",
-    "TaskSerializationError",
     "UnreadableMessage",
     "__version__",
     "cancel",
     "current_task",
     "defer",
+    "fenced_get",
+    "fenced_set",
     "fenced_update",
     "get_async_client",
     "get_client",
@@ -124,15 +100,51 @@ __all__ = [
     "receive_files",
     "redis_lock",
     "redis_semaphore",
+    "redis_task",
     "send_files",
-    "task",
 ]
+
+# Exceptions that 0.1 exported here: they are in redis_components.exceptions.
+_MOVED_EXCEPTIONS = frozenset(
+    {
+        "ChannelBusy",
+        "ChatLimitReached",
+        "ChatNotFound",
+        "ConfigurationError",
+        "FilesError",
+        "LockAlreadyHeld",
+        "LockError",
+        "LockNotOwned",
+        "MessagingError",
+        "NotAMember",
+        "ReaderDropped",
+        "SemaphoreError",
+        "SemaphoreNotOwned",
+        "SoftTimeLimitExceeded",
+        "TaskError",
+        "TaskNotCancellable",
+        "TaskNotDurable",
+        "TaskNotRegistered",
+        "TaskResultDoesNotExist",
+        "TaskSerializationError",
+    }
+)
 
 
 def __getattr__(name: str) -> object:
-    """Names of 0.1 that the one task model replaced (``Task``, ``TaskResult``,
-    ``TaskStatus``): they work, with a ``DeprecationWarning``, until 0.3."""
-    if name in ("Task", "TaskResult", "TaskStatus"):
+    """Names of 0.1 that moved or were replaced: they work, with a
+    ``DeprecationWarning``, until 0.3 (see the changelog)."""
+    if name in _MOVED_EXCEPTIONS:
+        warnings.warn(
+            f"redis_components.{name} is deprecated here: import it from "
+            "redis_components.exceptions",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from . import exceptions
+
+        return getattr(exceptions, name)
+    if name in ("task", "Task", "TaskResult", "TaskStatus"):
         from . import tasks
 
         return getattr(tasks, name)

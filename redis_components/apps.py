@@ -15,5 +15,5 @@ class RedisComponentsConfig(AppConfig):
 
         checks.register(check_settings)
         # Import every installed app's tasks.py, so that web processes and workers know
-        # the same task names (@task registers a task when its module is imported).
+        # the same task names (@redis_task registers a task when its module is imported).
         autodiscover_modules("tasks")

@@ -190,7 +190,7 @@ def _check_schedules() -> list[CheckMessage]:
         return [
             Error(
                 str(error),
-                hint="Each entry: {'task': a @task name or a Django task's path, and "
+                hint="Each entry: {'task': a @redis_task name or a Django task's path, and "
                 "'cron': '*/5 * * * *' or 'every': seconds; optional 'tz', 'args', "
                 "'kwargs', 'missed' ('run_once' or 'skip')}.",
                 id="redis_components.E013",

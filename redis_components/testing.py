@@ -69,7 +69,7 @@ def crashed_worker(
 
 @contextlib.contextmanager
 def no_registered_tasks() -> Iterator[None]:
-    """Within the block, no ``@task`` and no ``@periodic`` schedule is registered; those
+    """Within the block, no ``@redis_task`` and no ``@periodic`` schedule is registered; those
     the block registers are forgotten after it, and the project's are back."""
     with task_registry.isolated(), schedule_registry.isolated():
         yield

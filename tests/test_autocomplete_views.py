@@ -7,8 +7,9 @@ from django.http import HttpRequest
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from redis_components import ConfigurationError, Guild, RecentContacts
+from redis_components import Guild, RecentContacts
 from redis_components.conf import conf
+from redis_components.exceptions import ConfigurationError
 from tests.settings import NOT_STARTED, caches
 
 pytestmark = pytest.mark.django_db

@@ -18,16 +18,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redis_components import (
-    ChannelBusy,
     GroupChat,
     InvalidInput,
-    ReaderDropped,
     ReceivedFile,
     SendProgress,
     receive_files,
     send_files,
 )
 from redis_components.embedded import EmbeddedRedis, free_port
+from redis_components.exceptions import ChannelBusy, ReaderDropped
 from tests.processes import FORK, wait_until
 
 # What is left once a channel is done: the chat id counter that every group chat uses.

@@ -10,7 +10,7 @@ def test_import_needs_no_django_settings() -> None:
     code = (
         "import redis_components as rc, sys\n"
         "assert rc.__version__\n"
-        "assert rc.InvalidInput and rc.LockError\n"
+        "assert rc.InvalidInput and rc.LockNotAcquired\n"
         "from django.conf import settings\n"
         "assert not settings.configured, 'importing configured Django'\n"
     )

@@ -13,19 +13,10 @@ import redis
 from django.test import override_settings
 
 from conftest import single_server_only
-from redis_components import (
-    ChatLimitReached,
-    ChatNotFound,
-    ChatSummary,
-    GroupChat,
-    InvalidInput,
-    Mailbox,
-    MessagingError,
-    NotAMember,
-    Pending,
-)
+from redis_components import ChatSummary, GroupChat, InvalidInput, Mailbox, Pending
 from redis_components.connection import get_client
 from redis_components.embedded import EmbeddedRedis
+from redis_components.exceptions import ChatLimitReached, ChatNotFound, MessagingError, NotAMember
 from redis_components.messaging import MessageList, UnreadableMessage
 from tests.processes import run_processes
 

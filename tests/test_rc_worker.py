@@ -16,8 +16,9 @@ import pytest
 import redis
 
 from conftest import cancelled as cancelled_result
-from redis_components import TaskNotCancellable, cancel, get_result
+from redis_components import cancel, get_result
 from redis_components.embedded import EmbeddedRedis
+from redis_components.exceptions import TaskNotCancellable
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import (
@@ -141,7 +142,7 @@ def test_burst_and_max_tasks_end_the_command(
     assert r.llen("{test}:order") == 2
     output = first.output()
     assert "stopped after 2 tasks" in output
-    assert "Our @tasks: " in output
+    assert "Our @redis_tasks: " in output
     assert "Django's tasks of TASKS['default'] (RedisTaskBackend, queues: " in output
     assert start_worker("test", "--burst", "-c", "2").wait() == 0
     assert r.llen("{test}:order") == 5

@@ -1,4 +1,4 @@
-"""``@task``, enqueueing through it, and the helpers a running task uses."""
+"""``@redis_task``, enqueueing through it, and the helpers a running task uses."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from redis_components import (
-    QueueFull,
-    Retry,
+from redis_components import QueueFull, Retry, defer, redis_task
+from redis_components.exceptions import (
+    InvalidInput,
+    LockNotAcquired,
+    LockNotOwned,
+    TaskError,
+    TaskNotRegistered,
     TaskSerializationError,
-    defer,
-    task,
 )
-from redis_components.exceptions import InvalidInput, LockNotAcquired, TaskError, TaskNotRegistered
 from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.framework import TaskResult, TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
@@ -141,27 +142,27 @@ def test_enqueue_in_refuses_bad_delays(r: redis.Redis, seconds: object) -> None:
 
 def test_bad_task_definitions_are_refused() -> None:
     with pytest.raises(InvalidInput, match="queue"):
-        task(queue="")(lambda: None)
+        redis_task(queue="")(lambda: None)
     with pytest.raises(InvalidInput, match="max_retries"):
-        task(max_retries=-1)(lambda: None)
+        redis_task(max_retries=-1)(lambda: None)
     with pytest.raises(InvalidInput, match="retry_backoff"):
-        task(retry_backoff=-0.5)(lambda: None)
+        redis_task(retry_backoff=-0.5)(lambda: None)
     with pytest.raises(InvalidInput, match="name"):
-        task(name="bad\nname")(lambda: None)
+        redis_task(name="bad\nname")(lambda: None)
     with pytest.raises(InvalidInput, match="priority"):
-        task(priority=101)(lambda: None)
+        redis_task(priority=101)(lambda: None)
 
 
 def test_two_functions_cannot_share_a_task_name() -> None:
     def record(label: str) -> None: ...
 
     with pytest.raises(TaskError, match=r"two tasks are named 'tests\.testapp\.tasks\.record'"):
-        task(name="tests.testapp.tasks.record")(record)
+        redis_task(name="tests.testapp.tasks.record")(record)
     assert get_task("tests.testapp.tasks.record") is tasks.record
 
 
 def test_bare_decorator_names_the_task_after_its_function() -> None:
-    @task
+    @redis_task
     def bare() -> str:
         return "ran"
 
@@ -180,9 +181,9 @@ def test_a_task_registered_after_start_up_outside_a_tasks_module_is_warned_about
     def late() -> None: ...
 
     with no_registered_tasks(), caplog.at_level("WARNING", "redis_components.tasks"):
-        task(name="late")(late)
+        redis_task(name="late")(late)
         late.__module__ = "shop.tasks"  # as if declared in an app's tasks module
-        task(name="in_time")(late)
+        redis_task(name="in_time")(late)
     assert [record.getMessage() for record in caplog.records] == [
         "Task 'late' was registered after start-up, when its module tests.test_task_registry "
         "was imported: workers import each installed app's tasks module at start-up, so they "
@@ -294,7 +295,7 @@ def test_defer_inside_a_worker_marks_the_running_task() -> None:
         defer(-1)
 
 
-def test_the_names_the_one_task_model_replaced_work_with_a_warning(r: redis.Redis) -> None:
+def test_the_names_of_0_1_that_changed_work_with_a_warning(r: redis.Redis) -> None:
     import redis_components
 
     with pytest.warns(DeprecationWarning, match=r"use \.call"):
@@ -308,6 +309,10 @@ def test_the_names_the_one_task_model_replaced_work_with_a_warning(r: redis.Redi
         assert redis_components.TaskStatus is TaskResultStatus
     with pytest.warns(DeprecationWarning, match="TaskResult"):
         assert redis_components.TaskResult is TaskResult
+    with pytest.warns(DeprecationWarning, match="redis_task"):
+        assert redis_components.task is redis_components.redis_task
+    with pytest.warns(DeprecationWarning, match=r"redis_components\.exceptions"):
+        assert redis_components.LockNotOwned is LockNotOwned
     with pytest.raises(AttributeError, match="Nothing"):
         redis_components.Nothing  # noqa: B018
     from tests.testapp import framework_tasks

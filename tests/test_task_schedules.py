@@ -95,7 +95,7 @@ def test_bad_schedules_are_refused(options: dict[str, Any], field: str) -> None:
 
 
 def test_periodic_decorates_tasks_only() -> None:
-    with pytest.raises(InvalidInput, match="above @task"):
+    with pytest.raises(InvalidInput, match="above @redis_task"):
         periodic(every=60)(lambda: None)  # type: ignore[type-var]
 
 

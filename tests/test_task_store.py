@@ -12,8 +12,8 @@ import redis
 from django.test import override_settings
 
 from conftest import cancelled
-from redis_components import TaskNotCancellable, cancel, get_result, scripts, task
-from redis_components.exceptions import InvalidInput, TaskNotDurable
+from redis_components import cancel, get_result, redis_task, scripts
+from redis_components.exceptions import InvalidInput, TaskNotCancellable, TaskNotDurable
 from redis_components.scripts import load
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
@@ -67,7 +67,9 @@ def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> No
 
 
 def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
-    urgent = task(name="tests.test_task_store.urgent", queue="test", priority=10)(tasks.record.func)
+    urgent = redis_task(name="tests.test_task_store.urgent", queue="test", priority=10)(
+        tasks.record.func
+    )
     tasks.record.enqueue("first")
     urgent.enqueue("urgent")
     tasks.record.enqueue("second")

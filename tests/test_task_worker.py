@@ -15,7 +15,7 @@ from django.test import override_settings
 from redis.cluster import RedisCluster
 
 from conftest import single_server_only
-from redis_components import RedisLock, RedisTask, defer, get_result, redis_lock, task
+from redis_components import RedisLock, RedisTask, defer, get_result, redis_lock, redis_task
 from redis_components.conf import conf
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
@@ -40,7 +40,7 @@ def record_in(queue: str) -> RedisTask[[str], None]:
     def record(label: str) -> None:
         tasks.record.call(label)
 
-    return task(name=f"tests.test_task_worker.record_{queue}", queue=queue)(record)
+    return redis_task(name=f"tests.test_task_worker.record_{queue}", queue=queue)(record)
 
 
 high, low = record_in("high"), record_in("low")
@@ -226,7 +226,7 @@ def test_defer_moves_the_running_task_to_the_delayed_queue(r: redis.Redis) -> No
         names = ("item:1",)
         retry_after = 0.01
 
-    @task(name="tests.test_task_worker.deferring", queue="test")
+    @redis_task(name="tests.test_task_worker.deferring", queue="test")
     def deferring() -> None:
         if r.hincrby("{test}:runs", "deferring", 1) < 3:
             defer()(Busy())
@@ -299,7 +299,7 @@ def test_bad_worker_options_are_refused() -> None:
 def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
     r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    @task(name="tests.test_task_worker.sell", queue="test")
+    @redis_task(name="tests.test_task_worker.sell", queue="test")
     @redis_lock("item:{item_id}", blocking=False, on_busy=defer(0.05))
     def sell(item_id: int) -> None:
         r.hincrby("{test}:runs", f"sell {item_id}", 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from redis_components import periodic, task
+from redis_components import periodic, redis_task
 from redis_components.exceptions import InvalidInput, TaskNotRegistered
 from redis_components.tasks.registry import get_task, registered_tasks
 from redis_components.tasks.schedules import schedules
@@ -18,7 +18,7 @@ def test_a_crashed_worker_holds_what_it_took_highest_priority_first(r: redis.Red
     first = tasks.record.enqueue("first")
     second = tasks.record.enqueue("second")
     with no_registered_tasks():
-        urgent = task(queue="test", priority=10, name="tests.urgent")(tasks.record.func)
+        urgent = redis_task(queue="test", priority=10, name="tests.urgent")(tasks.record.func)
         pressing = urgent.enqueue("urgent")
     crashed = crashed_worker(["test"], take=2, worker_id="ghost.3.3.abc")
     assert crashed.id == "ghost.3.3.abc"
@@ -56,7 +56,7 @@ def test_no_registered_tasks_empties_both_registries_for_a_while() -> None:
             get_task("tests.testapp.tasks.record")
 
         @periodic(every=60)
-        @task(name="made.in.the.block")
+        @redis_task(name="made.in.the.block")
         def made() -> None: ...
 
         assert list(registered_tasks()) == ["made.in.the.block"]

@@ -1,8 +1,8 @@
 """The demo's task, run by the worker that `make demo` starts.
 
-On Django 6 it is declared with Django's own ``@task`` (``django.tasks``) and runs on our
+On Django 6 it is declared with Django's own ``@redis_task`` (``django.tasks``) and runs on our
 queue through ``RedisTaskBackend`` (``TASKS`` in the settings, 3 retries); on Django 5.2
-it is declared with ``redis_components.task``. Either way ``.enqueue()`` returns a result
+it is declared with ``redis_components.redis_task``. Either way ``.enqueue()`` returns a result
 whose status the buyer's notices page shows, read back with ``get_result``.
 """
 
@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.http import HttpRequest
 
-from redis_components import Mailbox, get_result, task
+from redis_components import Mailbox, get_result, redis_task
 from redis_components.exceptions import TaskResultDoesNotExist
 
 SENT_KEPT = 10  # the buyer's latest notices whose status the notices page shows
@@ -48,7 +48,7 @@ if django.VERSION >= (6, 0):
 
     send_sold_email = django_task(queue_name="email")(send_sold_email)  # type: ignore[assignment]
 else:
-    send_sold_email = task(queue="email", max_retries=3)(send_sold_email)  # type: ignore[assignment]
+    send_sold_email = redis_task(queue="email", max_retries=3)(send_sold_email)  # type: ignore[assignment]
 
 
 def notify_seller(request: HttpRequest, seller_id: int, item: str, price: int, seller: str) -> None:

@@ -1,9 +1,9 @@
 """The task system: queues, workers, results, and Django's Tasks backend.
 
 Every task is Django's ``Task`` (``backend.py``: :class:`RedisTask`, made by our
-``@task`` or by Django's with :class:`RedisTaskBackend`), and every result Django's
+``@redis_task`` or by Django's with :class:`RedisTaskBackend`), and every result Django's
 ``TaskResult``. One store (``store.py``) runs the queue scripts on task messages
-(``messages.py``) and reads result records (``results.py``); our ``@task`` registers
+(``messages.py``) and reads result records (``results.py``); our ``@redis_task`` registers
 tasks by name (``registry.py``). Workers (``worker.py``, run by ``supervisor.py`` for
 ``manage.py rc_worker``) run jobs (``jobs.py``, ``execution.py``), keep their lease
 and recover dead workers' tasks (``lease.py``) and claim the ticks of schedules
@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .backend import RedisTask, RedisTaskBackend, get_result, task
+from .backend import RedisTask, RedisTaskBackend, get_result, redis_task
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer, get_task
 from .schedules import periodic
@@ -34,7 +34,7 @@ __all__ = [
     "get_result",
     "get_task",
     "periodic",
-    "task",
+    "redis_task",
 ]
 
 
@@ -42,6 +42,7 @@ def __getattr__(name: str) -> Any:
     """The names of 0.1 that the one task model replaced: they work, with a warning,
     until 0.3 (see the changelog)."""
     replaced = {
+        "task": ("redis_components.redis_task", "backend", "redis_task"),
         "Task": ("redis_components.RedisTask", "backend", "RedisTask"),
         "TaskResult": ("Django's TaskResult", "framework", "TaskResult"),
         "TaskStatus": ("Django's TaskResultStatus", "framework", "TaskResultStatus"),

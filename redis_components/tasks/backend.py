@@ -4,12 +4,12 @@ Every task is a :class:`RedisTask`, a subclass of Django's ``Task`` carrying our
 options (retries, backoff, uniqueness, time limits), and every result is Django's
 ``TaskResult``. There are two ways to make a task:
 
-- our :func:`task` decorator needs no ``TASKS`` setting: the task is registered under
+- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered under
   a name (``name=``, by default its module path) that travels in the queue, so
   renaming the function does not orphan the tasks already queued; it retries three
   times by default::
 
-      @task(queue="email", max_retries=3)
+      @redis_task(queue="email", max_retries=3)
       def send_sold_email(seller_id, item_id, price, buyer_id): ...
 
 - Django's own ``@task``, with :class:`RedisTaskBackend` in ``settings.TASKS``; a
@@ -105,11 +105,11 @@ __all__ = [
     "TaskResult",
     "TaskResultStatus",
     "get_result",
-    "task",
+    "redis_task",
 ]
 
 CANCELLED = "redis_components.exceptions.TaskCancelled"
-# The alias of the backend of our @task's tasks: not in settings.TASKS, needs nothing.
+# The alias of the backend of our @redis_task's tasks: not in settings.TASKS, needs nothing.
 OWN_BACKEND = "redis_components"
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -140,7 +140,7 @@ else:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RedisTask(_DjangoTask, Generic[P, R]):
-    """Django's ``Task`` with our options; made by our :func:`task`, or by Django's
+    """Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
     ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
 
         @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
@@ -153,7 +153,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
     belong to the task's definition: a worker looks the task up by its name or module
     path, so ``using()`` keeps them and does not change them.
 
-    ``registered_name``: the name our :func:`task` registered it under (what its
+    ``registered_name``: the name our :func:`redis_task` registered it under (what its
     messages carry); ``None`` for a Django ``@task`` (found by its module path).
     """
 
@@ -166,12 +166,12 @@ class RedisTask(_DjangoTask, Generic[P, R]):
 
     @property
     def name(self) -> str:
-        """The registered name of our ``@task``; the function's name for Django's."""
+        """The registered name of our ``@redis_task``; the function's name for Django's."""
         return self.registered_name or self.func.__name__
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Deprecated: run the task here with :meth:`call` (Django's tasks are not
-        callable); a plain call of our ``@task`` works, with a warning, until 0.3."""
+        callable); a plain call of our ``@redis_task`` works, with a warning, until 0.3."""
         if self.registered_name is None:
             raise TypeError(f"a task is not callable: use {self.name}.call(...)")
         warnings.warn(
@@ -468,7 +468,7 @@ class RedisTaskBackend(BaseTaskBackend):
 
 @functools.cache
 def own_backend() -> RedisTaskBackend:
-    """The backend of our ``@task``'s tasks: any queue, no options, no settings."""
+    """The backend of our ``@redis_task``'s tasks: any queue, no options, no settings."""
     return RedisTaskBackend(OWN_BACKEND, {"QUEUES": [], "OPTIONS": {}})
 
 
@@ -540,15 +540,15 @@ def to_django(task: Task[..., Any], record: results.TaskRecord) -> TaskResult[..
     return result
 
 
-# -- our @task ------------------------------------------------------------------------
+# -- our @redis_task ------------------------------------------------------------------------
 
 
 @overload
-def task(func: Callable[P, R], /) -> RedisTask[P, R]: ...
+def redis_task(func: Callable[P, R], /) -> RedisTask[P, R]: ...
 
 
 @overload
-def task(
+def redis_task(
     *,
     name: str | None = None,
     queue: str = DEFAULT_QUEUE,
@@ -562,7 +562,7 @@ def task(
 ) -> Callable[[Callable[P, R]], RedisTask[P, R]]: ...
 
 
-def task(
+def redis_task(
     func: Callable[P, R] | None = None,
     /,
     *,
@@ -576,7 +576,7 @@ def task(
     soft_time_limit: float | None = None,
     takes_context: bool = False,
 ) -> RedisTask[P, R] | Callable[[Callable[P, R]], RedisTask[P, R]]:
-    """Make a function a task that workers run; use as ``@task`` or ``@task(...)``.
+    """Make a function a task that workers run; use as ``@redis_task`` or ``@redis_task(...)``.
 
     It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
     ``name`` defaults to ``"<module>.<function>"`` and is what travels in the queue, so

@@ -1,6 +1,6 @@
 """What runs a task in a worker: a :class:`Job`, one run of one task message.
 
-A message names its task by our ``@task``'s registered name (found in the registry)
+A message names its task by our ``@redis_task``'s registered name (found in the registry)
 or by a Django ``@task``'s module path and backend alias (imported once, then
 cached). Either way the job is the same: Django's task with its options, its
 ``TaskResult`` as the run goes, its context, and Django's ``task_started`` and
@@ -79,12 +79,12 @@ def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
 
 
 def _registered(name: str, priority: int, queue: str) -> Runnable:
-    """One of our ``@task``\\ s, looked up by name for each message (the registry may
+    """One of our ``@redis_task``\\ s, looked up by name for each message (the registry may
     change: a test isolates it)."""
     found = task_registry.find(name)
     if found is None:
         raise CannotRun(
-            f"no task is registered as {name!r} here: a worker knows the @tasks of each "
+            f"no task is registered as {name!r} here: a worker knows the @redis_tasks of each "
             "installed app's tasks module (and of the modules it imports); define the task "
             "there, or import its module from there"
         )

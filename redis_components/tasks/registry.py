@@ -1,7 +1,7 @@
 """Tasks by name, and what a running task uses: :class:`Retry`, :func:`current_task`,
 :func:`defer`.
 
-Our ``@task`` (``backend.py``) registers each task here under its name when the task's
+Our ``@redis_task`` (``backend.py``) registers each task here under its name when the task's
 module is imported (every installed app's ``tasks`` module is, at start-up); a worker
 finds the task of a message by that name.
 """
@@ -168,7 +168,7 @@ def defer(seconds: float | None = None) -> Callable[[Busy], None]:
 
     ::
 
-        @task()
+        @redis_task()
         @redis_lock("item:{item_id}", on_busy=defer(5))
         def sell(item_id): ...
 

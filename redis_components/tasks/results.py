@@ -54,7 +54,7 @@ class AttemptError:
 class TaskRecord:
     r"""What Redis keeps of one task.
 
-    ``task`` is the registered name of one of our ``@task``\ s (``backend`` is then
+    ``task`` is the registered name of one of our ``@redis_task``\ s (``backend`` is then
     ``None``), or the module path of a Django ``@task`` (``backend`` is its Tasks
     backend alias). Times are aware UTC datetimes from the Redis server's clock.
     ``worker_ids`` lists the worker of each attempt, ``errors`` the error of each

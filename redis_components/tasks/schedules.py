@@ -3,11 +3,11 @@
 ::
 
     @periodic(cron="*/5 * * * *", tz="Europe/Paris")
-    @task(queue="reports")
+    @redis_task(queue="reports")
     def send_report(): ...
 
     @periodic(every=datetime.timedelta(seconds=30))
-    @task
+    @redis_task
     def refresh_rates(): ...
 
     REDIS_COMPONENTS = {"TASK_SCHEDULES": {
@@ -120,16 +120,17 @@ def periodic(
     kwargs: dict[str, Any] | None = None,
 ) -> Callable[[T], T]:
     """Run a task by itself: on a ``cron`` expression or ``every`` interval (seconds or a
-    timedelta), in time zone ``tz``. Put it above ``@task``. ``name`` (default: the
-    task's name) identifies the schedule in Redis; ``args``/``kwargs`` are passed to
-    each run. Bad values raise :class:`InvalidInput` at import time."""
+    timedelta), in time zone ``tz``. Put it above ``@redis_task`` (or Django's ``@task``).
+    ``name`` (default: the task's name) identifies the schedule in Redis;
+    ``args``/``kwargs`` are passed to each run. Bad values raise :class:`InvalidInput` at
+    import time."""
 
     def register(task: T) -> T:
         if not isinstance(task, RedisTask):
             raise InvalidInput(
                 "periodic",
                 "must decorate a task of ours: a @task, or Django's @task with a "
-                "RedisTaskBackend: put @periodic above @task",
+                "RedisTaskBackend: put @periodic above @redis_task",
             )
         target = _target_of(task)
         schedule = build(
@@ -259,7 +260,8 @@ def _target(name: str, target: object) -> dict[str, Any]:
     backend = getattr(django_task, "backend", None)
     if not isinstance(backend, str) or not hasattr(django_task, "module_path"):
         raise ConfigurationError(
-            f"TASK_SCHEDULES[{name!r}]: {target!r} is neither a registered @task nor a Django task"
+            f"TASK_SCHEDULES[{name!r}]: {target!r} is neither a registered @redis_task nor a "
+            "Django task"
         )
     return {
         "task_name": django_task.module_path,
@@ -271,7 +273,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
 
 def _target_of(task: RedisTask[..., Any]) -> dict[str, Any]:
     """What a schedule of ``task`` enqueues: its name in messages, queue, priority and
-    backend (``None`` for our ``@task``'s)."""
+    backend (``None`` for our ``@redis_task``'s)."""
     registered = task.registered_name
     return {
         "task_name": registered or task.module_path,

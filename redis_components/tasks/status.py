@@ -359,7 +359,7 @@ def _cut(text: str, cut: bool = True) -> str:
 
 
 @dataclass(frozen=True)
-class RunningTask:
+class TaskRun:
     """A task a worker is running now, since ``started_at``."""
 
     task_id: str
@@ -368,7 +368,7 @@ class RunningTask:
     task: str  # its name, "" when its result (which names it) has expired
 
 
-def running_tasks() -> list[RunningTask]:
+def running_tasks() -> list[TaskRun]:
     """Every task running now, by worker (two round trips)."""
     found = []
     for task_id, begun, worker_id, message in TaskStore().running_records():
@@ -376,7 +376,7 @@ def running_tasks() -> list[RunningTask]:
             name = TaskMessage.decode(message).task if message else ""
         except MalformedTask:
             name = ""
-        found.append(RunningTask(task_id, worker_id, keys.utc_from_ms(_int(begun)), name))
+        found.append(TaskRun(task_id, worker_id, keys.utc_from_ms(_int(begun)), name))
     return sorted(found, key=lambda running: running.worker_id)
 
 

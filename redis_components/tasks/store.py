@@ -1,7 +1,7 @@
 """The task store: the one place that sends commands on the task system's keys.
 
 :class:`TaskStore` owns every key, every script call and every parse of a raw reply,
-and returns the task system's types. Both front doors (our ``@task`` and Django's
+and returns the task system's types. Both front doors (our ``@redis_task`` and Django's
 Tasks backend) enqueue through :meth:`TaskStore.enqueue`; workers take, finish and
 recover tasks through :meth:`~TaskStore.fetch` and :meth:`~TaskStore.recover_worker`;
 the operations commands requeue, cancel and purge through it; results, the operations

@@ -12,11 +12,12 @@ import signal
 import sys
 import time
 
-from redis_components import RedisTask, Retry, SoftTimeLimitExceeded, current_task, task
+from redis_components import RedisTask, Retry, current_task, redis_task
 from redis_components.connection import get_client
+from redis_components.exceptions import SoftTimeLimitExceeded
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def record(label: str, pause: float = 0.0) -> None:
     """Count a run of ``label`` (several runs mean duplicates), then sleep ``pause`` seconds."""
     client = get_client()
@@ -28,7 +29,7 @@ def record(label: str, pause: float = 0.0) -> None:
         time.sleep(pause)
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def record_time(label: str) -> None:
     """Record the server's clock (ms) when the task starts."""
     client = get_client()
@@ -36,7 +37,7 @@ def record_time(label: str) -> None:
     client.hset("test:started", label, int(seconds) * 1000 + int(micros) // 1000)
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def slow(label: str, seconds: float) -> None:
     """Mark the start, sleep, mark the end."""
     client = get_client()
@@ -45,14 +46,14 @@ def slow(label: str, seconds: float) -> None:
     client.set(f"test:{label}:finished", os.getpid())
 
 
-@task(queue="test", max_retries=2, retry_backoff=0.01)
+@redis_task(queue="test", max_retries=2, retry_backoff=0.01)
 def fail(label: str) -> None:
     """Fail every time, counting the attempts."""
     get_client().hincrby("{test}:runs", label, 1)
     raise ValueError(f"{label} failed on purpose")
 
 
-@task(queue="test", max_retries=5)
+@redis_task(queue="test", max_retries=5)
 def retry_once(label: str) -> None:
     """Ask for one retry after 10 ms, then succeed."""
     running = current_task()
@@ -62,27 +63,27 @@ def retry_once(label: str) -> None:
         raise Retry(delay=0.01, reason="not yet")
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def crash(label: str) -> None:
     """Kill the worker process running it, as a segfault would."""
     get_client().hincrby("{test}:runs", label, 1)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def add(a: int, b: int) -> int:
     """Return a sum (its result holds it)."""
     return a + b
 
 
-@task(queue="test")
+@redis_task(queue="test")
 async def async_add(a: int, b: int) -> int:
     """An ``async def`` task: the worker runs it on an event loop."""
     await asyncio.sleep(0)
     return a + b
 
 
-@task(queue="test", max_retries=3)
+@redis_task(queue="test", max_retries=3)
 def returns_object(label: str) -> object:
     """Count a run, then return what JSON cannot carry."""
     get_client().hincrby("{test}:runs", label, 1)
@@ -91,12 +92,12 @@ def returns_object(label: str) -> object:
 
 def at(priority: int) -> RedisTask[[str], None]:
     """``record`` with a priority of its own."""
-    return task(name=f"tests.testapp.tasks.record_at_{priority}", queue="test", priority=priority)(
-        record.func
-    )
+    return redis_task(
+        name=f"tests.testapp.tasks.record_at_{priority}", queue="test", priority=priority
+    )(record.func)
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def tick(name: str) -> None:
     """Record which tick of schedule ``name`` this run is for."""
     running = current_task()
@@ -104,7 +105,7 @@ def tick(name: str) -> None:
     get_client().rpush("{test}:ticks", f"{name} {running.message.scheduled_for}")
 
 
-@task(queue="test", time_limit=2, max_retries=1, retry_backoff=0.01)
+@redis_task(queue="test", time_limit=2, max_retries=1, retry_backoff=0.01)
 def forever(label: str) -> None:
     """Count a start, then never end (its time limit stops it)."""
     get_client().hincrby("{test}:runs", label, 1)
@@ -112,7 +113,7 @@ def forever(label: str) -> None:
         time.sleep(0.01)
 
 
-@task(queue="test", soft_time_limit=0.3, time_limit=10)
+@redis_task(queue="test", soft_time_limit=0.3, time_limit=10)
 def slow_but_polite(label: str) -> str:
     """Work until told the soft time limit has passed, then tidy up and return."""
     try:
@@ -123,7 +124,7 @@ def slow_but_polite(label: str) -> str:
         return "stopped in time"
 
 
-@task(queue="test", soft_time_limit=0.005, max_retries=0)
+@redis_task(queue="test", soft_time_limit=0.005, max_retries=0)
 def near_soft_limit(label: str, seconds: float) -> None:
     """Send Redis commands for ``seconds``, about as long as the soft time limit allows.
 
@@ -135,14 +136,14 @@ def near_soft_limit(label: str, seconds: float) -> None:
         client.hincrby("{test}:spins", label, 1)
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def exit_process(label: str) -> None:
     """Count a start, then end the worker process with exit code 0 (no clean-up)."""
     get_client().hincrby("{test}:runs", label, 1)
     os._exit(0)
 
 
-@task(queue="test")
+@redis_task(queue="test")
 def fork_and_exit(label: str) -> int:
     """Fork a child that ends with ``sys.exit(0)``; return the child's exit code."""
     pid = os.fork()
@@ -153,7 +154,7 @@ def fork_and_exit(label: str) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-@task(queue="test", unique_for=60)
+@redis_task(queue="test", unique_for=60)
 def unique_record(label: str) -> None:
     """``record``, but enqueued once per minute for equal arguments."""
     record.func(label)
@@ -165,6 +166,8 @@ def _echo(*args: object, **kwargs: object) -> list[object]:
     return [list(args), kwargs]
 
 
-echo = task(name="tests.testapp.tasks.echo", queue="test")(_echo)
-urgent_echo = task(name="tests.testapp.tasks.urgent_echo", queue="test", priority=7)(_echo)
-unique_echo = task(name="tests.testapp.tasks.unique_echo", queue="test", unique_for=3600)(_echo)
+echo = redis_task(name="tests.testapp.tasks.echo", queue="test")(_echo)
+urgent_echo = redis_task(name="tests.testapp.tasks.urgent_echo", queue="test", priority=7)(_echo)
+unique_echo = redis_task(name="tests.testapp.tasks.unique_echo", queue="test", unique_for=3600)(
+    _echo
+)

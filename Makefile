@@ -13,8 +13,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 LTS := .venv-lts
 LTS_BIN := $(LTS)/bin
+# .venv-oldest  the newest Python >= 3.12, the oldest redis-py allowed and Django 6.0
+OLDEST := .venv-oldest
+OLDEST_BIN := $(OLDEST)/bin
+NO_BROWSER := $(patsubst %,--ignore=%,$(wildcard tests/*_browser.py))
 
-.PHONY: demo test lint docs dist browser gettext legacy-leg clean
+.PHONY: demo test lint docs dist browser gettext legacy-leg valkey-leg oldest-leg clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
@@ -29,6 +33,13 @@ $(LTS)/.installed: pyproject.toml Makefile
 	$(PYTHON_LTS) -m venv $(LTS)
 	$(LTS_BIN)/python -m pip install --quiet --upgrade pip
 	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport]' --group dev 'django>=5.2,<6'
+	@touch $@
+
+$(OLDEST)/.installed: pyproject.toml Makefile
+	rm -rf $(OLDEST)
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST_BIN)/python -m pip install --quiet --upgrade pip
+	$(OLDEST_BIN)/python -m pip install --quiet -e '.[embedded]' --group dev 'redis==6.4.*' 'django==6.0.*'
 	@touch $@
 
 demo: $(VENV)/.installed
@@ -81,6 +92,7 @@ test: lint docs browser gettext
 	RC_TEST_LONG=1 $(BIN)/pytest --cov
 	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append
 	@$(MAKE) --no-print-directory legacy-leg
+	@$(MAKE) --no-print-directory valkey-leg oldest-leg
 	$(BIN)/coverage report
 
 legacy-leg:
@@ -93,5 +105,23 @@ legacy-leg:
 		RC_TEST_CLUSTER=1 $(LTS_BIN)/pytest --cov --cov-append; \
 	fi
 
+# Leg 3: the suite (but the browser tests) on Valkey 8.1, a current server, instead of
+# the bundled Redis 6.2.
+valkey-leg: $(VENV)/.installed
+	@echo "Leg 3: Valkey 8.1"
+	RC_TEST_SERVER=valkey $(BIN)/pytest --cov --cov-append $(NO_BROWSER)
+	RC_TEST_SERVER=valkey RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append $(NO_BROWSER)
+
+# Leg 4: the suite (but the browser tests) on the oldest redis-py allowed, with Django 6.0.
+oldest-leg:
+	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		echo "No Python >= 3.12 here, so Django 6.0 cannot run: leg 4 skipped."; \
+	else \
+		$(MAKE) --no-print-directory $(OLDEST)/.installed && \
+		$(OLDEST_BIN)/python -c 'import django, redis; print("Leg 4: Django", django.get_version(), "redis-py", redis.__version__)' && \
+		$(OLDEST_BIN)/pytest --cov --cov-append $(NO_BROWSER) && \
+		RC_TEST_CLUSTER=1 $(OLDEST_BIN)/pytest --cov --cov-append $(NO_BROWSER); \
+	fi
+
 clean:
-	rm -rf $(VENV) $(LTS) dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) $(LTS) $(OLDEST) dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build

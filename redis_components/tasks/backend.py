@@ -608,6 +608,7 @@ def redis_task(
                 priority=validate_priority(priority),
                 queue_name=validate_queue(queue),
                 backend=OWN_BACKEND,
+                run_after=None,  # Django 6.0's Task has no default for it
                 takes_context=takes_context,
                 registered_name=task_name,
                 max_retries=validate_retries(max_retries),

@@ -19,6 +19,28 @@ if TYPE_CHECKING or django.VERSION >= (6, 0):
 else:
     from django_tasks import TaskContext, task
 
+# Django's @task passes options it does not know to the backend's task_class from 6.1
+# on (and in the backport); Django 6.0's does not, so there the task class is called
+# as Django's @task would call it.
+OPTIONS_THROUGH_DJANGO = django.VERSION >= (6, 1) or django.VERSION < (6, 0)
+
+
+def with_options(**options: Any) -> Any:
+    """Django's ``@task(queue_name="test", **options)`` for our backend."""
+    if OPTIONS_THROUGH_DJANGO:
+        return task(queue_name="test", **options)
+    from redis_components import RedisTask
+
+    return lambda func: RedisTask(
+        func=func,
+        priority=0,
+        queue_name="test",
+        backend="default",
+        run_after=None,
+        takes_context=False,
+        **options,
+    )
+
 
 @task(queue_name="test")
 def multiply(a: int, b: int) -> int:
@@ -88,17 +110,17 @@ def snapshot(context: TaskContext[Any, Any], label: str, defer_first: bool = Fal
         running.defer(0.01)
 
 
-@task(queue_name="test", max_retries=1, retry_backoff=0.01)
+@with_options(max_retries=1, retry_backoff=0.01)
 def explode_with_one_retry(label: str) -> None:
     """Our backend's options on Django's @task (its task_class is RedisTask)."""
     explode.call(label)
 
 
-@task(queue_name="test", unique_for=60)
+@with_options(unique_for=60)
 def record_once(label: str) -> None:
     record.call(label)
 
 
-@task(queue_name="test", time_limit=3, soft_time_limit=1)
+@with_options(time_limit=3, soft_time_limit=1)
 def limited() -> None:
     """Time limits of its own."""

@@ -67,15 +67,15 @@ def semaphore_op(rng: random.Random) -> None:
     semaphore = RedisSemaphore(f"bench:{rng.randrange(NAMES)}", limit=3, timeout=10)
     permit = semaphore.acquire(blocking=True, blocking_timeout=10)
     assert permit is not None
-    semaphore.release(permit)
+    permit.release()
 
 
 def queue_op(rng: random.Random) -> None:
-    from redis_components import task
+    from redis_components import redis_task
 
     global _noop
     if _noop is None:
-        _noop = task(name="bench.noop", queue="bench")(noop)
+        _noop = redis_task(name="bench.noop", queue="bench")(noop)
     _noop.enqueue()
 
 

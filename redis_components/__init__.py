@@ -11,10 +11,10 @@ every exception is in :mod:`redis_components.exceptions`. No name here shadows o
 from __future__ import annotations
 
 import importlib.metadata
-import warnings
 
 from .autocomplete import Guild, RecentContacts
 from .connection import get_async_client, get_client
+from .deprecation import deprecated
 from .exceptions import (
     InvalidInput,
     LockLost,
@@ -135,10 +135,9 @@ def __getattr__(name: str) -> object:
     """Names of 0.1 that moved or were replaced: they work, with a
     ``DeprecationWarning``, until 0.3 (see the changelog)."""
     if name in _MOVED_EXCEPTIONS:
-        warnings.warn(
-            f"redis_components.{name} is deprecated here: import it from "
-            "redis_components.exceptions",
-            DeprecationWarning,
+        deprecated(
+            f"importing {name} from redis_components",
+            "import it from redis_components.exceptions",
             stacklevel=2,
         )
         from . import exceptions

@@ -55,12 +55,13 @@ class LockAlreadyHeld(LockError):
 
 
 class LockNotOwned(LockError, redis.exceptions.LockNotOwnedError):
-    """The caller tried to extend or release a lock it no longer holds (also redis-py's
-    ``LockNotOwnedError``)."""
+    """The caller tried to renew, extend or release a lock it no longer holds (also
+    redis-py's ``LockNotOwnedError``)."""
 
 
-class LockLost(LockError):
-    """The lease of a held lock expired (or was taken over) before the holder was done."""
+class LockLost(LockNotOwned):
+    """The lease of a held lock expired (or was taken over) before the holder was done:
+    raised by ``handle.check()`` and at the end of a ``redis_lock`` block or call."""
 
 
 class SemaphoreError(RedisComponentsError):
@@ -76,7 +77,12 @@ class SemaphoreNotAcquired(SemaphoreError):
 
 
 class SemaphoreNotOwned(SemaphoreError):
-    """The permit had expired before it was refreshed or released."""
+    """The permit had expired (or was released) before it was renewed or released."""
+
+
+class SemaphoreLost(SemaphoreNotOwned):
+    """The permit expired before the holder was done: raised at the end of a
+    ``redis_semaphore`` block or call."""
 
 
 class TaskError(RedisComponentsError):

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, is_cluster, text
+from .deprecation import deprecated
 from .exceptions import (
     ConfigurationError,
     InvalidInput,
@@ -117,7 +118,9 @@ class RedisLock:
     outermost release releases the lock.
 
     ``with RedisLock(...) as handle:`` acquires as :meth:`acquire` does (raising
-    :class:`LockNotAcquired` when it times out) and releases at the end.
+    :class:`LockNotAcquired` when it times out) and releases at the end, raising
+    :class:`LockLost` there if the lease ran out during the block, as ``redis_lock``
+    does.
     """
 
     def __init__(
@@ -259,14 +262,14 @@ class RedisLock:
     def __enter__(self) -> LockHandle:
         return self._entering(self.acquire())
 
-    def __exit__(self, *exc: object) -> None:
-        self._leaving().release()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        _release_all([self._leaving()], ok=exc_type is None)
 
     async def __aenter__(self) -> LockHandle:
         return self._entering(await self.aacquire())
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self._leaving().arelease()
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        await _arelease_all([self._leaving()], ok=exc_type is None)
 
     def _entering(self, handle: LockHandle | None) -> LockHandle:
         if handle is None:
@@ -408,7 +411,7 @@ class LockHandle:
             extended, acknowledged = run_and_wait(get_client(), call, replicas, WAIT_TIMEOUT)
             self._replicated(extended, acknowledged)
         elif self.granted_lease < self.lock.timeout:
-            self.extend()
+            self.renew()
         return self._start()
 
     async def aconfirm(self) -> LockHandle:
@@ -419,7 +422,7 @@ class LockHandle:
             extended, acknowledged = await arun_and_wait(client, call, replicas, WAIT_TIMEOUT)
             self._replicated(extended, acknowledged)
         elif self.granted_lease < self.lock.timeout:
-            await self.aextend()
+            await self.arenew()
         return self._start()
 
     def _replicated(self, extended: object, acknowledged: int) -> None:
@@ -453,7 +456,7 @@ class LockHandle:
         if held.get(self.name) is self:
             _held.set({k: v for k, v in held.items() if k != self.name})
 
-    # -- extend ------------------------------------------------------------------
+    # -- renew and extend -------------------------------------------------------
 
     def _extend_call(self, seconds: float, add: bool = False) -> Call:
         args: list[Arg] = [self.token, ms(seconds), "add" if add else "set"]
@@ -465,8 +468,21 @@ class LockHandle:
             raise LockNotOwned(f"Lock {self.name!r} was lost before it was extended", self.name)
         self.lease_ends = time.monotonic() + int(str(result)) / 1000
 
+    def renew(self) -> None:
+        """Restart the lease: the lock's ``timeout`` from now.
+
+        Raises :class:`LockNotOwned` (and marks the handle lost) if the lease had run out.
+        """
+        script, keys, args = self._extend_call(self.lock.timeout)
+        self._extended(script(get_client(), keys, args))
+
+    async def arenew(self) -> None:
+        script, keys, args = self._extend_call(self.lock.timeout)
+        self._extended(await script.run_async(get_async_client(), keys, args))
+
     def _extension(self, additional_time: float | None, replace_ttl: bool) -> Call:
         if additional_time is None:
+            deprecated("extend() without additional_time", "use renew()", stacklevel=3)
             return self._extend_call(self.lock.timeout)
         seconds = positive_seconds(additional_time, "additional_time")
         return self._extend_call(seconds, add=not replace_ttl)
@@ -474,8 +490,8 @@ class LockHandle:
     def extend(self, additional_time: float | None = None, replace_ttl: bool = False) -> None:
         """Lengthen the lease, as redis-py's ``Lock.extend`` does: add ``additional_time``
         seconds to what is left of it, or, with ``replace_ttl=True``, make it
-        ``additional_time`` seconds from now. Without arguments, renew it: the lock's
-        ``timeout`` from now.
+        ``additional_time`` seconds from now. (Without arguments it renews, as
+        :meth:`renew` does, with a deprecation warning.)
 
         Raises :class:`LockNotOwned` (and marks the handle lost) if the lease had run out.
         """

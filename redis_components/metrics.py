@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 from redis.exceptions import RedisClusterException
 
@@ -200,16 +201,16 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """The Prometheus text format; 404 unless METRICS is on, 401 without the token, 503
     while Redis cannot be reached."""
     if not conf.METRICS:
-        return JsonResponse({"error": "metrics are off (REDIS_COMPONENTS['METRICS'])"}, status=404)
+        off = gettext("Metrics are off (REDIS_COMPONENTS['METRICS']).")
+        return JsonResponse({"error": off}, status=404)
     token = conf.METRICS_TOKEN
     if token is not None and not _authorized(request, token):
-        return JsonResponse({"error": "a valid Bearer token is required"}, status=401)
+        return JsonResponse({"error": gettext("A valid Bearer token is required.")}, status=401)
     try:
         from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
     except ImportError:
-        return JsonResponse(
-            {"error": "prometheus-client is not installed (the [metrics] extra)"}, status=503
-        )
+        missing = gettext("prometheus-client is not installed (the [metrics] extra).")
+        return JsonResponse({"error": missing}, status=503)
     tasks = CollectorRegistry(auto_describe=False)
     tasks.register(TaskCollector())
     _local()
@@ -217,5 +218,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         body = generate_latest(tasks) + generate_latest(REGISTRY)
     except (redis.ConnectionError, redis.TimeoutError, RedisClusterException) as error:
         logger.warning("Metrics scrape: Redis cannot be reached (%s)", error)
-        return JsonResponse({"error": f"Redis cannot be reached: {error}"}, status=503)
+        unreachable = gettext("Redis cannot be reached: %(error)s") % {"error": error}
+        return JsonResponse({"error": unreachable}, status=503)
     return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -3,11 +3,12 @@
 ::
 
     sem = RedisSemaphore("remote-api", limit=5, timeout=10)
-    permit = sem.acquire()                  # a Permit, or None at once when all are taken
+    permit = sem.acquire(blocking=False)    # a Permit, or None at once when all are taken
     ...
-    sem.release(permit)
+    permit.release()
 
-    with redis_semaphore("remote-api", limit=5): ...   # SemaphoreNotAcquired when full
+    with redis_semaphore("remote-api", limit=5, blocking_timeout=3): ...
+                                            # SemaphoreNotAcquired when still full after 3 s
 
     @redis_semaphore("export:{user}", limit=2)          # on a view: HTTP 429 + Retry-After
     def export(request): ...
@@ -30,8 +31,9 @@ client clock can admit an extra holder or steal a permit. Admission is one atomi
 compete); ``fair=True`` is the book's fair one: a release hands the permit straight to
 the longest-waiting acquirer, so waiters are admitted in the order they asked, and the
 owners ZSET and counter keep the book's data (``Permit.counter``). A permit expires
-``timeout`` seconds after it was acquired or last refreshed; ``auto_refresh=True``
-refreshes it every ``timeout / 3`` while held.
+``timeout`` seconds after it was acquired or last renewed; ``auto_renew=True``
+renews it every ``timeout / 3`` while held. Acquire, release and renew follow the
+contract that locks follow (docs/contract.md).
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ from django.utils.translation import gettext_lazy
 from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, text
-from .exceptions import SemaphoreError, SemaphoreNotAcquired, SemaphoreNotOwned
+from .deprecation import deprecated
+from .exceptions import SemaphoreError, SemaphoreLost, SemaphoreNotAcquired, SemaphoreNotOwned
 from .guard import Busy, Guard
 from .keys import integer, key, validate_name
 from .scripts import Arg, Call, load
-from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant
+from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant, wait_seconds
 from .watchdog import watchdog
 
 ACQUIRE, RELEASE, REFRESH, COUNT = "sem_acquire", "sem_release", "sem_refresh", "sem_count"
@@ -59,14 +62,35 @@ def _limit(value: object) -> int:
     return integer(value, "limit")
 
 
+def _blocking(blocking: bool | None, where: str, stacklevel: int = 3) -> bool:
+    """``blocking``, or, when it was not given, today's default (not waiting), with a
+    warning that the default becomes waiting, as a lock's is."""
+    if blocking is not None:
+        return blocking
+    deprecated(
+        f"{where} without blocking=",
+        "from 0.3 a semaphore waits by default (up to blocking_timeout), as a lock does; "
+        "pass blocking=False to keep trying once, or blocking=True to wait",
+        stacklevel=stacklevel,
+    )
+    return False
+
+
+def _auto_renew(auto_renew: bool, auto_refresh: bool | None, stacklevel: int = 3) -> bool:
+    if auto_refresh is None:
+        return auto_renew
+    deprecated("auto_refresh=", "use auto_renew=, as locks do", stacklevel=stacklevel)
+    return auto_refresh
+
+
 class RedisSemaphore:
     """A counting semaphore named ``name`` that admits at most ``limit`` holders.
 
     ``timeout`` (default ``SEMAPHORE_TIMEOUT``) is how long a permit lasts without a
-    refresh: a holder that dies frees its permit then. ``acquire()`` returns ``None`` at
-    once when every permit is taken (the book's "system busy"), or waits up to
-    ``blocking_timeout`` seconds with ``blocking=True``, woken by a release or an expiry,
-    never by polling.
+    renewal: a holder that dies frees its permit then. ``auto_renew=True`` renews it
+    every ``timeout / 3`` while the process lives; if a renewal finds it gone, the
+    permit is marked lost and ``on_lost(permit)`` is called (in the watchdog's thread).
+    ``auto_refresh=`` is the deprecated name of ``auto_renew=``.
     """
 
     def __init__(
@@ -76,8 +100,9 @@ class RedisSemaphore:
         timeout: float | None = None,
         *,
         fair: bool = True,
-        auto_refresh: bool = False,
+        auto_renew: bool = False,
         on_lost: Callable[[Permit], object] | None = None,
+        auto_refresh: bool | None = None,
     ) -> None:
         self.name = validate_name(name, "name")
         self.limit = _limit(limit)
@@ -85,7 +110,7 @@ class RedisSemaphore:
             conf.SEMAPHORE_TIMEOUT if timeout is None else timeout, "timeout"
         )
         self.fair = fair
-        self.auto_refresh = auto_refresh
+        self.auto_renew = _auto_renew(auto_renew, auto_refresh)
         self.on_lost = on_lost
         self.keys = [key("sem", name), *(key("sem", name, part) for part in PARTS)]
 
@@ -93,14 +118,23 @@ class RedisSemaphore:
         return f"<RedisSemaphore {self.name!r} limit={self.limit} fair={self.fair}>"
 
     def acquire(
-        self, blocking: bool = False, blocking_timeout: float | None = None
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> Permit | None:
-        """A permit, or ``None`` if none came free in time (at once unless ``blocking``)."""
-        return self._acquire(blocking, blocking_timeout)[0]
+        """Take a permit; return it, or ``None`` if none came free in time.
+
+        ``blocking=False`` (or ``blocking_timeout=0``) tries once: the book's "system
+        busy". ``blocking=True`` waits at most ``blocking_timeout`` seconds (default
+        ``SEMAPHORE_BLOCKING_TIMEOUT``; ``math.inf``: without a limit), woken by a
+        release or an expiry, never by polling. Not giving ``blocking`` tries once and
+        warns: from 0.3 it waits, as :meth:`RedisLock.acquire` does.
+        """
+        return self._acquire(_blocking(blocking, "acquire()"), blocking_timeout)[0]
 
     async def aacquire(
-        self, blocking: bool = False, blocking_timeout: float | None = None
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> Permit | None:
+        """:meth:`acquire` for asyncio code, on ``redis.asyncio``."""
+        blocking = _blocking(blocking, "aacquire()")
         return (await self._aacquire(blocking, blocking_timeout))[0]
 
     def _acquire(
@@ -136,34 +170,27 @@ class RedisSemaphore:
             if signal is not None and signal != "wake":
                 return await attempt.granted(signal).aholding(), 0.0
 
-    # -- refresh and release ---------------------------------------------------------
-
-    def _refresh_call(self, permit: Permit) -> Call:
-        args: list[Arg] = [permit.token, ms(self.timeout)]
-        return load(REFRESH), self.keys[:2], args
+    # -- the 0.1 forms of renew and release ------------------------------------------
 
     def refresh(self, permit: Permit) -> bool:
-        """Restart the permit's timeout; ``False`` (and removed) if it had expired."""
-        script, keys, args = self._refresh_call(permit)
-        return permit.refreshed(bool(script(get_client(), keys, args)))
+        """Deprecated: use ``permit.renew()``, which raises instead of returning False."""
+        deprecated("RedisSemaphore.refresh(permit)", "use permit.renew()", stacklevel=2)
+        return permit._renew()
 
     async def arefresh(self, permit: Permit) -> bool:
-        script, keys, args = self._refresh_call(permit)
-        return permit.refreshed(bool(await script.run_async(get_async_client(), keys, args)))
-
-    def _release_call(self, permit: Permit) -> Call:
-        fair = "1" if self.fair else "0"
-        args: list[Arg] = [permit.token, self.limit, ms(self.timeout), fair, _prefix()]
-        return load(RELEASE), self.keys, args
+        """Deprecated: use ``await permit.arenew()``."""
+        deprecated("RedisSemaphore.arefresh(permit)", "use permit.arenew()", stacklevel=2)
+        return await permit._arenew()
 
     def release(self, permit: Permit) -> bool:
-        """Give the permit back; ``False`` if it had expired already."""
-        script, keys, args = self._release_call(permit)
-        return permit.released_with(bool(script(get_client(), keys, args)))
+        """Deprecated: use ``permit.release()``, which raises instead of returning False."""
+        deprecated("RedisSemaphore.release(permit)", "use permit.release()", stacklevel=2)
+        return permit._release()
 
     async def arelease(self, permit: Permit) -> bool:
-        script, keys, args = self._release_call(permit)
-        return permit.released_with(bool(await script.run_async(get_async_client(), keys, args)))
+        """Deprecated: use ``await permit.arelease()``."""
+        deprecated("RedisSemaphore.arelease(permit)", "use permit.arelease()", stacklevel=2)
+        return await permit._arelease()
 
     def holders(self) -> int:
         """How many permits are held right now (for monitoring)."""
@@ -186,7 +213,7 @@ class _Attempt(Attempt):
             default = (
                 conf.SEMAPHORE_BLOCKING_TIMEOUT if blocking_timeout is None else blocking_timeout
             )
-            wait = positive_seconds(default, "blocking_timeout")
+            wait = wait_seconds(default, "blocking_timeout")
         super().__init__(wait)
         self.sem = sem
 
@@ -204,20 +231,24 @@ class _Attempt(Attempt):
 
     def granted(self, grant: str) -> Permit:
         counter, token = grant.split(" ", 1)
-        return Permit(self.sem, token, int(counter))
+        return Permit(self.sem, token, int(counter), registration=self.token)
 
 
 class Permit:
-    """One of a semaphore's ``limit`` permits; give it back with ``semaphore.release(permit)``.
+    """One of a semaphore's ``limit`` permits; give it back with :meth:`release`.
 
     ``counter`` is the fair semaphore's counter value at acquisition (0 for a basic one).
-    ``lost`` turns true when a refresh or release finds the permit expired.
+    ``lost`` turns true when a renewal or the release finds the permit expired.
     """
 
-    def __init__(self, semaphore: RedisSemaphore, token: str, counter: int) -> None:
+    def __init__(
+        self, semaphore: RedisSemaphore, token: str, counter: int, registration: str = ""
+    ) -> None:
         self.semaphore = semaphore
         self.token = token
         self.counter = counter
+        # The waiter registration of an acquire that a release handed this permit to.
+        self.registration = registration
         self.released = False
         self._lost = False
 
@@ -237,36 +268,113 @@ class Permit:
     # cancelled task, a signal handler) gives it back first: nobody else could release
     # it, and it would stay taken until it expires.
 
+    # A permit handed over by a release was received by a blocked waiter, whose
+    # registration says it still waits: it is dropped first, or later releases would
+    # hand permits to a waiter that no longer waits, and newcomers would queue behind it.
+    # (A release that runs between the grant and this drop hands one permit too many to
+    # the grant list; the next acquire takes it from there, so none is lost.)
+
     def holding(self) -> Permit:
-        """Start holding a granted permit (count it, refresh it); if that raises, give it
-        back first."""
+        """Start holding a granted permit (stop waiting, count it, renew it); if that
+        raises, give it back first."""
         try:
+            if self.registration:
+                get_client().zrem(self.semaphore.keys[3], self.registration)
             self._start()
         except BaseException:
-            self.semaphore.release(self)
+            self._release()
             raise
         return self
 
     async def aholding(self) -> Permit:
         try:
+            if self.registration:
+                await get_async_client().zrem(self.semaphore.keys[3], self.registration)
             self._start()
         except BaseException:
-            await self.semaphore.arelease(self)
+            await self._arelease()
             raise
         return self
 
     def _start(self) -> None:
         metrics.count("semaphore_grants")
-        if self.semaphore.auto_refresh:
+        if self.semaphore.auto_renew:
             watchdog.add(self)
 
-    def refreshed(self, ok: bool) -> bool:
+    # -- renew and release ---------------------------------------------------------
+
+    def renew(self) -> None:
+        """Restart the permit's lease: ``timeout`` seconds from now.
+
+        Raises :class:`SemaphoreNotOwned` (and marks the permit lost) if it had expired,
+        or if it was released.
+        """
+        self._owned("renewed", self._renew())
+
+    async def arenew(self) -> None:
+        self._owned("renewed", await self._arenew())
+
+    def release(self) -> None:
+        """Give the permit back (a fair semaphore hands it to its longest waiter).
+
+        Raises :class:`SemaphoreNotOwned` if it had expired (someone else may hold it
+        now) or was released already.
+        """
+        self._owned("released", self._release())
+
+    async def arelease(self) -> None:
+        self._owned("released", await self._arelease())
+
+    def _owned(self, what: str, ok: bool) -> None:
+        if not ok:
+            state = "released already" if self.released and not self._lost else "expired"
+            raise SemaphoreNotOwned(
+                f"The permit of semaphore {self.name!r} was {state} before it was {what}",
+                self.name,
+            )
+
+    def _renew_call(self) -> Call:
+        args: list[Arg] = [self.token, ms(self.semaphore.timeout)]
+        return load(REFRESH), self.semaphore.keys[:2], args
+
+    def _renew(self) -> bool:
+        if self.released:
+            return False
+        script, keys, args = self._renew_call()
+        return self._renewed(bool(script(get_client(), keys, args)))
+
+    async def _arenew(self) -> bool:
+        if self.released:
+            return False
+        script, keys, args = self._renew_call()
+        return self._renewed(bool(await script.run_async(get_async_client(), keys, args)))
+
+    def _renewed(self, ok: bool) -> bool:
         if not ok:
             self._lost = True
             watchdog.remove(self)
         return ok
 
-    def released_with(self, ok: bool) -> bool:
+    def _release_call(self) -> Call:
+        sem = self.semaphore
+        fair = "1" if sem.fair else "0"
+        args: list[Arg] = [self.token, sem.limit, ms(sem.timeout), fair, _prefix()]
+        return load(RELEASE), sem.keys, args
+
+    def _release(self) -> bool:
+        """Give the permit back; False if it had expired or was given back already."""
+        if self.released:
+            return False
+        script, keys, args = self._release_call()
+        return self._released(bool(script(get_client(), keys, args)))
+
+    async def _arelease(self) -> bool:
+        if self.released:
+            return False
+        script, keys, args = self._release_call()
+        return self._released(bool(await script.run_async(get_async_client(), keys, args)))
+
+    def _released(self, ok: bool) -> bool:
         self.released = True
         watchdog.remove(self)
         if not ok:
@@ -280,7 +388,7 @@ class Permit:
         return self.semaphore.timeout / 3
 
     def renewal(self) -> Call:
-        return self.semaphore._refresh_call(self)
+        return self._renew_call()
 
     def renewed(self, ok: bool) -> None:
         if not ok and not self.released:
@@ -304,9 +412,10 @@ class SemaphoreScope(Guard[Permit]):
         *,
         timeout: float | None,
         fair: bool,
-        blocking: bool,
+        blocking: bool | None,
         blocking_timeout: float | None,
-        auto_refresh: bool,
+        auto_renew: bool,
+        auto_refresh: bool | None,
         on_lost: Callable[[Permit], object] | None,
         on_busy: Callable[[Busy], Any] | None,
     ) -> None:
@@ -317,13 +426,14 @@ class SemaphoreScope(Guard[Permit]):
                 conf.SEMAPHORE_TIMEOUT if timeout is None else timeout, "timeout"
             ),
             "fair": fair,
-            "auto_refresh": auto_refresh,
             "on_lost": on_lost,
         }
-        self.blocking = blocking
+        if blocking_timeout is not None:
+            wait_seconds(blocking_timeout, "blocking_timeout")
         self.blocking_timeout = blocking_timeout
-        if blocking and blocking_timeout is not None:
-            positive_seconds(blocking_timeout, "blocking_timeout")
+        # Warned about once the arguments are known to be good (redis_semaphore's caller).
+        self.blocking = _blocking(blocking, "redis_semaphore()", stacklevel=4)
+        self.options["auto_renew"] = _auto_renew(auto_renew, auto_refresh, stacklevel=4)
 
     def take(self, names: Sequence[str]) -> Permit | Busy:
         sem = RedisSemaphore(names[0], **self.options)
@@ -336,10 +446,10 @@ class SemaphoreScope(Guard[Permit]):
         return permit if permit is not None else Busy(tuple(names), retry_after)
 
     def give_back(self, taken: Permit, ok: bool) -> None:
-        _report(taken, taken.semaphore.release(taken), ok)
+        _report(taken, taken._release(), ok)
 
     async def agive_back(self, taken: Permit, ok: bool) -> None:
-        _report(taken, await taken.semaphore.arelease(taken), ok)
+        _report(taken, await taken._arelease(), ok)
 
     def not_taken(self, busy: Busy) -> SemaphoreNotAcquired:
         return SemaphoreNotAcquired(
@@ -350,7 +460,7 @@ class SemaphoreScope(Guard[Permit]):
 
 def _report(permit: Permit, released: bool, ok: bool) -> None:
     if not released and ok:
-        raise SemaphoreNotOwned(
+        raise SemaphoreLost(
             f"The permit of semaphore {permit.name!r} expired before the block ended",
             permit.name,
         )
@@ -362,18 +472,22 @@ def redis_semaphore(
     *,
     timeout: float | None = None,
     fair: bool = True,
-    blocking: bool = False,
+    blocking: bool | None = None,
     blocking_timeout: float | None = None,
-    auto_refresh: bool = False,
+    auto_renew: bool = False,
     on_lost: Callable[[Permit], object] | None = None,
     on_busy: Callable[[Busy], Any] | None = None,
+    auto_refresh: bool | None = None,
 ) -> SemaphoreScope:
     """Hold a permit of a semaphore around a block or a function call (sync or async).
 
     As a context manager it yields the :class:`Permit` and raises
-    :class:`SemaphoreNotAcquired` when every permit is taken (at once, or after
-    ``blocking_timeout`` with ``blocking=True``), and :class:`SemaphoreNotOwned` at the
-    end of a block whose permit expired meanwhile. As a decorator, the name is a
+    :class:`SemaphoreNotAcquired` when every permit is taken (at once with
+    ``blocking=False``, or after ``blocking_timeout`` with ``blocking=True``), and
+    :class:`SemaphoreLost` (a :class:`SemaphoreNotOwned`) at the end of a block whose
+    permit expired meanwhile.
+    Not giving ``blocking`` tries once and warns: from 0.3 it waits, as
+    :func:`redis_lock` does. As a decorator, the name is a
     template filled from the call's arguments (and ``{user}`` on a view); when full,
     ``on_busy(busy)`` decides the result, a Django view answers HTTP 429 with
     ``Retry-After``, anything else raises :class:`SemaphoreNotAcquired`.
@@ -385,6 +499,7 @@ def redis_semaphore(
         fair=fair,
         blocking=blocking,
         blocking_timeout=blocking_timeout,
+        auto_renew=auto_renew,
         auto_refresh=auto_refresh,
         on_lost=on_lost,
         on_busy=on_busy,

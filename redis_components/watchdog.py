@@ -1,5 +1,5 @@
-"""One thread per process that keeps leases alive: locks with ``auto_renew``, permits with
-``auto_refresh``.
+"""One thread per process that keeps leases alive: locks and semaphore permits with
+``auto_renew``.
 
 Each lease asks to be renewed every third of its timeout. The thread sleeps until the
 earliest one is due, then renews every due lease in one pipeline of scripts (one round

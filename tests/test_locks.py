@@ -247,7 +247,7 @@ def test_lost_lease_is_reported() -> None:
         handle.check()
     assert handle.lost
     with pytest.raises(LockNotOwned):
-        handle.extend()
+        handle.renew()
     with pytest.raises(LockNotOwned):
         handle.release()
     other.check()  # the stale holder changed nothing
@@ -827,7 +827,7 @@ def test_extend_adds_time_or_replaces_it_as_in_redis_py() -> None:
     assert 4_500 < get_client().pttl("rc:lock:{ext2}") <= 5_000
     handle.extend(1, replace_ttl=True)
     assert 500 < get_client().pttl("rc:lock:{ext2}") <= 1_000
-    handle.extend()  # a renewal: the lock's timeout from now
+    handle.renew()  # the lock's timeout from now
     assert 1_500 < get_client().pttl("rc:lock:{ext2}") <= 2_000
     with pytest.raises(InvalidInput, match="additional_time"):
         handle.extend(0)

@@ -92,8 +92,8 @@ def test_lock_and_semaphore_events_are_counted_in_the_process(client: Client) ->
         held.release()  # handed to the waiter
         thread.join()
         semaphore = RedisSemaphore("counted", 1, timeout=5)
-        permit = semaphore.acquire()
-        assert semaphore.acquire() is None
+        permit = semaphore.acquire(blocking=False)
+        assert semaphore.acquire(blocking=False) is None
         after = counts(scrape(client))
     assert permit is not None
     assert waiter[0] is None
@@ -125,9 +125,9 @@ def test_without_prometheus_client_locks_and_semaphores_still_work(
                 pass
             with redis_lock("uncounted", "and-another", timeout=30):
                 pass
-            permit = RedisSemaphore("uncounted", 1, timeout=30).acquire()
+            permit = RedisSemaphore("uncounted", 1, timeout=30).acquire(blocking=False)
             assert permit is not None
-            permit.semaphore.release(permit)
+            permit.release()
     assert r.exists("rc:lock:{uncounted}", "rc:lock:{and-another}", "rc:sem:{uncounted}") == 0
     [logged] = [record for record in caplog.records if "prometheus-client" in record.message]
     assert logged.levelname == "ERROR"

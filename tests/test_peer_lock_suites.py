@@ -37,7 +37,7 @@ _KEY = (
     "key 'foo' is neither the lock nor a way to take it over"
 )
 _TOKEN = (
-    "gives its own token (token='test'); ours are made by the server, so that no two "
+    "gives its own token (token='test'); ours are random ones the library makes, so that no two "
     "holders can ever share one"
 )
 _SAME_THREAD = (

@@ -39,23 +39,24 @@ def _keys(r: redis.Redis, name: str) -> tuple[set[bytes], set[bytes]]:
 @FAIRNESS
 def test_acquire_up_to_the_limit_then_none(fair: bool, redis_mode: str) -> None:
     sem = RedisSemaphore("api", limit=3, timeout=10, fair=fair)
-    permits = [sem.acquire() for _ in range(3)]
+    permits = [sem.acquire(blocking=False) for _ in range(3)]
     assert all(isinstance(permit, Permit) for permit in permits)
     assert sem.holders() == 3
     started = time.monotonic()
-    assert sem.acquire() is None  # the book's "system busy", at once
+    assert sem.acquire(blocking=False) is None  # the book's "system busy", at once
     assert time.monotonic() - started < 1
     first = permits[0]
     assert first is not None
-    assert sem.release(first)
-    assert not sem.release(first)  # already given back
+    first.release()
+    with pytest.raises(SemaphoreNotOwned, match="released already"):
+        first.release()
     assert sem.holders() == 2
-    assert sem.acquire() is not None
+    assert sem.acquire(blocking=False) is not None
 
 
 def test_fair_permits_carry_growing_counters(r: redis.Redis) -> None:
     sem = RedisSemaphore("counted", limit=2)
-    a, b = sem.acquire(), sem.acquire()
+    a, b = sem.acquire(blocking=False), sem.acquire(blocking=False)
     assert a is not None
     assert b is not None
     assert b.counter == a.counter + 1
@@ -90,52 +91,53 @@ def test_bad_input_is_refused_before_any_redis_call(
 @FAIRNESS
 def test_a_dead_holders_permit_frees_after_its_timeout(fair: bool) -> None:
     sem = RedisSemaphore("short", limit=1, timeout=0.2, fair=fair)
-    assert sem.acquire() is not None  # and never released, as if its process died
-    assert sem.acquire() is None
+    assert sem.acquire(blocking=False) is not None  # and never released, as if its process died
+    assert sem.acquire(blocking=False) is None
     time.sleep(0.25)
-    assert sem.acquire() is not None
+    assert sem.acquire(blocking=False) is not None
 
 
 def test_owners_follow_holders_when_permits_expire(r: redis.Redis) -> None:
     sem = RedisSemaphore("expiring", limit=3, timeout=0.5, fair=True)
-    assert sem.acquire() is not None  # the first permit
+    assert sem.acquire(blocking=False) is not None  # the first permit
     time.sleep(0.3)
-    second = sem.acquire()
+    second = sem.acquire(blocking=False)
     time.sleep(0.3)  # the first expired, the second has 0.2 s left
-    third = sem.acquire()  # sweeps the first from both ZSETs
+    third = sem.acquire(blocking=False)  # sweeps the first from both ZSETs
     assert second is not None
     assert third is not None
     assert _keys(r, "expiring") == ({second.token.encode(), third.token.encode()},) * 2
     time.sleep(0.3)  # the second expired, the third has 0.2 s left
-    assert sem.release(third)  # sweeps the second from both ZSETs
+    third.release()  # sweeps the second from both ZSETs
     assert _keys(r, "expiring") == (set(), set())
 
 
 @FAIRNESS
-def test_refresh_keeps_a_permit_past_its_timeout(fair: bool, r: redis.Redis) -> None:
+def test_renew_keeps_a_permit_past_its_timeout(fair: bool, r: redis.Redis) -> None:
     sem = RedisSemaphore("refreshed", limit=1, timeout=0.3, fair=fair)
-    permit = sem.acquire()
+    permit = sem.acquire(blocking=False)
     assert permit is not None
     for _ in range(4):
         time.sleep(0.15)
-        assert sem.refresh(permit)
-    assert sem.acquire() is None
+        permit.renew()
+    assert sem.acquire(blocking=False) is None
     time.sleep(0.35)
-    assert not sem.refresh(permit)
+    with pytest.raises(SemaphoreNotOwned, match="expired before it was renewed"):
+        permit.renew()
     assert permit.lost
     assert _keys(r, "refreshed") == (set(), set())  # no trace in either ZSET
 
 
 def test_blocking_acquire_is_woken_by_a_release(redis_mode: str) -> None:
     sem = RedisSemaphore("wake", limit=1, timeout=10)
-    holder = sem.acquire()
+    holder = sem.acquire(blocking=False)
     assert holder is not None
     got: list[Permit | None] = []
     thread = threading.Thread(target=lambda: got.append(sem.acquire(True, blocking_timeout=5)))
     thread.start()
     time.sleep(0.2)
     assert thread.is_alive()
-    sem.release(holder)
+    holder.release()
     thread.join(5)
     assert got[0] is not None
     assert sem.holders() == 1
@@ -144,7 +146,7 @@ def test_blocking_acquire_is_woken_by_a_release(redis_mode: str) -> None:
 @FAIRNESS
 def test_blocking_acquire_gives_up_after_its_timeout(fair: bool) -> None:
     sem = RedisSemaphore("full", limit=1, timeout=10, fair=fair)
-    assert sem.acquire() is not None
+    assert sem.acquire(blocking=False) is not None
     started = time.monotonic()
     assert sem.acquire(blocking=True, blocking_timeout=0.3) is None
     assert time.monotonic() - started >= 0.3
@@ -152,7 +154,7 @@ def test_blocking_acquire_gives_up_after_its_timeout(fair: bool) -> None:
 
 def test_fair_semaphore_admits_waiters_in_the_order_they_asked() -> None:
     sem = RedisSemaphore("queue", limit=1, timeout=30)
-    holder = sem.acquire()
+    holder = sem.acquire(blocking=False)
     assert holder is not None
     order: list[int] = []
     permits: dict[int, Permit] = {}
@@ -169,12 +171,12 @@ def test_fair_semaphore_admits_waiters_in_the_order_they_asked() -> None:
         thread.start()
         threads.append(thread)
         time.sleep(0.1)  # so that they ask in this order
-    sem.release(holder)
+    holder.release()
     for n in range(5):
         deadline = time.monotonic() + 10
         while n not in permits and time.monotonic() < deadline:
             time.sleep(0.01)
-        sem.release(permits[n])
+        permits[n].release()
     for thread in threads:
         thread.join(5)
     assert order == [0, 1, 2, 3, 4]
@@ -182,19 +184,9 @@ def test_fair_semaphore_admits_waiters_in_the_order_they_asked() -> None:
 
 @FAIRNESS
 @pytest.mark.parametrize("limit", [1, 2])
-def test_a_granted_waiter_leaves_no_registration_behind(
-    fair: bool, limit: int, request: pytest.FixtureRequest
-) -> None:
-    if fair:  # a known bug, kept visible: strict, so its fix must remove this mark
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="a fair waiter served by a hand-over stays registered until its "
-                "registration lapses, so a release keeps a permit for it",
-            )
-        )
+def test_a_granted_waiter_leaves_no_registration_behind(fair: bool, limit: int) -> None:
     sem = RedisSemaphore("served", limit=limit, timeout=30, fair=fair)
-    holders = [sem.acquire() for _ in range(limit)]
+    holders = [sem.acquire(blocking=False) for _ in range(limit)]
     got: list[Permit | None] = []
     waiter = threading.Thread(target=lambda: got.append(sem.acquire(True, blocking_timeout=10)))
     waiter.start()
@@ -202,50 +194,53 @@ def test_a_granted_waiter_leaves_no_registration_behind(
     assert waiter.is_alive()
     first, *others = holders
     assert first is not None
-    assert sem.release(first)
+    first.release()
     waiter.join(5)
     assert got[0] is not None
     for permit in others:  # releases while the served waiter holds its permit
         assert permit is not None
-        assert sem.release(permit)
-    assert sem.release(got[0])  # at once, well within the wait it had asked for
+        permit.release()
+    got[0].release()  # at once, well within the wait it had asked for
     # Every permit is free: none was handed to a waiter that is no longer waiting.
-    assert all(sem.acquire() is not None for _ in range(limit))
+    assert all(sem.acquire(blocking=False) is not None for _ in range(limit))
     assert sem.holders() == limit
 
 
-def test_auto_refresh_keeps_the_permit_and_reports_loss(r: redis.Redis) -> None:
+def test_auto_renew_keeps_the_permit_and_reports_loss(r: redis.Redis) -> None:
     lost = threading.Event()
     sem = RedisSemaphore(
-        "kept", limit=1, timeout=0.3, auto_refresh=True, on_lost=lambda p: lost.set()
+        "kept", limit=1, timeout=0.3, auto_renew=True, on_lost=lambda p: lost.set()
     )
-    permit = sem.acquire()
+    permit = sem.acquire(blocking=False)
     assert permit is not None
     time.sleep(0.8)
-    assert sem.acquire() is None  # still held
+    assert sem.acquire(blocking=False) is None  # still held
     r.zrem("rc:sem:{kept}", permit.token)  # taken away behind its back
     assert lost.wait(2)
     assert permit.lost
 
 
 def test_context_manager_raises_when_full() -> None:
-    with redis_semaphore("cm", limit=1) as permit:
+    with redis_semaphore("cm", limit=1, blocking=False) as permit:
         assert isinstance(permit, Permit)
         with (
             pytest.raises(SemaphoreNotAcquired, match="'cm' is full"),
-            redis_semaphore("cm", limit=1),
+            redis_semaphore("cm", limit=1, blocking=False),
         ):
             pass
-    with redis_semaphore("cm", limit=1):
+    with redis_semaphore("cm", limit=1, blocking=False):
         pass
 
 
 def test_context_manager_reports_an_expired_permit() -> None:
-    with pytest.raises(SemaphoreNotOwned), redis_semaphore("brief", limit=1, timeout=0.1):
+    with (
+        pytest.raises(SemaphoreNotOwned),
+        redis_semaphore("brief", limit=1, timeout=0.1, blocking=False),
+    ):
         time.sleep(0.2)
 
 
-@redis_semaphore("export:{user}", limit=1, timeout=8)
+@redis_semaphore("export:{user}", limit=1, timeout=8, blocking=False)
 def export(request: HttpRequest) -> HttpResponse:
     return HttpResponse("exported")
 
@@ -254,7 +249,7 @@ def test_view_answers_429_with_retry_after_when_full() -> None:
     request = RequestFactory().get("/export/", HTTP_ACCEPT="application/json")
     request.user = AnonymousUser()
     assert export(request).status_code == 200
-    holder = RedisSemaphore("export:anonymous", limit=1, timeout=8).acquire()
+    holder = RedisSemaphore("export:anonymous", limit=1, timeout=8).acquire(blocking=False)
     assert holder is not None
     response = export(request)
     assert response.status_code == 429
@@ -263,7 +258,7 @@ def test_view_answers_429_with_retry_after_when_full() -> None:
 
 
 def test_decorator_template_needs_its_fields() -> None:
-    @redis_semaphore("job:{missing}", limit=1)
+    @redis_semaphore("job:{missing}", limit=1, blocking=False)
     def job(n: int) -> None:
         pass
 
@@ -274,18 +269,18 @@ def test_decorator_template_needs_its_fields() -> None:
 def test_async_api(redis_mode: str) -> None:
     async def scenario() -> list[object]:
         sem = RedisSemaphore("async", limit=1, timeout=10)
-        permit = await sem.aacquire()
+        permit = await sem.aacquire(blocking=False)
         assert permit is not None
         waiter = asyncio.ensure_future(sem.aacquire(blocking=True, blocking_timeout=5))
         await asyncio.sleep(0.1)
         assert not waiter.done()
-        assert await sem.arefresh(permit)
-        assert await sem.arelease(permit)
+        await permit.arenew()
+        await permit.arelease()
         second = await waiter
         assert second is not None
-        await sem.arelease(second)
+        await second.arelease()
 
-        @redis_semaphore("async:{n}", limit=1)
+        @redis_semaphore("async:{n}", limit=1, blocking=False)
         async def work(n: int) -> int:
             return RedisSemaphore(f"async:{n}", limit=1).holders()
 
@@ -297,13 +292,6 @@ def test_async_api(redis_mode: str) -> None:
 
 
 # -- real processes ------------------------------------------------------------------
-
-
-KEEP_MAX = """
-if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or 0) then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-"""
 
 
 KEEP_MAX = """
@@ -328,7 +316,7 @@ def _use_the_api(fair: bool, skew: float, seconds: float) -> None:
         time.sleep(rng.uniform(0, 0.005))
         client.decr("inside")
         client.incr("acquired")
-        assert sem.release(permit), "a permit was taken away while held"
+        permit.release()  # SemaphoreNotOwned if it was taken away while held
 
 
 @FAIRNESS
@@ -343,7 +331,7 @@ def test_16_processes_never_exceed_the_limit_even_with_skewed_clocks(
 
 
 def _hold_forever(ready: Any) -> None:
-    permit = RedisSemaphore("crash", limit=1, timeout=0.5).acquire()
+    permit = RedisSemaphore("crash", limit=1, timeout=0.5).acquire(blocking=False)
     assert permit is not None
     ready.send(time.monotonic())
     time.sleep(60)
@@ -363,7 +351,7 @@ def test_a_waiter_gets_a_killed_holders_permit_when_it_expires() -> None:
 
 
 def test_one_guard_shared_by_threads_gives_each_exit_its_own_permit() -> None:
-    guard = redis_semaphore("shared-guard", limit=2, timeout=10)
+    guard = redis_semaphore("shared-guard", limit=2, timeout=10, blocking=False)
     permits: dict[str, Permit] = {}
     seen: dict[str, bool] = {}  # what the second thread saw once the first had left
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
@@ -396,7 +384,7 @@ def test_one_guard_shared_by_threads_gives_each_exit_its_own_permit() -> None:
 
 
 def test_one_guard_shared_by_asyncio_tasks_gives_each_exit_its_own_permit() -> None:
-    guard = redis_semaphore("shared-guard", limit=2, timeout=10)
+    guard = redis_semaphore("shared-guard", limit=2, timeout=10, blocking=False)
 
     async def hold(seconds: float) -> Permit:
         async with guard as permit:
@@ -421,11 +409,11 @@ def test_one_guard_shared_by_asyncio_tasks_gives_each_exit_its_own_permit() -> N
 @FAIRNESS
 @pytest.mark.parametrize("waits", [False, True], ids=["free", "handed-over"])
 def test_an_exception_after_the_grant_gives_the_permit_back(fair: bool, waits: bool) -> None:
-    sem = RedisSemaphore("after-grant", limit=1, timeout=30, fair=fair, auto_refresh=True)
+    sem = RedisSemaphore("after-grant", limit=1, timeout=30, fair=fair, auto_renew=True)
     if waits:  # the permit comes free (fair: is handed over) while the acquire waits
-        holder = sem.acquire()
+        holder = sem.acquire(blocking=False)
         assert holder is not None
-        threading.Timer(0.2, sem.release, [holder]).start()
+        threading.Timer(0.2, holder.release).start()
     with counting_fails(), pytest.raises(CountingFails):
         sem.acquire(blocking=True, blocking_timeout=5)
     # Free for the next one (fair, handed over: the grant the release handed on, which the
@@ -438,9 +426,9 @@ def test_an_exception_after_the_grant_gives_the_permit_back_async() -> None:
 
     async def scenario() -> None:
         with pytest.raises(CountingFails):
-            await sem.aacquire()
+            await sem.aacquire(blocking=False)
         with pytest.raises(CountingFails):
-            async with redis_semaphore("after-grant", 1, timeout=30):
+            async with redis_semaphore("after-grant", 1, timeout=30, blocking=False):
                 pass  # pragma: no cover - never entered
         await aclose_async_client()
 

@@ -84,6 +84,11 @@ def catalogs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
         "Redis is unavailable; try again shortly.",
         "Method %(method)s is not allowed here.",
         "You may not search this guild.",
+        "You started too many chats in the last minute; try again shortly.",
+        # metrics.py: what a scraper's operator reads
+        "Metrics are off (REDIS_COMPONENTS['METRICS']).",
+        "A valid Bearer token is required.",
+        "Redis cannot be reached: %(error)s",
         # the admin pages: titles, actions, messages (admin/queues.py)
         "Task queues",
         "Queue %(name)s",

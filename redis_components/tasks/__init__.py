@@ -12,9 +12,9 @@ and recover dead workers' tasks (``lease.py``) and claim the ticks of schedules
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
+from ..deprecation import deprecated
 from .backend import RedisTask, RedisTaskBackend, get_result, redis_task
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer, get_task
@@ -50,9 +50,7 @@ def __getattr__(name: str) -> Any:
     if name not in replaced:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     instead, module, attribute = replaced[name]
-    warnings.warn(
-        f"redis_components.{name} is deprecated: use {instead}", DeprecationWarning, stacklevel=2
-    )
+    deprecated(f"redis_components.{name}", f"use {instead}", stacklevel=2)
     from importlib import import_module
 
     return getattr(import_module(f"{__name__}.{module}"), attribute)

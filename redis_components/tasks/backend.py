@@ -43,7 +43,6 @@ import functools
 import inspect
 import logging
 import math
-import warnings
 from collections.abc import Callable, Iterable
 from typing import (
     TYPE_CHECKING,
@@ -65,6 +64,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
+from ..deprecation import deprecated
 from ..exceptions import (
     InvalidInput,
     TaskError,
@@ -174,19 +174,15 @@ class RedisTask(_DjangoTask, Generic[P, R]):
         callable); a plain call of our ``@redis_task`` works, with a warning, until 0.3."""
         if self.registered_name is None:
             raise TypeError(f"a task is not callable: use {self.name}.call(...)")
-        warnings.warn(
-            f"calling task {self.name!r} is deprecated: use .call(...), as for Django's tasks",
-            DeprecationWarning,
-            stacklevel=2,
+        deprecated(
+            f"calling task {self.name!r}", "use .call(...), as for Django's tasks", stacklevel=2
         )
         return cast("R", self.call(*args, **kwargs))
 
     @property
     def queue(self) -> str:
         """Deprecated: :attr:`queue_name` (Django's name), until 0.3."""
-        warnings.warn(
-            "a task's .queue is deprecated: use .queue_name", DeprecationWarning, stacklevel=2
-        )
+        deprecated("a task's .queue", "use .queue_name", stacklevel=2)
         return self.queue_name
 
     def get_backend(self) -> BaseTaskBackend:

@@ -103,7 +103,10 @@ class Lock:
         if self.handle is None:
             raise NotAcquired(f"Lock {self._name} is not acquired or it already expired.")
         try:
-            self.handle.extend(expire, replace_ttl=True)
+            if expire is None:
+                self.handle.renew()
+            else:
+                self.handle.extend(expire, replace_ttl=True)
         except LockNotOwned as lost:
             raise NotAcquired(str(lost)) from lost
 

@@ -45,7 +45,7 @@ def main() -> None:
 
         def one_by_one(user: str) -> list[Any]:
             counts = chats.unread_counts(user)
-            return [(chat_id, chats.members(chat_id), n) for chat_id, n in counts.items()]
+            return [(chat_id, chats.members(chat_id), n) for chat_id, n in counts.per_chat.items()]
 
         rows, made = [], 0
         for size in (1, 50, 500):

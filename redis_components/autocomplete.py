@@ -29,11 +29,9 @@ from .connection import get_client, text
 from .exceptions import InvalidInput
 
 if TYPE_CHECKING:
-    from django.contrib.auth.base_user import AbstractBaseUser
-    from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    User = str | int | AbstractBaseUser | AnonymousUser
+    from .keys import User
 
 MAX_NAME_LENGTH = 200
 MAX_PREFIX_LENGTH = 100
@@ -205,7 +203,8 @@ class RecentContacts:
 
     One LIST per user, ``<KEY_PREFIX>:contacts:{<user id>}``, keeps at most
     ``capacity`` names (CONTACTS_MAX, 100 by default). ``user`` is a saved Django user
-    or a user id (``str`` or ``int``); contacts are names of 1-200 characters.
+    or its primary key (``str`` or ``int``), as everywhere (:func:`~.keys.user_id`);
+    contacts are names of 1-200 characters.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -250,13 +249,7 @@ class RecentContacts:
 
 
 def _contacts_key(user: User) -> str:
-    if isinstance(user, str) or keys.is_integer(user):
-        ident: object = str(user)
-    else:
-        ident = getattr(user, "pk", None)
-        if ident is None:
-            raise InvalidInput("user", "must be a saved user or a user id")
-    return keys.key("contacts", keys.validate_name(str(ident), "user"))
+    return keys.key("contacts", keys.user_id(user))
 
 
 def members_only(request: HttpRequest, guild: str) -> bool:

@@ -56,6 +56,7 @@ def check_settings(
     errors += _check_queue_limits(merged["TASK_QUEUE_LIMITS"])
     errors += _check_schedules()
     errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
+    errors += _check_user_key(merged["MESSAGING_USER_KEY"])
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):
         errors.append(
@@ -224,6 +225,30 @@ def _check_metrics(on: object, token: object) -> list[CheckMessage]:
             )
         )
     return errors
+
+
+def _check_user_key(value: object) -> list[CheckMessage]:
+    """MESSAGING_USER_KEY is "pk", or the deprecated "username"."""
+    if value == "pk":
+        return []
+    if value == "username":
+        return [
+            Warning(
+                f"{SETTING_NAME}['MESSAGING_USER_KEY'] = 'username' (the chat views of 0.1, "
+                "which name users by username) is deprecated and goes in 0.3.",
+                hint="Run 'manage.py rc_migrate_users' to move the chat data to the users' "
+                "pks, then remove the setting (the default is 'pk').",
+                id="redis_components.W002",
+            )
+        ]
+    return [
+        Error(
+            f"{SETTING_NAME}['MESSAGING_USER_KEY'] is {value!r}; it must be 'pk' or "
+            "'username' (deprecated).",
+            hint="Leave it out: the default, 'pk', identifies users by their primary key.",
+            id="redis_components.E017",
+        )
+    ]
 
 
 def _check_queue_limits(limits: object) -> list[CheckMessage]:

@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     # Mailboxes (messaging.py): the most messages one user's mailbox keeps; sending
     # to a full mailbox drops its oldest message.
     "MAILBOX_MAX_MESSAGES": 1000,
+    # How the chat views identify the signed-in user: "pk" (their primary key, as every
+    # service does), or "username" (0.1's way; deprecated, removed in 0.3: run
+    # `manage.py rc_migrate_users`).
+    "MESSAGING_USER_KEY": "pk",
     # Autocomplete: how many recent contacts each user keeps.
     "CONTACTS_MAX": 100,
     # Autocomplete: the most suggestions one query returns (a larger `limit` is capped).
@@ -180,6 +184,10 @@ class Settings:
     @property
     def MAILBOX_MAX_MESSAGES(self) -> int:
         return int(self.get("MAILBOX_MAX_MESSAGES"))
+
+    @property
+    def MESSAGING_USER_KEY(self) -> str:
+        return str(self.get("MESSAGING_USER_KEY"))
 
     @property
     def CONTACTS_MAX(self) -> int:

@@ -102,9 +102,10 @@ Stop = Callable[[], bool]
 chats = GroupChat(keep_read=False, creates_per_minute=0)  # a chat per channel: read, gone
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class SendProgress:
-    """Where :func:`send_files` is; passed to ``progress`` as it goes, and returned.
+    """Where :func:`send_files` is: a frozen snapshot, a new one passed to ``progress`` as
+    it goes, the last one returned.
 
     ``waiting`` is true while the sender waits for readers (for room, or at the end);
     ``stalled`` names the readers it waits for that have been silent too long;
@@ -125,9 +126,10 @@ class SendProgress:
     elapsed: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class ReceiveProgress:
-    """Where :func:`receive_files` is; passed to ``progress`` as it goes, and returned.
+    """Where :func:`receive_files` is: a frozen snapshot, a new one passed to ``progress``
+    as it goes, the last one returned.
 
     ``bytes_read`` counts the bytes read from Redis (compressed ones, for ``.gz``
     files); ``lines`` the lines of finished files; ``file`` is the file being read.
@@ -377,18 +379,18 @@ class _Sender:
             _retry(lambda: self.channel.client.delete(self.channel.freed), self.stop)
         except _Stopped:
             self._release()
-            self.report.stopped = True
+            self.report = replace(self.report, stopped=True)
         except BaseException:
             self._release()
             raise
-        self.report.waiting = False
+        self.report = replace(self.report, waiting=False)
         self.notify()
         return self.report
 
     def notify(self) -> None:
-        self.report.elapsed = time.monotonic() - self.started
+        self.report = replace(self.report, elapsed=time.monotonic() - self.started)
         if self.progress is not None:
-            self.progress(replace(self.report))
+            self.progress(self.report)
 
     def _call(self, operation: str, *args: scripts.Arg, seqs: Iterable[int] = ()) -> list[Any]:
         """Run one of the sender's operations, as the sender holding the channel."""
@@ -465,7 +467,9 @@ class _Sender:
                 replies = _retry(partial(self.channel.run_many, self.token, calls), self.stop)
                 for reply in replies:
                     self._check(reply, "append")
-                self.report.bytes_sent += offset - copied
+                self.report = replace(
+                    self.report, bytes_sent=self.report.bytes_sent + offset - copied
+                )
                 copied = offset
                 self.notify()
         # Valid text for JSON and the chat, even if the file system's name is not.
@@ -473,30 +477,33 @@ class _Sender:
         info = json.dumps({"name": name, "size": copied, "gzip": name.endswith(".gz")})
         reply = self._call("announce", seq, info, copied, seqs=[seq])
         self.next_seq += 1
-        self.report.files_sent += 1
-        self.report.bytes_total -= size - copied  # the file shrank since it was measured
-        self.report.bytes_in_redis = int(reply[1])
+        self.report = replace(
+            self.report,
+            files_sent=self.report.files_sent + 1,
+            bytes_total=self.report.bytes_total - (size - copied),  # the file shrank meanwhile
+            bytes_in_redis=int(reply[1]),
+        )
         self._tell_readers(f"file {seq}: {json.dumps(name)}")
         self.notify()
 
     def _reserve(self, seq: int, size: int) -> None:
         while True:
             reply = self._call("reserve", seq, size, seqs=[seq])
-            self.report.bytes_in_redis = int(reply[1])
+            self.report = replace(self.report, bytes_in_redis=int(reply[1]))
             if reply[0] == OK:
-                self.report.waiting = False
+                self.report = replace(self.report, waiting=False)
                 return
             self._wait_for_readers()
 
     def _wait_for_readers(self) -> None:
         """Report (or drop) stalled readers, then wait until bytes are freed or a tick."""
-        self.report.waiting = True
+        self.report = replace(self.report, waiting=True)
         reply = self._call("status")
         if reply[0] == NO_CHANNEL:
-            self.report.complete = True
+            self.report = replace(self.report, complete=True)
             return
         used, last_seq, finished_by_all, entries = reply[1:]
-        self.report.bytes_in_redis = int(used)
+        self.report = replace(self.report, bytes_in_redis=int(used))
         stalled = [
             (text(entries[i]), int(entries[i + 1]) / 1000, int(entries[i + 2]))
             for i in range(0, len(entries), 3)
@@ -512,7 +519,7 @@ class _Sender:
                     left,
                     "going on without it" if self.drop_stalled else "still waiting for it",
                 )
-        self.report.stalled = tuple(reader for reader, _, _ in stalled)
+        self.report = replace(self.report, stalled=tuple(reader for reader, _, _ in stalled))
         self.notify()
         if stalled and self.drop_stalled:
             self._drop(self.report.stalled, int(finished_by_all) + 1, int(last_seq))
@@ -526,13 +533,13 @@ class _Sender:
         for reader in map(text, dropped):
             logger.warning("Dropped reader %r of channel %r", reader, self.channel.name)
             self._leave_chat(_reader_account(self.channel.name, reader))
-            self.report.dropped += (reader,)
-        self.report.stalled = tuple(r for r in self.report.stalled if r not in self.report.dropped)
-        self.report.complete = status == COMPLETE
+            self.report = replace(self.report, dropped=(*self.report.dropped, reader))
+        stalled = tuple(r for r in self.report.stalled if r not in self.report.dropped)
+        self.report = replace(self.report, stalled=stalled, complete=status == COMPLETE)
 
     def _finish(self) -> None:
         reply = self._call("finish")
-        self.report.complete = reply[0] == COMPLETE
+        self.report = replace(self.report, complete=reply[0] == COMPLETE)
         self._tell_readers(f"done: {self.report.files_sent} files")
         self._leave_chat(self.account)
 
@@ -594,21 +601,21 @@ class _Receiver:
             while not self.report.finished:
                 self._step()
         except _Stopped:
-            self.report.stopped = True
-        self.report.file = None
+            self.report = replace(self.report, stopped=True)
+        self.report = replace(self.report, file=None)
         self.notify()
         return self.report
 
     def notify(self) -> None:
-        self.report.elapsed = time.monotonic() - self.started
+        self.report = replace(self.report, elapsed=time.monotonic() - self.started)
         if self.progress is not None:
-            self.progress(replace(self.report))
+            self.progress(self.report)
 
     def _step(self) -> None:
         """Read what is announced, say goodbye when the sender is done, or wait."""
         reply = self.heartbeat()
         if reply[0] == FINISHED:
-            self.report.finished = True
+            self.report = replace(self.report, finished=True)
         elif reply[0] == OK:
             finished, last_seq, state = int(reply[1]), int(reply[2]), text(reply[3])
             if finished < last_seq:
@@ -665,7 +672,7 @@ class _Receiver:
             self._read_file(seq, json.loads(info))
 
     def _read_file(self, seq: int, info: dict[str, Any]) -> None:
-        self.report.file = info["name"]
+        self.report = replace(self.report, file=info["name"])
         raw = _StoredFile(self, self.channel.data_key(seq), info["size"])
         stream: io.BufferedReader[io.RawIOBase] = io.BufferedReader(raw, self.read_size)
         if info["gzip"]:
@@ -697,9 +704,12 @@ class _Receiver:
                 )
             )
         self._call("ack", seq, seqs=[seq])
-        self.report.files_done += 1
-        self.report.lines += count
-        self.report.file = None
+        self.report = replace(
+            self.report,
+            files_done=self.report.files_done + 1,
+            lines=self.report.lines + count,
+            file=None,
+        )
         self.notify()
 
     def _say_goodbye(self) -> None:
@@ -709,7 +719,7 @@ class _Receiver:
                 _retry(lambda: chats.leave(self.chat_id, self.account), self.stop)
         _retry(lambda: chats.forget(self.account), self.stop)
         self._call("bye")
-        self.report.finished = True
+        self.report = replace(self.report, finished=True)
 
     def read_block(self, key: str, offset: int, most: int) -> bytes:
         """Up to ``most`` bytes of a stored file; also the heartbeat and stop point."""
@@ -722,7 +732,7 @@ class _Receiver:
             ),
             self.stop,
         )
-        self.report.bytes_read += len(data)
+        self.report = replace(self.report, bytes_read=self.report.bytes_read + len(data))
         self.notify()
         return data
 

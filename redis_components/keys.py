@@ -12,10 +12,18 @@ from __future__ import annotations
 import datetime
 import math
 import unicodedata
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from .conf import conf
 from .exceptions import InvalidInput
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+
+    # How the services take a user: a saved Django user, or its primary key. (An
+    # AnonymousUser is accepted by the type, as request.user, and refused at run time.)
+    User = AbstractBaseUser | AnonymousUser | int | str
 
 MAX_NAME_LENGTH = 1000
 
@@ -44,6 +52,26 @@ def validate_text(value: str, field: str) -> None:
         category = unicodedata.category(char)
         if category in ("Cc", "Cs"):
             raise InvalidInput(field, f"must not contain the control character {char!r}")
+
+
+def user_id(user: User, field: str = "user") -> str:
+    """The one rule for identifying a user in Redis keys and data: their primary key.
+
+    A saved Django user gives ``str(user.pk)``; an ``int`` or a ``str`` is taken as the
+    primary key itself (a ``str`` must be a valid name: see :func:`validate_name`).
+    Anything else (an unsaved user, an anonymous one, ``None``, a bool) raises
+    :class:`InvalidInput` naming ``field``.
+    """
+    if isinstance(user, str):
+        return validate_name(user, field)
+    if is_integer(user):
+        return str(user)
+    if isinstance(user, (bool, bytes, float)) or user is None:
+        raise InvalidInput(field, f"must be a saved user or a user id, not {shorten(user)}")
+    pk = getattr(user, "pk", None)
+    if pk is None:
+        raise InvalidInput(field, "must be a saved user or a user id (this user has no pk)")
+    return validate_name(str(pk), field)
 
 
 def is_integer(value: object) -> TypeGuard[int]:

@@ -8,7 +8,8 @@ to and the user drains.
 
 :class:`GroupChat` keeps, for chat ``42`` and user ``alice``::
 
-    rc:chat:{42}:meta        hash: last_id (the message id counter), public
+    rc:chat:{42}:meta        hash: last_id (the message id counter), public, and
+                             from:<user> -> the last id before a user joined an existing chat
     rc:chat:{42}:members     zset: member -> id of the last message they have seen
     rc:chat:{42}:joins       hash: user -> version of their latest join (kept after leaving)
     rc:chat:{42}:messages    zset: message JSON -> message id
@@ -17,6 +18,13 @@ to and the user drains.
                              ("joined") or of messages she read ("read")
     rc:chat-index:{alice}:versions   alice's join version counter (see :meth:`GroupChat.forget`)
     rc:chat:{next-id}        the chat id counter
+
+Users are identified by their primary key (:func:`~redis_components.keys.user_id`):
+``alice`` above stands for her pk, say ``7``; a message's ``sender`` is the pk too, as a
+string. Every ``user``, ``sender`` and ``recipient(s)`` argument is a saved Django user
+or a pk (``int`` or ``str``), so a renamed user keeps their chats and mailbox. Version 0.1
+keyed them by whatever string it was given (its chat views gave the username); ``manage.py
+rc_migrate_users`` moves such data to the pks.
 
 Every operation on a chat is one call of ``lua/chat.lua`` on the chat's keys, so
 sending (next id + store), fetching (read + mark seen + clean up) and leaving are
@@ -46,15 +54,26 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    Sequence,
+    ValuesView,
+)
+from dataclasses import dataclass, field, fields
 from functools import partial
-from typing import Any, NamedTuple, TypedDict, TypeVar, cast
+from typing import Any, TypeVar, cast, overload
 
 from redis import Redis
 
 from . import keys, scripts
 from .conf import conf
 from .connection import get_client, pubsub, subscribe, text
+from .deprecation import deprecated
 from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, MessagingError, NotAMember
 
 # The statuses that lua/chat.lua returns first.
@@ -67,43 +86,210 @@ CHAT_ID = re.compile(r"[1-9][0-9]{0,17}")
 LINE_BREAKS_AND_TABS = re.compile(r"[\n\r\t]")
 
 
-class Message(TypedDict):
-    """One chat message as members receive it; ``ts`` is the server's time, in seconds."""
+class _OldTuple:
+    """What was a ``NamedTuple`` still unpacks and indexes, with a ``DeprecationWarning``
+    (until 0.3): ``chat_id, messages = pending``, ``summary[2]``."""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, attribute.name) for attribute in fields(cast(Any, self)))
+
+    def _warn(self, use: str) -> None:
+        names = ", ".join(f".{attribute.name}" for attribute in fields(cast(Any, self)))
+        deprecated(f"{use} a {type(self).__name__}", f"read {names}", stacklevel=3)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._warn("unpacking or iterating")
+        return iter(self._fields())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if not isinstance(index, (int, slice)):  # a template's {{ summary.unread }}
+            raise TypeError(f"{type(self).__name__} is not a mapping")
+        self._warn("indexing")
+        return self._fields()[index]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message as members receive it; ``ts`` is the server's time, in seconds.
+
+    :meth:`as_dict` gives the JSON object the chat views send. Reading it as a dict
+    (``message["sender"]``, ``dict(message)``, comparing it with a dict) still works
+    until 0.3, with a ``DeprecationWarning``.
+    """
 
     id: int
     ts: float
     sender: str
     message: str
 
+    def as_dict(self) -> dict[str, Any]:
+        """``{"id", "ts", "message", "sender"}`` (in the order the chat views have always
+        sent), ready for ``json.dumps`` or ``JsonResponse``."""
+        return {"id": self.id, "ts": self.ts, "message": self.message, "sender": self.sender}
 
-class MessageList(list[Message]):
-    """A chat's messages, oldest first; ``missed`` counts unread ones the limits dropped."""
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Message):
+            return self.as_dict() == other.as_dict()
+        if isinstance(other, dict):
+            deprecated("comparing a Message with a dict", "compare message.as_dict()", stacklevel=2)
+            return self.as_dict() == other
+        return NotImplemented
 
-    def __init__(self, messages: Iterable[Message] = (), missed: int = 0) -> None:
-        super().__init__(messages)
-        self.missed = missed
+    # Message was a dict until 0.2.
+    def __getitem__(self, key: str) -> Any:
+        value = self.as_dict()[key]
+        deprecated(f"message[{key!r}]", f"use message.{key}", stacklevel=2)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        deprecated(f"message.get({key!r})", "use the attributes", stacklevel=2)
+        return self.as_dict().get(key, default)
+
+    def keys(self) -> KeysView[str]:
+        deprecated("message.keys() (or dict(message))", "use message.as_dict()", stacklevel=2)
+        return self.as_dict().keys()
+
+    def values(self) -> ValuesView[Any]:
+        deprecated("message.values()", "use message.as_dict()", stacklevel=2)
+        return self.as_dict().values()
+
+    def items(self) -> ItemsView[str, Any]:
+        deprecated("message.items()", "use message.as_dict()", stacklevel=2)
+        return self.as_dict().items()
 
 
-class UnreadCounts(dict[str, int]):
-    """Unread messages per chat id; ``mark`` is a short fingerprint of them, for a client
-    to send back to :meth:`GroupChat.unread_counts` as what it shows."""
+@dataclass(frozen=True, slots=True)
+class MessageList(Sequence[Message]):
+    """A chat's messages (a tuple, oldest first); ``missed`` counts unread ones the limits
+    dropped.
+
+    A sequence: it iterates, indexes, slices and has a length. Comparing it with a list
+    (it was a list until 0.2) still works until 0.3, with a ``DeprecationWarning``;
+    compare ``.messages`` with a tuple, or ``list(...)`` with a list.
+    """
+
+    messages: tuple[Message, ...] = ()
+    missed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(self.messages))
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        return self.messages[index]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessageList):
+            return (self.messages, self.missed) == (other.messages, other.missed)
+        if isinstance(other, list):
+            deprecated(
+                "comparing a MessageList with a list",
+                "compare list(messages), or messages.messages with a tuple",
+                stacklevel=2,
+            )
+            return list(self.messages) == other
+        return NotImplemented
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadCounts:
+    """Unread messages per chat id (``per_chat``); ``mark`` is a short fingerprint of
+    them, for a client to send back to :meth:`GroupChat.unread_counts` as what it shows.
+
+    Reading it as a dict (``counts["42"]``, ``counts.items()``, iterating, comparing it
+    with a dict: it was one until 0.2) still works until 0.3, with a
+    ``DeprecationWarning``: use ``counts.per_chat``.
+    """
+
+    per_chat: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_chat", dict(self.per_chat))  # a snapshot of its own
 
     @property
     def mark(self) -> str:
-        text = json.dumps(sorted(self.items()), separators=(",", ":"))
+        text = json.dumps(sorted(self.per_chat.items()), separators=(",", ":"))
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, UnreadCounts):
+            return self.per_chat == other.per_chat
+        if isinstance(other, Mapping):
+            _old_counts("comparing UnreadCounts with a dict", "compare counts.per_chat")
+            return self.per_chat == other
+        return NotImplemented
 
-class ChatSummary(NamedTuple):
-    """One of a user's chats, as :meth:`GroupChat.chat_list` lists them."""
+    # UnreadCounts was a dict until 0.2.
+    def __getitem__(self, chat_id: str) -> int:
+        count = self.per_chat[chat_id]
+        _old_counts(f"counts[{chat_id!r}]", f"use counts.per_chat[{chat_id!r}]")
+        return count
+
+    def __iter__(self) -> Iterator[str]:
+        _old_counts("iterating UnreadCounts", "iterate counts.per_chat")
+        return iter(self.per_chat)
+
+    def __len__(self) -> int:
+        _old_counts("len() or the truth of UnreadCounts", "use counts.per_chat")
+        return len(self.per_chat)
+
+    def __contains__(self, chat_id: object) -> bool:
+        _old_counts("`in` UnreadCounts", "use `in counts.per_chat`")
+        return chat_id in self.per_chat
+
+    def get(self, chat_id: str, default: int | None = None) -> int | None:
+        _old_counts("counts.get()", "use counts.per_chat.get()")
+        return self.per_chat.get(chat_id, default)
+
+    def keys(self) -> KeysView[str]:
+        _old_counts("counts.keys() (or dict(counts))", "use counts.per_chat")
+        return self.per_chat.keys()
+
+    def values(self) -> ValuesView[int]:
+        _old_counts("counts.values()", "use counts.per_chat.values()")
+        return self.per_chat.values()
+
+    def items(self) -> ItemsView[str, int]:
+        _old_counts("counts.items()", "use counts.per_chat.items()")
+        return self.per_chat.items()
+
+
+def _old_counts(use: str, instead: str) -> None:
+    deprecated(use, instead, stacklevel=3)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSummary(_OldTuple):
+    """One of a user's chats, as :meth:`GroupChat.chat_list` lists them.
+
+    Unpacking or indexing it (it was a ``NamedTuple`` until 0.2) still works until 0.3,
+    with a ``DeprecationWarning``.
+    """
 
     chat_id: str
-    members: list[str]  # sorted by name
+    members: list[str]  # the members' user ids (primary keys), sorted
     unread: int
 
 
-class Pending(NamedTuple):
-    """The new messages of one chat, as :meth:`GroupChat.fetch_pending` returns them."""
+@dataclass(frozen=True, slots=True)
+class Pending(_OldTuple):
+    """The new messages of one chat, as :meth:`GroupChat.fetch_pending` returns them.
+
+    Unpacking it (``for chat_id, messages in pending``) or indexing it (it was a
+    ``NamedTuple`` until 0.2) still works until 0.3, with a ``DeprecationWarning``: read
+    ``.chat_id``, ``.messages`` and ``.missed``.
+    """
 
     chat_id: str
     messages: MessageList
@@ -114,9 +300,66 @@ class Pending(NamedTuple):
         return self.messages.missed
 
 
-class UnreadableMessage(str):
+@dataclass(frozen=True, slots=True)
+class UnreadableMessage:
     """A mailbox entry that is not JSON (written by something other than
-    :meth:`Mailbox.send`): its text, undecodable bytes shown as ``\\x..`` escapes."""
+    :meth:`Mailbox.send`): its ``text``, undecodable bytes shown as ``\\x..`` escapes.
+
+    ``str()`` of it is its text. Using it as a string (it was a ``str`` until 0.2:
+    comparing it with one, its methods, ``len``, indexing, ``in``, ``+``) still works
+    until 0.3, with a ``DeprecationWarning``: use ``.text``.
+    """
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, UnreadableMessage):
+            return self.text == other.text
+        if isinstance(other, str):
+            _old_str("comparing it with a str")
+            return self.text == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.text)  # as the str it was: equal ones hash alike
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and friends probe for these
+            raise AttributeError(name)
+        value = getattr(self.text, name)  # an AttributeError for what str has not
+        _old_str(f".{name}")
+        return value
+
+    def __len__(self) -> int:
+        _old_str("len()")
+        return len(self.text)
+
+    def __getitem__(self, index: int | slice) -> str:
+        _old_str("indexing")
+        return self.text[index]
+
+    def __contains__(self, part: str) -> bool:
+        _old_str("`in`")
+        return part in self.text
+
+    def __iter__(self) -> Iterator[str]:
+        _old_str("iterating")
+        return iter(self.text)
+
+    def __add__(self, other: str) -> str:
+        _old_str("+")
+        return self.text + other
+
+    def __radd__(self, other: str) -> str:
+        _old_str("+")
+        return other + self.text
+
+
+def _old_str(use: str) -> None:
+    deprecated(f"UnreadableMessage as a str ({use})", "use its .text", stacklevel=3)
 
 
 def _mail(item: bytes | str) -> Any:
@@ -134,13 +377,13 @@ class Mailbox:
     drops its oldest. Messages are any JSON value.
     """
 
-    def send(self, recipient: str, message: Any) -> None:
-        """Append ``message`` to ``recipient``'s mailbox.
+    def send(self, recipient: keys.User, message: Any) -> None:
+        """Append ``message`` to ``recipient``'s mailbox (a user or a user's pk).
 
-        Raises :class:`InvalidInput` for a bad user name or a message that is not
+        Raises :class:`InvalidInput` for a bad user or a message that is not
         JSON-serializable; nothing is written then.
         """
-        recipient = keys.validate_name(recipient, "recipient")
+        recipient = keys.user_id(recipient, "recipient")
         try:
             payload = json.dumps(message, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
@@ -151,14 +394,14 @@ class Mailbox:
         pipe.ltrim(key, -conf.MAILBOX_MAX_MESSAGES, -1)
         pipe.execute()
 
-    def fetch(self, user: str) -> list[Any]:
+    def fetch(self, user: keys.User) -> list[Any]:
         """Remove and return every message in ``user``'s mailbox, oldest first.
 
         Reading and emptying are one transaction: of two concurrent fetches, each
         message goes to exactly one. An entry that is not JSON comes back as an
         :class:`UnreadableMessage`: nothing is lost, nothing raises.
         """
-        key = keys.key("mailbox", keys.validate_name(user, "user"))
+        key = keys.key("mailbox", keys.user_id(user))
         pipe = get_client().pipeline(transaction=True)
         pipe.lrange(key, 0, -1)
         pipe.delete(key)
@@ -169,7 +412,8 @@ class Mailbox:
 class GroupChat:
     """Group chats with pull delivery, unread tracking and bounded retention.
 
-    Chat ids are strings of digits. Members get their own messages back from
+    Chat ids are strings of digits; users are saved Django users or their pks, and
+    members and senders come back as pks (strings). Members get their own messages back from
     :meth:`fetch_pending` too, so a client renders one stream in id order. Ids are
     strictly increasing within a chat and :meth:`fetch_pending` never returns a
     message twice to the same member. Bad input raises :class:`InvalidInput`, an
@@ -191,7 +435,12 @@ class GroupChat:
         self.creates_per_minute = creates_per_minute
 
     def create(
-        self, sender: str, recipients: Iterable[str], message: str, *, public: bool = False
+        self,
+        sender: keys.User,
+        recipients: Iterable[keys.User],
+        message: str,
+        *,
+        public: bool = False,
     ) -> str:
         """Create a chat of ``sender`` and ``recipients``, send ``message``, return its id.
 
@@ -199,10 +448,10 @@ class GroupChat:
         the members it was created with are in it (the service's :meth:`join` does
         not ask).
         """
-        sender = keys.validate_name(sender, "sender")
+        sender = keys.user_id(sender, "sender")
         if isinstance(recipients, (str, bytes)):
-            raise InvalidInput("recipients", "must be a list of user names, not a string")
-        named = [keys.validate_name(user, "recipients") for user in recipients]
+            raise InvalidInput("recipients", "must be a list of users, not a string")
+        named = [keys.user_id(user, "recipients") for user in recipients]
         members = list(dict.fromkeys([sender, *named]))
         body = _message_text(message)
         client = get_client()
@@ -220,22 +469,22 @@ class GroupChat:
             )
         return chat_id
 
-    def send(self, chat_id: str, sender: str, message: str) -> int:
+    def send(self, chat_id: str, sender: keys.User, message: str) -> int:
         """Send ``message`` to the chat as ``sender`` and return its id."""
         chat_id = _chat_id(chat_id)
-        sender = keys.validate_name(sender, "sender")
+        sender = keys.user_id(sender, "sender")
         body = _message_text(message)
         reply = _checked(self._run(get_client(), chat_id, "send", sender, body), chat_id, sender)
         return int(reply[1])
 
-    def fetch_pending(self, user: str, *, wait: float = 0) -> list[Pending]:
+    def fetch_pending(self, user: keys.User, *, wait: float = 0) -> list[Pending]:
         """Return ``user``'s unread messages, per chat, and mark them seen.
 
         Only chats with something new are listed, in chat id order. With ``wait``
         (seconds), when nothing is pending, wait up to that long for a message in
         any of the user's chats, or in one they join meanwhile.
         """
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         wait = keys.seconds(wait, "wait")
         client = get_client()
         pending = self._fetch(client, user, self._index(client, user))
@@ -245,7 +494,11 @@ class GroupChat:
         return self._watch(client, user, time.monotonic() + wait, fetch, bool)
 
     def unread_counts(
-        self, user: str, *, wait: float = 0, shown: Mapping[str, int] | str | None = None
+        self,
+        user: keys.User,
+        *,
+        wait: float = 0,
+        shown: UnreadCounts | Mapping[str, int] | str | None = None,
     ) -> UnreadCounts:
         """How many unread messages ``user`` has per chat, without marking any seen.
 
@@ -254,12 +507,12 @@ class GroupChat:
         counts at the call), or when ``wait`` seconds have passed. It listens before it
         looks, so a message sent between two polls is never missed.
         """
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         deadline = time.monotonic() + keys.seconds(wait, "wait")
         client = get_client()
         if not wait:
             return self._counts(client, user, self._index(client, user))
-        baseline = UnreadCounts(shown).mark if isinstance(shown, Mapping) else shown
+        baseline = _mark(shown)
 
         def differs(counts: UnreadCounts) -> bool:
             nonlocal baseline
@@ -268,10 +521,10 @@ class GroupChat:
 
         return self._watch(client, user, deadline, partial(self._counts, client, user), differs)
 
-    def chat_list(self, user: str) -> list[ChatSummary]:
+    def chat_list(self, user: keys.User) -> list[ChatSummary]:
         """Each of ``user``'s chats with its members and unread count, in chat id order,
         marking nothing seen: two round trips for any number of chats."""
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         client = get_client()
         replies = self._on_chats_of(client, user, self._index(client, user), "summary")
         return [
@@ -281,10 +534,10 @@ class GroupChat:
 
     def _counts(self, client: Redis, user: str, index: dict[str, int]) -> UnreadCounts:
         replies = self._on_chats_of(client, user, index, "unread")
-        return UnreadCounts((chat_id, int(reply[1])) for chat_id, reply in replies)
+        return UnreadCounts({chat_id: int(reply[1]) for chat_id, reply in replies})
 
     def history(
-        self, chat_id: str, user: str, before: int | None = None, limit: int = 50
+        self, chat_id: str, user: keys.User, before: int | None = None, limit: int = 50
     ) -> list[Message]:
         """The chat's messages still held, oldest first: the ``limit`` newest below ``before``.
 
@@ -294,7 +547,7 @@ class GroupChat:
         what some member has not read yet.
         """
         chat_id = _chat_id(chat_id)
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         if before is not None and not _positive_int(before):
             raise InvalidInput("before", f"must be a message id (an integer >= 1), not {before!r}")
         if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
@@ -306,7 +559,7 @@ class GroupChat:
         return _decode(reversed(_checked(reply, chat_id, user)[1]))
 
     def messages_after(
-        self, chat_id: str, user: str, after: int = 0, *, wait: float = 0, limit: int = 100
+        self, chat_id: str, user: keys.User, after: int = 0, *, wait: float = 0, limit: int = 100
     ) -> list[Message]:
         """The chat's messages after id ``after``, oldest first (at most ``limit``),
         marking nothing seen: every open page of every member can follow a chat this way.
@@ -316,7 +569,7 @@ class GroupChat:
         that every member has read are gone.
         """
         chat_id = _chat_id(chat_id)
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         if not keys.is_integer(after) or after < 0:
             raise InvalidInput("after", f"must be a message id (an integer >= 0), not {after!r}")
         if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
@@ -342,15 +595,15 @@ class GroupChat:
         reply = self._run(client, chat_id, "since", user, after, limit)
         return _decode(_checked(reply, chat_id, user)[1])
 
-    def mark_read(self, chat_id: str, user: str) -> int:
+    def mark_read(self, chat_id: str, user: keys.User) -> int:
         """Mark everything in the chat read by ``user``; how many messages were unread."""
         chat_id = _chat_id(chat_id)
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         reply = self._run(get_client(), chat_id, "fetch", user, _user_channel(user))
         reply = _checked(reply, chat_id, user)
         return int(reply[1]) + len(reply[2])
 
-    def join(self, chat_id: str, user: str) -> None:
+    def join(self, chat_id: str, user: keys.User) -> None:
         """Add ``user`` to the chat; they will receive the messages sent from now on.
 
         Joining a chat one is in already changes nothing. Joining an unknown chat
@@ -358,7 +611,7 @@ class GroupChat:
         the check and the join, the user's index entry is taken back).
         """
         chat_id = _chat_id(chat_id)
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         client = get_client()
         if not client.exists(_chat_keys(chat_id)[0]):
             raise ChatNotFound(f"no chat {chat_id}")
@@ -368,16 +621,16 @@ class GroupChat:
             self._remove_from_index(client, user, [(chat_id, version)])
         _checked(reply, chat_id, user)
 
-    def leave(self, chat_id: str, user: str) -> None:
+    def leave(self, chat_id: str, user: keys.User) -> None:
         """Remove ``user`` from the chat; the last member to leave deletes it."""
         chat_id = _chat_id(chat_id)
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         client = get_client()
         reply = _checked(self._run(client, chat_id, "leave", user), chat_id, user)
         self._remove_from_index(client, user, [(chat_id, int(reply[1]))])
 
     def members(self, chat_id: str) -> list[str]:
-        """The chat's members, sorted by name."""
+        """The chat's members: their pks, as strings, sorted as strings."""
         chat_id = _chat_id(chat_id)
         names = get_client().zrange(_chat_keys(chat_id)[1], 0, -1)
         if not names:
@@ -392,11 +645,11 @@ class GroupChat:
             raise ChatNotFound(f"no chat {chat_id}")
         return text(flag) == "1"
 
-    def chats_of(self, user: str) -> list[str]:
+    def chats_of(self, user: keys.User) -> list[str]:
         """The ids of the chats ``user`` is a member of, in id order."""
-        return list(self.unread_counts(user))
+        return list(self.unread_counts(user).per_chat)
 
-    def forget(self, user: str) -> bool:
+    def forget(self, user: keys.User) -> bool:
         """Delete ``user``'s join counter once they are in no chat; ``False`` while they are.
 
         Only for accounts that will never again join a chat they were in, such as the
@@ -404,7 +657,7 @@ class GroupChat:
         channel finishes): a chat remembers each member's latest join version, and a
         counter that started again from 1 would make it ignore a new join.
         """
-        user = keys.validate_name(user, "user")
+        user = keys.user_id(user)
         index, versions = keys.key("chat-index", user), keys.key("chat-index", user, "versions")
         return bool(scripts.load("chat_index_forget")(get_client(), [index, versions]))
 
@@ -479,7 +732,7 @@ class GroupChat:
         replies = self._on_chats_of(client, user, index, "fetch", _user_channel(user))
         for chat_id, (_, missed, packed) in replies:
             if packed or missed:
-                pending.append(Pending(chat_id, MessageList(_decode(packed), int(missed))))
+                pending.append(Pending(chat_id, MessageList(tuple(_decode(packed)), int(missed))))
         return pending
 
     def _watch(
@@ -557,7 +810,20 @@ def _user_channel(user: str) -> str:
 
 
 def _decode(packed: Iterable[bytes | str]) -> list[Message]:
-    return [cast(Message, json.loads(item)) for item in packed]
+    messages = []
+    for item in packed:
+        data = json.loads(item)
+        messages.append(Message(data["id"], data["ts"], data["sender"], data["message"]))
+    return messages
+
+
+def _mark(shown: UnreadCounts | Mapping[str, int] | str | None) -> str | None:
+    """The mark of the counts a caller shows, given as counts, a mapping or a mark."""
+    if isinstance(shown, UnreadCounts):
+        return shown.mark
+    if isinstance(shown, Mapping):
+        return UnreadCounts(dict(shown)).mark
+    return shown
 
 
 def _chat_id(value: object) -> str:

@@ -6,11 +6,14 @@ parameter, an anonymous caller a 401, a forbidden one a 403, an unknown chat a 4
 a Redis that does not answer a 503: bad input is never a 500. POST bodies need Django's
 CSRF token (the ``X-CSRFToken`` header); the chat views take JSON objects, the contacts
 view a form. Every view acts as the signed-in user only. An ``error`` text is in the
-user's language (gettext); keys and status codes are not translated.
+user's language (gettext); keys and status codes are not translated. A 400's text is
+the validator's English problem, for developers: a client shows its users its own
+message for the ``field`` it names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -21,7 +24,7 @@ import redis
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -41,6 +44,7 @@ from redis.exceptions import RedisClusterException
 from . import keys
 from .autocomplete import Guild, RecentContacts
 from .conf import conf
+from .deprecation import deprecated
 from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, NotAMember
 from .messaging import GroupChat
 
@@ -77,7 +81,10 @@ class JsonView(View):
             # The same answer whether the chat exists or not: non-members learn nothing.
             return json_error(404, gettext("No such chat among yours."))
         except ChatLimitReached as error:
-            response = json_error(429, str(error))
+            response = json_error(
+                429,
+                gettext("You started too many chats in the last minute; try again shortly."),
+            )
             response["Retry-After"] = str(error.retry_after)
             return response
         except RequestDataTooBig:
@@ -193,13 +200,65 @@ CHAT_MAX_RECIPIENTS = 100
 
 
 class ChatApiView(JsonView):
-    """The chat views' base: JSON bodies, and the requesting user's name."""
+    """The chat views' base: JSON bodies, and who the requesting user is.
+
+    The services know users by their pk; the JSON names them by username, as 0.1 did:
+    bodies name recipients by username, and answers show members and senders by
+    username (see :meth:`answer`).
+    """
 
     chats = GroupChat()
 
     @property
+    def by_username(self) -> bool:
+        """Whether users are known by username, 0.1's way (``MESSAGING_USER_KEY``)."""
+        if conf.MESSAGING_USER_KEY != "username":
+            return False
+        deprecated(
+            "MESSAGING_USER_KEY = 'username'",
+            "run 'manage.py rc_migrate_users', then remove the setting (the default is 'pk')",
+            stacklevel=2,
+        )
+        return True
+
+    @property
     def user(self) -> str:
-        return self.request.user.get_username()
+        """The requesting user as the services know them: their pk."""
+        if self.by_username:
+            return self.request.user.get_username()
+        return keys.user_id(self.request.user)
+
+    def users_named(self, names: list[str]) -> list[str]:
+        """The users called ``names`` (usernames) as the services know them; an unknown
+        name is :class:`InvalidInput`."""
+        found = _users_named(names)
+        return names if self.by_username else [found[name] for name in names]
+
+    def answer(self, data: dict[str, Any], status: int = 200) -> JsonResponse:
+        """``data`` as JSON, its users shown by username: the ``members`` list, and the
+        ``sender`` of each message in ``messages`` or in each of the ``chats``. One query
+        for the whole answer; a user who no longer exists (deleted, or whose 0.1 data was
+        not migrated) shows as ``(unknown user <id>)``. Members are sorted by name."""
+        if self.by_username:
+            return JsonResponse(data, status=status)
+        lists = [data.get("messages", [])]
+        lists += [chat.get("messages", []) for chat in data.get("chats", [])]
+        ids = set(data.get("members", []))
+        ids.update(message["sender"] for messages in lists for message in messages)
+        names = _usernames(ids)
+        shown = dict(data)
+        if "members" in shown:
+            shown["members"] = sorted(names[member] for member in shown["members"])
+        if "messages" in shown:
+            shown["messages"] = _named_senders(shown["messages"], names)
+        if "chats" in shown:
+            shown["chats"] = [
+                chat | {"messages": _named_senders(chat["messages"], names)}
+                if "messages" in chat
+                else chat
+                for chat in shown["chats"]
+            ]
+        return JsonResponse(shown, status=status)
 
     def body(self) -> dict[str, Any]:
         """The request's JSON object; an empty body is an empty object."""
@@ -231,7 +290,7 @@ class ChatListView(ChatApiView):
         counts = self.chats.unread_counts(
             self.user, wait=_wait_parameter(request), shown=request.GET.get("shown")
         )
-        chats = [{"id": key, "unread": n} for key, n in counts.items()]
+        chats = [{"id": key, "unread": n} for key, n in counts.per_chat.items()]
         return JsonResponse({"chats": chats, "mark": counts.mark})
 
     def post(self, request: HttpRequest) -> HttpResponse:
@@ -242,12 +301,12 @@ class ChatListView(ChatApiView):
             raise InvalidInput("recipients", "must be a list of user names")
         if len(recipients) > CHAT_MAX_RECIPIENTS:
             raise InvalidInput("recipients", f"must name at most {CHAT_MAX_RECIPIENTS} users")
-        _require_existing_users([keys.validate_name(name, "recipients") for name in recipients])
+        users = self.users_named([keys.validate_name(name, "recipients") for name in recipients])
         public = data.get("public", False)
         if not isinstance(public, bool):
             raise InvalidInput("public", "must be true or false")
-        chat_id = self.chats.create(self.user, recipients, data.get("message", ""), public=public)
-        return JsonResponse({"id": chat_id, "members": self.chats.members(chat_id)}, status=201)
+        chat_id = self.chats.create(self.user, users, data.get("message", ""), public=public)
+        return self.answer({"id": chat_id, "members": self.chats.members(chat_id)}, status=201)
 
 
 class ChatDetailView(ChatApiView):
@@ -256,7 +315,7 @@ class ChatDetailView(ChatApiView):
     def get(self, request: HttpRequest, chat_id: int) -> HttpResponse:
         key = str(chat_id)
         members = self.member_of(key)
-        return JsonResponse({"id": key, "members": members, "public": self.chats.is_public(key)})
+        return self.answer({"id": key, "members": members, "public": self.chats.is_public(key)})
 
 
 class ChatMessagesView(ChatApiView):
@@ -273,12 +332,12 @@ class ChatMessagesView(ChatApiView):
                 wait=_wait_parameter(request),
                 limit=100 if limit is None else limit,
             )
-            return JsonResponse({"messages": messages})
+            return self.answer({"messages": [message.as_dict() for message in messages]})
         before = int_parameter(request, "before")
         messages = self.chats.history(
             str(chat_id), self.user, before, 50 if limit is None else limit
         )
-        return JsonResponse({"messages": messages})
+        return self.answer({"messages": [message.as_dict() for message in messages]})
 
     def post(self, request: HttpRequest, chat_id: int) -> HttpResponse:
         message_id = self.chats.send(str(chat_id), self.user, self.body().get("message", ""))
@@ -320,10 +379,14 @@ class ChatPendingView(ChatApiView):
             raise InvalidInput("wait", f"must be a number of seconds from 0 to {CHAT_MAX_WAIT:g}")
         pending = self.chats.fetch_pending(self.user, wait=wait)
         chats = [
-            {"id": chat_id, "messages": messages, "missed": messages.missed}
-            for chat_id, messages in pending
+            {
+                "id": chat.chat_id,
+                "messages": [message.as_dict() for message in chat.messages],
+                "missed": chat.missed,
+            }
+            for chat in pending
         ]
-        return JsonResponse({"chats": chats})
+        return self.answer({"chats": chats})
 
 
 class ChatJoinView(ChatApiView):
@@ -334,7 +397,7 @@ class ChatJoinView(ChatApiView):
         if not self.chats.is_public(key) and self.user not in self.chats.members(key):
             raise NotAMember(f"chat {key} is invite-only")  # answered as if it did not exist
         self.chats.join(key, self.user)
-        return JsonResponse({"id": key, "members": self.chats.members(key)})
+        return self.answer({"id": key, "members": self.chats.members(key)})
 
 
 class ChatLeaveView(ChatApiView):
@@ -345,14 +408,36 @@ class ChatLeaveView(ChatApiView):
         return JsonResponse({"id": str(chat_id)})
 
 
-def _require_existing_users(names: list[str]) -> None:
-    """Refuse names that are not users of the site: a chat is among its users."""
+def _users_named(names: list[str]) -> dict[str, str]:
+    """``{username: pk}`` for ``names``; names that are not users of the site are refused
+    (:class:`InvalidInput`): a chat is among its users."""
     user_model = get_user_model()
     field = user_model.USERNAME_FIELD
     found = user_model._default_manager.filter(**{f"{field}__in": names})
-    unknown = sorted(set(names) - {str(name) for name in found.values_list(field, flat=True)})
+    pks = {str(name): str(pk) for name, pk in found.values_list(field, "pk")}
+    unknown = sorted(set(names) - set(pks))
     if unknown:
         raise InvalidInput("recipients", f"no such user: {', '.join(unknown)}")
+    return pks
+
+
+def _usernames(ids: set[str]) -> dict[str, str]:
+    """``{pk: username}`` for the users ``ids`` (one query); an id that is no user's shows
+    as ``(unknown user <id>)``."""
+    user_model = get_user_model()
+    pk_field = user_model._meta.pk
+    wanted: dict[Any, str] = {}
+    for ident in ids:
+        with contextlib.suppress(ValidationError):  # not a pk of this model: 0.1 data, say
+            wanted[pk_field.to_python(ident) if pk_field else ident] = ident
+    found = user_model._default_manager.filter(pk__in=wanted)
+    rows = found.values_list("pk", user_model.USERNAME_FIELD)
+    names = {wanted[pk]: str(name) for pk, name in rows}
+    return {ident: names.get(ident, f"(unknown user {ident})") for ident in ids}
+
+
+def _named_senders(messages: list[Any], names: dict[str, str]) -> list[Any]:
+    return [{**message, "sender": names[message["sender"]]} for message in messages]
 
 
 # -- task queues (the tasks package): their numbers for monitoring scripts ----------------

@@ -64,7 +64,7 @@ def open_chat(browser: Any, site: str, name: str, chat_id: str) -> None:
 def test_messages_appear_live_in_every_tab_of_every_member_and_a_reload_keeps_them(
     site: str, browser: Any, new_browser: Callable[[], Any]
 ) -> None:
-    [chat_id] = GroupChat().chats_of("alice")
+    [chat_id] = GroupChat().chats_of(user_id("alice"))
     alice, bob, bob_again = browser, new_browser(), new_browser()
     for name, tab in (("alice", alice), ("bob", bob), ("bob", bob_again)):
         open_chat(tab, site, name, chat_id)
@@ -85,16 +85,16 @@ def test_the_chat_list_counts_unread_messages_live(site: str, browser: Any) -> N
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.wait import WebDriverWait
 
-    [chat_id] = GroupChat().chats_of("bob")
-    GroupChat().fetch_pending("bob")  # nothing unread: no badge
+    [chat_id] = GroupChat().chats_of(user_id("bob"))
+    GroupChat().fetch_pending(user_id("bob"))  # nothing unread: no badge
     log_in(browser, site, "bob")
     browser.get(f"{site}/chats/")
     badge = browser.find_element(By.CSS_SELECTOR, f'[data-unread="{chat_id}"]')
     assert not badge.is_displayed()
     time.sleep(0.5)
-    GroupChat().send(chat_id, "carol", "are you there?")
+    GroupChat().send(chat_id, user_id("carol"), "are you there?")
     WebDriverWait(browser, 5).until(lambda _: badge.is_displayed() and badge.text == "1")
-    GroupChat().mark_read(chat_id, "bob")  # read elsewhere (another tab): no badge
+    GroupChat().mark_read(chat_id, user_id("bob"))  # read elsewhere (another tab): no badge
     WebDriverWait(browser, 5).until(lambda _: not badge.is_displayed())
 
 
@@ -150,9 +150,10 @@ def test_a_new_chat_picks_a_recent_contact_from_the_autocomplete(site: str, brow
     browser.find_element(By.ID, "first-message").send_keys("hello carol")
     browser.find_element(By.CSS_SELECTOR, "[data-new-chat] button").click()
     WebDriverWait(browser, 10).until(lambda b: "hello carol" in shown_messages(b))
-    [new_chat] = set(GroupChat().chats_of("carol")) - set(GroupChat().chats_of("bob"))
+    carol, bob = user_id("carol"), user_id("bob")
+    [new_chat] = set(GroupChat().chats_of(carol)) - set(GroupChat().chats_of(bob))
     assert browser.current_url.endswith(f"/chats/{new_chat}/")
-    assert GroupChat().members(new_chat) == ["alice", "carol"]
+    assert GroupChat().members(new_chat) == sorted([str(user_id("alice")), str(carol)])
 
 
 def test_the_market_pages_past_a_hundred_listings(site: str, browser: Any) -> None:

@@ -75,7 +75,7 @@ def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     held = lock.acquire()
     assert held is not None
     semaphore = RedisSemaphore("failover", limit=2, timeout=60)
-    assert semaphore.acquire() is not None
+    assert semaphore.acquire(blocking=False) is not None
     for n in range(TASKS):
         tasks.record.enqueue(f"t{n}", 0.02)  # each returns once the replica has it
     chat_id = GroupChat().create("alice", ["bob"], "before")
@@ -97,12 +97,12 @@ def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     assert again.fence > held.fence
     again.release()
     # The semaphore still admits no more than its limit.
-    assert retrying(semaphore.acquire) is not None
-    assert semaphore.acquire() is None
+    assert retrying(lambda: semaphore.acquire(blocking=False)) is not None
+    assert semaphore.acquire(blocking=False) is None
     # The chat goes on.
     GroupChat().send(chat_id, "alice", "after")
-    [(_, messages)] = GroupChat().fetch_pending("bob")
-    assert [m["message"] for m in messages][-1] == "after"
+    [pending] = GroupChat().fetch_pending("bob")
+    assert [m.message for m in pending.messages][-1] == "after"
     # The worker reconnected by itself and ran every acknowledged task.
     wait_until(lambda: len(runs()) == TASKS, worker.output, timeout=60)
     assert set(runs()) == {f"t{n}" for n in range(TASKS)}

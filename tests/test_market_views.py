@@ -221,7 +221,8 @@ def test_chat_pages(users: dict[str, int]) -> None:
     assert b"data-chat-app" in page.content
     outsider = login("dave").get(f"/chats/{chat_id}/", follow=True)
     assert flash(outsider) == [f"You are not in chat {chat_id}."]
-    assert GroupChat().unread_counts("bob") == {chat_id: 1}  # looking marks nothing read
+    counts = GroupChat().unread_counts(users["bob"])
+    assert counts.per_chat == {chat_id: 1}  # looking marks nothing read
 
 
 def test_message_someone_from_the_contacts_page(users: dict[str, int]) -> None:
@@ -232,7 +233,7 @@ def test_message_someone_from_the_contacts_page(users: dict[str, int]) -> None:
     response = alice.post("/contacts/", {"to": "dave", "message": "Is the lantern still yours?"})
     assert response.status_code == 302
     chat_id = response["Location"].rstrip("/").rsplit("/", 1)[1]
-    assert GroupChat().members(chat_id) == ["alice", "dave"]
+    assert GroupChat().members(chat_id) == sorted([str(users["alice"]), str(users["dave"])])
     assert RecentContacts().all(users["alice"])[0] == "dave"
     for to, problem in (("nobody", "There is no user called 'nobody'."), ("alice", "yourself")):
         refused = alice.post("/contacts/", {"to": to, "message": "hi"}, follow=True)
@@ -273,11 +274,12 @@ def test_notices_of_any_shape_are_all_shown_and_none_lost(
 ) -> None:
     from redis_components import Mailbox
 
-    Mailbox().send("bob", {"text": "Your lamp sold."})
-    Mailbox().send("bob", ["not", "a", "notice"])
-    Mailbox().send("bob", {"text": 5})
-    r.rpush("rc:mailbox:{bob}", b"\xff junk")
-    Mailbox().send("bob", {"text": "Your rug sold."})
+    bob = users["bob"]
+    Mailbox().send(bob, {"text": "Your lamp sold."})
+    Mailbox().send(bob, ["not", "a", "notice"])
+    Mailbox().send(bob, {"text": 5})
+    r.rpush(f"rc:mailbox:{{{bob}}}", b"\xff junk")
+    Mailbox().send(bob, {"text": "Your rug sold."})
     page = login("bob").get("/notices/")
     assert page.status_code == 200
     shown = [notice.text for notice in page.context["notices"]]
@@ -287,7 +289,7 @@ def test_notices_of_any_shape_are_all_shown_and_none_lost(
     assert '(a message of an unexpected shape: ["not", "a", "notice"])' in shown
     assert '(a message of an unexpected shape: {"text": 5})' in shown
     assert "(a message that could not be read: \\xff junk)" in shown
-    assert r.llen("rc:mailbox:{bob}") == 0
+    assert r.llen(f"rc:mailbox:{{{bob}}}") == 0
 
 
 def test_pages_say_redis_is_unavailable_then_recover_by_themselves(
@@ -442,7 +444,7 @@ def test_page_views_write_nothing_to_redis(
     writing = {
         name for name, info in r.command().items() if {"write", "may_replicate"} & {*info["flags"]}
     }
-    [chat] = GroupChat().chat_list("alice")
+    [chat] = GroupChat().chat_list(users["alice"])
     pages = ["/", "/login/", "/market/", "/market/?sort=seller", "/inventory/", "/contacts/"]
     pages += ["/guild/?member=Ada+Abbott", "/notices/", "/chats/"]
     for name, chats in (("alice", [f"/chats/{chat.chat_id}/"]), ("frank", [])):

@@ -29,7 +29,7 @@ def snapshot(r: redis.Redis) -> dict[bytes, bytes]:
 
 
 def ids(pending: list[Pending]) -> dict[str, list[int]]:
-    return {chat_id: [message["id"] for message in messages] for chat_id, messages in pending}
+    return {chat.chat_id: [message.id for message in chat.messages] for chat in pending}
 
 
 def chat_keys(r: redis.Redis, chat_id: str) -> list[bytes]:
@@ -44,13 +44,14 @@ def test_the_books_scenario(redis_mode: str, r: redis.Redis) -> None:
     assert chats.members(chat_id) == ["alice", "bob", "carol"]
     assert chats.send(chat_id, "bob", "hi all") == 2
 
-    [(fetched_chat, messages)] = chats.fetch_pending("carol")
-    assert fetched_chat == chat_id
-    assert [(m["id"], m["sender"], m["message"]) for m in messages] == [
+    [pending] = chats.fetch_pending("carol")
+    assert pending.chat_id == chat_id
+    messages = pending.messages
+    assert [(m.id, m.sender, m.message) for m in messages] == [
         (1, "alice", "hello"),
         (2, "bob", "hi all"),
     ]
-    assert all(isinstance(m["ts"], (int, float)) for m in messages)
+    assert all(isinstance(m.ts, (int, float)) for m in messages)
     assert chats.fetch_pending("carol") == []  # nothing twice
     assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 2  # alice and bob have not read yet
 
@@ -91,26 +92,26 @@ def test_unread_counts_mark_nothing_seen(redis_mode: str) -> None:
     first = chats.create("alice", ["carol"], "one")
     second = chats.create("bob", ["carol"], "two")
     chats.send(second, "bob", "three")
-    assert chats.unread_counts("carol") == {first: 1, second: 2}
-    assert chats.unread_counts("carol") == {first: 1, second: 2}
+    assert chats.unread_counts("carol").per_chat == {first: 1, second: 2}
+    assert chats.unread_counts("carol").per_chat == {first: 1, second: 2}
     assert ids(chats.fetch_pending("carol")) == {first: [1], second: [1, 2]}
-    assert chats.unread_counts("carol") == {first: 0, second: 0}
+    assert chats.unread_counts("carol").per_chat == {first: 0, second: 0}
     assert chats.fetch_pending("carol") == []
 
 
 def test_chats_are_listed_in_id_order() -> None:
     created = [chats.create("alice", [], f"chat {n}") for n in range(12)]
     assert chats.chats_of("alice") == created
-    assert [chat_id for chat_id, _ in chats.fetch_pending("alice")] == created
-    assert list(chats.unread_counts("alice")) == created
+    assert [pending.chat_id for pending in chats.fetch_pending("alice")] == created
+    assert list(chats.unread_counts("alice").per_chat) == created
 
 
 def test_a_sender_gets_their_own_messages_back_in_order() -> None:
     chat_id = chats.create("alice", ["bob"], "hello")
     chats.send(chat_id, "bob", "one")
     chats.send(chat_id, "alice", "two")
-    [(_, messages)] = chats.fetch_pending("alice")
-    assert [(m["sender"], m["message"]) for m in messages] == [
+    [pending] = chats.fetch_pending("alice")
+    assert [(m.sender, m.message) for m in pending.messages] == [
         ("alice", "hello"),
         ("bob", "one"),
         ("alice", "two"),
@@ -120,16 +121,17 @@ def test_a_sender_gets_their_own_messages_back_in_order() -> None:
 def test_unicode_and_line_breaks_survive(redis_mode: str) -> None:
     text = 'Grüße {from} "ü" \\ / 🎉\nline two\ttab'
     chat_id = chats.create("zoë {x}", ["李"], text)
-    [(_, [message])] = chats.fetch_pending("李")
-    assert message["message"] == text
-    assert message["sender"] == "zoë {x}"
+    [pending] = chats.fetch_pending("李")
+    [message] = pending.messages
+    assert message.message == text
+    assert message.sender == "zoë {x}"
     assert chats.members(chat_id) == sorted(["zoë {x}", "李"])
 
 
-def test_pending_is_a_pair_that_also_says_what_was_missed() -> None:
+def test_pending_holds_the_chat_its_messages_and_what_was_missed() -> None:
     chat_id = chats.create("alice", [], "hello")
     [pending] = chats.fetch_pending("alice")
-    assert pending == (chat_id, [pending.messages[0]])
+    assert pending == Pending(chat_id, MessageList((pending.messages[0],)))
     assert isinstance(pending.messages, MessageList)
     assert pending.missed == pending.messages.missed == 0
 
@@ -310,7 +312,7 @@ def test_the_cap_bounds_a_chat_with_a_member_who_never_reads(r: redis.Redis) -> 
             chats.fetch_pending("bob")
             assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") <= 5
         [pending] = chats.fetch_pending("carol")
-        assert [m["id"] for m in pending.messages] == [17, 18, 19, 20, 21]
+        assert [m.id for m in pending.messages] == [17, 18, 19, 20, 21]
         assert pending.missed == 16
         assert chats.fetch_pending("carol") == []
         chats.fetch_pending("alice")
@@ -325,7 +327,7 @@ def test_a_member_who_missed_everything_is_told(r: redis.Redis) -> None:
         chats.fetch_pending("alice")
         r.zremrangebyrank(f"rc:chat:{{{chat_id}}}:messages", 0, -1)  # as if all aged out
         [pending] = chats.fetch_pending("carol")
-        assert (pending.chat_id, pending.messages, pending.missed) == (chat_id, [], 4)
+        assert (pending.chat_id, list(pending.messages), pending.missed) == (chat_id, [], 4)
         assert chats.fetch_pending("carol") == []
 
 
@@ -333,11 +335,11 @@ def test_the_age_limit_drops_old_messages(r: redis.Redis) -> None:
     with override_settings(REDIS_COMPONENTS={"CHAT_MAX_AGE": 0.3}):
         chat_id = chats.create("alice", ["carol"], "old")
         time.sleep(0.4)
-        assert chats.unread_counts("carol") == {chat_id: 0}
+        assert chats.unread_counts("carol").per_chat == {chat_id: 0}
         chats.send(chat_id, "alice", "new")
         assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 1
         [pending] = chats.fetch_pending("carol")
-        assert [m["message"] for m in pending.messages] == ["new"]
+        assert [m.message for m in pending.messages] == ["new"]
         assert pending.missed == 1
 
 
@@ -348,11 +350,11 @@ def test_history_pages_back_without_marking_anything_seen(redis_mode: str) -> No
     chat_id = chats.create("alice", ["bob"], "m1")
     for n in range(2, 7):
         chats.send(chat_id, "alice", f"m{n}")
-    assert [m["id"] for m in chats.history(chat_id, "bob", limit=2)] == [5, 6]
-    assert [m["id"] for m in chats.history(chat_id, "bob", before=5, limit=2)] == [3, 4]
-    assert [m["id"] for m in chats.history(chat_id, "bob", before=2)] == [1]
+    assert [m.id for m in chats.history(chat_id, "bob", limit=2)] == [5, 6]
+    assert [m.id for m in chats.history(chat_id, "bob", before=5, limit=2)] == [3, 4]
+    assert [m.id for m in chats.history(chat_id, "bob", before=2)] == [1]
     assert chats.history(chat_id, "bob", before=1) == []
-    assert chats.unread_counts("bob") == {chat_id: 6}
+    assert chats.unread_counts("bob").per_chat == {chat_id: 6}
 
 
 # Bad input
@@ -364,7 +366,8 @@ def test_history_pages_back_without_marking_anything_seen(redis_mode: str) -> No
         (lambda: chats.create("", ["bob"], "hi"), "sender"),
         (lambda: chats.create("alice", "bob", "hi"), "recipients"),
         (lambda: chats.create("alice", ["bo\x00b"], "hi"), "recipients"),
-        (lambda: chats.create("alice", [7], "hi"), "recipients"),
+        (lambda: chats.create("alice", [None], "hi"), "recipients"),
+        (lambda: chats.create("alice", [True], "hi"), "recipients"),
         (lambda: chats.create("alice", ["bob"], ""), "message"),
         (lambda: chats.create("alice", ["bob"], " \n\t "), "message"),
         (lambda: chats.create("alice", ["bob"], None), "message"),
@@ -436,7 +439,7 @@ def test_a_waiting_fetch_wakes_for_a_new_message(redis_mode: str, r: redis.Redis
     thread = _when_subscribed(r, channel, lambda: chats.send(chat_id, "alice", "wake up"))
     pending = chats.fetch_pending("carol", wait=600)
     thread.join()
-    assert [m["message"] for _, messages in pending for m in messages] == ["wake up"]
+    assert [m.message for chat in pending for m in chat.messages] == ["wake up"]
 
 
 @pytest.mark.timeout(60)
@@ -488,7 +491,7 @@ def _send_and_fetch(chat_id: str, index: int, out: Path) -> None:
     for n in range(PER_SENDER):
         chats.send(chat_id, sender, f"{index}:{n}")
         if n % 100 == 99:
-            received += [m for _, messages in chats.fetch_pending(sender) for m in messages]
+            received += [m.as_dict() for chat in chats.fetch_pending(sender) for m in chat.messages]
     out.write_text(json.dumps(received))
 
 
@@ -500,9 +503,9 @@ def _read_until_all_sent(chat_id: str, member: str, out: Path) -> None:
     while True:
         everything_sent = int(get_client().hget(meta, "last_id") or 0) == total
         pending = chats.fetch_pending(member)
-        for _, messages in pending:
-            received += messages
-            missed += messages.missed
+        for chat in pending:
+            received += [message.as_dict() for message in chat.messages]
+            missed += chat.missed
         if everything_sent and not pending:
             break
     out.write_text(json.dumps({"received": received, "missed": missed}))
@@ -526,7 +529,7 @@ def test_concurrent_senders_and_readers_get_every_message_once_in_order(
         # The senders fetch what remains after everyone is done.
         received = {
             sender: json.loads((tmp_path / f"{sender}.json").read_text())
-            + [m for _, messages in chats.fetch_pending(sender) for m in messages]
+            + [m.as_dict() for chat in chats.fetch_pending(sender) for m in chat.messages]
             for sender in senders
         }
     everything = list(range(1, total + 1))
@@ -573,8 +576,8 @@ def test_entries_that_are_not_json_come_back_marked_and_nothing_is_lost(
     assert fetched[-1] == {"text": "after"}
     unreadable = fetched[1:4]
     assert all(isinstance(message, UnreadableMessage) for message in unreadable)
-    assert unreadable[0] == "\\xff\\xfe not utf-8"
-    assert unreadable[1] == "{not json"
+    assert unreadable[0].text == "\\xff\\xfe not utf-8"
+    assert unreadable[1].text == "{not json"
     assert Mailbox().fetch("bob") == []
 
 
@@ -630,14 +633,14 @@ def test_kept_history_shows_read_messages_and_unread_tracking_is_unchanged() -> 
     chat_id = keeping.create("alice", ["bob"], "one")
     keeping.send(chat_id, "bob", "two")
     for member in ("alice", "bob"):
-        [(_, messages)] = keeping.fetch_pending(member)
-        assert [m["message"] for m in messages] == ["one", "two"]
-    assert keeping.unread_counts("alice") == {chat_id: 0}
-    assert [m["message"] for m in keeping.history(chat_id, "alice")] == ["one", "two"]
+        [pending] = keeping.fetch_pending(member)
+        assert [m.message for m in pending.messages] == ["one", "two"]
+    assert keeping.unread_counts("alice").per_chat == {chat_id: 0}
+    assert [m.message for m in keeping.history(chat_id, "alice")] == ["one", "two"]
     keeping.send(chat_id, "alice", "three")
-    assert keeping.unread_counts("bob") == {chat_id: 1}
-    [(_, messages)] = keeping.fetch_pending("bob")
-    assert [m["message"] for m in messages] == ["three"]
+    assert keeping.unread_counts("bob").per_chat == {chat_id: 1}
+    [pending] = keeping.fetch_pending("bob")
+    assert [m.message for m in pending.messages] == ["three"]
     # The book's way deletes what everyone has read, at the next read.
     chats.fetch_pending("alice")
     assert chats.history(chat_id, "alice") == []
@@ -656,11 +659,11 @@ def _reload_while_others_send(chat_id: str, out: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for message in keeping.history(chat_id, "bob", limit=1000):  # a reload
-            shown[message["id"]] = message["message"]
+            shown[message.id] = message.message
         for _ in range(5):
-            for _, messages in keeping.fetch_pending("bob"):
-                pending_ids += [m["id"] for m in messages]
-                shown.update((m["id"], m["message"]) for m in messages)
+            for pending in keeping.fetch_pending("bob"):
+                pending_ids += [m.id for m in pending.messages]
+                shown.update((m.id, m.message) for m in pending.messages)
         if len(shown) == 401:
             break
     out.write_text(json.dumps({"shown": sorted(shown), "pending": pending_ids}))
@@ -690,7 +693,7 @@ def test_the_cap_holds_with_kept_history_under_8_concurrent_senders(r: redis.Red
         run_processes(_send_many, [(chat_id, sender, 100) for sender in senders])
         held = keeping.history(chat_id, "alice", limit=1000)
     assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 50
-    assert [m["id"] for m in held] == list(range(752, 802))  # the newest 50 of 801
+    assert [m.id for m in held] == list(range(752, 802))  # the newest 50 of 801
 
 
 def test_a_user_may_create_a_bounded_number_of_chats_per_minute(r: redis.Redis) -> None:
@@ -709,17 +712,17 @@ def test_a_user_may_create_a_bounded_number_of_chats_per_minute(r: redis.Redis) 
 def test_following_a_chat_marks_nothing_read_and_wakes_on_a_new_message() -> None:
     chat_id = keeping.create("alice", ["bob"], "one")
     keeping.send(chat_id, "alice", "two")
-    assert [m["message"] for m in keeping.messages_after(chat_id, "bob")] == ["one", "two"]
-    assert [m["message"] for m in keeping.messages_after(chat_id, "bob", 1)] == ["two"]
-    assert keeping.unread_counts("bob") == {chat_id: 2}  # following reads nothing
+    assert [m.message for m in keeping.messages_after(chat_id, "bob")] == ["one", "two"]
+    assert [m.message for m in keeping.messages_after(chat_id, "bob", 1)] == ["two"]
+    assert keeping.unread_counts("bob").per_chat == {chat_id: 2}  # following reads nothing
     started = time.monotonic()
     threading.Timer(0.2, keeping.send, args=(chat_id, "alice", "three")).start()
     [third] = keeping.messages_after(chat_id, "bob", 2, wait=5)
-    assert third["message"] == "three"
+    assert third.message == "three"
     assert time.monotonic() - started < 2  # woken by the message, not the time limit
     assert keeping.messages_after(chat_id, "bob", 3, wait=0.1) == []
     assert keeping.mark_read(chat_id, "bob") == 3
-    assert keeping.unread_counts("bob") == {chat_id: 0}
+    assert keeping.unread_counts("bob").per_chat == {chat_id: 0}
     with pytest.raises(NotAMember):
         keeping.messages_after(chat_id, "mallory")
     with pytest.raises(InvalidInput, match="after"):
@@ -731,18 +734,18 @@ def test_waiting_for_unread_counts_wakes_on_a_message_in_any_chat_or_a_new_chat(
     started = time.monotonic()
     threading.Timer(0.2, keeping.send, args=(first, "alice", "news")).start()
     counts = keeping.unread_counts("bob", wait=5)
-    assert counts == {first: 2}
+    assert counts.per_chat == {first: 2}
     threading.Timer(0.2, keeping.create, args=("carol", ["bob"], "a new chat")).start()
     counts = keeping.unread_counts("bob", wait=5, shown=counts)
-    [second] = set(counts) - {first}
-    assert counts == {first: 2, second: 1}
+    [second] = set(counts.per_chat) - {first}
+    assert counts.per_chat == {first: 2, second: 1}
     assert time.monotonic() - started < 3
     # Nothing new: the time runs out and the same counts come back.
     assert keeping.unread_counts("bob", wait=0.1, shown=counts.mark) == counts
     # A message sent between two polls is not missed: the counts shown are older.
     keeping.send(first, "alice", "between two polls")
-    assert keeping.unread_counts("bob", wait=5, shown=counts) == {first: 3, second: 1}
+    assert keeping.unread_counts("bob", wait=5, shown=counts).per_chat == {first: 3, second: 1}
     assert time.monotonic() - started < 3
     # Read elsewhere: the counts differ from those shown, whatever woke the poll.
     keeping.mark_read(first, "bob")
-    assert keeping.unread_counts("bob", wait=5, shown=counts) == {first: 0, second: 1}
+    assert keeping.unread_counts("bob", wait=5, shown=counts).per_chat == {first: 0, second: 1}

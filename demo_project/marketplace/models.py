@@ -33,14 +33,16 @@ class Notice(models.Model):
         A message of another shape than the sold notice's (``{"text": ...}``), or one that
         is not even JSON, becomes a notice that shows what it holds: nothing is lost.
         """
-        messages = Mailbox().fetch(user.get_username())  # type: ignore[attr-defined]
+        messages = Mailbox().fetch(user.pk)
         notices = [cls(user=user, text=notice_text(message)) for message in messages]
         try:
             cls.objects.bulk_create(notices)
         except Exception:
             # Put them back rather than lose them; the next visit tries again.
             for message in messages:
-                Mailbox().send(user.get_username(), message)  # type: ignore[attr-defined]
+                # An unreadable one goes back as its text: the value type is not JSON.
+                back = message.text if isinstance(message, UnreadableMessage) else message
+                Mailbox().send(user.pk, back)
             raise
         return len(notices)
 
@@ -48,7 +50,7 @@ class Notice(models.Model):
 def notice_text(message: Any) -> str:
     """What a notice says for one mailbox message, whatever its shape."""
     if isinstance(message, UnreadableMessage):
-        return f"(a message that could not be read: {message})"
+        return f"(a message that could not be read: {message.text})"
     if isinstance(message, dict) and isinstance(message.get("text"), str):
         return str(message["text"])
     return f"(a message of an unexpected shape: {json.dumps(message, ensure_ascii=False)})"

@@ -43,7 +43,7 @@ def seed(
     _market(market, users, progress)
     _contacts(users, progress)
     _guild(guild_size, progress)
-    _chat(market, progress)
+    _chat(market, users, progress)
 
 
 def _people(progress: Progress) -> dict[str, int]:
@@ -111,12 +111,14 @@ def _guild(size: int, progress: Progress) -> None:
     progress(f"guild {GUILD!r}: {len(guild):,} members", False)
 
 
-def _chat(market: Market, progress: Progress) -> None:
+def _chat(market: Market, users: dict[str, int], progress: Progress) -> None:
     marker = market.key("seeded-chat")
     if market.client.exists(marker):
         return
     chat_id = GroupChat().create(
-        PEOPLE[0], PEOPLE[1:3], "Welcome to the market chat! Ask about an item here."
+        users[PEOPLE[0]],
+        [users[person] for person in PEOPLE[1:3]],
+        "Welcome to the market chat! Ask about an item here.",
     )
     market.client.set(marker, chat_id)
     progress(f"chat {chat_id} for {', '.join(PEOPLE[:3])}", False)

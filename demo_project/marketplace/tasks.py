@@ -38,7 +38,7 @@ def send_sold_email(seller_id: int, item_id: str, price: int, buyer_id: int) -> 
         recipient_list=[seller.email or f"{seller.get_username()}@example.com"],
     )
     Mailbox().send(
-        seller.get_username(),
+        seller,
         {"text": text, "item": item_id, "price": price, "buyer": buyer_id, "time": time.time()},
     )
 

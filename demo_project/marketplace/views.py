@@ -153,6 +153,13 @@ def _usernames(ids: set[int]) -> dict[int, str]:
     return dict(users)
 
 
+def _member_names(ids: set[str]) -> dict[str, str]:
+    """The names of chat members (pks, as the chats keep them); a deleted user's is
+    ``user <pk>``."""
+    found = _usernames({int(pk) for pk in ids if pk.isdigit()})
+    return {pk: found.get(int(pk), f"user {pk}") if pk.isdigit() else f"user {pk}" for pk in ids}
+
+
 def _busy(busy: Busy) -> HttpResponse:
     """A purchase that could not get its locks: a clear message, or 409 for an API client."""
     request = busy.request
@@ -289,13 +296,14 @@ def contacts(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         to = request.POST.get("to", "").strip()
         text = request.POST.get("message", "").strip()
-        if not get_user_model()._default_manager.filter(username=to).exists():
+        recipient = get_user_model()._default_manager.filter(username=to).first()
+        if recipient is None:
             messages.error(request, f"There is no user called {Truncator(to).chars(40)!r}.")
-        elif to == request.user.get_username():
+        elif recipient.pk == request.user.pk:
             messages.error(request, "Pick someone other than yourself.")
         else:
             try:
-                chat_id = GroupChat().create(request.user.get_username(), [to], text)
+                chat_id = GroupChat().create(request.user, [recipient], text)
             except InvalidInput as error:
                 messages.error(request, f"That message cannot be sent: {error.problem}.")
             except ChatLimitReached as error:
@@ -346,18 +354,21 @@ def notices(request: HttpRequest) -> HttpResponse:
 @login_required
 def chats(request: HttpRequest, chat_id: int | None = None) -> HttpResponse:
     """The chat page: my chats, and the one open (its messages arrive through the JSON views)."""
-    user = request.user.get_username()
-    listed = GroupChat().chat_list(user)  # two round trips, however many chats
+    listed = GroupChat().chat_list(request.user)  # two round trips, however many chats
     mine = {chat.chat_id: chat for chat in listed}
+    # Chats know their members by pk; the page shows names (one query for them all).
+    names = _member_names({member for chat in listed for member in chat.members})
+    me = str(request.user.pk)
+
+    def others(members: list[str]) -> list[str]:
+        return sorted(names[member] for member in members if member != me)
+
     members: list[str] = []
     if chat_id is not None:
         if str(chat_id) not in mine:
             messages.error(request, f"You are not in chat {chat_id}.")
             return redirect("chats")
-        members = [name for name in mine[str(chat_id)].members if name != user]
-    rows = [
-        (chat.chat_id, [name for name in chat.members if name != user] or ["only you"], chat.unread)
-        for chat in listed
-    ]
+        members = others(mine[str(chat_id)].members)
+    rows = [(chat.chat_id, others(chat.members) or ["only you"], chat.unread) for chat in listed]
     context = {"chats": rows, "chat_id": chat_id, "members": members}
     return render(request, "marketplace/chats.html", context)

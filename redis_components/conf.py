@@ -74,6 +74,9 @@ DEFAULTS: dict[str, Any] = {
     "TASK_RETRY_BACKOFF_MAX": 600.0,
     # A task found in the in-progress list of this many dead workers is dead-lettered.
     "TASK_MAX_CRASHES": 3,
+    # After a stop signal, rc_worker lets running tasks finish for this many seconds,
+    # then puts back the ones still running (no crash counted) and exits; None: no limit.
+    "TASK_SHUTDOWN_GRACE": 30.0,
     # Each queue's dead-letter list keeps at most this many (the newest) entries.
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
@@ -104,6 +107,7 @@ DEFAULTS: dict[str, Any] = {
 OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {
     "CHAT_MAX_AGE": float,
     "QUEUE_WAIT_REPLICAS": int,
+    "TASK_SHUTDOWN_GRACE": float,
 }
 
 
@@ -231,6 +235,11 @@ class Settings:
     @property
     def TASK_RETRY_BACKOFF_MAX(self) -> float:
         return float(self.get("TASK_RETRY_BACKOFF_MAX"))
+
+    @property
+    def TASK_SHUTDOWN_GRACE(self) -> float | None:
+        value = self.get("TASK_SHUTDOWN_GRACE")
+        return None if value is None else float(value)
 
     @property
     def TASK_MAX_CRASHES(self) -> int:

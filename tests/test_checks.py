@@ -11,7 +11,7 @@ import pytest
 from django.test import override_settings
 
 from redis_components.checks import check_settings
-from redis_components.conf import DEFAULTS
+from redis_components.conf import DEFAULTS, OPTIONAL_NUMBERS
 
 REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
 
@@ -93,7 +93,9 @@ def test_e010_sentinel_setup(change: dict[str, object], problems: list[str]) -> 
 NUMERIC = [
     name
     for name, default in DEFAULTS.items()
-    if isinstance(default, (int, float)) and not isinstance(default, bool)
+    if isinstance(default, (int, float))
+    and not isinstance(default, bool)
+    and name not in OPTIONAL_NUMBERS  # None is good for these
 ]
 
 
@@ -112,14 +114,19 @@ def test_e005_an_integer_setting_refuses_a_fraction(name: str) -> None:
     assert ids(REDIS_COMPONENTS={name: 2.5}) == ["redis_components.E005"]
 
 
+OPTIONAL = pytest.mark.parametrize("name", ["CHAT_MAX_AGE", "TASK_SHUTDOWN_GRACE"])
+
+
+@OPTIONAL
 @pytest.mark.parametrize("value", [None, 30, 2.5])
-def test_an_optional_number_may_be_none_or_positive(value: object) -> None:
-    assert ids(REDIS_COMPONENTS={"CHAT_MAX_AGE": value}) == []
+def test_an_optional_number_may_be_none_or_positive(name: str, value: object) -> None:
+    assert ids(REDIS_COMPONENTS={name: value}) == []
 
 
+@OPTIONAL
 @pytest.mark.parametrize("value", [0, -1, "10", True])
-def test_e005_bad_optional_number(value: object) -> None:
-    with override_settings(REDIS_COMPONENTS={"CHAT_MAX_AGE": value}):
+def test_e005_bad_optional_number(name: str, value: object) -> None:
+    with override_settings(REDIS_COMPONENTS={name: value}):
         [message] = check_settings()
     assert message.id == "redis_components.E005"
     assert "a positive number or None" in message.msg

@@ -8,6 +8,7 @@ die. It holds no task itself.
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -21,6 +22,7 @@ from typing import Any
 
 from django.db import connections
 
+from ..conf import conf
 from ..exceptions import InvalidInput
 from .execution import over_time
 from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
@@ -82,8 +84,9 @@ class Supervisor:
     back at once, counting a crash against each, and is replaced. A child whose task
     runs past its ``time_limit`` is killed; the task counts a failed attempt (retried
     or dead-lettered like a task that raised), and the child is replaced. One SIGTERM or
-    SIGINT: the children finish their tasks and exit. A second one: they are killed
-    and their tasks put back at once. Children that exit by themselves (``burst``,
+    SIGINT: the children finish their tasks and exit; those still running a task
+    ``TASK_SHUTDOWN_GRACE`` seconds later are killed and their tasks put back (no crash
+    counted). A second signal: that, at once. Children that exit by themselves (``burst``,
     ``max_tasks``) are not replaced; :meth:`run` returns when none is left.
     """
 
@@ -157,11 +160,14 @@ class Supervisor:
 
     def _supervise(self, wake_r: int) -> None:
         stopping = killed = False
+        grace = conf.TASK_SHUTDOWN_GRACE
+        stop_by = math.inf  # once stopping: when the grace period ends
         restarts: list[tuple[float, int]] = []  # (when, slot)
         while self._children or (restarts and not stopping):
             timeout = 1.0
             if restarts:
                 timeout = max(0.0, min(when for when, _ in restarts) - time.monotonic())
+            timeout = max(0.0, min(timeout, stop_by - time.monotonic()))
             deadlines = [c.deadline.value for c in self._children.values() if c.deadline.value]
             if deadlines:
                 timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
@@ -175,14 +181,24 @@ class Supervisor:
             if self._signals and not stopping:
                 stopping = True
                 restarts.clear()
+                if grace is not None:
+                    stop_by = time.monotonic() + grace
+                within = "" if grace is None else f" within {grace:g} s (TASK_SHUTDOWN_GRACE)"
                 logger.warning(
-                    "Stopping: worker processes finish their tasks (signal again to stop at once)"
+                    "Stopping: worker processes finish their tasks%s; signal again to stop at once",
+                    within,
                 )
                 for child in self._children.values():
                     child.process.terminate()
             if self._signals >= 2 and not killed:
                 killed = True
-                self._kill_all()
+                self._kill_all("Stopping at once: killing the worker processes")
+            if time.monotonic() >= stop_by and self._children and not killed:
+                killed = True
+                self._kill_all(
+                    f"Tasks still running {grace:g} s after the stop signal "
+                    "(TASK_SHUTDOWN_GRACE): killing their worker processes"
+                )
             self._stop_over_time()
             for pid, child in list(self._children.items()):
                 if child.process.is_alive():
@@ -257,8 +273,8 @@ class Supervisor:
         )
         return True
 
-    def _kill_all(self) -> None:
-        logger.warning("Stopping at once: killing the worker processes")
+    def _kill_all(self, why: str) -> None:
+        logger.warning(why)
         for child in self._children.values():
             child.process.kill()
         for child in list(self._children.values()):

@@ -76,7 +76,8 @@ DEFAULTS: dict[str, Any] = {
     "TASK_MAX_CRASHES": 3,
     # After a stop signal, rc_worker lets running tasks finish for this many seconds,
     # then puts back the ones still running (no crash counted) and exits; None: no limit.
-    "TASK_SHUTDOWN_GRACE": 30.0,
+    # Below Kubernetes' default of 30 s, so the tasks are back before the pod is killed.
+    "TASK_SHUTDOWN_GRACE": 25.0,
     # Each queue's dead-letter list keeps at most this many (the newest) entries.
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.

@@ -675,6 +675,8 @@ class LockScope(Guard[H]):
     def _left(self, deadline: float) -> float | None:
         if self.blocking_timeout is None:
             return None
+        if self.blocking_timeout == 0:  # try once, as acquire(blocking_timeout=0) does
+            return 0.0
         return max(deadline - time.monotonic(), 0.001)
 
     def take(self, names: Sequence[str]) -> H | Busy:

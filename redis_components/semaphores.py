@@ -327,11 +327,12 @@ class Permit:
 
     def _owned(self, what: str, ok: bool) -> None:
         if not ok:
-            state = "released already" if self.released and not self._lost else "expired"
-            raise SemaphoreNotOwned(
-                f"The permit of semaphore {self.name!r} was {state} before it was {what}",
-                self.name,
-            )
+            name = self.name
+            if self.released and not self._lost:
+                problem = f"The permit of semaphore {name!r} was already released"
+            else:
+                problem = f"The permit of semaphore {name!r} expired before it was {what}"
+            raise SemaphoreNotOwned(problem, name)
 
     def _renew_call(self) -> Call:
         args: list[Arg] = [self.token, ms(self.semaphore.timeout)]

@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 from .connection import is_cluster, text
-from .keys import seconds
+from .exceptions import InvalidInput
+from .keys import is_integer, seconds, shorten
 from .redispy import known_client_id, remember_client_id
 
 # How long after its own deadline the client gives up on a BLPOP that Redis has not
@@ -40,7 +41,13 @@ def wait_seconds(value: object, field: str) -> float:
     """How long to wait: ``value`` seconds (0: try once), or ``math.inf``: no limit."""
     if value == math.inf and not isinstance(value, bool):
         return math.inf
-    return seconds(value, field)
+    try:
+        return seconds(value, field)
+    except InvalidInput:
+        if (is_integer(value) or isinstance(value, float)) and value > 0:
+            raise  # too long: that message says the longest
+        problem = f"must be a non-negative number of seconds or math.inf, not {shorten(value)}"
+        raise InvalidInput(field, problem) from None
 
 
 def positive_seconds(value: object, field: str) -> float:

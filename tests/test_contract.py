@@ -128,6 +128,15 @@ def test_blocking_timeout_0_tries_once(kind: str) -> None:
     assert time.monotonic() - started < 1
 
 
+def test_blocking_timeout_0_on_a_lock_this_thread_holds_is_busy_not_a_deadlock() -> None:
+    held = RedisLock("mine").acquire(blocking=False)
+    assert held is not None
+    assert RedisLock("mine").acquire(blocking=True, blocking_timeout=0) is None
+    with pytest.raises(LockNotAcquired), redis_lock("mine", blocking_timeout=0):
+        pass  # pragma: no cover - never entered
+    held.release()
+
+
 @EACH_KIND
 def test_blocking_timeout_inf_waits_without_a_limit(kind: str) -> None:
     held = held_elsewhere(kind, "forever")

@@ -197,8 +197,8 @@ class Command(BaseCommand):
         "counter, and in every chat the member entry, the joins entry and the sender of "
         "the stored messages (each chat rewritten atomically by one Lua script). Running "
         "it again changes nothing. A username that is another user's pk is ambiguous: "
-        "both users are skipped, and named. Without the old version running, "
-        "run it once the new version serves the site with MESSAGING_USER_KEY = 'pk' (the "
+        "both users are skipped, and named. Run it with the old version stopped, "
+        "once the new version serves the site with MESSAGING_USER_KEY = 'pk' (the "
         "default)."
     )
 

@@ -32,7 +32,7 @@ back on their queue within about twice TASK_HEARTBEAT_INTERVAL.
 So a task may run twice after a crash, never zero times.
 
 Ctrl-C or SIGTERM: each worker finishes its current task, then exits; a task still
-running TASK_SHUTDOWN_GRACE seconds later (30 by default) goes back on its queue, and
+running TASK_SHUTDOWN_GRACE seconds later (25 by default) goes back on its queue, and
 the worker exits all the same. A second Ctrl-C or SIGTERM: stop at once (the running
 tasks go back on their queue). Either way nothing is lost, and rc_worker exits 0.
 """

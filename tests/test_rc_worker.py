@@ -103,6 +103,12 @@ def test_a_second_signal_stops_at_once_and_puts_the_task_back(
     worker.signal(signal.SIGINT)
     time.sleep(0.1)
     worker.signal(signal.SIGTERM)
+    stopped_and_put_back(r, worker)
+
+
+def stopped_and_put_back(r: redis.Redis, worker: WorkerProcess) -> str:
+    """Check that ``worker`` exited 0 and put its unfinished ``slow("s", 60.0)`` back on
+    its queue without counting a crash; return the worker's output."""
     assert worker.wait(timeout=20) == 0
     assert not r.exists("test:s:finished")
     total, [waiting] = waiting_tasks("test", "ready")
@@ -111,7 +117,9 @@ def test_a_second_signal_stops_at_once_and_puts_the_task_back(
     assert message is not None, waiting.shown
     assert (message.args, message.crashes) == (["s", 60.0], 0)  # a stop is not a crash
     assert workers() == []
-    assert "put back 1 of its tasks" in worker.output()
+    output = worker.output()
+    assert "put back 1 of its tasks" in output
+    return output
 
 
 def test_a_task_still_running_after_the_grace_period_goes_back_and_the_worker_exits(
@@ -121,18 +129,9 @@ def test_a_task_still_running_after_the_grace_period_goes_back_and_the_worker_ex
     worker = start_worker("test", TASK_SHUTDOWN_GRACE=0.5)
     wait_until(lambda: r.exists("test:s:started"), worker.output)
     worker.signal(signal.SIGTERM)
-    assert worker.wait(timeout=20) == 0
-    assert not r.exists("test:s:finished")
-    total, [waiting] = waiting_tasks("test", "ready")
-    assert total == 1
-    message = waiting.message
-    assert message is not None, waiting.shown
-    assert message.crashes == 0  # a stop is not a crash
-    assert workers() == []
-    output = worker.output()
+    output = stopped_and_put_back(r, worker)
     assert "within 0.5 s (TASK_SHUTDOWN_GRACE)" in output
     assert "still running 0.5 s after the stop signal" in output
-    assert "put back 1 of its tasks" in output
 
 
 def test_a_task_that_kills_its_worker_is_dead_lettered_after_repeated_crashes(

@@ -26,6 +26,7 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.results import read_records
 from redis_components.tasks.status import queue_stats
 from redis_components.tasks.worker import Worker
+from tests.commands import commands_per_task
 from tests.processes import WorkerProcess, wait_until
 from tests.testapp import tasks
 
@@ -419,15 +420,11 @@ def test_a_django_task_costs_the_server_what_our_task_does(r: redis.Redis) -> No
     """No read of the result record before a first attempt: a finished Django task costs
     the same 11 commands as one of our @task's (see test_task_worker.py)."""
 
-    def commands_for(count: int) -> int:
+    def enqueue(count: int) -> None:
         for i in range(count):
             framework_tasks.multiply.enqueue(i, 2)
-        r.config_resetstat()
-        assert run_worker() == count
-        return sum(stat["calls"] for stat in r.info("commandstats").values())
 
-    commands_for(1)  # loads the scripts
-    assert (commands_for(40) - commands_for(20)) / 20 == 11
+    assert commands_per_task(r, enqueue, run_worker) == 11
 
 
 class SubclassedBackend(RedisTaskBackend):

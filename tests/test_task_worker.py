@@ -30,6 +30,7 @@ from redis_components.tasks.status import (
 from redis_components.tasks.store import TaskStore, fetch_keys, leases_key, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
+from tests.commands import commands_per_task
 from tests.processes import run_processes, wait_until
 from tests.testapp import tasks
 
@@ -454,14 +455,8 @@ def test_a_finished_task_costs_the_server_eleven_commands(r: redis.Redis) -> Non
     attempt's result holds no earlier attempt to read; a worker that has just recorded
     a task it held still has its lease, so the take does not check it."""
 
-    def commands_for(count: int) -> int:
+    def enqueue(count: int) -> None:
         for i in range(count):
             tasks.add.enqueue(i, 1)
-        r.config_resetstat()
-        assert Worker(["test"], burst=True).run() == count
-        return sum(stat["calls"] for stat in r.info("commandstats").values())
 
-    commands_for(1)  # loads the scripts
-    # The difference leaves out what does not depend on the number of tasks (registering,
-    # leaving, the last empty take, the INFO itself).
-    assert (commands_for(40) - commands_for(20)) / 20 == 11
+    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 11

@@ -85,6 +85,40 @@ def take(worker_id: str, queues: list[str]) -> bytes | None:
     return TaskStore(client).fetch(worker_id, fetch_keys(worker_id, queues), "take", None).payload
 
 
+def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) -> None:
+    """The fence: a task put back without a crash counted (its payload unchanged) and
+    taken again by the same worker; the first execution's late outcome changes nothing,
+    the second's is recorded."""
+    worker, queues = "paused.1.1.a", ["test"]
+    store, script_keys = TaskStore(tasks_client()), fetch_keys(worker, queues)
+    handle = tasks.record.enqueue("once")
+
+    def take_now() -> tuple[bytes, int]:
+        store.heartbeat(worker, 60_000, json.dumps({"queues": queues}), queues)
+        fetched = store.fetch(worker, script_keys, "take", None)
+        assert fetched.payload is not None
+        return fetched.payload, fetched.now_ms
+
+    def finish(payload: bytes, taken_ms: int, value: str) -> bool:
+        outcome = Outcome(
+            position=1, payload=payload, task_id=handle.id, kind="ok", data=json.dumps(value)
+        )
+        return store.fetch(worker, script_keys, "", outcome, taken_ms=taken_ms).recorded
+
+    payload, first_take = take_now()
+    assert store.recover_worker(worker, queues, only_if_expired=False, max_crashes=0) == (1, 0)
+    again, second_take = take_now()
+    assert again == payload
+    while second_take == first_take:  # two takes in one millisecond: take once more
+        store.recover_worker(worker, queues, only_if_expired=False, max_crashes=0)
+        again, second_take = take_now()
+    assert not finish(payload, first_take, "late")
+    assert get_result(handle.id).status is TaskResultStatus.RUNNING
+    assert finish(again, second_take, "current")
+    assert get_result(handle.id).return_value == "current"
+    assert r.zcard(running_key(worker, "test")) == r.hlen(running_tasks_key()) == 0
+
+
 def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.Redis) -> None:
     first = tasks.record.enqueue("first")
     tasks.record.enqueue("second")

@@ -448,15 +448,16 @@ def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None
 
 
 @single_server_only
-def test_a_finished_task_costs_the_server_eleven_commands(r: redis.Redis) -> None:
+def test_a_finished_task_costs_the_server_twelve_commands(r: redis.Redis) -> None:
     """One script call per task: its finish (result, counts) and the next take inside.
 
-    The worker sends when it took the task, so the finish does not read it back; a first
-    attempt's result holds no earlier attempt to read; a worker that has just recorded
-    a task it held still has its lease, so the take does not check it."""
+    The finish reads the task's current attempt once (the fence: an execution that was
+    recovered and taken again records nothing); a first attempt's result holds no
+    earlier attempt to read; a worker that has just recorded a task it held still has
+    its lease, so the take does not check it."""
 
     def enqueue(count: int) -> None:
         for i in range(count):
             tasks.add.enqueue(i, 1)
 
-    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 11
+    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 12

@@ -17,8 +17,9 @@
 --       12) how long to keep a result after its last change, in ms
 --       13) "" without metrics, else the finished task's queue then, after a space,
 --       the upper bound of its duration's histogram bucket  14) its duration in µs
---       15) when the worker took it (the server's ms, as this script returned it), ""
---       to read it from the running hash  16) 1 when it was the task's first attempt for
+--       15) when the worker took it (the server's ms, as this script returned it): the
+--       outcome is recorded only if that take is still the task's current attempt; ""
+--       to record it whatever its attempt (a supervisor for its killed child)  16) 1 when it was the task's first attempt for
 --       sure (its payload has the enqueue time, no retry and no crash): its result has
 --       no earlier attempt to read
 -- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
@@ -39,12 +40,18 @@ local done = tonumber(ARGV[3])
 if done > 0 then
   local ready, delayed = KEYS[4 * done + 3], KEYS[4 * done + 4]
   local running, dead = KEYS[4 * done + 5], KEYS[4 * done + 6]
-  if redis.call('ZREM', running, ARGV[4]) == 1 then
+  local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
+  -- The attempt this outcome is of: "<take ms> <worker id>", written when it was taken.
+  -- An outcome given its take time is fenced: once the task was recovered and taken
+  -- again (by any worker, this one included), its older execution records nothing.
+  local attempt = id ~= '' and redis.call('HGET', KEYS[2], id)
+  -- (A payload whose id the take could not read has no attempt: its ZREM fences it.)
+  local current = not attempt or ARGV[15] == '' or attempt == (ARGV[15] .. ' ' .. ARGV[1])
+  if current and redis.call('ZREM', running, ARGV[4]) == 1 then
     recorded = 1
-    local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
-    local attempt = ARGV[15] ~= '' and (ARGV[15] .. ' ' .. ARGV[1])
-      or redis.call('HGET', KEYS[2], id)
-    redis.call('HDEL', KEYS[2], id)
+    if attempt then
+      redis.call('HDEL', KEYS[2], id)
+    end
     local keep = tonumber(ARGV[12])
     if outcome == 'bury' then
       redis.call('RPUSH', dead, ARGV[10])

@@ -57,7 +57,10 @@ in-progress set of a registered worker, and leaves that set only after it ran
 (acknowledged, rescheduled for a retry, or dead-lettered, each in one script). If
 the worker dies, its lease runs out and a live worker puts its in-progress tasks back
 in their queues (see ``worker.py``). A task may therefore run twice after a crash,
-never zero times: write tasks to be idempotent.
+never zero times: write tasks to be idempotent. Acknowledgements are fenced: an
+outcome is recorded only while the take it is of is the task's current attempt (the
+``running`` hash), so an execution whose task was put back and taken again (by any
+worker, its own included) can neither acknowledge it nor overwrite the new run's result.
 """
 
 from __future__ import annotations

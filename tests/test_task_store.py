@@ -407,7 +407,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         info="{}",
         queues=[f"q{i}" for i in range(n)],
         lead=True,
-        running_id="ab",
+        running_ids=[f"{i:032x}" for i in range(n)],
     ),
     "queue_recover": lambda n: recover_call(
         worker_id="w",

@@ -99,9 +99,9 @@ class Lease(Generic[Running]):
     """The lease of worker ``worker_id`` on ``queues``, and its two threads.
 
     ``store`` gives the task store to use (looked up each time: on a cluster the keys'
-    node may move). ``running`` says what the worker runs now (``None``: nothing), as
-    an id and whatever :attr:`terminate` needs; a heartbeat that finds that task to be
-    terminated calls ``terminate`` with it. ``schedules``: the schedules to claim while
+    node may move). ``running`` says what the worker runs now, as a map from task ids
+    to whatever :attr:`terminate` needs; a heartbeat that finds one of those tasks to
+    be terminated calls ``terminate`` with it. ``schedules``: the schedules to claim while
     this worker holds the scheduler's lease (none: it never asks for it).
     """
 
@@ -111,7 +111,7 @@ class Lease(Generic[Running]):
         queues: list[str],
         *,
         store: Callable[[], TaskStore],
-        running: Callable[[], tuple[str, Running] | None],
+        running: Callable[[], dict[str, Running]],
         terminate: Callable[[Running], None],
         schedules: list[Schedule],
     ) -> None:
@@ -145,7 +145,7 @@ class Lease(Generic[Running]):
             self._info,
             self.queues,
             lead=bool(self._schedules),
-            running_id=running[0] if running else "",
+            running_ids=list(running),
         )
         if beat.leader != self.leader:
             logger.info(
@@ -158,8 +158,8 @@ class Lease(Generic[Running]):
                 self._leading.set()
             else:
                 self._leading.clear()
-        if beat.terminate and running is not None:
-            self._terminate(running[1])
+        for task_id in beat.terminate:
+            self._terminate(running[task_id])
         return beat
 
     def start(self) -> None:

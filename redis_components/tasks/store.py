@@ -312,7 +312,7 @@ def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
 class Heartbeat:
     expired: list[bytes]  # workers whose lease ran out (bytes: anything may be written there)
     leader: bool  # this worker holds the scheduler's lease
-    terminate: bool  # its running task is to be terminated
+    terminate: list[str]  # the ids of its running tasks that are to be terminated
 
 
 def server_warnings(client: Redis) -> list[str]:
@@ -498,7 +498,13 @@ def fetch_call(
 
 
 def heartbeat_call(
-    *, worker_id: str, lease_ms: int, info: str, queues: Sequence[str], lead: bool, running_id: str
+    *,
+    worker_id: str,
+    lease_ms: int,
+    info: str,
+    queues: Sequence[str],
+    lead: bool,
+    running_ids: Sequence[str],
 ) -> scripts.Call:
     """lua/queue_heartbeat.lua: renew a worker's lease (and the scheduler's)."""
     return (
@@ -508,9 +514,9 @@ def heartbeat_call(
             workers_key(),
             queues_key(),
             scheduler_key(),
-            terminate_key(running_id) if running_id else leases_key(),
+            *(terminate_key(task_id) for task_id in running_ids),
         ],
-        [worker_id, lease_ms, info, 10, int(lead), running_id, *queues],
+        [worker_id, lease_ms, info, 10, int(lead), len(running_ids), *running_ids, *queues],
     )
 
 
@@ -724,20 +730,23 @@ class TaskStore:
         queues: Sequence[str],
         *,
         lead: bool = False,
-        running_id: str = "",
+        running_ids: Sequence[str] = (),
     ) -> Heartbeat:
         """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
-        which workers' leases ran out and whether task ``running_id`` is to be terminated."""
+        which workers' leases ran out and which of the tasks ``running_ids`` are to be
+        terminated."""
         call = heartbeat_call(
             worker_id=worker_id,
             lease_ms=lease_ms,
             info=info,
             queues=queues,
             lead=lead,
-            running_id=running_id,
+            running_ids=running_ids,
         )
         expired, leader, terminate = self._run(call, raw=True)
-        return Heartbeat(expired=expired, leader=bool(leader), terminate=bool(terminate))
+        return Heartbeat(
+            expired=expired, leader=bool(leader), terminate=[text(i) for i in terminate]
+        )
 
     def recover_worker(
         self,

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,12 +28,14 @@ from ..exceptions import InvalidInput
 from .execution import over_time
 from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
 from .store import TaskStore, fetch_keys
-from .worker import Worker, validate_queues
+from .worker import Worker, validate_queues, validate_threads
 
 logger = logging.getLogger("redis_components.worker")
 
 # A worker process that dies sooner than this after its start is restarted after a pause.
 QUICK_DEATH = 1.0
+# The exit code of a worker process that stopped to be replaced (threads stuck in tasks).
+WORN_OUT = 75
 FORK = multiprocessing.get_context("fork")
 
 
@@ -74,6 +77,8 @@ def _child_main(
     signal.set_wakeup_fd(worker.wakeup_fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     worker.run()
+    if worker.worn_out:
+        sys.exit(WORN_OUT)
     finished.value = 1
 
 
@@ -98,6 +103,7 @@ class Supervisor:
         scheduler: bool = True,
         burst: bool = False,
         max_tasks: int | None = None,
+        threads: int = 1,
     ) -> None:
         if concurrency < 1:
             raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
@@ -110,7 +116,9 @@ class Supervisor:
             "scheduler": scheduler,
             "burst": burst,
             "max_tasks": max_tasks,
+            "threads": threads,
         }
+        validate_threads(threads)
         self._signals = 0
         self._children: dict[int, _Child] = {}
 
@@ -256,6 +264,17 @@ class Supervisor:
         if code == 0 and child.finished.value:
             logger.info("Worker process %d (pid %s) finished", child.slot, child.process.pid)
             return False
+        if code == WORN_OUT:
+            put_back_tasks(
+                TaskStore(),
+                child.worker_id,
+                self.queues,
+                f"Worker process {child.slot} (pid {child.process.pid}) stopped with threads "
+                "stuck in tasks",
+                crashed=False,
+                then="" if stopping else "; replacing it",
+            )
+            return True
         if child.over_time:
             try:
                 self._fail_over_time(child)

@@ -74,8 +74,10 @@ class Waker:
         self._drain()
 
     def pause(self, seconds: float) -> None:
-        """Sleep ``seconds`` (a back-off), unless woken first."""
+        """Sleep ``seconds`` unless woken first (a back-off, or a wait for a running
+        task: no wake-up message ends it)."""
         select.select([self._read], [], [], seconds)
+        self._empty_pipe()
 
     def unsubscribe(self) -> None:
         """Drop the subscription (its connection is lost); the next wait subscribes again."""

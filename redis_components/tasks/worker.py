@@ -52,33 +52,43 @@ shape), or names a task this worker does not have, is dead-lettered with the rea
 on its first take, and the worker goes on: decoding catches everything a decoder can
 raise.
 
+Several tasks at once
+---------------------
+With ``threads`` above 1, the loop hands each task it takes to a free slot thread and
+takes the next only while a slot is free; finished tasks' outcomes are recorded with
+the next fetch, several in a row when several finished (``slots.py``). Each outcome
+carries its attempt (the take's time), which the script checks: an execution whose
+task was recovered and taken again records nothing.
+
 Signals
 -------
 Signal handlers only set a flag; a wake-up fd makes the idle wait return at once.
-SIGTERM or SIGINT: the worker finishes its task, records it and exits.
+SIGTERM or SIGINT: the worker finishes its running tasks, records them and exits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 import redis
 
 from ..connection import OneConnection, private_client
 from ..exceptions import InvalidInput
-from .execution import execute
+from .execution import execute, over_time
 from .jobs import Job
 from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import schedules
+from .slots import MAX_ABANDONED, Abandoned, Execution, Slots
 from .store import Fetched, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
 from .waker import Waker
 
@@ -113,12 +123,11 @@ def validate_queues(queues: Sequence[str]) -> list[str]:
     return names
 
 
-class Running(NamedTuple):
-    """The task a worker runs now, as a termination request needs it."""
-
-    position: int
-    payload: bytes
-    task_id: str
+def validate_threads(threads: object) -> int:
+    """``threads`` if it is a positive integer, else :class:`InvalidInput`."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InvalidInput("threads", f"must be a positive integer, not {threads!r}")
+    return threads
 
 
 class Worker:
@@ -130,9 +139,11 @@ class Worker:
     supervisor: a shared value it watches for the hard time limit, and what stops this
     process when a running task is to be terminated.
     ``burst``: return when no task is ready. ``max_tasks``: return after running this
-    many. :meth:`run` blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a
-    signal handler, with :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it
-    return after the task it is running.
+    many. ``threads``: run up to this many tasks at once, each in its own thread (see
+    ``slots.py``); with 1, tasks run in the loop's own thread, one at a time. :meth:`run`
+    blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a signal handler, with
+    :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it return after the tasks
+    it is running.
     """
 
     def __init__(
@@ -145,10 +156,12 @@ class Worker:
         max_tasks: int | None = None,
         deadline: Any = None,
         terminate: Callable[[], None] | None = None,
+        threads: int = 1,
     ) -> None:
         self.queues = validate_queues(queues)
         if max_tasks is not None and max_tasks < 1:
             raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
+        validate_threads(threads)
         self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
         self.scheduler = scheduler
         self.burst = burst
@@ -159,7 +172,7 @@ class Worker:
         # Each queue's wake-up channel is named like its ready set.
         self._waker = Waker([ready_key(queue) for queue in self.queues])
         self._mode = "take+move" if scheduler else "take"
-        self._lease: Lease[Running] = Lease(
+        self._lease: Lease[Execution] = Lease(
             self.id,
             self.queues,
             store=lambda: self.store,
@@ -167,10 +180,13 @@ class Worker:
             terminate=self._terminate_running,
             schedules=schedules() if scheduler else [],
         )
-        # How the last task ended, to record with the next fetch (kept until recorded).
-        self._outcome: Outcome | None = None
-        # The task running now, for a termination request.
-        self._running: Running | None = None
+        # Finished executions whose outcomes the next fetch records (kept until recorded).
+        self._outcomes: list[Execution] = []
+        # With threads > 1, the slots that run tasks; else the one task running now.
+        self._slots = Slots(threads, self._execute, self._waker.wake) if threads > 1 else None
+        self._running: Execution | None = None
+        # The slots' threads gave up on this many tasks: this process is to be replaced.
+        self.worn_out = False
         # The server's time at the last fetch (ms): its hour files the throughput counts.
         self._now_ms = int(time.time() * 1000)
         self._limits = TimeLimits(deadline)
@@ -178,8 +194,6 @@ class Worker:
         self._pid = os.getpid()
         self._own_client: tuple[redis.Redis, redis.Redis] | None = None
         self._loop_connection: OneConnection | None = None
-        # The server's time (ms) when the running (or last) task was taken.
-        self._taken_ms = 0
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
@@ -244,9 +258,13 @@ class Worker:
                 crashed = False
                 return 0
             self._lease.start()
+            if self._slots is not None:
+                self._slots.start()
             self._loop()
             crashed = False
         finally:
+            if self._slots is not None:
+                self._slots.stop()
             self._lease.stop()
             self._limits.release_signal()
             self._leave(crashed)
@@ -269,9 +287,15 @@ class Worker:
 
     def _loop(self) -> None:
         while not self._stopping:
-            take = self.max_tasks is None or self.processed < self.max_tasks
+            pause = self._collect()
+            take = self._may_take()
             try:
                 self._reclaim_lost_take()
+                if not take and not self._outcomes:
+                    if not self._busy:
+                        break  # max_tasks reached, or worn out, and nothing runs
+                    self._waker.pause(min(pause, self.heartbeat_interval))
+                    continue
                 fetched = self._fetch(take)
                 if fetched.position < 0:
                     logger.warning(
@@ -282,28 +306,121 @@ class Worker:
                     continue
                 self._connected()
                 if fetched.payload is None:
-                    if not take or (self.burst and fetched.wait_ms != 0):
-                        break
-                    if fetched.wait_ms != 0:
-                        self._idle(fetched.wait_ms)
+                    if not take or fetched.wait_ms == 0:
+                        continue
+                    if self.burst:
+                        if not self._busy:
+                            break
+                        self._waker.pause(min(pause, self.heartbeat_interval))
+                    else:
+                        self._idle(fetched.wait_ms, pause)
                     continue
             except REDIS_DOWN as error:
                 self._disconnected(error)
                 continue
-            self._run(fetched)
-        try:
-            self._reclaim_lost_take()
-            if self._outcome is not None:
-                self._fetch(take=False)
-        except REDIS_DOWN as error:
-            logger.warning("Worker %s could not record its last task: %s", self.id, error)
+            self._start(fetched)
+        self._finish()
+
+    @property
+    def _busy(self) -> bool:
+        """Tasks run in the slots' threads now."""
+        return self._slots is not None and bool(self._slots.running)
+
+    def _may_take(self) -> bool:
+        if self.max_tasks is not None:
+            running = len(self._slots.running) if self._slots is not None else 0
+            if self.processed + running >= self.max_tasks:
+                return False
+        if self._slots is None:
+            return True
+        if self._slots.stuck >= MAX_ABANDONED and not self.worn_out:
+            self.worn_out = True
+            logger.error(
+                "Worker %s has %d threads stuck in tasks it gave up on: it takes no more "
+                "tasks, lets the others finish, and exits to be replaced",
+                self.id,
+                self._slots.stuck,
+            )
+        return not self.worn_out and self._slots.free > 0
+
+    def _collect(self) -> float:
+        """Gather what the slots' threads finished and settle what their limits ended;
+        the seconds until the next limit is due."""
+        if self._slots is None:
+            return math.inf
+        for execution in self._slots.finished():
+            self._ended(execution)
+        abandoned, pause = self._slots.enforce_limits()
+        for execution in abandoned:
+            self._settle(execution)
+        return pause
+
+    def _ended(self, execution: Execution) -> None:
+        if execution.called:
+            self.processed += 1
+        if execution.outcome is None:
+            logger.error(
+                "Task %s has no outcome to record: it stays held until this worker stops, "
+                "then goes back on its queue",
+                execution.task_id or "(not a task)",
+            )
+            return
+        self._outcomes.append(execution)
+
+    def _settle(self, execution: Execution) -> None:
+        """Record the end of a task whose thread was abandoned: cancelled (terminated),
+        or failed at its hard time limit (retried or dead-lettered)."""
+        self.processed += 1
+        queue = self.queues[execution.position - 1]
+        if execution.terminate:
+            logger.warning(
+                "Task %s was cancelled while running: its thread is abandoned", execution.task_id
+            )
+            execution.outcome = Outcome(
+                position=execution.position,
+                payload=execution.payload,
+                task_id=execution.task_id,
+                kind="cancel",
+            )
+        else:
+            execution.outcome = over_time(
+                execution.payload,
+                position=execution.position,
+                queue=queue,
+                worker_id=self.id,
+                now_ms=execution.taken_ms,
+                stopped="its thread is abandoned and a new one takes its slot",
+            )
+        if execution.outcome is not None:
+            self._outcomes.append(execution)
+
+    def _finish(self) -> None:
+        """Once stopped: let the running tasks finish, recording each as it ends."""
+        while self._busy or self._outcomes:
+            pause = self._collect()
+            try:
+                self._reclaim_lost_take()
+                if self._outcomes:
+                    self._fetch(take=False)
+                    continue
+            except REDIS_DOWN as error:
+                if not self._busy:
+                    logger.warning("Worker %s could not record its last task: %s", self.id, error)
+                    return
+                self._disconnected(error)
+                continue
+            self._waker.pause(min(pause, self.heartbeat_interval))
 
     def _reclaim_lost_take(self) -> None:
-        """After an outage: record the last outcome, and put back a take we never saw."""
+        """After an outage: record the outcomes, and put back a take we never saw."""
         if not self._reclaim:
             return
-        if self._outcome is not None:
+        while self._outcomes:
             self._fetch(take=False)
+        if self._busy:
+            # The lost take is among the tasks held with those running: it goes back
+            # once none runs (or when this worker stops), as long as it is held.
+            return
         # A take whose reply was lost left a task in our in-progress set that we do not
         # know of: put it back (we run nothing now) and register again.
         self.store.recover_worker(self.id, self.queues, only_if_expired=False, max_crashes=0)
@@ -311,7 +428,16 @@ class Worker:
         self._reclaim = False
 
     def _fetch(self, take: bool) -> Fetched:
-        outcome = self._outcome
+        """Record the finished tasks' outcomes, the last with the take (if ``take``)."""
+        while True:
+            last = len(self._outcomes) <= 1
+            fetched = self._fetch_one(take and last)
+            if last:
+                return fetched
+
+    def _fetch_one(self, take: bool) -> Fetched:
+        execution = self._outcomes[0] if self._outcomes else None
+        outcome = execution.outcome if execution is not None else None
         mode = self._mode if take else ""
         queue = self.queues[outcome.position - 1] if outcome else ""
         fetched = self._loop_store.fetch(
@@ -321,9 +447,10 @@ class Worker:
             outcome,
             queue=queue,
             hour=self._hour,
-            taken_ms=self._taken_ms,
+            taken_ms=execution.taken_ms if execution is not None else 0,
         )
-        self._outcome = None
+        if execution is not None:
+            self._outcomes.pop(0)
         self._now_ms = fetched.now_ms
         # After an outage the outcome may have been recorded by a call whose reply was lost.
         if outcome is not None and not fetched.recorded and not self._reclaim:
@@ -338,34 +465,59 @@ class Worker:
     def _hour(self) -> int:
         return self._now_ms // 3_600_000
 
-    def _idle(self, wait_ms: int) -> None:
-        """Wait for a wake-up message, the next due time, a signal, or one interval."""
-        interval = self.heartbeat_interval
-        self._waker.wait(self.client, interval if wait_ms < 0 else min(wait_ms / 1000, interval))
+    def _idle(self, wait_ms: int, pause: float) -> None:
+        """Wait for a wake-up message, the next due time, a signal, a finished task, or
+        one interval (at most ``pause``, when the next time limit is due)."""
+        timeout = min(self.heartbeat_interval, pause)
+        self._waker.wait(self.client, timeout if wait_ms < 0 else min(wait_ms / 1000, timeout))
 
     # -- running one task ---------------------------------------------------------------
 
-    def _run(self, fetched: Fetched) -> None:
-        position, payload = fetched.position, fetched.payload
-        assert payload is not None
-        self._taken_ms = fetched.now_ms
+    def _start(self, fetched: Fetched) -> None:
+        """Run the task taken: in a slot's thread, or here with one slot."""
+        assert fetched.payload is not None
+        execution = Execution(fetched.position, fetched.payload, fetched.now_ms)
+        if self._slots is not None:
+            self._slots.submit(execution)
+            return
+        self._running = execution
+        try:
+            execution.outcome = self._execute(execution)
+        finally:
+            self._running = None
+        self._ended(execution)
+
+    def _execute(self, execution: Execution) -> Outcome:
+        """Run one execution to its outcome (in the thread that runs it)."""
+        inline = self._slots is None
 
         def call(job: Job) -> Any:
-            self._running = Running(position, payload, job.message.id)
-            self._limits.start(job)
+            execution.task_id = job.message.id
+            execution.called = True
+            if inline:
+                self._limits.start(job)
+            else:
+                execution.start_limits(job)
             try:
-                return self._call(job)
+                value = self._call(job)
+            except BaseException:
+                if execution.abandoned:  # settled already: nothing more to say
+                    raise Abandoned from None
+                raise
             finally:
-                self._limits.stop()
-                self._running = None
-                self.processed += 1
+                execution.entry = None
+                if inline:
+                    self._limits.stop()
+            if execution.abandoned:
+                raise Abandoned
+            return value
 
-        self._outcome = execute(
-            payload,
-            position=position,
-            queue=self.queues[position - 1],
+        return execute(
+            execution.payload,
+            position=execution.position,
+            queue=self.queues[execution.position - 1],
             worker_id=self.id,
-            now_ms=fetched.now_ms,
+            now_ms=execution.taken_ms,
             call=call,
         )
 
@@ -398,25 +550,46 @@ class Worker:
                 self._disconnected(error)
         return False
 
-    def _now_running(self) -> tuple[str, Running] | None:
-        running_task = self._running
-        return None if running_task is None else (running_task.task_id, running_task)
+    def _now_running(self) -> dict[str, Execution]:
+        """The tasks running now by id (any thread: the lease's asks)."""
+        running = list(self._slots.running) if self._slots is not None else [self._running]
+        return {e.task_id: e for e in running if e is not None and e.task_id}
 
-    def _terminate_running(self, running_task: Running) -> None:
-        """Record the running task as cancelled, then stop this process (asked by cancel)."""
-        position, payload, task_id = running_task
+    def _terminate_running(self, execution: Execution) -> None:
+        """Stop a running task that was cancelled with ``terminate=True`` (the lease's
+        thread asks): its slot abandons it, or, with one slot, it is recorded as
+        cancelled and this process stops."""
+        if self._slots is not None:
+            execution.terminate = True
+            self._waker.wake()
+            return
         if self._terminate is None:
             logger.warning(
                 "Task %s is to be terminated, but this worker runs outside rc_worker's "
                 "supervisor, which alone can stop it; it runs on",
-                task_id,
+                execution.task_id,
             )
             return
-        outcome = Outcome(position=position, payload=payload, task_id=task_id, kind="cancel")
-        queue = self.queues[position - 1]
-        fetched = self.store.fetch(self.id, self._keys, "", outcome, queue=queue, hour=self._hour)
+        outcome = Outcome(
+            position=execution.position,
+            payload=execution.payload,
+            task_id=execution.task_id,
+            kind="cancel",
+        )
+        queue = self.queues[execution.position - 1]
+        fetched = self.store.fetch(
+            self.id,
+            self._keys,
+            "",
+            outcome,
+            queue=queue,
+            hour=self._hour,
+            taken_ms=execution.taken_ms,
+        )
         if fetched.recorded:  # still running it: it finished otherwise
-            logger.warning("Task %s was cancelled while running: stopping this process", task_id)
+            logger.warning(
+                "Task %s was cancelled while running: stopping this process", execution.task_id
+            )
             self._terminate()
 
     def _leave(self, crashed: bool) -> None:

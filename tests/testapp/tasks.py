@@ -171,3 +171,64 @@ urgent_echo = redis_task(name="tests.testapp.tasks.urgent_echo", queue="test", p
 unique_echo = redis_task(name="tests.testapp.tasks.unique_echo", queue="test", unique_for=3600)(
     _echo
 )
+
+
+@redis_task(queue="test")
+def together(label: str, count: int, timeout: float = 10.0) -> bool:
+    """Wait until ``count`` runs of ``together`` have started; record whether they did
+    within ``timeout`` (only a worker running that many at once can make them meet)."""
+    client = get_client()
+    client.incr("{test}:together")
+    deadline = time.monotonic() + timeout
+    met = False
+    while not met and time.monotonic() < deadline:
+        met = int(client.get("{test}:together") or 0) >= count
+        time.sleep(0.005)
+    client.hset("{test}:met", label, int(met))
+    return met
+
+
+@redis_task(queue="test", time_limit=2, max_retries=0)
+def stuck(label: str) -> None:
+    """Count a start, then sleep for an hour in one C call: nothing can interrupt it."""
+    get_client().hincrby("{test}:runs", label, 1)
+    time.sleep(3600)
+
+
+@redis_task(queue="test")
+def spin(label: str) -> None:
+    """Count a start, then loop until stopped from outside (no time limit)."""
+    get_client().hincrby("{test}:runs", label, 1)
+    while True:
+        time.sleep(0.01)
+
+
+@redis_task(queue="test")
+def whoami(label: str, seconds: float) -> int:
+    """Count a start, sleep ``seconds``, and return the pid of the process that ran it."""
+    get_client().hincrby("{test}:runs", label, 1)
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@redis_task(queue="test")
+def write_document(label: str, pause: float = 0.0) -> int:
+    """Write a row through the ORM, note the thread (each has its own connection), and
+    count the rows with this label."""
+    import threading
+
+    from .models import Document
+
+    Document.objects.create(body=label)
+    time.sleep(pause)
+    get_client().sadd("{test}:db-threads", threading.get_ident())
+    return Document.objects.filter(body=label).count()
+
+
+@redis_task(queue="test")
+async def write_document_async(label: str) -> int:
+    """The same through Django's async ORM, from an ``async def`` task."""
+    from .models import Document
+
+    await Document.objects.acreate(body=label)
+    return await Document.objects.filter(body=label).acount()

@@ -31,7 +31,12 @@ while it runs, and if the worker dies (kill -9, a crash, a lost machine) its tas
 back on their queue within about twice TASK_HEARTBEAT_INTERVAL.
 So a task may run twice after a crash, never zero times.
 
-Ctrl-C or SIGTERM: each worker finishes its current task, then exits; a task still
+--threads N: each process runs up to N tasks at once, in threads, and takes a task
+only when a thread is free (priorities hold across processes). Time limits are per
+task: past its time_limit a task is settled and its thread left behind, a new thread
+takes the slot; a process with 3 such threads still running is replaced.
+
+Ctrl-C or SIGTERM: each worker finishes its running tasks, then exits; a task still
 running TASK_SHUTDOWN_GRACE seconds later (25 by default) goes back on its queue, and
 the worker exits all the same. A second Ctrl-C or SIGTERM: stop at once (the running
 tasks go back on their queue). Either way nothing is lost, and rc_worker exits 0.
@@ -70,7 +75,18 @@ class Command(BaseCommand):
             "--concurrency",
             type=positive,
             default=1,
-            help="Number of worker processes, each running one task at a time (default 1).",
+            help="Number of worker processes (default 1).",
+        )
+        parser.add_argument(
+            "--threads",
+            type=positive,
+            default=1,
+            metavar="N",
+            help="Tasks each worker process runs at once, each in its own thread (default "
+            "1: one at a time, in the process's main thread). Raise it for tasks that wait "
+            "(e-mail, HTTP, the database): each slot costs a thread and, once used, a "
+            "database connection, not a process. Keep it at 1 for CPU-bound tasks and add "
+            "processes (-c) instead.",
         )
         parser.add_argument(
             "--burst",
@@ -102,14 +118,17 @@ class Command(BaseCommand):
                 scheduler=not options["no_scheduler"],
                 burst=options["burst"],
                 max_tasks=options["max_tasks"],
+                threads=options["threads"],
             )
         except InvalidInput as error:
             raise CommandError(str(error)) from None
         logger.info(
-            "rc_worker: %d process%s serving %s (in this priority order); heartbeat every "
-            "%.3g s; delayed tasks and schedules %s",
+            "rc_worker: %d process%s of %d thread%s serving %s (in this priority order); "
+            "heartbeat every %.3g s; delayed tasks and schedules %s",
             supervisor.concurrency,
             "" if supervisor.concurrency == 1 else "es",
+            options["threads"],
+            "" if options["threads"] == 1 else "s",
             ", ".join(supervisor.queues),
             conf.TASK_HEARTBEAT_INTERVAL,
             "handled by these workers"

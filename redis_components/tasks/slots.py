@@ -1,0 +1,232 @@
+"""Thread slots: one worker process running up to N sync tasks at once (``--threads N``).
+
+The worker's loop (``worker.py``) stays the only thread that talks to the queues: it
+takes a task only when a slot is free (no prefetch, so priorities stay global and other
+processes get work), hands it to a slot thread, and records each outcome with its next
+fetch. The process keeps one lease for all its tasks, renewed by the lease's thread
+(``lease.py``): a process that dies has all of them put back at once by the supervisor.
+
+Time limits are per task, enforced by the loop (no signals: they reach the main thread
+only):
+
+* the **soft limit** raises :class:`~redis_components.exceptions.SoftTimeLimitExceeded`
+  in the task's thread, only while that thread runs the task's own code (the rule of
+  ``limits.py``): the loop reads the thread's innermost frame and asks again shortly
+  when it is in redis-py or this library;
+* at the **hard limit** the task is settled at once (retried or dead-lettered, recorded
+  :class:`~redis_components.exceptions.TimeLimitExceeded`) and its thread abandoned: a
+  new thread takes its slot, so capacity stays N, and the old one is sent
+  ``TimeLimitExceeded`` the same way, to stop if its code ever runs again. Its late
+  outcome is dropped (and the fenced acknowledgement would refuse it anyway). Once
+  :data:`MAX_ABANDONED` abandoned threads are still running, the process takes no
+  more tasks, lets the others finish and exits to be replaced.
+
+A task cancelled with ``terminate=True`` ends the same way as one at its hard limit,
+recorded as cancelled.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import CodeType
+
+from django.db import connections
+
+from ..exceptions import SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
+from .jobs import Job
+from .limits import task_frame
+from .store import Outcome
+
+logger = logging.getLogger("redis_components.worker")
+
+# Abandoned threads (stuck past their hard limit) a process may carry before it is replaced.
+MAX_ABANDONED = 3
+# How soon to look again at a thread that a soft limit found outside the task's own code.
+RETRY_SOFT_LIMIT = 0.01
+
+
+class Abandoned(BaseException):
+    """Raised out of an abandoned execution when its task's code returns or raises at
+    last: it was settled already, so its end is not reported (nor logged) again."""
+
+
+@dataclass(eq=False)
+class Execution:
+    """One delivery of a task to this process: what it took, and how its run goes."""
+
+    position: int  # 1-based, among the worker's queues
+    payload: bytes  # as taken
+    taken_ms: int  # the server's time of the take: the attempt, for the fenced record
+    task_id: str = ""  # once its job runs
+    called: bool = False  # its job ran (a payload that is not a task never does)
+    thread: int = 0  # the ident of the thread that runs it
+    entry: CodeType | None = None  # while its job's call runs: that code (see task_frame)
+    soft_at: float = math.inf  # monotonic time of its soft limit
+    hard_at: float = math.inf  # monotonic time of its hard limit
+    terminate: bool = False  # a cancel with terminate=True asked to stop it
+    outcome: Outcome | None = None  # how it ended, to record with the next fetch
+    done: bool = False  # its thread has finished with it
+    abandoned: bool = False  # settled by the loop; its thread was left to itself
+
+    def start_limits(self, job: Job) -> None:
+        """Its job is about to run (in its thread): from now its limits count."""
+        now = time.monotonic()
+        if job.soft_time_limit is not None:
+            self.soft_at = now + job.soft_time_limit
+        if job.time_limit is not None:
+            self.hard_at = now + job.time_limit
+        self.entry = type(job).call.__code__
+
+
+def raise_in_thread(ident: int, error: type[BaseException]) -> bool:
+    """Raise ``error`` in thread ``ident`` at its next bytecode; False if it is gone."""
+    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    affected: int = set_async_exc(ctypes.c_ulong(ident), ctypes.py_object(error))
+    return affected == 1
+
+
+def raise_in_task_code(execution: Execution, error: type[BaseException]) -> bool:
+    """Raise ``error`` in the execution's thread if it runs the task's own code now;
+    True if raised (or the thread is gone), False to try again shortly."""
+    entry = execution.entry
+    frame = sys._current_frames().get(execution.thread)
+    if frame is None:
+        return True
+    if entry is None or task_frame(frame, entry) is not frame:
+        return False
+    raise_in_thread(execution.thread, error)
+    return True
+
+
+class Slots:
+    """``count`` threads that run the executions handed to them by ``run``.
+
+    Only the worker's loop calls the methods; a thread that finishes an execution
+    calls ``wake`` so that the loop records it.
+    """
+
+    def __init__(
+        self, count: int, run: Callable[[Execution], Outcome], wake: Callable[[], None]
+    ) -> None:
+        self.count = count
+        self.running: list[Execution] = []
+        self._run = run
+        self._wake = wake
+        self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[Execution] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._abandoned: list[Execution] = []  # whose threads still run
+        self._unstopped: list[Execution] = []  # abandoned, not yet sent their stop
+        self._started = 0
+
+    @property
+    def free(self) -> int:
+        return self.count - len(self.running)
+
+    @property
+    def stuck(self) -> int:
+        """The abandoned threads that still run."""
+        return len(self._abandoned)
+
+    def start(self) -> None:
+        for _ in range(self.count):
+            self._start_thread()
+
+    def submit(self, execution: Execution) -> None:
+        self.running.append(execution)
+        self._work.put(execution)
+
+    def finished(self) -> list[Execution]:
+        """The executions whose threads have finished since the last call (abandoned
+        ones left out: they were settled when abandoned)."""
+        ended: list[Execution] = []
+        while True:
+            try:
+                execution = self._done.get_nowait()
+            except queue.Empty:
+                return ended
+            if execution.abandoned:
+                self._abandoned.remove(execution)
+                if execution in self._unstopped:
+                    self._unstopped.remove(execution)
+                continue
+            self.running.remove(execution)
+            ended.append(execution)
+
+    def enforce_limits(self) -> tuple[list[Execution], float]:
+        """Apply the limits that are due: raise soft limits, abandon the executions past
+        their hard limit or to be terminated. Returns those abandoned (for the worker to
+        settle) and the seconds until the next limit is due (``math.inf``: none)."""
+        now = time.monotonic()
+        next_due = math.inf
+        abandoned = []
+        for execution in list(self.running):
+            if execution.terminate or execution.hard_at <= now:
+                if self._abandon(execution):
+                    abandoned.append(execution)
+                continue
+            if execution.soft_at <= now:
+                if raise_in_task_code(execution, SoftTimeLimitExceeded):
+                    execution.soft_at = math.inf
+                else:
+                    next_due = min(next_due, now + RETRY_SOFT_LIMIT)
+            next_due = min(next_due, execution.soft_at, execution.hard_at)
+        for execution in list(self._unstopped):
+            error = TaskCancelled if execution.terminate else TimeLimitExceeded
+            if raise_in_task_code(execution, error):
+                self._unstopped.remove(execution)
+            else:
+                next_due = min(next_due, now + RETRY_SOFT_LIMIT)
+        return abandoned, max(0.0, next_due - now)
+
+    def stop(self) -> None:
+        """End the threads once they are idle (the abandoned ones are left to themselves)."""
+        for _ in range(self.count):
+            self._work.put(None)
+
+    def _abandon(self, execution: Execution) -> bool:
+        """Leave the execution's thread to itself and give its slot a new thread; False
+        if it has just finished (its own outcome stands)."""
+        with self._lock:
+            if execution.done:
+                return False
+            execution.abandoned = True
+        self.running.remove(execution)
+        self._abandoned.append(execution)
+        self._unstopped.append(execution)
+        self._start_thread()
+        return True
+
+    def _start_thread(self) -> None:
+        self._started += 1
+        name = f"rc-slot-{self._started}"
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        """A slot's thread: run what it is handed until told to stop, or abandoned."""
+        try:
+            while (execution := self._work.get()) is not None:
+                execution.thread = threading.get_ident()
+                try:
+                    execution.outcome = self._run(execution)
+                except Abandoned:
+                    pass
+                except BaseException:  # a limit that came after the task's code, or a bug
+                    logger.exception("The thread running task %s failed", execution.task_id)
+                with self._lock:
+                    execution.done = True
+                    execution.entry = None
+                self._done.put(execution)
+                self._wake()
+                if execution.abandoned:
+                    return
+        finally:
+            connections.close_all()  # this thread's own database connections

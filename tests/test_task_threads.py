@@ -1,0 +1,239 @@
+"""Thread slots: one worker process running several sync tasks at once (``--threads``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from conftest import cancelled
+from redis_components import cancel, get_result
+from redis_components.exceptions import InvalidInput
+from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.status import workers
+from redis_components.tasks.store import ready_key
+from redis_components.tasks.worker import Worker
+from tests.processes import WorkerProcess, wait_until
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
+
+def runs(r: redis.Redis) -> dict[str, int]:
+    return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
+
+
+def met(r: redis.Redis) -> dict[str, int]:
+    return {label.decode(): int(flag) for label, flag in r.hgetall("{test}:met").items()}
+
+
+def test_four_threads_run_four_tasks_at_once(r: redis.Redis) -> None:
+    handles = [tasks.together.enqueue(f"t{i}", 4) for i in range(4)]
+    assert Worker(["test"], burst=True, threads=4).run() == 4
+    assert met(r) == {"t0": 1, "t1": 1, "t2": 1, "t3": 1}
+    assert [get_result(h.id).return_value for h in handles] == [True] * 4
+
+
+def test_one_thread_runs_one_task_at_a_time(r: redis.Redis) -> None:
+    tasks.together.enqueue("first", 2, 0.2)
+    tasks.together.enqueue("second", 2, 0.2)
+    assert Worker(["test"], burst=True).run() == 2
+    assert met(r) == {"first": 0, "second": 1}  # the first waited alone, in vain
+
+
+def test_a_task_is_taken_only_when_a_thread_is_free(r: redis.Redis) -> None:
+    """No prefetch: while both threads are busy, the third task stays in Redis, where
+    any worker may take it (and a higher priority enqueued meanwhile goes first)."""
+    tasks.slow.enqueue("a", 0.5)
+    tasks.slow.enqueue("b", 0.5)
+    tasks.record.enqueue("third")
+    worker = Worker(["test"], threads=2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: r.exists("test:a:started") and r.exists("test:b:started"))
+        assert r.zcard(ready_key("test")) == 1
+        tasks.at(5).enqueue("urgent")
+        wait_until(lambda: runs(r) == {"third": 1, "urgent": 1})
+        assert r.lrange("{test}:order", 0, -1) == [b"urgent", b"third"]
+    finally:
+        worker.stop()
+        thread.join()
+    assert r.exists("test:a:finished")
+    assert r.exists("test:b:finished")
+
+
+def test_a_soft_time_limit_is_raised_in_the_tasks_own_thread(r: redis.Redis) -> None:
+    handle = tasks.slow_but_polite.enqueue("polite")
+    tasks.together.enqueue("beside", 1)
+    assert Worker(["test"], burst=True, threads=2).run() == 2
+    assert get_result(handle.id).return_value == "stopped in time"
+    assert met(r) == {"beside": 1}
+
+
+def test_a_task_past_its_hard_limit_is_settled_without_stopping_the_others(
+    r: redis.Redis,
+) -> None:
+    """``forever`` (time_limit 2 s, one retry) never ends: each attempt is settled at
+    its limit, the others run beside it, and its abandoned thread is told to stop."""
+    handle = tasks.forever.enqueue("forever")
+    for i in range(10):
+        tasks.record.enqueue(f"short{i}")
+    # A burst worker leaves the retry, which is due later, for the next one.
+    assert Worker(["test"], burst=True, threads=2).run() == 11
+    wait_until(
+        lambda: (
+            Worker(["test"], burst=True, threads=2).run() == 0 and get_result(handle.id).is_finished
+        )
+    )
+    result = get_result(handle.id)
+    assert result.status is TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in result.errors] == [
+        "redis_components.exceptions.TimeLimitExceeded"
+    ] * 2
+    assert runs(r) == {"forever": 2, **{f"short{i}": 1 for i in range(10)}}
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("rc-slot")])
+
+
+def test_a_cancel_with_terminate_stops_only_that_task(r: redis.Redis) -> None:
+    spinning = tasks.spin.enqueue("spin")
+    worker = Worker(["test"], threads=2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: runs(r) == {"spin": 1})
+        cancel(spinning.id, terminate=True)
+        wait_until(lambda: cancelled(get_result(spinning.id)))
+        tasks.together.enqueue("after", 2)
+        tasks.together.enqueue("after too", 2)
+        wait_until(lambda: met(r) == {"after": 1, "after too": 1})  # both slots serve
+    finally:
+        worker.stop()
+        thread.join()
+
+
+def test_bad_thread_counts_are_refused() -> None:
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(InvalidInput, match="threads"):
+            Worker(["test"], threads=bad)  # type: ignore[arg-type]
+
+
+# -- rc_worker processes ----------------------------------------------------------------
+
+
+def test_a_thread_stuck_in_sleep_is_abandoned_and_capacity_stays(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """``stuck`` sleeps an hour in one C call (time_limit 2 s): it is settled after its
+    limit while 40 short tasks run beside it, and 4 tasks still meet on 4 threads."""
+    handle = tasks.stuck.enqueue("stuck")
+    for i in range(40):
+        tasks.record.enqueue(f"short{i}")
+    for i in range(4):
+        tasks.together.enqueue(f"t{i}", 4, 30)
+    worker = start_worker("test", "--threads", "4")
+    wait_until(lambda: get_result(handle.id).is_finished, worker.output)
+    wait_until(lambda: len(met(r)) == 4, worker.output)
+    assert met(r) == {f"t{i}": 1 for i in range(4)}
+    assert runs(r) == {"stuck": 1, **{f"short{i}": 1 for i in range(40)}}
+    [error] = get_result(handle.id).errors
+    assert error.exception_class_path == "redis_components.exceptions.TimeLimitExceeded"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert workers() == []
+
+
+@pytest.mark.parametrize("in_flight", [10, 50])
+def test_kill_9_with_tasks_in_flight_puts_all_back_at_once(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess], in_flight: int
+) -> None:
+    """The supervisor sees its child die and puts back all its tasks: each runs once more."""
+    for i in range(in_flight):
+        tasks.record.enqueue(f"t{i}", 60.0)
+    worker = start_worker("test", "--threads", str(in_flight))
+    wait_until(lambda: len(runs(r)) == in_flight, worker.output)
+    [child] = [w.pid for w in workers()]
+    assert child is not None
+    os.kill(child, signal.SIGKILL)
+    wait_until(lambda: sum(runs(r).values()) == 2 * in_flight, worker.output)
+    assert runs(r) == {f"t{i}": 2 for i in range(in_flight)}
+    assert f"put back {in_flight} of its tasks" in worker.output()
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: "signal again" in worker.output(), worker.output)
+    worker.signal(signal.SIGTERM)  # stop at once: the tasks sleep a minute
+    assert worker.wait() == 0
+
+
+def test_with_the_supervisor_killed_too_the_lease_brings_the_tasks_back(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    for i in range(10):
+        tasks.record.enqueue(f"t{i}", 60.0)
+    first = start_worker("test", "--threads", "10", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: len(runs(r)) == 10, first.output)
+    first.kill_all()
+    second = start_worker("test", "--threads", "10", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: sum(runs(r).values()) == 20, second.output)
+    assert runs(r) == {f"t{i}": 2 for i in range(10)}
+
+
+def test_sigterm_lets_every_running_task_finish_once(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    handles = [tasks.whoami.enqueue(f"t{i}", 0.5) for i in range(5)]
+    worker = start_worker("test", "--threads", "5")
+    wait_until(lambda: len(runs(r)) == 5, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert runs(r) == {f"t{i}": 1 for i in range(5)}
+    assert all(get_result(h.id).status is TaskResultStatus.SUCCESSFUL for h in handles)
+    assert workers() == []
+
+
+def test_a_paused_worker_coming_back_cannot_record_over_the_rerun(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """SIGSTOP a worker process past its lease: another worker recovers its tasks and
+    runs them again; after SIGCONT, the old executions' outcomes are refused and the
+    results read the re-run's."""
+    handles = [tasks.whoami.enqueue(f"t{i}", 1.0) for i in range(3)]
+    paused = start_worker("test", "--threads", "3", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: len(runs(r)) == 3, paused.output)
+    [paused_pid] = [w.pid for w in workers()]
+    assert paused_pid is not None
+    os.kill(paused_pid, signal.SIGSTOP)
+    try:
+        other = start_worker("test", "--threads", "3", TASK_HEARTBEAT_INTERVAL=0.5)
+        wait_until(
+            lambda: all(get_result(h.id).is_finished for h in handles),
+            lambda: paused.output() + other.output(),
+        )
+    finally:
+        os.kill(paused_pid, signal.SIGCONT)
+    rerun_by = {get_result(h.id).return_value for h in handles}
+    assert paused_pid not in rerun_by
+    wait_until(
+        lambda: paused.output().count("was put back on its queue while this worker ran it") == 3,
+        paused.output,
+    )
+    assert {get_result(h.id).return_value for h in handles} == rerun_by
+    assert runs(r) == {f"t{i}": 2 for i in range(3)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sync_and_async_tasks_use_the_orm_from_threads(r: redis.Redis) -> None:
+    """Django's connections belong to their thread: the sync tasks use at most one per
+    slot (closed around each task as around a request), the async ones go through the
+    async ORM; no SynchronousOnlyOperation, no connection shared between threads."""
+    from tests.testapp.models import Document
+
+    handles = [tasks.write_document.enqueue(f"sync{i}", 0.05) for i in range(12)]
+    handles += [tasks.write_document_async.enqueue(f"async{i}") for i in range(4)]
+    assert Worker(["test"], burst=True, threads=4).run() == 16
+    assert [get_result(h.id).return_value for h in handles] == [1] * 16
+    assert Document.objects.count() == 16
+    assert 1 <= r.scard("{test}:db-threads") <= 4

@@ -18,7 +18,7 @@ OLDEST := .venv-oldest
 OLDEST_BIN := $(OLDEST)/bin
 NO_BROWSER := $(patsubst %,--ignore=%,$(wildcard tests/*_browser.py))
 
-.PHONY: demo test lint docs dist browser gettext legacy-leg valkey-leg oldest-leg clean
+.PHONY: demo test lint docs dist browser gettext postgres legacy-leg valkey-leg oldest-leg clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
@@ -84,9 +84,22 @@ gettext:
 			|| echo "Could not install gettext; the translation tests will be skipped."; \
 	else echo "No GNU gettext, and no apt-get as root to install it: the translation tests will be skipped."; fi
 
+# The tests of thread slots and the ORM start a PostgreSQL server of their own (Debian's
+# server programs, see tests/postgres.py). When they are missing and this runs as root
+# where apt-get exists (CI), install Debian's without creating or starting its default
+# cluster; otherwise those tests are skipped and say why. This step never fails the build.
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing PostgreSQL for the tests of threads and the ORM"; \
+		mkdir -p /etc/postgresql-common && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
+			|| echo "Could not install postgresql; the PostgreSQL tests will be skipped."; \
+	else echo "No PostgreSQL server programs, and no apt-get as root to install them: the PostgreSQL tests will be skipped."; fi
+
 # The docs, then the whole suite on a single server and on a 3-master Redis Cluster, on
 # each leg.
-test: lint docs browser gettext
+test: lint docs browser gettext postgres
 	rm -f .coverage .coverage.*
 	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
 	RC_TEST_LONG=1 $(BIN)/pytest --cov

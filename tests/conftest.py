@@ -115,8 +115,10 @@ def worker_may_check_db_connections(django_db_blocker: Any, monkeypatch: Any) ->
 def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def start(*args: str, **settings: object) -> WorkerProcess:
-        worker = WorkerProcess(tmp_path, list(args), settings)
+    def start(
+        *args: str, environment: dict[str, str] | None = None, **settings: object
+    ) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path, list(args), settings, environment)
         started.append(worker)
         return worker
 
@@ -124,6 +126,19 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     for worker in started:
         if worker.process.poll() is None:
             worker.kill_all()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[dict[str, Any]]:
+    """Django's ``DATABASES`` entry for a PostgreSQL server of the suite's own
+    (``tests/postgres.py``); skipped, saying why, where it cannot run."""
+    from tests.postgres import postgres_server, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with postgres_server() as database:
+        yield database
 
 
 @pytest.fixture(scope="session")

@@ -64,10 +64,18 @@ class LoggedProcess:
 
 
 class WorkerProcess(LoggedProcess):
-    """``python -m django rc_worker ...`` with the test settings and ``settings``."""
+    """``python -m django rc_worker ...`` with the test settings and ``settings``
+    (``REDIS_COMPONENTS``), and ``environment`` added to the process's."""
 
-    def __init__(self, tmp_path: Path, args: list[str], settings: dict[str, object]) -> None:
-        env = {**os.environ, "RC_TEST_REDIS_COMPONENTS": json.dumps(settings)}
+    def __init__(
+        self,
+        tmp_path: Path,
+        args: list[str],
+        settings: dict[str, object],
+        environment: dict[str, str] | None = None,
+    ) -> None:
+        env = {**os.environ, **(environment or {})}
+        env["RC_TEST_REDIS_COMPONENTS"] = json.dumps(settings)
         log = tmp_path / f"worker-{time.monotonic_ns()}.log"
         super().__init__(log, ["-m", "django", "rc_worker", *args], env)
 

@@ -106,6 +106,9 @@ DATABASES = {
         "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"rc-tests-{os.getpid()}.sqlite3")},
     }
 }
+# A process a test starts against the suite's PostgreSQL (tests/postgres.py).
+if os.environ.get("RC_TEST_DATABASE"):
+    DATABASES["default"] = json.loads(os.environ["RC_TEST_DATABASE"])
 CACHES = caches(
     os.environ.get("RC_TEST_REDIS_URL", NOT_STARTED), os.environ.get("RC_TEST_REDIS_OTHER_URL")
 )

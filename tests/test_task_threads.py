@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -17,7 +21,7 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.status import workers
 from redis_components.tasks.store import ready_key
 from redis_components.tasks.worker import Worker
-from tests.processes import WorkerProcess, wait_until
+from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -237,3 +241,44 @@ def test_sync_and_async_tasks_use_the_orm_from_threads(r: redis.Redis) -> None:
     assert [get_result(h.id).return_value for h in handles] == [1] * 16
     assert Document.objects.count() == 16
     assert 1 <= r.scard("{test}:db-threads") <= 4
+
+
+def test_threads_and_the_orm_on_postgresql(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess], postgres: dict[str, Any]
+) -> None:
+    """An rc_worker process of 4 threads writing through the ORM to PostgreSQL, from
+    sync tasks and async ones: every task succeeds, and the server never sees more
+    connections from it than its threads plus one."""
+    import psycopg
+
+    environment = {"RC_TEST_DATABASE": json.dumps(postgres)}
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--run-syncdb", "-v", "0"],
+        env={**os.environ, **environment},
+        check=True,
+        cwd=ROOT,
+    )
+    handles = [tasks.write_document.enqueue(f"sync{i}", 0.2) for i in range(16)]
+    handles += [tasks.write_document_async.enqueue(f"async{i}") for i in range(4)]
+    dsn = {k.lower(): v for k, v in postgres.items() if k in {"HOST", "PORT", "USER"}}
+    with psycopg.connect(dbname=postgres["NAME"], autocommit=True, **dsn) as watcher:
+
+        def connections() -> int:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        worker = start_worker("test", "--threads", "4", environment=environment)
+        most = 0
+        while not all(get_result(h.id).is_finished for h in handles):
+            most = max(most, connections())
+            assert worker.process.poll() is None, worker.output()
+        [[rows]] = watcher.execute("SELECT count(*) FROM testapp_document").fetchall()
+    assert [get_result(h.id).return_value for h in handles] == [1] * 20
+    assert rows == 20
+    assert 2 <= most <= 5, most
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -10,9 +10,11 @@ Time limits are per task, enforced by the loop (no signals: they reach the main 
 only):
 
 * the **soft limit** raises :class:`~redis_components.exceptions.SoftTimeLimitExceeded`
-  in the task's thread, only while that thread runs the task's own code (the rule of
-  ``limits.py``): the loop reads the thread's innermost frame and asks again shortly
-  when it is in redis-py or this library;
+  in the task's thread when that thread is seen running the task's own code (the rule
+  of ``limits.py``): the loop reads the thread's innermost frame and asks again shortly
+  when it is in redis-py or this library. The read and the raise are two steps, so a
+  thread switch between them can, rarely, land it a few bytecodes later (redis-py
+  drops a connection that an exception interrupts);
 * at the **hard limit** the task is settled at once (retried or dead-lettered, recorded
   :class:`~redis_components.exceptions.TimeLimitExceeded`) and its thread abandoned: a
   new thread takes its slot, so capacity stays N, and the old one is sent

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.core.management import call_command
 
 from conftest import cancelled
 from redis_components import cancel, get_result
@@ -115,6 +118,20 @@ def test_a_cancel_with_terminate_stops_only_that_task(r: redis.Redis) -> None:
         tasks.together.enqueue("after", 2)
         tasks.together.enqueue("after too", 2)
         wait_until(lambda: met(r) == {"after": 1, "after too": 1})  # both slots serve
+    finally:
+        worker.stop()
+        thread.join()
+
+
+def test_a_worker_says_how_many_threads_it_runs(r: redis.Redis) -> None:
+    worker = Worker(["test"], threads=3)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: [w.threads for w in workers()] == [3])
+        out = io.StringIO()
+        call_command("rc_queues", stdout=out)
+        assert re.search(rf"{re.escape(worker.id)} +\d+ +3 +test ", out.getvalue())
     finally:
         worker.stop()
         thread.join()

@@ -142,7 +142,8 @@ def test_the_demo_links_those_allowed_to_the_admin_pages(
 def write_hostile_data(r: redis.Redis) -> None:
     """What a client with write access to Redis could leave in the task system's keys."""
     r.rpush(dead_key("test"), b"\xff\xfe not utf-8", b"[" * 50_000, b'{"task": 3}', b"{}")
-    r.hset(workers_key(), "w.1", json.dumps({"host": 1, "pid": "x", "queues": "test"}))
+    w1 = {"host": 1, "pid": "x", "queues": "test", "threads": 0}
+    r.hset(workers_key(), "w.1", json.dumps(w1))
     r.hset(workers_key(), "w.2", b"\xff not json")
     r.hset(workers_key(), b"w.\xff", json.dumps({"pid": 1, "started_at": "yesterday"}))
     r.zadd(leases_key(), {"w.1": 1, "w.2": 2**60})
@@ -157,7 +158,8 @@ def test_undecodable_data_never_breaks_the_page(
     data = staff.get(URL, {"format": "json"}).json()
     assert {q["name"] for q in data["queues"]} >= {"test", "ok"}
     workers = {w["id"]: w for w in data["workers"]}
-    assert workers["w.1"]["problem"] == "unreadable queues, pid, start time"
+    assert workers["w.1"]["problem"] == "unreadable queues, pid, start time, threads"
+    assert workers["w.1"]["threads"] == 1
     assert workers["w.2"]["problem"] == "unreadable description"
     assert "w.\\xff" in workers
     assert len(data["dead_letters"]) == 4

@@ -102,7 +102,8 @@ class Lease(Generic[Running]):
     node may move). ``running`` says what the worker runs now, as a map from task ids
     to whatever :attr:`terminate` needs; a heartbeat that finds one of those tasks to
     be terminated calls ``terminate`` with it. ``schedules``: the schedules to claim while
-    this worker holds the scheduler's lease (none: it never asks for it).
+    this worker holds the scheduler's lease (none: it never asks for it). ``threads``:
+    how many tasks it runs at once, for its description.
     """
 
     def __init__(
@@ -114,6 +115,7 @@ class Lease(Generic[Running]):
         running: Callable[[], dict[str, Running]],
         terminate: Callable[[Running], None],
         schedules: list[Schedule],
+        threads: int = 1,
     ) -> None:
         self.worker_id = worker_id
         self.queues = queues
@@ -129,6 +131,7 @@ class Lease(Generic[Running]):
                 "pid": os.getpid(),
                 "queues": queues,
                 "started_at": round(time.time(), 3),
+                "threads": threads,
             }
         )
         self._stop = threading.Event()

@@ -58,6 +58,7 @@ class WorkerInfo:
     started_at: float | None
     lease_left: float
     problem: str = ""
+    threads: int = 1  # the tasks it runs at once (rc_worker --threads)
 
 
 def _text(value: bytes) -> str:
@@ -95,6 +96,10 @@ def _worker(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInfo:
         started = None
         problems.append("start time")
     host = info.get("host")
+    threads = info.get("threads", 1)  # a worker of 0.1 does not say: it runs one
+    if not keys.is_integer(threads) or threads < 1:
+        threads = 1
+        problems.append("threads")
     return WorkerInfo(
         worker_id,
         host if isinstance(host, str) else "",
@@ -103,6 +108,7 @@ def _worker(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInfo:
         float(started) if started is not None else None,
         lease_left,
         f"unreadable {', '.join(problems)}" if problems else "",
+        threads,
     )
 
 

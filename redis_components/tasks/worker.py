@@ -179,6 +179,7 @@ class Worker:
             running=self._now_running,
             terminate=self._terminate_running,
             schedules=schedules() if scheduler else [],
+            threads=threads,
         )
         # Finished executions whose outcomes the next fetch records (kept until recorded).
         self._outcomes: list[Execution] = []

@@ -106,7 +106,7 @@ class Command(BaseCommand):
         registered = workers()
         self.stdout.write(f"\nWorkers: {len(registered)}")
         if registered:
-            table: list[tuple[str, ...]] = [("id", "pid", "queues", "up", "lease")]
+            table: list[tuple[str, ...]] = [("id", "pid", "threads", "queues", "up", "lease")]
             for worker in registered:
                 lease = (
                     f"{worker.lease_left:.1f} s left"
@@ -118,7 +118,7 @@ class Command(BaseCommand):
                 queues = ", ".join(worker.queues) or "?"
                 if worker.problem:
                     queues += f" ({worker.problem})"
-                table.append((worker.id, pid, queues, up, lease))
+                table.append((worker.id, pid, str(worker.threads), queues, up, lease))
             self.write_table(table)
 
     def show_schedules(self) -> None:

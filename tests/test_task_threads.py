@@ -139,8 +139,10 @@ def test_a_worker_says_how_many_threads_it_runs(r: redis.Redis) -> None:
 
 def test_bad_thread_counts_are_refused() -> None:
     for bad in (0, -1, True, 1.5, "2"):
-        with pytest.raises(InvalidInput, match="threads"):
+        with pytest.raises(InvalidInput, match=r"^threads"):
             Worker(["test"], threads=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match=r"^async_tasks"):
+            Worker(["test"], async_tasks=bad)  # type: ignore[arg-type]
 
 
 # -- rc_worker processes ----------------------------------------------------------------
@@ -299,3 +301,76 @@ def test_threads_and_the_orm_on_postgresql(
     assert 2 <= most <= 5, most
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+# -- async def tasks on the event loop ---------------------------------------------------
+
+
+def test_async_tasks_run_many_at_once_on_one_event_loop(r: redis.Redis) -> None:
+    handles = [tasks.together_async.enqueue(f"a{i}", 10) for i in range(10)]
+    assert Worker(["test"], burst=True, async_tasks=10).run() == 10
+    assert met(r) == {f"a{i}": 1 for i in range(10)}
+    assert [get_result(h.id).return_value for h in handles] == [True] * 10
+
+
+def test_a_sync_task_does_not_hold_up_the_async_ones(r: redis.Redis) -> None:
+    tasks.slow.enqueue("sync", 1.0)
+    for i in range(5):
+        tasks.together_async.enqueue(f"a{i}", 5, 0.9)
+    assert Worker(["test"], burst=True, threads=2, async_tasks=5).run() == 6
+    assert met(r) == {f"a{i}": 1 for i in range(5)}  # they met while the sync task slept
+
+
+def test_an_async_tasks_soft_limit_cancels_its_coroutine(r: redis.Redis) -> None:
+    tidied = tasks.async_polite.enqueue("tidied", True)
+    ended = tasks.async_polite.enqueue("ended", False)
+    assert Worker(["test"], burst=True, async_tasks=2).run() == 2
+    assert get_result(tidied.id).return_value == "tidied"
+    result = get_result(ended.id)
+    assert result.status is TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class_path == "redis_components.exceptions.SoftTimeLimitExceeded"
+    assert runs(r) == {"tidied": 1, "ended": 1}
+
+
+def test_an_async_task_past_its_hard_limit_is_settled_and_the_loop_goes_on(
+    r: redis.Redis,
+) -> None:
+    handle = tasks.async_forever.enqueue("forever")
+    others = [tasks.together_async.enqueue(f"a{i}", 2) for i in range(2)]
+    worker = Worker(["test"], burst=True, async_tasks=3)
+    assert worker.run() == 3
+    assert not worker.worn_out
+    [error] = get_result(handle.id).errors
+    assert error.exception_class_path == "redis_components.exceptions.TimeLimitExceeded"
+    assert [get_result(h.id).return_value for h in others] == [True, True]
+
+
+def test_a_blocked_event_loop_is_noticed_and_its_process_replaced(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``time.sleep(4)`` in an async def task with a time limit of 1 s: the loop runs
+    nothing else, which is logged; the task is settled at its limit, and the worker,
+    its loop stuck, stops taking tasks to be replaced."""
+    handle = tasks.blocks_the_loop.enqueue("blocker", 4.0)
+    waiting = tasks.record.enqueue("waiting")
+    worker = Worker(["test"], burst=True, threads=2, async_tasks=2)
+    worker.run()
+    assert worker.worn_out
+    [error] = get_result(handle.id).errors
+    assert error.exception_class_path == "redis_components.exceptions.TimeLimitExceeded"
+    assert "has run nothing for" in caplog.text
+    assert get_result(waiting.id).is_finished  # the sync slot served meanwhile
+
+
+def test_rc_worker_runs_async_tasks_together_and_stops_cleanly(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    handles = [tasks.together_async.enqueue(f"a{i}", 20, 30) for i in range(20)]
+    worker = start_worker("test", "--async-tasks", "20")
+    wait_until(lambda: len(met(r)) == 20, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert met(r) == {f"a{i}": 1 for i in range(20)}
+    assert all(get_result(h.id).status is TaskResultStatus.SUCCESSFUL for h in handles)
+    assert workers() == []

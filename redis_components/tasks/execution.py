@@ -3,11 +3,13 @@ that the next fetch records out.
 
 :func:`execute` is the one path a worker runs a task by: decoding (a payload that is
 not a task is dead-lettered), finding what runs it (a :class:`Job`: the task, its
-options, its context and Django's signals), the current task and database connections
-around the call, and how the run ends: done with its return value, deferred, retried
-after the backoff, or dead-lettered. The worker gives only the call itself (its time
-limits, its guard against forked children); for a task stopped at its time limit, the
-supervisor records the failed attempt with :func:`over_time`.
+options, its context and Django's signals; :func:`prepare`), the current task and
+database connections around the call, and how the run ends: done with its return value,
+deferred, retried after the backoff, or dead-lettered (:func:`run_job`, or
+:func:`arun_job` for an ``async def`` task on a worker's event loop). The worker gives
+only the call itself (its time limits, its guard against forked children); for a task
+stopped at its time limit, the worker or the supervisor records the failed attempt with
+:func:`over_time`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from ..exceptions import TimeLimitExceeded
@@ -46,6 +49,17 @@ def execute(
     ``SystemExit`` that it raises is how the task ended, never an error of the worker;
     any other ``BaseException`` (``KeyboardInterrupt``) propagates.
     """
+    job = prepare(payload, position=position, queue=queue, worker_id=worker_id, now_ms=now_ms)
+    if isinstance(job, Outcome):
+        return job
+    return run_job(job, payload, position=position, queue=queue, call=call)
+
+
+def prepare(
+    payload: bytes, *, position: int, queue: str, worker_id: str, now_ms: int
+) -> Job | Outcome:
+    """The job that runs ``payload``, or the dead letter of a payload that is not a task
+    or names one this worker does not know."""
     try:
         message = TaskMessage.decode(payload)
     except MalformedTask as error:
@@ -55,21 +69,58 @@ def execute(
     if isinstance(job, str):
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
         return bury(position, queue, payload, message.id, "unknown task", job)
+    return job
+
+
+def run_job(
+    job: Job, payload: bytes, *, position: int, queue: str, call: Callable[[Job], Any]
+) -> Outcome:
+    """Run a prepared job by ``call(job)`` (as :func:`execute` does), between Django's
+    closing of old database connections, as around a request."""
     close_old_connections()
-    running_task, token = running(message)
+    running_task, token = running(job.message)
     started = time.perf_counter()
     try:
         value = call(job)
     except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
-        seconds = time.perf_counter() - started
-        return failure(position, queue, payload, message, job, error, seconds)
+        return failure(position, queue, payload, job.message, job, error, since(started))
     else:
-        seconds = time.perf_counter() - started
         deferred_for = running_task.deferred_for
-        return success(position, queue, payload, message, job, value, deferred_for, seconds)
+        return success(
+            *(position, queue, payload, job.message, job, value, deferred_for, since(started))
+        )
     finally:
         stop_running(token)
         close_old_connections()
+
+
+async def arun_job(
+    job: Job, payload: bytes, *, position: int, queue: str, call: Callable[[Job], Awaitable[Any]]
+) -> Outcome:
+    """:func:`run_job` for an ``async def`` task on an event loop: ``await call(job)``.
+
+    The database connections are closed in the thread that Django's async ORM uses
+    (``sync_to_async``), as Django's ASGI handler does around a request.
+    """
+    await sync_to_async(close_old_connections)()
+    running_task, token = running(job.message)
+    started = time.perf_counter()
+    try:
+        value = await call(job)
+    except (Exception, SystemExit) as error:
+        return failure(position, queue, payload, job.message, job, error, since(started))
+    else:
+        deferred_for = running_task.deferred_for
+        return success(
+            *(position, queue, payload, job.message, job, value, deferred_for, since(started))
+        )
+    finally:
+        stop_running(token)
+        await sync_to_async(close_old_connections)()
+
+
+def since(started: float) -> float:
+    return time.perf_counter() - started
 
 
 def over_time(

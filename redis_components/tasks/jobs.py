@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -194,6 +195,19 @@ class Job:
         if self.task.takes_context:
             return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
         return self.task.call(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        """The task is an ``async def`` function: it runs on an event loop."""
+        return inspect.iscoroutinefunction(self.task.func)
+
+    async def acall(self) -> Any:
+        """:meth:`call` on an event loop: ``async def`` tasks are awaited there."""
+        task_started.send(sender=self.sender, task_result=self.result)
+        args, kwargs = self.message.args, self.message.kwargs
+        if self.task.takes_context:
+            return await self.task.acall(TaskContext(task_result=self.result), *args, **kwargs)
+        return await self.task.acall(*args, **kwargs)
 
     def encode(self, value: Any) -> str:
         """The return value as JSON, by Django's rules: what JSON cannot carry is the

@@ -1,9 +1,11 @@
-"""Thread slots: one worker process running up to N sync tasks at once (``--threads N``).
+"""Slots: one worker process running up to N sync tasks at once in threads (``--threads
+N``), and up to M ``async def`` tasks on one event loop (``--async-tasks M``).
 
 The worker's loop (``worker.py``) stays the only thread that talks to the queues: it
-takes a task only when a slot is free (no prefetch, so priorities stay global and other
-processes get work), hands it to a slot thread, and records each outcome with its next
-fetch. The process keeps one lease for all its tasks, renewed by the lease's thread
+takes a task only when a slot of each kind is free (no prefetch, so priorities stay
+global and other processes get work; a task's kind is known once it is taken), hands
+it to a slot thread or to the event loop (:class:`LoopSlots`), and records each outcome
+with its next fetch. The process keeps one lease for all its tasks, renewed by the lease's thread
 (``lease.py``): a process that dies has all of them put back at once by the supervisor.
 
 Time limits are per task, enforced by the loop (no signals: they reach the main thread
@@ -24,11 +26,13 @@ only):
   more tasks, lets the others finish and exits to be replaced.
 
 A task cancelled with ``terminate=True`` ends the same way as one at its hard limit,
-recorded as cancelled.
+recorded as cancelled. On the event loop, limits cancel the task's coroutine instead
+(see :class:`LoopSlots`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import math
@@ -36,7 +40,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType
 
@@ -53,6 +57,9 @@ logger = logging.getLogger("redis_components.worker")
 MAX_ABANDONED = 3
 # How soon to look again at a thread that a soft limit found outside the task's own code.
 RETRY_SOFT_LIMIT = 0.01
+# The event loop ticks this often; without a tick for BLOCKED_AFTER seconds it is blocked.
+TICK = 0.1
+BLOCKED_AFTER = 0.5
 
 
 class Abandoned(BaseException):
@@ -77,6 +84,9 @@ class Execution:
     outcome: Outcome | None = None  # how it ended, to record with the next fetch
     done: bool = False  # its thread has finished with it
     abandoned: bool = False  # settled by the loop; its thread was left to itself
+    job: Job | None = None  # with slots: what runs it, found before it is handed out
+    coroutine: asyncio.Task[None] | None = None  # an async task's, on the event loop
+    cancelled_by: type[BaseException] | None = None  # why its coroutine was cancelled
 
     def start_limits(self, job: Job) -> None:
         """Its job is about to run (in its thread): from now its limits count."""
@@ -108,26 +118,23 @@ def raise_in_task_code(execution: Execution, error: type[BaseException]) -> bool
     return True
 
 
-class Slots:
-    """``count`` threads that run the executions handed to them by ``run``.
+class Pool:
+    """Up to ``count`` executions at once, run by ``run``; the base of the two kinds.
 
-    Only the worker's loop calls the methods; a thread that finishes an execution
-    calls ``wake`` so that the loop records it.
+    Only the worker's loop calls the methods; whatever finishes an execution calls
+    ``wake`` so that the loop records it.
     """
 
-    def __init__(
-        self, count: int, run: Callable[[Execution], Outcome], wake: Callable[[], None]
-    ) -> None:
+    kind = ""
+
+    def __init__(self, count: int, wake: Callable[[], None]) -> None:
         self.count = count
         self.running: list[Execution] = []
-        self._run = run
         self._wake = wake
-        self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[Execution] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._abandoned: list[Execution] = []  # whose threads still run
+        self._abandoned: list[Execution] = []  # whose code still runs
         self._unstopped: list[Execution] = []  # abandoned, not yet sent their stop
-        self._started = 0
 
     @property
     def free(self) -> int:
@@ -135,20 +142,15 @@ class Slots:
 
     @property
     def stuck(self) -> int:
-        """The abandoned threads that still run."""
+        """The abandoned executions whose code still runs."""
         return len(self._abandoned)
-
-    def start(self) -> None:
-        for _ in range(self.count):
-            self._start_thread()
 
     def submit(self, execution: Execution) -> None:
         self.running.append(execution)
-        self._work.put(execution)
 
     def finished(self) -> list[Execution]:
-        """The executions whose threads have finished since the last call (abandoned
-        ones left out: they were settled when abandoned)."""
+        """The executions finished since the last call (abandoned ones left out: they
+        were settled when abandoned)."""
         ended: list[Execution] = []
         while True:
             try:
@@ -164,9 +166,10 @@ class Slots:
             ended.append(execution)
 
     def enforce_limits(self) -> tuple[list[Execution], float]:
-        """Apply the limits that are due: raise soft limits, abandon the executions past
-        their hard limit or to be terminated. Returns those abandoned (for the worker to
-        settle) and the seconds until the next limit is due (``math.inf``: none)."""
+        """Apply the limits that are due: the soft ones, and abandoning the executions
+        past their hard limit or to be terminated. Returns those abandoned (for the
+        worker to settle) and the seconds until the next limit is due (``math.inf``:
+        none)."""
         now = time.monotonic()
         next_due = math.inf
         abandoned = []
@@ -176,27 +179,22 @@ class Slots:
                     abandoned.append(execution)
                 continue
             if execution.soft_at <= now:
-                if raise_in_task_code(execution, SoftTimeLimitExceeded):
+                if self._interrupt(execution, SoftTimeLimitExceeded):
                     execution.soft_at = math.inf
                 else:
                     next_due = min(next_due, now + RETRY_SOFT_LIMIT)
             next_due = min(next_due, execution.soft_at, execution.hard_at)
         for execution in list(self._unstopped):
             error = TaskCancelled if execution.terminate else TimeLimitExceeded
-            if raise_in_task_code(execution, error):
+            if self._interrupt(execution, error):
                 self._unstopped.remove(execution)
             else:
                 next_due = min(next_due, now + RETRY_SOFT_LIMIT)
         return abandoned, max(0.0, next_due - now)
 
-    def stop(self) -> None:
-        """End the threads once they are idle (the abandoned ones are left to themselves)."""
-        for _ in range(self.count):
-            self._work.put(None)
-
     def _abandon(self, execution: Execution) -> bool:
-        """Leave the execution's thread to itself and give its slot a new thread; False
-        if it has just finished (its own outcome stands)."""
+        """Leave the execution to itself; False if it has just finished (its own
+        outcome stands)."""
         with self._lock:
             if execution.done:
                 return False
@@ -204,8 +202,62 @@ class Slots:
         self.running.remove(execution)
         self._abandoned.append(execution)
         self._unstopped.append(execution)
+        return True
+
+    def _finished_with(self, execution: Execution) -> None:
+        """Called where the execution ran, once it has ended."""
+        with self._lock:
+            execution.done = True
+            execution.entry = None
+        self._done.put(execution)
+        self._wake()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def _interrupt(self, execution: Execution, error: type[BaseException]) -> bool:
+        """Stop the execution's code with ``error``; False to try again shortly."""
+        raise NotImplementedError
+
+
+class Slots(Pool):
+    """``count`` threads that run the sync tasks' executions by ``run``."""
+
+    kind = "thread"
+
+    def __init__(
+        self, count: int, run: Callable[[Execution], Outcome], wake: Callable[[], None]
+    ) -> None:
+        super().__init__(count, wake)
+        self._run = run
+        self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
+        self._started = 0
+
+    def start(self) -> None:
+        for _ in range(self.count):
+            self._start_thread()
+
+    def submit(self, execution: Execution) -> None:
+        super().submit(execution)
+        self._work.put(execution)
+
+    def stop(self) -> None:
+        """End the threads once they are idle (the abandoned ones are left to themselves)."""
+        for _ in range(self.count):
+            self._work.put(None)
+
+    def _abandon(self, execution: Execution) -> bool:
+        """Also give the execution's slot a new thread, so that capacity stays."""
+        if not super()._abandon(execution):
+            return False
         self._start_thread()
         return True
+
+    def _interrupt(self, execution: Execution, error: type[BaseException]) -> bool:
+        return raise_in_task_code(execution, error)
 
     def _start_thread(self) -> None:
         self._started += 1
@@ -223,12 +275,108 @@ class Slots:
                     pass
                 except BaseException:  # a limit that came after the task's code, or a bug
                     logger.exception("The thread running task %s failed", execution.task_id)
-                with self._lock:
-                    execution.done = True
-                    execution.entry = None
-                self._done.put(execution)
-                self._wake()
+                self._finished_with(execution)
                 if execution.abandoned:
                     return
         finally:
             connections.close_all()  # this thread's own database connections
+
+
+class LoopSlots(Pool):
+    """One event loop, in a thread of its own, running up to ``count`` ``async def``
+    tasks' executions at once by ``run``.
+
+    A limit cancels the task's coroutine (the soft one: the task sees ``CancelledError``
+    and may tidy up; :func:`arun_job` then records ``SoftTimeLimitExceeded``). A loop
+    that a task blocks (a ``time.sleep`` in an ``async def``) runs nothing else: it is
+    noticed (no tick for :data:`BLOCKED_AFTER` seconds) and logged, and once a task on
+    it passes its hard limit the loop counts as stuck, so the process is replaced.
+    """
+
+    kind = "event loop"
+
+    def __init__(
+        self,
+        count: int,
+        run: Callable[[Execution], Awaitable[Outcome]],
+        wake: Callable[[], None],
+    ) -> None:
+        super().__init__(count, wake)
+        self._run = run
+        self._loop = asyncio.new_event_loop()
+        self._thread: threading.Thread | None = None
+        self._tick = time.monotonic()  # the loop's last sign of life
+        self._blocked_since: float | None = None
+
+    @property
+    def stuck(self) -> int:
+        """A blocked loop whose task is past its hard limit stops all the others."""
+        return MAX_ABANDONED if self._abandoned and self.blocked else 0
+
+    @property
+    def blocked(self) -> bool:
+        return time.monotonic() - self._tick > BLOCKED_AFTER
+
+    def start(self) -> None:
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.call_soon(self._beat)
+            self._loop.run_forever()
+            self._loop.close()
+
+        self._thread = threading.Thread(target=serve, name="rc-event-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, execution: Execution) -> None:
+        super().submit(execution)
+        asyncio.run_coroutine_threadsafe(self._serve(execution), self._loop)
+
+    def stop(self) -> None:
+        """Stop the loop once it is idle (a blocked one once its task lets it go)."""
+        if self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if not self.blocked:
+                self._thread.join(timeout=1.0)
+
+    def enforce_limits(self) -> tuple[list[Execution], float]:
+        abandoned, pause = super().enforce_limits()
+        if self.running or self._abandoned:
+            if self.blocked and self._blocked_since is None:
+                self._blocked_since = self._tick
+                logger.error(
+                    "The event loop of async def tasks has run nothing for %.1f s: a task "
+                    "blocks it (a time.sleep or another blocking call in an async def?); "
+                    "running on it: %s",
+                    time.monotonic() - self._tick,
+                    ", ".join(e.task_id or "?" for e in [*self.running, *self._abandoned]),
+                )
+            elif not self.blocked and self._blocked_since is not None:
+                logger.warning("The event loop of async def tasks runs again")
+                self._blocked_since = None
+            pause = min(pause, BLOCKED_AFTER)
+        return abandoned, pause
+
+    def _interrupt(self, execution: Execution, error: type[BaseException]) -> bool:
+        task = execution.coroutine
+        if task is None or not execution.called:
+            return False  # its task's code has not started yet
+        execution.cancelled_by = error
+        self._loop.call_soon_threadsafe(task.cancel)
+        return True
+
+    def _beat(self) -> None:
+        self._tick = time.monotonic()
+        self._loop.call_later(TICK, self._beat)
+
+    async def _serve(self, execution: Execution) -> None:
+        execution.coroutine = asyncio.current_task()
+        try:
+            execution.outcome = await self._run(execution)
+        except Abandoned:
+            pass
+        except GeneratorExit:  # the loop closes with the coroutine still running
+            raise
+        except BaseException:  # a cancellation that came after the task's code, or a bug
+            if not execution.abandoned:
+                logger.exception("The event loop's run of task %s failed", execution.task_id)
+        self._finished_with(execution)

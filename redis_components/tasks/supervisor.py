@@ -104,6 +104,7 @@ class Supervisor:
         burst: bool = False,
         max_tasks: int | None = None,
         threads: int = 1,
+        async_tasks: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
@@ -116,9 +117,11 @@ class Supervisor:
             "scheduler": scheduler,
             "burst": burst,
             "max_tasks": max_tasks,
-            "threads": threads,
+            "threads": validate_threads(threads),
+            "async_tasks": None
+            if async_tasks is None
+            else validate_threads(async_tasks, "async_tasks"),
         }
-        validate_threads(threads)
         self._signals = 0
         self._children: dict[int, _Child] = {}
 

@@ -68,6 +68,7 @@ SIGTERM or SIGINT: the worker finishes its running tasks, records them and exits
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -81,14 +82,14 @@ from typing import Any, NoReturn
 import redis
 
 from ..connection import OneConnection, private_client
-from ..exceptions import InvalidInput
-from .execution import execute, over_time
+from ..exceptions import InvalidInput, SoftTimeLimitExceeded
+from .execution import arun_job, execute, over_time, prepare, run_job
 from .jobs import Job
 from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import schedules
-from .slots import MAX_ABANDONED, Abandoned, Execution, Slots
+from .slots import MAX_ABANDONED, Abandoned, Execution, LoopSlots, Pool, Slots
 from .store import Fetched, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
 from .waker import Waker
 
@@ -123,10 +124,10 @@ def validate_queues(queues: Sequence[str]) -> list[str]:
     return names
 
 
-def validate_threads(threads: object) -> int:
-    """``threads`` if it is a positive integer, else :class:`InvalidInput`."""
+def validate_threads(threads: object, name: str = "threads") -> int:
+    """``threads`` if it is a positive integer, else :class:`InvalidInput` naming ``name``."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InvalidInput("threads", f"must be a positive integer, not {threads!r}")
+        raise InvalidInput(name, f"must be a positive integer, not {threads!r}")
     return threads
 
 
@@ -139,8 +140,9 @@ class Worker:
     supervisor: a shared value it watches for the hard time limit, and what stops this
     process when a running task is to be terminated.
     ``burst``: return when no task is ready. ``max_tasks``: return after running this
-    many. ``threads``: run up to this many tasks at once, each in its own thread (see
-    ``slots.py``); with 1, tasks run in the loop's own thread, one at a time. :meth:`run`
+    many. ``threads``: run up to this many sync tasks at once, each in its own thread,
+    and ``async_tasks`` (by default as many) ``async def`` tasks on one event loop (see
+    ``slots.py``); with 1 and 1, tasks run in the loop's own thread, one at a time. :meth:`run`
     blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a signal handler, with
     :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it return after the tasks
     it is running.
@@ -157,11 +159,15 @@ class Worker:
         deadline: Any = None,
         terminate: Callable[[], None] | None = None,
         threads: int = 1,
+        async_tasks: int | None = None,
     ) -> None:
         self.queues = validate_queues(queues)
         if max_tasks is not None and max_tasks < 1:
             raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
         validate_threads(threads)
+        async_tasks = validate_threads(
+            threads if async_tasks is None else async_tasks, "async_tasks"
+        )
         self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
         self.scheduler = scheduler
         self.burst = burst
@@ -183,8 +189,15 @@ class Worker:
         )
         # Finished executions whose outcomes the next fetch records (kept until recorded).
         self._outcomes: list[Execution] = []
-        # With threads > 1, the slots that run tasks; else the one task running now.
-        self._slots = Slots(threads, self._execute, self._waker.wake) if threads > 1 else None
+        # With several tasks at once: the thread slots for sync tasks and the event loop
+        # for async ones; else (none) tasks run here, one at a time, and the one running
+        # now is _running.
+        self._pools: list[Pool] = []
+        if threads > 1 or async_tasks > 1:
+            self._pools = [
+                Slots(threads, self._execute, self._waker.wake),
+                LoopSlots(async_tasks, self._aexecute, self._waker.wake),
+            ]
         self._running: Execution | None = None
         # The slots' threads gave up on this many tasks: this process is to be replaced.
         self.worn_out = False
@@ -259,13 +272,13 @@ class Worker:
                 crashed = False
                 return 0
             self._lease.start()
-            if self._slots is not None:
-                self._slots.start()
+            for pool in self._pools:
+                pool.start()
             self._loop()
             crashed = False
         finally:
-            if self._slots is not None:
-                self._slots.stop()
+            for pool in self._pools:
+                pool.stop()
             self._lease.stop()
             self._limits.release_signal()
             self._leave(crashed)
@@ -325,35 +338,36 @@ class Worker:
     @property
     def _busy(self) -> bool:
         """Tasks run in the slots' threads now."""
-        return self._slots is not None and bool(self._slots.running)
+        return any(pool.running for pool in self._pools)
 
     def _may_take(self) -> bool:
         if self.max_tasks is not None:
-            running = len(self._slots.running) if self._slots is not None else 0
+            running = sum(len(pool.running) for pool in self._pools)
             if self.processed + running >= self.max_tasks:
                 return False
-        if self._slots is None:
-            return True
-        if self._slots.stuck >= MAX_ABANDONED and not self.worn_out:
-            self.worn_out = True
-            logger.error(
-                "Worker %s has %d threads stuck in tasks it gave up on: it takes no more "
-                "tasks, lets the others finish, and exits to be replaced",
-                self.id,
-                self._slots.stuck,
-            )
-        return not self.worn_out and self._slots.free > 0
+        for pool in self._pools:
+            if pool.stuck >= MAX_ABANDONED and not self.worn_out:
+                self.worn_out = True
+                logger.error(
+                    "Worker %s has its %s stuck in tasks it gave up on: it takes no more "
+                    "tasks, lets the others finish, and exits to be replaced",
+                    self.id,
+                    f"{pool.stuck} threads" if isinstance(pool, Slots) else "event loop",
+                )
+        # A task's kind is known only once taken: take while each kind has room.
+        return not self.worn_out and all(pool.free > 0 for pool in self._pools)
 
     def _collect(self) -> float:
         """Gather what the slots' threads finished and settle what their limits ended;
         the seconds until the next limit is due."""
-        if self._slots is None:
-            return math.inf
-        for execution in self._slots.finished():
-            self._ended(execution)
-        abandoned, pause = self._slots.enforce_limits()
-        for execution in abandoned:
-            self._settle(execution)
+        pause = math.inf
+        for pool in self._pools:
+            for execution in pool.finished():
+                self._ended(execution)
+            abandoned, until_due = pool.enforce_limits()
+            for execution in abandoned:
+                self._settle(execution)
+            pause = min(pause, until_due)
         return pause
 
     def _ended(self, execution: Execution) -> None:
@@ -475,11 +489,24 @@ class Worker:
     # -- running one task ---------------------------------------------------------------
 
     def _start(self, fetched: Fetched) -> None:
-        """Run the task taken: in a slot's thread, or here with one slot."""
+        """Run the task taken: in a slot's thread or on the event loop, or here."""
         assert fetched.payload is not None
         execution = Execution(fetched.position, fetched.payload, fetched.now_ms)
-        if self._slots is not None:
-            self._slots.submit(execution)
+        if self._pools:
+            prepared = prepare(
+                execution.payload,
+                position=execution.position,
+                queue=self.queues[execution.position - 1],
+                worker_id=self.id,
+                now_ms=execution.taken_ms,
+            )
+            if isinstance(prepared, Outcome):  # not a task it can run: dead-lettered
+                execution.outcome = prepared
+                self._ended(execution)
+                return
+            execution.job = prepared
+            threads, loop = self._pools
+            (loop if prepared.is_async else threads).submit(execution)
             return
         self._running = execution
         try:
@@ -490,7 +517,7 @@ class Worker:
 
     def _execute(self, execution: Execution) -> Outcome:
         """Run one execution to its outcome (in the thread that runs it)."""
-        inline = self._slots is None
+        inline = not self._pools
 
         def call(job: Job) -> Any:
             execution.task_id = job.message.id
@@ -513,13 +540,51 @@ class Worker:
                 raise Abandoned
             return value
 
+        queue = self.queues[execution.position - 1]
+        if execution.job is not None:  # prepared by the loop
+            return run_job(
+                execution.job,
+                execution.payload,
+                position=execution.position,
+                queue=queue,
+                call=call,
+            )
         return execute(
             execution.payload,
             position=execution.position,
-            queue=self.queues[execution.position - 1],
+            queue=queue,
             worker_id=self.id,
             now_ms=execution.taken_ms,
             call=call,
+        )
+
+    async def _aexecute(self, execution: Execution) -> Outcome:
+        """Run an ``async def`` task's execution to its outcome, on the event loop."""
+        assert execution.job is not None
+
+        async def call(job: Job) -> Any:
+            execution.task_id = job.message.id
+            execution.called = True
+            execution.start_limits(job)
+            try:
+                value = await job.acall()
+            except asyncio.CancelledError:
+                if execution.abandoned:
+                    raise Abandoned from None
+                if execution.cancelled_by is SoftTimeLimitExceeded:
+                    raise SoftTimeLimitExceeded("the task ran past its soft time limit") from None
+                raise
+            except BaseException:
+                if execution.abandoned:
+                    raise Abandoned from None
+                raise
+            if execution.abandoned:
+                raise Abandoned
+            return value
+
+        queue = self.queues[execution.position - 1]
+        return await arun_job(
+            execution.job, execution.payload, position=execution.position, queue=queue, call=call
         )
 
     def _call(self, job: Job) -> Any:
@@ -553,14 +618,17 @@ class Worker:
 
     def _now_running(self) -> dict[str, Execution]:
         """The tasks running now by id (any thread: the lease's asks)."""
-        running = list(self._slots.running) if self._slots is not None else [self._running]
-        return {e.task_id: e for e in running if e is not None and e.task_id}
+        running = [e for pool in self._pools for e in pool.running]
+        inline = self._running  # read once: the loop's thread may change it
+        if inline is not None:
+            running.append(inline)
+        return {e.task_id: e for e in running if e.task_id}
 
     def _terminate_running(self, execution: Execution) -> None:
         """Stop a running task that was cancelled with ``terminate=True`` (the lease's
         thread asks): its slot abandons it, or, with one slot, it is recorded as
         cancelled and this process stops."""
-        if self._slots is not None:
+        if self._pools:
             execution.terminate = True
             self._waker.wake()
             return

@@ -232,3 +232,46 @@ async def write_document_async(label: str) -> int:
 
     await Document.objects.acreate(body=label)
     return await Document.objects.filter(body=label).acount()
+
+
+@redis_task(queue="test")
+async def together_async(label: str, count: int, timeout: float = 10.0) -> bool:
+    """``together`` for ``async def`` tasks: only a worker running ``count`` of them on
+    its event loop at once makes them meet."""
+    client = get_client()
+    client.incr("{test}:together")
+    deadline = time.monotonic() + timeout
+    met = False
+    while not met and time.monotonic() < deadline:
+        met = int(client.get("{test}:together") or 0) >= count
+        await asyncio.sleep(0.005)
+    client.hset("{test}:met", label, int(met))
+    return met
+
+
+@redis_task(queue="test", soft_time_limit=0.3, max_retries=0)
+async def async_polite(label: str, tidy: bool) -> str:
+    """Wait forever; at the soft limit, tidy up and return (``tidy``) or end there."""
+    try:
+        while True:
+            await asyncio.sleep(0.01)
+    except asyncio.CancelledError:
+        get_client().hincrby("{test}:runs", label, 1)
+        if not tidy:
+            raise
+        return "tidied"
+
+
+@redis_task(queue="test", time_limit=1, max_retries=0)
+async def blocks_the_loop(label: str, seconds: float) -> None:
+    """A mistake: a blocking sleep in an ``async def`` task, which stops its event loop."""
+    get_client().hincrby("{test}:runs", label, 1)
+    time.sleep(seconds)
+
+
+@redis_task(queue="test", time_limit=1, max_retries=0)
+async def async_forever(label: str) -> None:
+    """Await forever (its hard time limit ends it; the coroutine is cancelled)."""
+    get_client().hincrby("{test}:runs", label, 1)
+    while True:
+        await asyncio.sleep(0.01)

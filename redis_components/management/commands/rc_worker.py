@@ -31,8 +31,9 @@ while it runs, and if the worker dies (kill -9, a crash, a lost machine) its tas
 back on their queue within about twice TASK_HEARTBEAT_INTERVAL.
 So a task may run twice after a crash, never zero times.
 
---threads N: each process runs up to N tasks at once, in threads, and takes a task
-only when a thread is free (priorities hold across processes). Time limits are per
+--threads N: each process runs up to N sync tasks at once, in threads, and up to M
+async def tasks on an event loop (--async-tasks M, by default N); it takes a task only
+when it has room for it (priorities hold across processes). Time limits are per
 task: past its time_limit a task is settled and its thread left behind, a new thread
 takes the slot; a process with 3 such threads still running is replaced.
 
@@ -89,6 +90,14 @@ class Command(BaseCommand):
             "processes (-c) instead.",
         )
         parser.add_argument(
+            "--async-tasks",
+            type=positive,
+            metavar="M",
+            help="async def tasks each worker process runs at once, on one event loop "
+            "(default: as many as --threads). They never take a thread, and a sync task "
+            "never blocks the loop; a process takes a task while both kinds have room.",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="Exit when no task is ready (delayed tasks not yet due are left).",
@@ -119,6 +128,7 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 max_tasks=options["max_tasks"],
                 threads=options["threads"],
+                async_tasks=options["async_tasks"],
             )
         except InvalidInput as error:
             raise CommandError(str(error)) from None

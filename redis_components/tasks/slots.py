@@ -57,6 +57,8 @@ logger = logging.getLogger("redis_components.worker")
 MAX_ABANDONED = 3
 # How soon to look again at a thread that a soft limit found outside the task's own code.
 RETRY_SOFT_LIMIT = 0.01
+# And at an abandoned one, to send it its stop.
+RETRY_STOP = 0.1
 # The event loop ticks this often; without a tick for BLOCKED_AFTER seconds it is blocked.
 TICK = 0.1
 BLOCKED_AFTER = 0.5
@@ -125,8 +127,6 @@ class Pool:
     ``wake`` so that the loop records it.
     """
 
-    kind = ""
-
     def __init__(self, count: int, wake: Callable[[], None]) -> None:
         self.count = count
         self.running: list[Execution] = []
@@ -188,8 +188,8 @@ class Pool:
             error = TaskCancelled if execution.terminate else TimeLimitExceeded
             if self._interrupt(execution, error):
                 self._unstopped.remove(execution)
-            else:
-                next_due = min(next_due, now + RETRY_SOFT_LIMIT)
+            else:  # no hurry: it was settled already
+                next_due = min(next_due, now + RETRY_STOP)
         return abandoned, max(0.0, next_due - now)
 
     def _abandon(self, execution: Execution) -> bool:
@@ -225,8 +225,6 @@ class Pool:
 
 class Slots(Pool):
     """``count`` threads that run the sync tasks' executions by ``run``."""
-
-    kind = "thread"
 
     def __init__(
         self, count: int, run: Callable[[Execution], Outcome], wake: Callable[[], None]
@@ -292,8 +290,6 @@ class LoopSlots(Pool):
     noticed (no tick for :data:`BLOCKED_AFTER` seconds) and logged, and once a task on
     it passes its hard limit the loop counts as stuck, so the process is replaced.
     """
-
-    kind = "event loop"
 
     def __init__(
         self,

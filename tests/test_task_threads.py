@@ -374,3 +374,22 @@ def test_rc_worker_runs_async_tasks_together_and_stops_cleanly(
     assert met(r) == {f"a{i}": 1 for i in range(20)}
     assert all(get_result(h.id).status is TaskResultStatus.SUCCESSFUL for h in handles)
     assert workers() == []
+
+
+def test_a_process_whose_event_loop_is_stuck_is_replaced_and_nothing_is_lost(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """A task blocks the loop for an hour (time limit 1 s): it is settled, the process
+    stops and is replaced, and the task that waited on the stuck loop runs again."""
+    blocker = tasks.blocks_the_loop.enqueue("blocker", 3600.0)
+    waiting = tasks.together_async.enqueue("waiting", 1)
+    worker = start_worker("test", "--async-tasks", "2")
+    wait_until(lambda: get_result(waiting.id).is_finished, worker.output)
+    assert get_result(waiting.id).return_value is True
+    [error] = get_result(blocker.id).errors
+    assert error.exception_class_path == "redis_components.exceptions.TimeLimitExceeded"
+    output = worker.output()
+    assert "has run nothing for" in output
+    assert "stopped with tasks stuck past their time limit" in output
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -145,6 +145,11 @@ class Pool:
         """The abandoned executions whose code still runs."""
         return len(self._abandoned)
 
+    @property
+    def busy(self) -> bool:
+        """Executions run that may still end (and should be waited for)."""
+        return bool(self.running)
+
     def submit(self, execution: Execution) -> None:
         self.running.append(execution)
 
@@ -312,6 +317,12 @@ class LoopSlots(Pool):
     @property
     def blocked(self) -> bool:
         return time.monotonic() - self._tick > BLOCKED_AFTER
+
+    @property
+    def busy(self) -> bool:
+        """A stuck loop's other tasks cannot end: they go back on their queues when the
+        process stops."""
+        return bool(self.running) and not self.stuck
 
     def start(self) -> None:
         def serve() -> None:

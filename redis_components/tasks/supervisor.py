@@ -34,7 +34,7 @@ logger = logging.getLogger("redis_components.worker")
 
 # A worker process that dies sooner than this after its start is restarted after a pause.
 QUICK_DEATH = 1.0
-# The exit code of a worker process that stopped to be replaced (threads stuck in tasks).
+# The exit code of a worker process that stopped to be replaced (stuck threads or loop).
 WORN_OUT = 75
 FORK = multiprocessing.get_context("fork")
 
@@ -272,8 +272,8 @@ class Supervisor:
                 TaskStore(),
                 child.worker_id,
                 self.queues,
-                f"Worker process {child.slot} (pid {child.process.pid}) stopped with threads "
-                "stuck in tasks",
+                f"Worker process {child.slot} (pid {child.process.pid}) stopped with tasks "
+                "stuck past their time limit",
                 crashed=False,
                 then="" if stopping else "; replacing it",
             )

@@ -337,8 +337,8 @@ class Worker:
 
     @property
     def _busy(self) -> bool:
-        """Tasks run in the slots' threads now."""
-        return any(pool.running for pool in self._pools)
+        """Tasks run in the slots' threads or on the event loop now."""
+        return any(pool.busy for pool in self._pools)
 
     def _may_take(self) -> bool:
         if self.max_tasks is not None:
@@ -387,10 +387,9 @@ class Worker:
         or failed at its hard time limit (retried or dead-lettered)."""
         self.processed += 1
         queue = self.queues[execution.position - 1]
+        left = "its coroutine is cancelled" if execution.coroutine else "its thread is abandoned"
         if execution.terminate:
-            logger.warning(
-                "Task %s was cancelled while running: its thread is abandoned", execution.task_id
-            )
+            logger.warning("Task %s was cancelled while running: %s", execution.task_id, left)
             execution.outcome = Outcome(
                 position=execution.position,
                 payload=execution.payload,
@@ -404,7 +403,7 @@ class Worker:
                 queue=queue,
                 worker_id=self.id,
                 now_ms=execution.taken_ms,
-                stopped="its thread is abandoned and a new one takes its slot",
+                stopped=left if execution.coroutine else f"{left} and a new one takes its slot",
             )
         if execution.outcome is not None:
             self._outcomes.append(execution)

@@ -297,8 +297,9 @@ def test_bad_worker_options_are_refused() -> None:
         Worker(["test"], max_tasks=0)
 
 
+@pytest.mark.parametrize("threads", [1, 4])
 def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
-    r: redis.Redis, caplog: pytest.LogCaptureFixture
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, threads: int
 ) -> None:
     @redis_task(name="tests.test_task_worker.sell", queue="test")
     @redis_lock("item:{item_id}", blocking=False, on_busy=defer(0.05))
@@ -309,7 +310,7 @@ def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
     assert holder is not None
     caplog.set_level(logging.INFO, "redis_components.worker")
     sell.enqueue(7)
-    with running_worker(["test"]):
+    with running_worker(["test"], threads=threads):
         # While the lock is held the task goes back to the delayed queue, again and again.
         wait_until(lambda: caplog.text.count("deferred for 0.05 s") >= 3)
         assert runs(r) == {}

@@ -308,6 +308,7 @@ class LoopSlots(Pool):
         self._thread: threading.Thread | None = None
         self._tick = time.monotonic()  # the loop's last sign of life
         self._blocked_since: float | None = None
+        self._closing = False
 
     @property
     def stuck(self) -> int:
@@ -329,6 +330,13 @@ class LoopSlots(Pool):
             asyncio.set_event_loop(self._loop)
             self._loop.call_soon(self._beat)
             self._loop.run_forever()
+            # Stopped with tasks still on it (a stuck loop's): they go back on their
+            # queues with the process's other held tasks.
+            self._closing = True
+            left = asyncio.all_tasks(self._loop)
+            for task in left:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             self._loop.close()
 
         self._thread = threading.Thread(target=serve, name="rc-event-loop", daemon=True)
@@ -384,6 +392,6 @@ class LoopSlots(Pool):
         except GeneratorExit:  # the loop closes with the coroutine still running
             raise
         except BaseException:  # a cancellation that came after the task's code, or a bug
-            if not execution.abandoned:
+            if not (execution.abandoned or self._closing):
                 logger.exception("The event loop's run of task %s failed", execution.task_id)
         self._finished_with(execution)

@@ -77,6 +77,7 @@ def _child_main(
     signal.set_wakeup_fd(worker.wakeup_fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     worker.run()
+    signal.set_wakeup_fd(-1)  # the worker closed its pipe: that fd may be reused
     if worker.worn_out:
         sys.exit(WORN_OUT)
     finished.value = 1

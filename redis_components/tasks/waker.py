@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import threading
 import time
 from typing import Any
 
@@ -42,6 +43,11 @@ class Waker:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._pubsub: PubSub | None = None
+        # Once the pipe is closed its fd numbers may belong to anything (a socket to
+        # Redis): a thread that outlives the worker (a task abandoned at its time limit)
+        # must not write there. The lock makes the check and the write one step.
+        self._closed = False
+        self._lock = threading.Lock()
 
     @property
     def fd(self) -> int:
@@ -49,9 +55,10 @@ class Waker:
         return self._write
 
     def wake(self) -> None:
-        """End the current (or next) wait at once."""
-        with contextlib.suppress(OSError):  # a full pipe already holds a wake-up
-            os.write(self._write, b"s")
+        """End the current (or next) wait at once (nothing once closed)."""
+        with self._lock, contextlib.suppress(OSError):  # a full pipe holds a wake-up
+            if not self._closed:
+                os.write(self._write, b"s")
 
     def wait(self, client: Any, timeout: float) -> None:
         """Wait for a wake-up message, a :meth:`wake` (or signal), or ``timeout`` seconds.
@@ -87,8 +94,10 @@ class Waker:
 
     def close(self) -> None:
         self.unsubscribe()
-        os.close(self._read)
-        os.close(self._write)
+        with self._lock:
+            self._closed = True
+            os.close(self._read)
+            os.close(self._write)
 
     def _subscribe(self, client: Any) -> None:
         pubsub: PubSub = new_pubsub(client)

@@ -56,8 +56,8 @@ def test_one_thread_runs_one_task_at_a_time(r: redis.Redis) -> None:
 def test_a_task_is_taken_only_when_a_thread_is_free(r: redis.Redis) -> None:
     """No prefetch: while both threads are busy, the third task stays in Redis, where
     any worker may take it (and a higher priority enqueued meanwhile goes first)."""
-    tasks.slow.enqueue("a", 0.5)
-    tasks.slow.enqueue("b", 0.5)
+    tasks.gated.enqueue("a")
+    tasks.gated.enqueue("b")
     tasks.record.enqueue("third")
     worker = Worker(["test"], threads=2)
     thread = threading.Thread(target=worker.run)
@@ -66,13 +66,14 @@ def test_a_task_is_taken_only_when_a_thread_is_free(r: redis.Redis) -> None:
         wait_until(lambda: r.exists("test:a:started") and r.exists("test:b:started"))
         assert r.zcard(ready_key("test")) == 1
         tasks.at(5).enqueue("urgent")
+        # One thread frees up: it takes the higher priority first, then the other.
+        r.set("test:a:open", 1)
         wait_until(lambda: runs(r) == {"third": 1, "urgent": 1})
         assert r.lrange("{test}:order", 0, -1) == [b"urgent", b"third"]
+        r.set("test:b:open", 1)
     finally:
         worker.stop()
         thread.join()
-    assert r.exists("test:a:finished")
-    assert r.exists("test:b:finished")
 
 
 def test_a_soft_time_limit_is_raised_in_the_tasks_own_thread(r: redis.Redis) -> None:
@@ -348,11 +349,19 @@ def test_async_tasks_run_many_at_once_on_one_event_loop(r: redis.Redis) -> None:
 
 
 def test_a_sync_task_does_not_hold_up_the_async_ones(r: redis.Redis) -> None:
-    tasks.slow.enqueue("sync", 1.0)
+    tasks.slow.enqueue("sync", 3.0)
     for i in range(5):
-        tasks.together_async.enqueue(f"a{i}", 5, 0.9)
-    assert Worker(["test"], burst=True, threads=2, async_tasks=5).run() == 6
-    assert met(r) == {f"a{i}": 1 for i in range(5)}  # they met while the sync task slept
+        tasks.together_async.enqueue(f"a{i}", 5)
+    worker = Worker(["test"], threads=2, async_tasks=5)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: len(met(r)) == 5)
+        assert not r.exists("test:sync:finished")  # they met while the sync task slept
+        assert met(r) == {f"a{i}": 1 for i in range(5)}
+    finally:
+        worker.stop()
+        thread.join()
 
 
 def test_an_async_tasks_soft_limit_cancels_its_coroutine(r: redis.Redis) -> None:

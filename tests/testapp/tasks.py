@@ -275,3 +275,13 @@ async def async_forever(label: str) -> None:
     get_client().hincrby("{test}:runs", label, 1)
     while True:
         await asyncio.sleep(0.01)
+
+
+@redis_task(queue="test")
+def gated(label: str) -> None:
+    """Mark the start, then wait (30 s at most) until a test sets ``test:<label>:open``."""
+    client = get_client()
+    client.set(f"test:{label}:started", 1)
+    deadline = time.monotonic() + 30
+    while not client.exists(f"test:{label}:open") and time.monotonic() < deadline:
+        time.sleep(0.005)

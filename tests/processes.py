@@ -12,8 +12,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +105,20 @@ def wait_until(
     while not condition():
         assert time.monotonic() < deadline, f"timed out; {what() if what else 'no more detail'}"
         time.sleep(0.005)
+
+
+@contextmanager
+def running_worker(queues: list[str], **options: Any) -> Iterator[Any]:
+    """A worker (``redis_components.tasks.worker.Worker``) looping in a thread of this
+    process until the block ends."""
+    from redis_components.tasks.worker import Worker
+
+    worker = Worker(queues, **options)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(10)
+        assert not thread.is_alive()

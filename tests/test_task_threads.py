@@ -25,7 +25,7 @@ from redis_components.tasks.status import workers
 from redis_components.tasks.store import ready_key
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
-from tests.processes import ROOT, WorkerProcess, wait_until
+from tests.processes import ROOT, WorkerProcess, running_worker, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -59,10 +59,7 @@ def test_a_task_is_taken_only_when_a_thread_is_free(r: redis.Redis) -> None:
     tasks.gated.enqueue("a")
     tasks.gated.enqueue("b")
     tasks.record.enqueue("third")
-    worker = Worker(["test"], threads=2)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    with running_worker(["test"], threads=2):
         wait_until(lambda: r.exists("test:a:started") and r.exists("test:b:started"))
         assert r.zcard(ready_key("test")) == 1
         tasks.at(5).enqueue("urgent")
@@ -71,9 +68,6 @@ def test_a_task_is_taken_only_when_a_thread_is_free(r: redis.Redis) -> None:
         wait_until(lambda: runs(r) == {"third": 1, "urgent": 1})
         assert r.lrange("{test}:order", 0, -1) == [b"urgent", b"third"]
         r.set("test:b:open", 1)
-    finally:
-        worker.stop()
-        thread.join()
 
 
 def test_a_soft_time_limit_is_raised_in_the_tasks_own_thread(r: redis.Redis) -> None:
@@ -110,19 +104,13 @@ def test_a_task_past_its_hard_limit_is_settled_without_stopping_the_others(
 
 def test_a_cancel_with_terminate_stops_only_that_task(r: redis.Redis) -> None:
     spinning = tasks.spin.enqueue("spin")
-    worker = Worker(["test"], threads=2)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    with running_worker(["test"], threads=2):
         wait_until(lambda: runs(r) == {"spin": 1})
         cancel(spinning.id, terminate=True)
         wait_until(lambda: cancelled(get_result(spinning.id)))
         tasks.together.enqueue("after", 2)
         tasks.together.enqueue("after too", 2)
         wait_until(lambda: met(r) == {"after": 1, "after too": 1})  # both slots serve
-    finally:
-        worker.stop()
-        thread.join()
 
 
 def test_retries_unique_tasks_and_current_task_work_in_threads(r: redis.Redis) -> None:
@@ -141,17 +129,11 @@ def test_retries_unique_tasks_and_current_task_work_in_threads(r: redis.Redis) -
 
 
 def test_a_worker_says_how_many_threads_it_runs(r: redis.Redis) -> None:
-    worker = Worker(["test"], threads=3)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    with running_worker(["test"], threads=3) as worker:
         wait_until(lambda: [w.threads for w in workers()] == [3])
         out = io.StringIO()
         call_command("rc_queues", stdout=out)
         assert re.search(rf"{re.escape(worker.id)} +\d+ +3 +test ", out.getvalue())
-    finally:
-        worker.stop()
-        thread.join()
 
 
 def test_a_wake_up_after_the_worker_closed_writes_nowhere() -> None:
@@ -352,16 +334,10 @@ def test_a_sync_task_does_not_hold_up_the_async_ones(r: redis.Redis) -> None:
     tasks.slow.enqueue("sync", 3.0)
     for i in range(5):
         tasks.together_async.enqueue(f"a{i}", 5)
-    worker = Worker(["test"], threads=2, async_tasks=5)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    with running_worker(["test"], threads=2, async_tasks=5):
         wait_until(lambda: len(met(r)) == 5)
         assert not r.exists("test:sync:finished")  # they met while the sync task slept
         assert met(r) == {f"a{i}": 1 for i in range(5)}
-    finally:
-        worker.stop()
-        thread.join()
 
 
 def test_an_async_tasks_soft_limit_cancels_its_coroutine(r: redis.Redis) -> None:

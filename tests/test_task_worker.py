@@ -5,9 +5,6 @@ from __future__ import annotations
 import datetime
 import logging
 import random
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import redis
@@ -31,7 +28,7 @@ from redis_components.tasks.store import TaskStore, fetch_keys, leases_key, read
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.commands import commands_per_task
-from tests.processes import run_processes, wait_until
+from tests.processes import run_processes, running_worker, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -53,20 +50,6 @@ def order(r: redis.Redis) -> list[str]:
 
 def runs(r: redis.Redis) -> dict[str, int]:
     return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
-
-
-@contextmanager
-def running_worker(queues: list[str], **options: object) -> Iterator[Worker]:
-    """A worker looping in a thread until the block ends."""
-    worker = Worker(queues, **options)  # type: ignore[arg-type]
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(10)
-        assert not thread.is_alive()
 
 
 def subscribed(r: redis.Redis, queue: str) -> bool:

@@ -48,12 +48,17 @@ from .semaphores import Permit, RedisSemaphore, redis_semaphore
 from .tasks import (
     RedisTask,
     Retry,
+    Workflow,
     cancel,
+    chain,
     current_task,
     defer,
     get_result,
+    get_workflow,
+    group,
     periodic,
     redis_task,
+    signature,
 )
 
 __version__ = importlib.metadata.version("django-redis-components")
@@ -86,8 +91,10 @@ __all__ = [
     "SemaphoreNotAcquired",
     "SendProgress",
     "UnreadableMessage",
+    "Workflow",
     "__version__",
     "cancel",
+    "chain",
     "current_task",
     "defer",
     "fenced_get",
@@ -96,12 +103,15 @@ __all__ = [
     "get_async_client",
     "get_client",
     "get_result",
+    "get_workflow",
+    "group",
     "periodic",
     "receive_files",
     "redis_lock",
     "redis_semaphore",
     "redis_task",
     "send_files",
+    "signature",
 ]
 
 # Exceptions that 0.1 exported here: they are in redis_components.exceptions.

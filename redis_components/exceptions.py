@@ -151,6 +151,25 @@ class TimeLimitExceeded(TaskError):
     process was stopped (never raised)."""
 
 
+class WorkflowDoesNotExist(TaskError, LookupError):
+    """No workflow is kept under this id (unknown, or expired after TASK_RESULT_TTL)."""
+
+
+class WorkflowNotSuccessful(TaskError):
+    """A workflow's results were asked for before it succeeded. ``workflow_id`` and
+    ``status`` (RUNNING, FAILED or CANCELLED) say which, ``failed_step`` names the task
+    id of the step whose failure failed it (``None`` otherwise)."""
+
+    def __init__(self, workflow_id: str, status: str, failed_step: str | None) -> None:
+        self.workflow_id = workflow_id
+        self.status = status
+        self.failed_step = failed_step
+        why = {"RUNNING": "it is still running", "CANCELLED": "it was cancelled"}.get(
+            status, f"step {failed_step} failed"
+        )
+        super().__init__(f"workflow {workflow_id} has no results: {why}")
+
+
 class MessagingError(RedisComponentsError):
     """Base class of messaging errors."""
 

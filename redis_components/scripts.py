@@ -162,10 +162,23 @@ def _pipelined(client: Any, calls: Sequence[Call]) -> list[Any]:
     return results
 
 
+INCLUDE = "-- @include "
+
+
 @cache
 def load(name: str) -> Script:
-    """The script in ``lua/<name>.lua`` (read once per process)."""
-    source = (LUA_DIR / f"{name}.lua").read_text("utf-8")
+    """The script in ``lua/<name>.lua`` (read once per process).
+
+    A line ``-- @include <lib>`` is replaced by ``lua/lib/<lib>.lua``: functions that
+    several scripts share (the server sees one script, as if written out).
+    """
+    lines = (LUA_DIR / f"{name}.lua").read_text("utf-8").splitlines(keepends=True)
+    source = "".join(
+        (LUA_DIR / "lib" / f"{line.removeprefix(INCLUDE).strip()}.lua").read_text("utf-8")
+        if line.startswith(INCLUDE)
+        else line
+        for line in lines
+    )
     return Script(name, source)
 
 

@@ -412,7 +412,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
     "queue_recover": lambda n: recover_call(
         worker_id="w",
         queues=[f"q{i}" for i in range(n)],
-        task_ids=[f"{i:032x}" for i in range(n)],
+        tasks={f"{i:032x}": None for i in range(n)},
         only_if_expired=True,
         max_crashes=1,
     ),

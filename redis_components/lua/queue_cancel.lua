@@ -1,19 +1,25 @@
 -- KEYS: 1) the task's queue's ready ZSET  2) its delayed ZSET  3) the task's result hash
 --       4) the HASH of running tasks  5) the task's termination request key
---       6) (optional) the key that made it unique: freed if it still names this task, so
---          that a cancelled task does not stop an equal one from being enqueued
+--       6) the key that made it unique: freed if it still names this task, so that a
+--          cancelled task does not stop an equal one from being enqueued (any key of the
+--          task system when it is not unique); then, for a workflow's step, its workflow
+--          section (lib/flow.lua)
 -- ARGV: 1) the task's id  2) its payload as it waits (see the result's "payload")
 --       3) "terminate": a running task is to be stopped; "" refuses
 --       4) how long to keep the result after its last change, in ms
 --       5) how long a termination request waits for the worker to act on it, in ms
+--       6) the unique key's kind: "unique", or "" when KEYS 6 is not one  7) its step's
+--       number in its workflow (0: it is no workflow's step)
 -- Returns: 1 when the waiting task was removed (its result is CANCELLED),
 --          2 when it is running and its worker was asked to terminate it,
 --          0 when it is running and ARGV 3 is "" (nothing changed),
 --          -1 when it is neither waiting nor running (finished, or never seen),
 --          -2 when it was cancelled already
 -- Removal is atomic against a worker taking the task: it is either taken or cancelled.
+-- A cancelled step fails the steps after it in its workflow (as a failure would).
+-- @include flow
 local function free_unique()
-  if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[1] then
+  if ARGV[6] == 'unique' and redis.call('GET', KEYS[6]) == ARGV[1] then
     redis.call('DEL', KEYS[6])
   end
 end
@@ -23,6 +29,10 @@ if redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2]) >
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
+  if ARGV[7] ~= '0' then
+    local flow, step = flow_open(7), tonumber(ARGV[7])
+    flow_settle(flow, step, 'C', flow_failure(flow, step, 'CANCELLED'), now, tonumber(ARGV[4]))
+  end
   return 1
 end
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then

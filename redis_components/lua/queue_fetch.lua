@@ -22,6 +22,8 @@
 --       to record it whatever its attempt (a supervisor for its killed child)  16) 1 when it was the task's first attempt for
 --       sure (its payload has the enqueue time, no retry and no crash): its result has
 --       no earlier attempt to read
+--       17) how many keys at the end of KEYS are the finished task's workflow section
+--       (see lib/flow.lua), 0 when it is not a workflow's step  18) its step's number
 -- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
@@ -30,7 +32,9 @@
 --          server's time (epoch ms). Position -1: the worker has no lease (it was taken
 --          for dead), so it gets nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
-local queues = (#KEYS - 6) / 4
+-- @include flow
+local flow_keys = tonumber(ARGV[17])
+local queues = (#KEYS - 6 - flow_keys) / 4
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -41,6 +45,11 @@ if done > 0 then
   local ready, delayed = KEYS[4 * done + 3], KEYS[4 * done + 4]
   local running, dead = KEYS[4 * done + 5], KEYS[4 * done + 6]
   local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
+  local flow = flow_keys > 0 and flow_open(#KEYS - flow_keys + 1)
+  -- A step of a cancelled workflow does not run again.
+  if flow and (outcome == 'retry' or outcome == 'defer') and flow_status(flow) == 'CANCELLED' then
+    outcome = 'cancel'
+  end
   -- The attempt this outcome is of: "<take ms> <worker id>", written when it was taken.
   -- An outcome given its take time is fenced: once the task was recovered and taken
   -- again (by any worker, this one included), its older execution records nothing.
@@ -127,6 +136,15 @@ if done > 0 then
       if not kept then
         redis.call('PEXPIRE', result, keep)
       end
+    end
+    -- A final outcome releases the steps after it in the same script.
+    local step = tonumber(ARGV[18])
+    if flow and outcome == 'ok' then
+      flow_settle(flow, step, 'S', ARGV[7], now, tonumber(ARGV[12]))
+    elseif flow and (outcome == 'bury' or outcome == 'cancel') then
+      local status = outcome == 'bury' and 'FAILED' or 'CANCELLED'
+      local record = flow_failure(flow, step, status, outcome == 'bury' and ARGV[7])
+      flow_settle(flow, step, string.sub(status, 1, 1), record, now, tonumber(ARGV[12]))
     end
   end
 end

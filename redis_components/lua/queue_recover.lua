@@ -2,21 +2,26 @@
 --       running tasks (task id -> "<start ms> <worker id>"), then for each queue the
 --       worker served: the worker's in-progress ZSET for it, the queue's ready ZSET
 --       (also the name of its wake-up channel), its dead-letter list; then the result
---       hash of each task id given in ARGV
+--       hash of each task id given in ARGV; then the workflow sections (lib/flow.lua)
+--       of those tasks that are workflows' steps
 -- ARGV: 1) the worker's id  2) "expired": only if its lease has run out; "now": at once
 --       3) count a crash against each recovered task, and dead-letter those that reach
 --       this count; 0 counts nothing (the worker stopped them: no attempt is recorded)
 --       4) the most entries a dead-letter list keeps  5) how long to keep a result
 --       after its last change, in ms  6) the number of queues
---       7...) the name of each queue, in the order of KEYS, then the task ids whose
---       result hashes end KEYS (tasks seen in the in-progress ZSETs before this call)
+--       7...) the name of each queue, in the order of KEYS, then for each task seen in
+--       the in-progress ZSETs before this call: its id (its result hash is in KEYS),
+--       where its workflow section starts in KEYS (0: it is no workflow's step), its
+--       step's number
 -- Returns: {tasks put back on their queue, tasks dead-lettered}, or false when the
 --          worker's lease has not run out (nothing changed)
 -- A task's crash count travels in its payload: the encoder ends every payload with
 -- '"retries":<n>}', and this script alone appends ',"crashes":<n>' before the final
 -- brace, with string operations (re-encoding JSON in Lua could alter numbers). A
 -- recovered task goes back into its ready ZSET with the score it was taken with, so it
--- runs before every task of its priority enqueued after it.
+-- runs before every task of its priority enqueued after it. A step of a cancelled
+-- workflow is not put back; a step dead-lettered here fails its workflow's later steps.
+-- @include flow
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if ARGV[2] == 'expired' then
@@ -30,9 +35,13 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 
 local max_crashes, keep = tonumber(ARGV[3]), tonumber(ARGV[5])
 local queues = tonumber(ARGV[6])
-local results = {}
-for i = 7 + queues, #ARGV do
-  results[ARGV[i]] = KEYS[3 + 3 * queues + i - 6 - queues]
+local results, flows = {}, {}
+for i = 7 + queues, #ARGV, 3 do
+  local nth = (i - 7 - queues) / 3 + 1
+  results[ARGV[i]] = KEYS[3 + 3 * queues + nth]
+  if ARGV[i + 1] ~= '0' then
+    flows[ARGV[i]] = {flow_open(tonumber(ARGV[i + 1])), tonumber(ARGV[i + 2])}
+  end
 end
 
 local requeued, buried = 0, 0
@@ -65,7 +74,10 @@ for i = 1, queues do
         crashes, error = max_crashes, 'its worker died while holding it, and it is not a task'
       end
     end
-    if crashes >= max_crashes and max_crashes > 0 then
+    local flow = id and flows[id]
+    local cancelled = flow and flow_status(flow[1]) == 'CANCELLED'
+    if cancelled then  -- neither put back nor dead-lettered
+    elseif crashes >= max_crashes and max_crashes > 0 then
       redis.call('RPUSH', dead, cjson.encode({
         task = payload, queue = queue, reason = 'crashed', error = error,
         traceback = '', failed_at = now / 1000,
@@ -97,6 +109,17 @@ for i = 1, queues do
         redis.call('HSET', result, 'payload', payload)
       end
       redis.call('PEXPIRE', result, keep)
+    end
+    if cancelled then
+      if result then
+        redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
+        redis.call('PEXPIRE', result, keep)
+      end
+      flow_settle(flow[1], flow[2], 'C', flow_failure(flow[1], flow[2], 'CANCELLED'), now, keep)
+    elseif flow and crashes >= max_crashes and max_crashes > 0 then
+      flow_settle(flow[1], flow[2], 'F', flow_failure(flow[1], flow[2], 'FAILED', cjson.encode({
+        exception_class_path = 'redis_components.exceptions.WorkerCrashed', traceback = error,
+      })), now, keep)
     end
   end
   if was_empty and redis.call('ZCARD', ready) > 0 then

@@ -7,7 +7,8 @@ Every task is Django's ``Task`` (``backend.py``: :class:`RedisTask`, made by our
 tasks by name (``registry.py``). Workers (``worker.py``, run by ``supervisor.py`` for
 ``manage.py rc_worker``) run jobs (``jobs.py``, ``execution.py``), keep their lease
 and recover dead workers' tasks (``lease.py``) and claim the ticks of schedules
-(``schedules.py``); ``status.py`` reads what the queues hold.
+(``schedules.py``); ``status.py`` reads what the queues hold; ``workflows.py`` chains
+and groups tasks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer, get_task
 from .schedules import periodic
 from .store import cancel
+from .workflows import Workflow, chain, get_workflow, group, signature
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -28,13 +30,18 @@ __all__ = [
     "Retry",
     "RunningTask",
     "TaskMessage",
+    "Workflow",
     "cancel",
+    "chain",
     "current_task",
     "defer",
     "get_result",
     "get_task",
+    "get_workflow",
+    "group",
     "periodic",
     "redis_task",
+    "signature",
 ]
 
 

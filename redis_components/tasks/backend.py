@@ -133,6 +133,8 @@ class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
 
 
 if TYPE_CHECKING:
+    from .workflows import Signature
+
     _DjangoTask: TypeAlias = Task[..., Any]
 else:
     _DjangoTask = Task  # not generic at run time on Django 6
@@ -178,6 +180,17 @@ class RedisTask(_DjangoTask, Generic[P, R]):
             f"calling task {self.name!r}", "use .call(...), as for Django's tasks", stacklevel=2
         )
         return cast("R", self.call(*args, **kwargs))
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task's call as a workflow's step (see :mod:`~redis_components.tasks.workflows`):
+        after another step, it gets that step's result as its first argument."""
+        from .workflows import signature
+
+        return signature(self, *args, **kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """:meth:`s`, immutable: it takes no result from the steps before it."""
+        return self.s(*args, **kwargs).set(immutable=True)
 
     @property
     def queue(self) -> str:

@@ -3,8 +3,8 @@
 Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
     {"id":"<32 hex>","priority":0,"task":"<name>","queue":"<queue>","args":[...],
-     "kwargs":{...}[,"backend":"<alias>"][,"scheduled_for":<ms>][,"enqueued_at":<ms>],
-     "retries":0}
+     "kwargs":{...}[,"flow":[...]][,"backend":"<alias>"][,"scheduled_for":<ms>]
+     [,"enqueued_at":<ms>],"retries":0}
 
 and ``,"crashes":<n>`` is appended before the final brace once a worker died running
 it. The order is a contract with the Lua scripts, which read the id and the priority
@@ -14,6 +14,9 @@ enqueue script) and append the crash count at its end, with string operations
 opaque. ``backend`` is present for tasks enqueued through Django's Tasks
 framework: the alias of the backend in ``settings.TASKS``, and ``task`` is then the
 task's module path. ``scheduled_for`` is the tick (epoch ms) of a scheduled run.
+``flow`` is present for a workflow's step (:class:`FlowStep`): ``["<workflow id>",
+<step>,[["<task id>","<queue>"],...]]``, with the steps after it, whose keys the
+script recording its outcome needs.
 ``enqueued_at`` (the server's time of the enqueue, epoch ms) lets a worker build a
 first attempt's result without reading it back; payloads written before it existed,
 by schedules, or run again after a deferral or a dead letter's requeue do not carry it.
@@ -45,6 +48,35 @@ class MalformedTask(ValueError):
 
 
 @dataclass(frozen=True)
+class FlowStep:
+    """Where a task stands in a workflow: the workflow's id, its step's number, and the
+    task id and queue of each step after it (in the order the workflow lists them)."""
+
+    workflow: str
+    step: int
+    kids: tuple[tuple[str, str], ...] = ()
+
+    def encode(self) -> list[Any]:
+        return [self.workflow, self.step, [list(kid) for kid in self.kids]]
+
+    @classmethod
+    def decode(cls, value: object) -> FlowStep:
+        if not (
+            isinstance(value, list)
+            and len(value) == 3
+            and isinstance(value[0], str)
+            and keys.is_integer(value[1])
+            and isinstance(value[2], list)
+            and all(
+                isinstance(kid, list) and len(kid) == 2 and all(isinstance(v, str) for v in kid)
+                for kid in value[2]
+            )
+        ):
+            raise MalformedTask("not a task: its 'flow' must be [workflow, step, [[id, queue]]]")
+        return cls(value[0], value[1], tuple((kid[0], kid[1]) for kid in value[2]))
+
+
+@dataclass(frozen=True)
 class TaskMessage:
     """One task as it travels through Redis: which task to run, with what, and its history."""
 
@@ -59,6 +91,7 @@ class TaskMessage:
     enqueued_at: int | None = None  # the server's time of the enqueue (epoch ms)
     retries: int = 0
     crashes: int = 0  # how many workers died running it
+    flow: FlowStep | None = None  # its place in a workflow
 
     def encode(self) -> str:
         """The payload; :class:`TaskSerializationError` if the arguments are not JSON."""
@@ -70,6 +103,8 @@ class TaskMessage:
             "args": self.args,
             "kwargs": self.kwargs,
         }
+        if self.flow is not None:
+            body["flow"] = self.flow.encode()
         if self.backend is not None:
             body["backend"] = self.backend
         if self.scheduled_for is not None:
@@ -135,6 +170,7 @@ class TaskMessage:
                 raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
+        flow = data.get("flow")
         return cls(
             data["id"],
             data["task"],
@@ -144,6 +180,7 @@ class TaskMessage:
             backend=backend,
             scheduled_for=times["scheduled_for"],
             enqueued_at=times["enqueued_at"],
+            flow=None if flow is None else FlowStep.decode(flow),
             **numbers,
         )
 
@@ -163,6 +200,22 @@ def to_json(value: Any, what: str) -> str:
             reason = f"{error.object[error.start : error.end]!r} is a lone surrogate, not UTF-8"
         raise TaskSerializationError(f"{what} cannot be stored as JSON: {reason}") from None
     return payload
+
+
+FLOW_FIELD = b',"flow":'
+
+
+def flow_of(payload: bytes) -> FlowStep | None:
+    """The workflow step a payload is (``None`` for a plain task, or one it cannot read).
+
+    Only a payload that has the field is decoded: a string argument cannot hold it,
+    since JSON escapes its quotes."""
+    if FLOW_FIELD not in payload:
+        return None
+    try:
+        return TaskMessage.decode(payload).flow
+    except MalformedTask:
+        return None
 
 
 def task_id_of(payload: bytes) -> str:

@@ -30,6 +30,9 @@ default prefix::
     rc:queue:{tasks}:leases                     ZSET  worker id -> lease expiry (ms)
     rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
     rc:queue:{tasks}:queues                     SET   every queue a worker has served
+    rc:queue:{tasks}:flow:<workflow id>         HASH  a workflow: its steps and their states
+    rc:queue:{tasks}:flows:live                 ZSET  running workflows, by creation (ms)
+    rc:queue:{tasks}:flows:done                 ZSET  finished workflows kept, by end (ms)
 
 A ready task's score is ``(100 - priority) * 2**44 + 2**43 + n``, ``n`` from the
 enqueue counter: one ``ZPOPMIN`` takes the highest priority, and the oldest among
@@ -83,7 +86,15 @@ from .. import keys, scripts
 from ..conf import conf, user_settings
 from ..connection import get_client, is_cluster, node_client, text
 from ..exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDurable
-from .messages import MAX_PRIORITY, MalformedTask, TaskMessage, task_id_of, validate_queue
+from .messages import (
+    MAX_PRIORITY,
+    FlowStep,
+    MalformedTask,
+    TaskMessage,
+    flow_of,
+    task_id_of,
+    validate_queue,
+)
 
 COMPONENT = "queue"
 TAG = "tasks"
@@ -138,6 +149,27 @@ def result_key(task_id: str) -> str:
 
 def counter_key() -> str:
     return _key("counter")
+
+
+def flow_key(workflow_id: str) -> str:
+    return _key("flow", workflow_id)
+
+
+def flows_live_key() -> str:
+    return _key("flows", "live")
+
+
+def flows_done_key() -> str:
+    return _key("flows", "done")
+
+
+def flow_section(flow: FlowStep) -> list[str]:
+    """The keys a script recording a final outcome of ``flow``'s step needs to settle it
+    (see lua/lib/flow.lua): the workflow's, then each later step's result and queue."""
+    section = [flow_key(flow.workflow), counter_key(), flows_live_key(), flows_done_key()]
+    for task_id, queue in flow.kids:
+        section += [result_key(task_id), ready_key(queue)]
+    return section
 
 
 def scheduler_key() -> str:
@@ -494,6 +526,13 @@ def fetch_call(
     micros = round(outcome.seconds * 1_000_000) if outcome else 0
     first = 1 if outcome and outcome.first else 0
     args += [result_ttl_ms(), metrics, micros, taken_ms or "", first]
+    flow = flow_of(outcome.payload) if outcome else None
+    if flow is None:
+        args += [0, 0]
+    else:
+        section = flow_section(flow)
+        script_keys = [*script_keys, *section]
+        args += [len(section), flow.step]
     return scripts.load("queue_fetch"), script_keys, args
 
 
@@ -524,15 +563,16 @@ def recover_call(
     *,
     worker_id: str,
     queues: Sequence[str],
-    task_ids: Sequence[str],
+    tasks: dict[str, FlowStep | None],
     only_if_expired: bool,
     max_crashes: int,
 ) -> scripts.Call:
-    """lua/queue_recover.lua: put back the tasks a worker holds (``task_ids``: their ids)."""
+    """lua/queue_recover.lua: put back the tasks a worker holds (``tasks``: their ids,
+    each with its workflow step or ``None``)."""
     script_keys = [leases_key(), workers_key(), running_tasks_key()]
     for queue in queues:
         script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
-    script_keys += [result_key(task_id) for task_id in task_ids]
+    script_keys += [result_key(task_id) for task_id in tasks]
     args: list[scripts.Arg] = [
         worker_id,
         "expired" if only_if_expired else "now",
@@ -541,8 +581,11 @@ def recover_call(
         result_ttl_ms(),
         len(queues),
         *queues,
-        *task_ids,
     ]
+    for task_id, flow in tasks.items():
+        args += [task_id, len(script_keys) + 1 if flow else 0, flow.step if flow else 0]
+        if flow:
+            script_keys += flow_section(flow)
     return scripts.load("queue_recover"), script_keys, args
 
 
@@ -558,11 +601,18 @@ def requeue_dead_call(*, queue: str, entries: Sequence[tuple[bytes, TaskMessage]
 
 
 def cancel_call(
-    *, task_id: str, queue: str, payload: bytes, unique: str, terminate: bool
+    *,
+    task_id: str,
+    queue: str,
+    payload: bytes,
+    unique: str,
+    terminate: bool,
+    flow: FlowStep | None = None,
 ) -> scripts.Call:
     """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it).
 
-    ``unique``: the key that made it unique, freed with it ("" for none).
+    ``unique``: the key that made it unique, freed with it ("" for none); ``flow``: the
+    workflow step it is, whose later steps it fails.
     """
     script_keys = [
         ready_key(queue),
@@ -570,15 +620,17 @@ def cancel_call(
         result_key(task_id),
         running_tasks_key(),
         terminate_key(task_id),
+        unique or counter_key(),
+        *(flow_section(flow) if flow else ()),
     ]
-    if unique:
-        script_keys.append(unique)
     args: list[scripts.Arg] = [
         task_id,
         payload,
         "terminate" if terminate else "",
         result_ttl_ms(),
         TERMINATE_WAIT_MS,
+        "unique" if unique else "",
+        flow.step if flow else 0,
     ]
     return scripts.load("queue_cancel"), script_keys, args
 
@@ -597,6 +649,48 @@ def entry_heads_call(
 ) -> scripts.Call:
     """lua/entry_heads.lua: a glimpse of the entries of ``key`` from ``first`` to ``last``."""
     return scripts.load("entry_heads"), [key], [first, last, start_bytes, end_bytes]
+
+
+def flow_create_call(
+    *,
+    workflow_id: str,
+    fields: Sequence[scripts.Arg],
+    roots: Sequence[tuple[int, TaskMessage, str]],
+) -> scripts.Call:
+    """lua/flow_create.lua: write a workflow (``fields``: its HASH's, flat) and enqueue
+    its ``roots`` (each step's number, message and payload)."""
+    script_keys = [flow_key(workflow_id), counter_key(), flows_live_key(), flows_done_key()]
+    args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
+    for number, message, payload in roots:
+        script_keys += [ready_key(message.queue), result_key(message.id)]
+        args += [number, payload, rank(message.priority)]
+    return scripts.load("flow_create"), script_keys, args
+
+
+def flow_cancel_call(
+    *, workflow_id: str, steps: Sequence[tuple[str, str]], terminate: bool
+) -> scripts.Call:
+    """lua/flow_cancel.lua: cancel a workflow (``steps``: each step's task id and queue)."""
+    script_keys = [
+        flow_key(workflow_id),
+        counter_key(),
+        flows_live_key(),
+        flows_done_key(),
+        running_tasks_key(),
+    ]
+    for task_id, queue in steps:
+        script_keys += [
+            result_key(task_id),
+            ready_key(queue),
+            delayed_key(queue),
+            terminate_key(task_id),
+        ]
+    args: list[scripts.Arg] = [
+        "terminate" if terminate else "",
+        result_ttl_ms(),
+        TERMINATE_WAIT_MS,
+    ]
+    return scripts.load("flow_cancel"), script_keys, args
 
 
 def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
@@ -766,11 +860,12 @@ class TaskStore:
         for queue in queues:
             raw(pipe, "ZRANGE", running_key(worker_id, queue), 0, -1)
         held = pipe.execute()
-        ids = sorted({task_id for payloads in held for p in payloads if (task_id := task_id_of(p))})
+        found = {task_id: p for payloads in held for p in payloads if (task_id := task_id_of(p))}
+        tasks = {task_id: flow_of(found[task_id]) for task_id in sorted(found)}
         call = recover_call(
             worker_id=worker_id,
             queues=queues,
-            task_ids=ids,
+            tasks=tasks,
             only_if_expired=only_if_expired,
             max_crashes=max_crashes,
         )
@@ -837,9 +932,10 @@ class TaskStore:
         payload = fields[0] or fields[1]
         unique = (fields[2] or b"").decode("utf-8", "replace")
         try:
-            queue = TaskMessage.decode(fields[1]).queue if fields[1] else None
+            message = TaskMessage.decode(fields[1]) if fields[1] else None
         except MalformedTask:
-            queue = None
+            message = None
+        queue = message.queue if message else None
         if payload is None or queue is None:
             raise TaskNotCancellable(
                 task_id, "no such task is kept (unknown, or its result expired)"
@@ -850,6 +946,7 @@ class TaskStore:
             payload=payload,
             unique=unique if unique.startswith(unique_key("")) else "",  # only a key of ours
             terminate=terminate,
+            flow=message.flow if message else None,
         )
         done = self._run(call)
         if done == 1:
@@ -1042,6 +1139,48 @@ class TaskStore:
         raw(pipe, "HGETALL", schedule_last_key())
         next_ticks, last_runs = pipe.execute()
         return _names(next_ticks), _names(last_runs)
+
+    def create_workflow(
+        self,
+        workflow_id: str,
+        fields: Sequence[scripts.Arg],
+        roots: Sequence[tuple[int, TaskMessage, str]],
+    ) -> int | None:
+        """Write a workflow and enqueue its first steps in one script; the server's time
+        (ms) of the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
+        call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
+        created = self._run(call)
+        return None if created is None else int(created)
+
+    def workflow_record(self, workflow_id: str) -> dict[str, bytes]:
+        """A workflow's HASH, as stored (empty when none is kept)."""
+        return _names(raw(self.client, "HGETALL", flow_key(workflow_id)))
+
+    def cancel_workflow(
+        self, workflow_id: str, steps: Sequence[tuple[str, str]], *, terminate: bool
+    ) -> tuple[bool, str | None, int, int]:
+        """Cancel a workflow whose steps are ``steps`` (task id, queue): whether this call
+        cancelled it, its status before (``None``: no such workflow), how many steps
+        were dropped, and how many still run."""
+        call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
+        cancelled, status, dropped, running = self._run(call)
+        return bool(cancelled), (None if status is None else text(status)), dropped, running
+
+    def workflow_ids(self, limit: int) -> tuple[list[str], list[str]]:
+        """The ids of the oldest ``limit`` live workflows and of the latest ``limit``
+        finished ones still kept."""
+        pipe = self.client.pipeline(transaction=False)
+        raw(pipe, "ZRANGE", flows_live_key(), 0, limit - 1)
+        raw(pipe, "ZREVRANGE", flows_done_key(), 0, limit - 1)
+        live, done = pipe.execute()
+        return [_text(i) for i in live], [_text(i) for i in done]
+
+    def workflow_records(self, workflow_ids: Sequence[str]) -> list[dict[str, bytes]]:
+        """Each workflow's HASH (empty for one that is gone), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for workflow_id in workflow_ids:
+            raw(pipe, "HGETALL", flow_key(workflow_id))
+        return [_names(record) for record in pipe.execute()] if workflow_ids else []
 
     def claim_ticks(self, claims: Sequence[TickClaim]) -> list[bool]:
         """Claim due ticks in one script; for each, whether this call claimed it (and

@@ -7,6 +7,7 @@ worker process did.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -285,3 +286,34 @@ def gated(label: str) -> None:
     deadline = time.monotonic() + 30
     while not client.exists(f"test:{label}:open") and time.monotonic() < deadline:
         time.sleep(0.005)
+
+
+@redis_task(queue="test")
+def member(label: str, pause: float = 0.0) -> str:
+    """A workflow's step: count its run of ``label``, sleep ``pause`` seconds, return
+    ``label``."""
+    record.call(label, pause)
+    return label
+
+
+@redis_task(queue="test")
+def follow(previous: str, label: str) -> str:
+    """A step after another: count its run of ``label`` and return ``previous>label``."""
+    record.call(label)
+    return f"{previous}>{label}"
+
+
+@redis_task(queue="test")
+def total(results: list[object], label: str = "total") -> int:
+    """A fan-in: count its run of ``label``, keep what it was given (JSON, under
+    ``{test}:given:<label>``) and return how many results it got."""
+    record.call(label)
+    get_client().rpush(f"{{test}}:given:{label}", json.dumps(results))
+    return len(results)
+
+
+@redis_task(queue="test", max_retries=0)
+def fail_now(label: str) -> None:
+    """Count a run of ``label`` and fail at once, for good."""
+    record.call(label)
+    raise ValueError(f"{label} failed")

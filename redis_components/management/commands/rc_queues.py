@@ -9,11 +9,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...exceptions import ConfigurationError, InvalidInput, TaskNotCancellable
+from ...exceptions import (
+    ConfigurationError,
+    InvalidInput,
+    TaskNotCancellable,
+    WorkflowDoesNotExist,
+)
 from ...tasks.messages import validate_queue
 from ...tasks.schedules import schedule_states
 from ...tasks.status import queue_names, queue_stats, workers
 from ...tasks.store import TaskStore, cancel
+from ...tasks.workflows import Summary, get_workflow, workflows
 
 
 def _time(when: datetime.datetime | None) -> str:
@@ -23,8 +29,8 @@ def _time(when: datetime.datetime | None) -> str:
 class Command(BaseCommand):
     help = (
         "Show each task queue's ready, delayed, in-progress and dead task counts and the "
-        "registered workers; or the schedules; or requeue dead letters, purge a queue, or "
-        "cancel a task."
+        "registered workers and running workflows; or the schedules, or the workflows; or "
+        "requeue dead letters, purge a queue, cancel a task or a workflow."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -53,6 +59,18 @@ class Command(BaseCommand):
             help="Cancel a task that has not started (it leaves its queue; its result says "
             "CANCELLED). A running task is refused unless --terminate is given.",
         )
+        action.add_argument(
+            "--workflows",
+            action="store_true",
+            help="List the running workflows and the finished ones still kept, with how "
+            "many steps are in each state.",
+        )
+        action.add_argument(
+            "--cancel-workflow",
+            metavar="WORKFLOW_ID",
+            help="Cancel a workflow: no further step starts; waiting and queued steps are "
+            "dropped, running ones are asked to stop.",
+        )
         parser.add_argument(
             "--terminate",
             action="store_true",
@@ -73,6 +91,14 @@ class Command(BaseCommand):
                 self.purge(options["purge"], options["yes"])
             elif options["schedules"]:
                 self.show_schedules()
+            elif options["workflows"]:
+                self.show_workflows()
+            elif options["cancel_workflow"] is not None:
+                dropped, running = get_workflow(options["cancel_workflow"]).cancel()
+                self.stdout.write(
+                    f"{options['cancel_workflow']}: cancelled ({dropped} steps dropped, "
+                    f"{running} running asked to stop)"
+                )
             elif options["cancel"] is not None:
                 done = cancel(options["cancel"], terminate=options["terminate"])
                 self.stdout.write(
@@ -81,7 +107,12 @@ class Command(BaseCommand):
                 )
             else:
                 self.show()
-        except (InvalidInput, TaskNotCancellable, ConfigurationError) as error:
+        except (
+            InvalidInput,
+            TaskNotCancellable,
+            ConfigurationError,
+            WorkflowDoesNotExist,
+        ) as error:
             raise CommandError(str(error)) from None
 
     def show(self) -> None:
@@ -120,6 +151,29 @@ class Command(BaseCommand):
                     queues += f" ({worker.problem})"
                 table.append((worker.id, pid, str(worker.threads), queues, up, lease))
             self.write_table(table)
+        running, _ = workflows()
+        if running:  # most projects have none: no line for them
+            self.stdout.write(f"\nRunning workflows: {len(running)}")
+            self.write_workflows(running)
+
+    def show_workflows(self) -> None:
+        running, finished = workflows()
+        if not running and not finished:
+            self.stdout.write("No workflows are kept.")
+            return
+        self.write_workflows([*running, *finished])
+
+    def write_workflows(self, summaries: list[Summary]) -> None:
+        rows: list[tuple[str, ...]] = [("workflow", "status", "steps", "states", "created")]
+        for summary in summaries:
+            states = ", ".join(f"{n} {state.lower()}" for state, n in summary.counts.items())
+            status = summary.status
+            if not summary.finished and status != "RUNNING":
+                status += " (steps still running)"
+            if summary.failed_step:
+                status += f", step {summary.failed_step} failed"
+            rows.append((summary.id, status, str(summary.steps), states, _time(summary.created_at)))
+        self.write_table(rows)
 
     def show_schedules(self) -> None:
         states = schedule_states()

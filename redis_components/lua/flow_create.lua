@@ -1,0 +1,44 @@
+-- KEYS: 1) the workflow's HASH  2) the task system's enqueue counter  3) the ZSET of live
+--       workflows  4) the ZSET of finished ones; then for each step that runs first
+--       (ARGV): its queue's ready ZSET (also the name of its wake-up channel), its
+--       result hash
+-- ARGV: 1) the workflow's id  2) how long to keep a result after its last change, in ms
+--       3) how many fields the HASH is given; then those fields and their values (see
+--       lib/flow.lua), then for each step that runs first: its number, its payload
+--       (ending in '"retries":0}', as queue_enqueue.lua takes it), its rank
+-- Returns: the server's time (epoch ms) of the enqueue; false when a workflow of this
+--          id exists (nothing changed)
+-- One script writes the whole workflow and enqueues its first steps: an enqueue that is
+-- interrupted leaves nothing, and no step runs before the workflow exists.
+-- @include flow
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return false
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local keep = tonumber(ARGV[2])
+local last = 3 + 2 * tonumber(ARGV[3])
+for i = 4, last, 1000 do  -- unpack() takes a few thousand values at most
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, last)))
+end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_at', now)
+local flow = flow_open(1)
+for r = 1, (#ARGV - last) / 3 do
+  local n, payload, rank = ARGV[last + 3 * r - 2], ARGV[last + 3 * r - 1], ARGV[last + 3 * r]
+  local ready, result = KEYS[3 + 2 * r], KEYS[4 + 2 * r]
+  payload = string.match(payload, '^(.*),"retries":0}$') .. ',"enqueued_at":' .. now
+    .. ',"retries":0}'
+  redis.call('ZADD', ready, tonumber(rank) + redis.call('INCR', KEYS[2]), payload)
+  if redis.call('ZCARD', ready) == 1 then
+    redis.call('PUBLISH', ready, 'ready')
+  end
+  redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
+  redis.call('PEXPIRE', result, keep)
+  redis.call('HSET', KEYS[1], 'st:' .. n, 'Q', 'pay:' .. n, payload)
+end
+if tonumber(redis.call('HGET', KEYS[1], 'left')) == 0 then  -- nothing to run
+  flow_finish(flow, now, keep)
+else
+  redis.call('ZADD', KEYS[3], now, ARGV[1])
+end
+return now

@@ -14,13 +14,13 @@ from django.test.utils import override_settings
 from django.utils.http import urlencode
 
 from conftest import cancelled
-from redis_components import get_result
+from redis_components import chain, get_result, group
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, queue_stats, waiting_tasks
 from redis_components.tasks.store import dead_entry, dead_key, ready_key
 from redis_components.tasks.worker import Worker
-from tests.processes import wait_until
+from tests.processes import running_worker, wait_until
 from tests.testapp import tasks
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_may_check_db_connections")]
@@ -359,3 +359,49 @@ def test_list_pages_show_a_glimpse_of_long_arguments_and_the_tasks_page_all(
     assert long in dead_page
     assert viewer.get(ADMIN + "task/", {"id": "0" * 32}).status_code == 404
     assert viewer.get(ADMIN + "task/", {"id": "bad\x00"}).status_code == 404
+
+
+def test_workflows_are_listed_with_each_steps_state_and_result(viewer: Client) -> None:
+    done = chain(tasks.add.s(1, 2), tasks.add.s(10)).enqueue()
+    with running_worker(["test"]):
+        assert done.wait(30) == "SUCCESSFUL"
+    waiting = group([tasks.record.s("a"), tasks.record.s("b")]).then(tasks.total.s()).enqueue()
+    overview = viewer.get(ADMIN).content.decode()
+    assert "1 workflow running" in overview
+    listing = viewer.get(ADMIN + "workflows/").content.decode()
+    assert done.id in listing
+    assert waiting.id in listing
+    assert "1 WAITING, 2 QUEUED" in listing.replace("\n", " ")
+    page = viewer.get(ADMIN + "workflow/", {"id": done.id}).content.decode()
+    assert "tests.testapp.tasks.add" in page
+    assert "<pre>13</pre>" in page
+    assert "Cancel the workflow" not in page  # finished; and a viewer may not act
+    assert (
+        "Cancel the workflow"
+        not in viewer.get(ADMIN + "workflow/", {"id": waiting.id}).content.decode()
+    )
+    assert viewer.get(ADMIN + "workflow/", {"id": "f" * 32}).status_code == 404
+    assert viewer.get(ADMIN + "workflow/", {"id": ""}).status_code == 404
+
+
+def test_cancel_a_workflow_asks_first_needs_csrf_and_logs(
+    manager: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    workflow = group([tasks.record.s("a"), tasks.record.s("b")]).then(tasks.total.s()).enqueue()
+    page = manager.get(ADMIN + "workflow/", {"id": workflow.id}).content.decode()
+    link = re.search(r'href="([^"]*do/cancel-workflow/[^"]*)"', page)
+    assert link, page
+    confirmation, fields = confirm(manager, link.group(1).replace("&amp;", "&"))
+    assert "1 WAITING, 2 QUEUED" in confirmation.content.decode()
+    assert manager.post(ADMIN + "do/cancel-workflow/", fields).status_code == 403  # no CSRF
+    assert workflow.status == "RUNNING"
+    token = {**fields, "csrfmiddlewaretoken": csrf_token(confirmation)}
+    with caplog.at_level(logging.INFO, logger="redis_components.tasks"):
+        done = manager.post(ADMIN + "do/cancel-workflow/", token)
+    assert done.status_code == 302
+    assert workflow.status == "CANCELLED"
+    assert "operator" in caplog.text
+    assert "3 steps dropped" in caplog.text
+    again = manager.post(ADMIN + "do/cancel-workflow/", token, follow=True)
+    assert "cancelled already" in str(list(again.context["messages"])[-1])
+    assert manager.get(ADMIN + "do/cancel-workflow/", {"workflow": "f" * 32}).status_code == 404

@@ -32,7 +32,12 @@ from django.utils.http import urlencode
 from django.utils.text import format_lazy
 from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, override, pgettext_lazy
 
-from ..exceptions import InvalidInput, TaskNotCancellable, TaskResultDoesNotExist
+from ..exceptions import (
+    InvalidInput,
+    TaskNotCancellable,
+    TaskResultDoesNotExist,
+    WorkflowDoesNotExist,
+)
 from ..models import can_manage_task_queues, can_view_task_queues
 from ..tasks.messages import validate_queue
 from ..tasks.results import TaskRecord, get_record
@@ -50,6 +55,7 @@ from ..tasks.status import (
     workers,
 )
 from ..tasks.store import TaskStore, cancel
+from ..tasks.workflows import Workflow, get_workflow, workflows
 from ..views import INT64_MAX, whole_number
 
 if TYPE_CHECKING:
@@ -136,6 +142,7 @@ class Target:
     task_id: str = ""
     index: int | None = None
     digest: str = ""
+    workflow_id: str = ""
 
     @classmethod
     def from_data(cls, data: Any) -> Target:
@@ -146,10 +153,16 @@ class Target:
             task_id=data.get("task", "")[:100],
             index=whole_number(index, "index", 0) if index not in (None, "") else None,
             digest=data.get("digest", "")[:40],
+            workflow_id=data.get("workflow", "")[:100],
         )
 
     def query(self) -> str:
-        fields = {"queue": self.queue, "task": self.task_id, "digest": self.digest}
+        fields = {
+            "queue": self.queue,
+            "task": self.task_id,
+            "digest": self.digest,
+            "workflow": self.workflow_id,
+        }
         if self.index is not None:
             fields["index"] = str(self.index)
         return urlencode({k: v for k, v in fields.items() if v})
@@ -233,6 +246,19 @@ def _terminate(target: Target) -> StrOrPromise:
     )
 
 
+def _cancel_workflow(target: Target) -> StrOrPromise:
+    dropped, running = _workflow_or_404(target.workflow_id).cancel()
+    return format_lazy(
+        gettext_lazy(
+            "Cancelled workflow {workflow}: {dropped} steps dropped, {running} running "
+            "asked to stop."
+        ),
+        workflow=target.workflow_id,
+        dropped=dropped,
+        running=running,
+    )
+
+
 def _queue_of(target: Target) -> str:
     if not target.queue:
         raise InvalidInput("queue", gettext("which queue?"))
@@ -247,7 +273,7 @@ class Action:
     # What it did, as a lazy string: the message shows it in the user's language, the log
     # line in English.
     run: Callable[[Target], StrOrPromise]
-    needs: Literal["dead letter", "queue", "task"]
+    needs: Literal["dead letter", "queue", "task", "workflow"]
 
 
 ACTIONS = {
@@ -295,6 +321,16 @@ ACTIONS = {
         _terminate,
         "task",
     ),
+    "cancel-workflow": Action(
+        gettext_lazy("Cancel a workflow"),
+        gettext_lazy(
+            "No further step starts: waiting and queued steps are dropped, running ones are "
+            "asked to stop."
+        ),
+        gettext_lazy("Yes, cancel a workflow"),
+        _cancel_workflow,
+        "workflow",
+    ),
 }
 
 
@@ -330,6 +366,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("queue/", page(self.queue), name=f"{prefix}_queue"),
             path("dead/", page(self.dead_letter), name=f"{prefix}_dead"),
             path("task/", page(self.task), name=f"{prefix}_task"),
+            path("workflows/", page(self.workflows), name=f"{prefix}_workflows"),
+            path("workflow/", page(self.workflow), name=f"{prefix}_workflow"),
             path("do/<str:action>/", page(self.action), name=f"{prefix}_action"),
         ]
 
@@ -413,6 +451,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             workers=found_workers,
             orphans=[entry for entries in by_worker.values() for entry in entries],
             schedules=schedule_states(),
+            running_workflows=TaskStore().running_workflow_count(),
+            workflows_url=self.url("workflows"),
             charts=charts,
             chart_hours=CHART_HOURS,
         )
@@ -503,6 +543,41 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
         return render(request, "admin/redis_components/task.html", context)
 
+    def workflows(self, request: HttpRequest) -> HttpResponse:
+        """The running workflows and the finished ones still kept, at a glance."""
+        running, finished = workflows()
+        rows = [
+            {"summary": summary, "url": self.url("workflow", query=urlencode({"id": summary.id}))}
+            for summary in [*running, *finished]
+        ]
+        context = self._context(request, gettext("Workflows"), refresh=REFRESH_SECONDS, rows=rows)
+        return render(request, "admin/redis_components/workflows.html", context)
+
+    def workflow(self, request: HttpRequest) -> HttpResponse:
+        """One workflow's steps: each one's state and its result (or failure)."""
+        found = _workflow_or_404(request.GET.get("id", ""))
+        summary = found.summary()
+        steps = [
+            {
+                "step": step,
+                "value": json.dumps(step.value, ensure_ascii=False),
+                "url": self.url("task", query=urlencode({"id": step.task_id})),
+            }
+            for step in found.steps()
+        ]
+        context = self._context(
+            request,
+            gettext("Workflow %(id)s") % {"id": found.id},
+            refresh=REFRESH_SECONDS,
+            summary=summary,
+            steps=steps,
+            workflows_url=self.url("workflows"),
+            cancel_url=self.url(
+                "action", "cancel-workflow", query=Target(workflow_id=found.id).query()
+            ),
+        )
+        return render(request, "admin/redis_components/workflow.html", context)
+
     def action(self, request: HttpRequest, action: str) -> HttpResponse:
         """GET: the confirmation page; POST (with CSRF): do it, log it, go back."""
         chosen = ACTIONS.get(action)
@@ -526,6 +601,9 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             title, said = str(chosen.title), str(outcome)
         log.info("%s (admin user %r): %s", title, request.user.get_username(), said)
         messages.success(request, outcome)
+        if target.workflow_id:
+            query = urlencode({"id": target.workflow_id})
+            return HttpResponseRedirect(self.url("workflow", query=query))
         if target.queue:
             state = "dead" if action in ("requeue", "delete") else "ready"
             query = urlencode({"name": target.queue, "state": state})
@@ -548,6 +626,13 @@ def _result_or_404(task_id: str) -> TaskRecord:
         raise Http404("No such task is kept (unknown, or its result expired).") from None
 
 
+def _workflow_or_404(workflow_id: str) -> Workflow:
+    try:
+        return get_workflow(workflow_id)
+    except (WorkflowDoesNotExist, InvalidInput):
+        raise Http404("No such workflow is kept (unknown, or expired).") from None
+
+
 def _target_or_404(data: Any) -> Target:
     try:
         return Target.from_data(data)
@@ -560,9 +645,13 @@ def _confirmable(action: Action, data: Any) -> tuple[Target, list[tuple[str, str
     about it; a 404 when it names no target, or a dead letter or task that does not
     exist."""
     target = _target_or_404(data)
-    if not {"dead letter": target.index is not None, "queue": target.queue, "task": target.task_id}[
-        action.needs
-    ]:
+    given = {
+        "dead letter": target.index is not None,
+        "queue": target.queue,
+        "task": target.task_id,
+        "workflow": target.workflow_id,
+    }
+    if not given[action.needs]:
         raise Http404(f"Which {action.needs}?")
     shown = [(gettext("Queue"), target.queue)] if target.queue else []
     if action.needs == "dead letter":
@@ -579,5 +668,12 @@ def _confirmable(action: Action, data: Any) -> tuple[Target, list[tuple[str, str
         shown += [
             (gettext("Task"), f"{result.task} ({result.status.value})"),
             (gettext("Id"), result.id),
+        ]
+    if action.needs == "workflow":
+        summary = _workflow_or_404(target.workflow_id).summary()
+        states = ", ".join(f"{n} {state}" for state, n in summary.counts.items())
+        shown += [
+            (gettext("Workflow"), f"{summary.id} ({summary.status})"),
+            (gettext("Steps"), states),
         ]
     return target, shown

@@ -1175,6 +1175,9 @@ class TaskStore:
         live, done = pipe.execute()
         return [_text(i) for i in live], [_text(i) for i in done]
 
+    def running_workflow_count(self) -> int:
+        return int(self.client.zcard(flows_live_key()))
+
     def workflow_records(self, workflow_ids: Sequence[str]) -> list[dict[str, bytes]]:
         """Each workflow's HASH (empty for one that is gone), in one round trip."""
         pipe = self.client.pipeline(transaction=False)

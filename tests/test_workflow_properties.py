@@ -1,0 +1,166 @@
+"""A property of workflows over random graphs of chains and groups: whatever the order in
+which workers finish steps, fail them, crash while holding them or get them twice,
+every workflow ends, each step is released at most once (and run only once released),
+no step starts before the steps it waits for have ended, and a workflow that succeeds
+holds the results its graph says.
+
+The workers here are the store's own calls (the scripts a worker sends), driven by
+Hypothesis: each step's "run" returns its arguments, so the expected results follow
+from the graph alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from redis_components.tasks.messages import TaskMessage, new_task_id
+from redis_components.tasks.store import Outcome, TaskStore, fetch_keys
+from redis_components.tasks.workflows import Chain, Group, Node, Signature, Workflow, chain, group
+from tests.testapp import tasks
+
+QUEUE = "test"
+ERROR = json.dumps({"exception_class_path": "builtins.ValueError", "traceback": "boom"})
+
+labels = st.text("abcdefgh", min_size=1, max_size=3)
+leaves = labels.map(lambda label: tasks.member.s(label))
+graphs: st.SearchStrategy[Node] = st.recursive(
+    leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda steps: chain(*steps)),
+        st.lists(inner, max_size=3).map(group),
+        st.tuples(st.lists(inner, max_size=3), leaves, st.booleans()).map(
+            lambda t: group(t[0]).then(t[1], allow_failure=t[2])
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+def expected(node: Node, given_input: Any = None, has_input: bool = False) -> Any:
+    """What a workflow of ``node`` results in when every step returns its arguments."""
+    if isinstance(node, Signature):
+        return ([given_input] if has_input else []) + list(node.args)
+    if isinstance(node, Chain):
+        for step in node.steps:
+            given_input, has_input = expected(step, given_input, has_input), True
+        return given_input
+    assert isinstance(node, Group)
+    return [expected(member, given_input, has_input) for member in node.members]
+
+
+class Workers:
+    """Workers as the scripts see them: each takes one task and holds it until it
+    finishes it (ok, failed for good) or dies."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self.held: list[tuple[str, bytes, int]] = []  # (worker id, payload, take ms)
+        self.released: Counter[str] = Counter()  # first deliveries of each task id
+
+    def take(self) -> bool:
+        worker_id = new_task_id()
+        self.store.heartbeat(worker_id, 60_000, "{}", [QUEUE])
+        fetched = self.store.fetch(worker_id, fetch_keys(worker_id, [QUEUE]), "take+move", None)
+        if fetched.payload is None:
+            self.store.recover_worker(worker_id, [QUEUE], only_if_expired=False, max_crashes=0)
+            return False
+        message = TaskMessage.decode(fetched.payload)
+        if not message.crashes and message.scheduled_for is None:  # not a copy of ours
+            self.released[message.id] += 1
+            assert message.flow is not None
+            self.check_parents_ended(message)
+        self.held.append((worker_id, fetched.payload, fetched.now_ms))
+        return True
+
+    def check_parents_ended(self, message: TaskMessage) -> None:
+        assert message.flow is not None
+        record = self.store.workflow_record(message.flow.workflow)
+        step = str(message.flow.step)
+        for n in range(1, int(record["steps"]) + 1):
+            if step in record[f"kids:{n}"].decode().split(","):
+                assert record[f"st:{n}"] in (b"S", b"F", b"C"), "a step ran before its parent"
+
+    def finish(self, index: int, how: str) -> None:
+        worker_id, payload, taken_ms = self.held.pop(index)
+        message = TaskMessage.decode(payload)
+        if how == "crash":
+            self.store.recover_worker(worker_id, [QUEUE], only_if_expired=False, max_crashes=2)
+            return
+        if how == "duplicate":  # delivered again: a copy (marked) waits in the queue
+            copy = dataclasses.replace(message, scheduled_for=1, enqueued_at=None)
+            self.store.enqueue(copy, copy.encode())
+        ok = how != "fail"
+        outcome = Outcome(
+            position=1,
+            payload=payload,
+            task_id=message.id,
+            kind="ok" if ok else "bury",
+            data=json.dumps(message.args) if ok else ERROR,
+            dead_entry="" if ok else "{}",
+        )
+        fetched = self.store.fetch(
+            worker_id, fetch_keys(worker_id, [QUEUE]), "", outcome, queue=QUEUE, taken_ms=taken_ms
+        )
+        assert fetched.recorded
+        self.store.recover_worker(worker_id, [QUEUE], only_if_expired=False, max_crashes=0)
+
+
+@pytest.mark.usefixtures("r")
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(nodes=st.lists(graphs, min_size=1, max_size=3), data=st.data())
+def test_every_workflow_ends_exactly_whatever_workers_do(
+    nodes: list[Node], data: st.DataObject
+) -> None:
+    store = TaskStore()
+    handles = [node.enqueue() for node in nodes]
+    workers = Workers(store)
+    for _ in range(2_000):
+        finish = workers.held and data.draw(st.booleans(), label="finish one")
+        if not finish and workers.take():
+            continue
+        if not workers.held:
+            break
+        index = data.draw(st.integers(0, len(workers.held) - 1), label="which")
+        how = data.draw(st.sampled_from(["ok"] * 6 + ["fail", "duplicate", "crash"]), label="how")
+        workers.finish(index, how)
+    else:
+        raise AssertionError("the workers never ran out of tasks")
+    for node, handle in zip(nodes, handles, strict=True):
+        check(node, handle, workers.released)
+
+
+def check(node: Node, workflow: Workflow, released: Counter[str]) -> None:
+    summary = workflow.summary()
+    assert summary.finished, summary
+    for step in workflow.steps():
+        assert step.state in ("SUCCESSFUL", "FAILED", "CANCELLED", "NOT_RUN"), step
+        assert released[step.task_id] == (0 if step.state == "NOT_RUN" else 1), step
+    if summary.status == "SUCCESSFUL" and set(summary.counts) == {"SUCCESSFUL"}:
+        assert workflow.results() == expected(node)
+    if "FAILED" in summary.counts and summary.status == "SUCCESSFUL":
+        # Every failure was passed to a step that allows it.
+        assert "NOT_RUN" not in summary.counts
+
+
+def test_the_property_tests_own_model_of_results(r: redis.Redis) -> None:
+    """The model above agrees with a workflow run by a real worker."""
+    from tests.processes import running_worker
+
+    node = chain(tasks.add.s(1, 2), group([tasks.add.s(3), chain(tasks.add.s(4), tasks.add.s(5))]))
+    workflow = node.enqueue()
+    with running_worker([QUEUE]):
+        assert workflow.wait(30) == "SUCCESSFUL"
+    assert workflow.results() == [6, 12]
+    assert expected(chain(tasks.member.s("a"), group([tasks.member.s("b")]))) == [[["a"], "b"]]

@@ -233,6 +233,9 @@ class _Plan:
         return "[" + ",".join(results) + "]", tuple(dict.fromkeys(ends)) if results else parents
 
 
+ARGS = ',"args":['  # the first one in a payload is its arguments' (see messages.py)
+
+
 def _fields(
     plan: _Plan, workflow_id: str, result: str
 ) -> tuple[list[Any], list[tuple[int, TaskMessage, str]]]:
@@ -279,9 +282,6 @@ def _fields(
             ]
             fields += [f"in:{n}", step.template]
     return fields, roots
-
-
-ARGS = ',"args":['  # the first one in a payload is its arguments' (see messages.py)
 
 
 def enqueue(node: Node) -> Workflow:

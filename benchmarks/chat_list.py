@@ -40,7 +40,7 @@ def main() -> None:
         setup_django(server.url)
         from redis_components import GroupChat
 
-        chats = GroupChat(creates_per_minute=0)
+        chats = GroupChat(creates_per_minute=0, accounts=True)
         admin = server.client()
 
         def one_by_one(user: str) -> list[Any]:

@@ -71,7 +71,7 @@ def _ours_sender(chat_id: str, sender: str, count: int, barrier: Any, sent: Any)
     from redis_components import GroupChat
     from redis_components.connection import get_client
 
-    chats = GroupChat()
+    chats = GroupChat(accounts=True)
     get_client().ping()
     barrier.wait()
     before = CountingConnection.sent
@@ -172,7 +172,7 @@ def main() -> None:
         django.setup()
         from redis_components import GroupChat
 
-        ours = GroupChat()
+        ours = GroupChat(accounts=True)
         conn = book_client(server.url)
         admin = server.client()
 

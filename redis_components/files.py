@@ -99,7 +99,8 @@ RETRY_FIRST, RETRY_MAX = 0.1, 5.0
 
 T = TypeVar("T")
 Stop = Callable[[], bool]
-chats = GroupChat(keep_read=False, creates_per_minute=0)  # a chat per channel: read, gone
+# A chat per channel (read, gone) among the channel's own accounts, not users of the site.
+chats = GroupChat(keep_read=False, creates_per_minute=0, accounts=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,10 @@ to and the user drains.
 
 :class:`GroupChat` keeps, for chat ``42`` and user ``alice``::
 
-    rc:chat:{42}:meta        hash: last_id (the message id counter), public, and
-                             from:<user> -> the last id before a user joined an existing chat
+    rc:chat:{42}:meta        hash: last_id (the message id counter), public,
+                             from:<user> -> the last id before a user joined an existing chat,
+                             and own:<user> while some of the user's own messages are
+                             after the last one they have seen (they sent before reading)
     rc:chat:{42}:members     zset: member -> id of the last message they have seen
     rc:chat:{42}:joins       hash: user -> version of their latest join (kept after leaving)
     rc:chat:{42}:messages    zset: message JSON -> message id
@@ -22,16 +24,20 @@ to and the user drains.
 Users are identified by their primary key (:func:`~redis_components.keys.user_id`):
 ``alice`` above stands for her pk, say ``7``; a message's ``sender`` is the pk too, as a
 string. Every ``user``, ``sender`` and ``recipient(s)`` argument is a saved Django user
-or a pk (``int`` or ``str``), so a renamed user keeps their chats and mailbox. Version 0.1
-keyed them by whatever string it was given (its chat views gave the username); ``manage.py
+or a pk (``int`` or ``str``), so a renamed user keeps their chats and mailbox; a chat
+refuses a pk that the user model cannot have, such as a username. Version 0.1 keyed them
+by whatever string it was given (its chat views gave the username); ``manage.py
 rc_migrate_users`` moves such data to the pks.
 
 Every operation on a chat is one call of ``lua/chat.lua`` on the chat's keys, so
-sending (next id + store), fetching (read + mark seen + clean up) and leaving are
-atomic, without a lock. What is per user lives under the user's hash tag, so no script
-spans two slots: :meth:`GroupChat.fetch_pending` reads the user's index, then runs one
-script per chat in one pipeline, two round trips for any number of chats, on Redis
-Cluster too (a third only when it cleans up an index entry left stale).
+sending (next id + store + seen by its sender), fetching (read + mark seen + clean up)
+and leaving are atomic, without a lock. What is per user lives under the user's hash
+tag, so no script spans two slots: :meth:`GroupChat.fetch_pending` reads the user's
+index, then runs one script per chat in one pipeline, two round trips for any number of
+chats, on Redis Cluster too (a third only when it cleans up an index entry left stale).
+
+A member has seen their own messages from the moment they send them (in the script that
+sends them): :meth:`GroupChat.fetch_pending` and the unread counts leave them out.
 
 A member's place in a chat (the last id they have seen) is kept by the chat alone;
 the user's index only lists their chats. The index is written before the chat when
@@ -50,24 +56,19 @@ missed.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
+import operator
 import re
 import time
-from collections.abc import (
-    Callable,
-    ItemsView,
-    Iterable,
-    Iterator,
-    KeysView,
-    Mapping,
-    Sequence,
-    ValuesView,
-)
-from dataclasses import dataclass, field, fields
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import cache, partial
 from typing import Any, TypeVar, cast, overload
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from redis import Redis
 
 from . import keys, scripts
@@ -86,37 +87,94 @@ CHAT_ID = re.compile(r"[1-9][0-9]{0,17}")
 LINE_BREAKS_AND_TABS = re.compile(r"[\n\r\t]")
 
 
-class _OldTuple:
-    """What was a ``NamedTuple`` still unpacks and indexes, with a ``DeprecationWarning``
-    (until 0.3): ``chat_id, messages = pending``, ``summary[2]``."""
+# Until 0.2 the values were a dict (Message, UnreadCounts), a list (MessageList), named
+# tuples (ChatSummary, Pending) and a str (UnreadableMessage). Until 0.3 each still does
+# what that type did, with a DeprecationWarning: an operation the new type has not is a
+# _Was, which warns (the value's _warn_was) and does it on the value as that type (_was).
+
+_USES = {
+    "__contains__": "`in`",
+    "__iter__": "iterating",
+    "__reversed__": "reversed()",
+    "__len__": "len()",
+    "__getitem__": "indexing",
+    "__eq__": "==",
+    "__add__": "+",
+    "__radd__": "+",
+    "__mul__": "*",
+    "__rmul__": "*",
+    "__mod__": "%",
+    "__rmod__": "%",
+    "__or__": "|",
+    "__ror__": "|",
+    "__lt__": "<",
+    "__le__": "<=",
+    "__gt__": ">",
+    "__ge__": ">=",
+}
+
+
+def _use(operation: str) -> str:
+    """How code writes ``operation`` (a method's name): ``len()``, ``+``, ``.get()``."""
+    return _USES.get(operation, f".{operation}()")
+
+
+class _Was:
+    """An operation of the type a value was until 0.2: it warns, then does the operation on
+    the value as that type (``value._was()``; an argument of the value's own type is taken
+    as that type too). ``do(old, *args)`` does it where that type has no such method
+    (``x + value``, ``reversed(value)``)."""
+
+    def __init__(self, do: Callable[..., Any] | None = None) -> None:
+        self.do = do
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, value: Any, owner: type | None = None) -> Any:
+        if value is None:
+            return self
+        name, do = self.name, self.do
+
+        def operation(*args: Any) -> Any:
+            value._warn_was(name)
+            args = tuple(arg._was() if type(arg) is type(value) else arg for arg in args)
+            return do(value._was(), *args) if do else getattr(value._was(), name)(*args)
+
+        return operation
+
+
+def _right(operation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``operation`` with its operands swapped: ``__radd__`` from ``+``."""
+    return lambda old, other: operation(other, old)
+
+
+class _WasDict:
+    """What a dict did, for Message and UnreadCounts (each has its own ``value[key]`` and
+    ``==``, which warn in their own words)."""
 
     __slots__ = ()
-
-    def _fields(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, attribute.name) for attribute in fields(cast(Any, self)))
-
-    def _warn(self, use: str) -> None:
-        names = ", ".join(f".{attribute.name}" for attribute in fields(cast(Any, self)))
-        deprecated(f"{use} a {type(self).__name__}", f"read {names}", stacklevel=3)
-
-    def __iter__(self) -> Iterator[Any]:
-        self._warn("unpacking or iterating")
-        return iter(self._fields())
-
-    def __getitem__(self, index: int | slice) -> Any:
-        if not isinstance(index, (int, slice)):  # a template's {{ summary.unread }}
-            raise TypeError(f"{type(self).__name__} is not a mapping")
-        self._warn("indexing")
-        return self._fields()[index]
+    __contains__ = _Was()
+    __iter__ = _Was()
+    __len__ = _Was()
+    __reversed__ = _Was()
+    __or__ = _Was()
+    __ror__ = _Was()
+    copy = _Was()
+    get = _Was()
+    keys = _Was()
+    values = _Was()
+    items = _Was()
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class Message(_WasDict):
     """One chat message as members receive it; ``ts`` is the server's time, in seconds.
 
     :meth:`as_dict` gives the JSON object the chat views send. Reading it as a dict
-    (``message["sender"]``, ``dict(message)``, comparing it with a dict) still works
-    until 0.3, with a ``DeprecationWarning``.
+    (``message["sender"]``, ``dict(message)``, ``"id" in message``, comparing it with a
+    dict) still works until 0.3, with a ``DeprecationWarning``.
     """
 
     id: int
@@ -137,27 +195,24 @@ class Message:
             return self.as_dict() == other
         return NotImplemented
 
+    def __bool__(self) -> bool:
+        return True  # as the dict of four keys was, and without a warning
+
     # Message was a dict until 0.2.
     def __getitem__(self, key: str) -> Any:
-        value = self.as_dict()[key]
+        value = self.as_dict()[key]  # a KeyError first: a template's lookup goes on
         deprecated(f"message[{key!r}]", f"use message.{key}", stacklevel=2)
         return value
 
-    def get(self, key: str, default: Any = None) -> Any:
-        deprecated(f"message.get({key!r})", "use the attributes", stacklevel=2)
-        return self.as_dict().get(key, default)
+    def _was(self) -> dict[str, Any]:
+        return self.as_dict()
 
-    def keys(self) -> KeysView[str]:
-        deprecated("message.keys() (or dict(message))", "use message.as_dict()", stacklevel=2)
-        return self.as_dict().keys()
-
-    def values(self) -> ValuesView[Any]:
-        deprecated("message.values()", "use message.as_dict()", stacklevel=2)
-        return self.as_dict().values()
-
-    def items(self) -> ItemsView[str, Any]:
-        deprecated("message.items()", "use message.as_dict()", stacklevel=2)
-        return self.as_dict().items()
+    def _warn_was(self, operation: str) -> None:
+        if operation.startswith("__"):
+            use = f"a Message as a dict ({_use(operation)})"
+        else:
+            use = f"message.{operation}()"
+        deprecated(use, "use the attributes, or message.as_dict() for a dict", stacklevel=3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +220,9 @@ class MessageList(Sequence[Message]):
     """A chat's messages (a tuple, oldest first); ``missed`` counts unread ones the limits
     dropped.
 
-    A sequence: it iterates, indexes, slices and has a length. Comparing it with a list
-    (it was a list until 0.2) still works until 0.3, with a ``DeprecationWarning``;
-    compare ``.messages`` with a tuple, or ``list(...)`` with a list.
+    A sequence: it iterates, indexes, slices and has a length. What else a list did (it
+    was one until 0.2: comparing it with a list, ``+``, ``*``, ``.copy()``) still works
+    until 0.3, with a ``DeprecationWarning``; use ``list(messages)`` or ``.messages``.
     """
 
     messages: tuple[Message, ...] = ()
@@ -201,9 +256,30 @@ class MessageList(Sequence[Message]):
             return list(self.messages) == other
         return NotImplemented
 
+    # MessageList was a list until 0.2.
+    __add__ = _Was()
+    __radd__ = _Was(_right(operator.add))
+    __mul__ = _Was()
+    __rmul__ = _Was()
+    __lt__ = _Was()
+    __le__ = _Was()
+    __gt__ = _Was()
+    __ge__ = _Was()
+    copy = _Was()
+
+    def _was(self) -> list[Message]:
+        return list(self.messages)
+
+    def _warn_was(self, operation: str) -> None:
+        deprecated(
+            f"a MessageList as a list ({_use(operation)})",
+            "use list(messages), or messages.messages (a tuple)",
+            stacklevel=3,
+        )
+
 
 @dataclass(frozen=True, slots=True)
-class UnreadCounts:
+class UnreadCounts(_WasDict):
     """Unread messages per chat id (``per_chat``); ``mark`` is a short fingerprint of
     them, for a client to send back to :meth:`GroupChat.unread_counts` as what it shows.
 
@@ -230,47 +306,103 @@ class UnreadCounts:
             return self.per_chat == other
         return NotImplemented
 
-    # UnreadCounts was a dict until 0.2.
+    # UnreadCounts was a dict until 0.2 (its truth too: whether there are chats).
     def __getitem__(self, chat_id: str) -> int:
-        count = self.per_chat[chat_id]
+        count = self.per_chat[chat_id]  # a KeyError first: a template's lookup goes on
         _old_counts(f"counts[{chat_id!r}]", f"use counts.per_chat[{chat_id!r}]")
         return count
 
-    def __iter__(self) -> Iterator[str]:
-        _old_counts("iterating UnreadCounts", "iterate counts.per_chat")
-        return iter(self.per_chat)
+    def _was(self) -> dict[str, int]:
+        return self.per_chat
 
-    def __len__(self) -> int:
-        _old_counts("len() or the truth of UnreadCounts", "use counts.per_chat")
-        return len(self.per_chat)
-
-    def __contains__(self, chat_id: object) -> bool:
-        _old_counts("`in` UnreadCounts", "use `in counts.per_chat`")
-        return chat_id in self.per_chat
-
-    def get(self, chat_id: str, default: int | None = None) -> int | None:
-        _old_counts("counts.get()", "use counts.per_chat.get()")
-        return self.per_chat.get(chat_id, default)
-
-    def keys(self) -> KeysView[str]:
-        _old_counts("counts.keys() (or dict(counts))", "use counts.per_chat")
-        return self.per_chat.keys()
-
-    def values(self) -> ValuesView[int]:
-        _old_counts("counts.values()", "use counts.per_chat.values()")
-        return self.per_chat.values()
-
-    def items(self) -> ItemsView[str, int]:
-        _old_counts("counts.items()", "use counts.per_chat.items()")
-        return self.per_chat.items()
+    def _warn_was(self, operation: str) -> None:
+        method = "" if operation.startswith("__") else f".{operation}()"
+        deprecated(
+            f"UnreadCounts as a dict ({_use(operation)})",
+            f"use counts.per_chat{method}",
+            stacklevel=3,
+        )
 
 
 def _old_counts(use: str, instead: str) -> None:
     deprecated(use, instead, stacklevel=3)
 
 
-@dataclass(frozen=True, slots=True)
-class ChatSummary(_OldTuple):
+@cache
+def _named_tuple(name: str, names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]]:
+    """The ``NamedTuple`` ``name`` with the fields ``names``, as a value was until 0.2."""
+    return collections.namedtuple(name, names)
+
+
+class _WasTuple:
+    """What a ``NamedTuple`` did, for ChatSummary and Pending: unpacking (``chat_id,
+    messages = pending``), indexing (``summary[2]``), comparing with a tuple, ``._asdict()``
+    and the rest; they compare and hash by their fields, as the tuples did."""
+
+    __slots__ = ()
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(attribute.name for attribute in fields(cast(Any, self)))
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._names())
+
+    def _was(self) -> tuple[Any, ...]:
+        return _named_tuple(type(self).__name__, self._names())(*self._values())
+
+    def _warn_was(self, operation: str) -> None:
+        names = ", ".join(f".{name}" for name in self._names())
+        if operation == "__iter__":
+            use = "unpacking or iterating"
+        elif operation == "__getitem__":
+            use = "indexing"
+        else:
+            use = f"{_use(operation)} on"
+        deprecated(f"{use} a {type(self).__name__}", f"read {names}", stacklevel=3)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is type(self):
+            return self._values() == other._values()
+        if isinstance(other, tuple):
+            self._warn_was("__eq__")
+            return self._was() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __bool__(self) -> bool:
+        return True  # as the tuple of its fields was, and without a warning
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if not isinstance(index, (int, slice)):  # a template's {{ summary.unread }}
+            raise TypeError(f"{type(self).__name__} is not a mapping")
+        self._warn_was("__getitem__")
+        return self._was()[index]
+
+    def _replace(self, **changes: Any) -> Any:
+        self._warn_was("_replace")
+        return replace(cast(Any, self), **changes)
+
+    __iter__ = _Was()
+    __len__ = _Was()
+    __contains__ = _Was()
+    __reversed__ = _Was(reversed)
+    __add__ = _Was()
+    __radd__ = _Was(_right(operator.add))
+    __mul__ = _Was()
+    __rmul__ = _Was()
+    __lt__ = _Was()
+    __le__ = _Was()
+    __gt__ = _Was()
+    __ge__ = _Was()
+    count = _Was()
+    index = _Was()
+    _asdict = _Was()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChatSummary(_WasTuple):
     """One of a user's chats, as :meth:`GroupChat.chat_list` lists them.
 
     Unpacking or indexing it (it was a ``NamedTuple`` until 0.2) still works until 0.3,
@@ -282,8 +414,8 @@ class ChatSummary(_OldTuple):
     unread: int
 
 
-@dataclass(frozen=True, slots=True)
-class Pending(_OldTuple):
+@dataclass(frozen=True, slots=True, eq=False)
+class Pending(_WasTuple):
     """The new messages of one chat, as :meth:`GroupChat.fetch_pending` returns them.
 
     Unpacking it (``for chat_id, messages in pending``) or indexing it (it was a
@@ -315,6 +447,11 @@ class UnreadableMessage:
     def __str__(self) -> str:
         return self.text
 
+    def __format__(self, spec: str) -> str:
+        if spec:  # f"{message}" is its text; a format spec, what a str did
+            _old_str("a format spec")
+        return format(self.text, spec)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, UnreadableMessage):
             return self.text == other.text
@@ -326,6 +463,7 @@ class UnreadableMessage:
     def __hash__(self) -> int:
         return hash(self.text)  # as the str it was: equal ones hash alike
 
+    # UnreadableMessage was a str until 0.2: its methods, and its operators below.
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # copy, pickle and friends probe for these
             raise AttributeError(name)
@@ -333,29 +471,27 @@ class UnreadableMessage:
         _old_str(f".{name}")
         return value
 
-    def __len__(self) -> int:
-        _old_str("len()")
-        return len(self.text)
+    __len__ = _Was()
+    __getitem__ = _Was()
+    __contains__ = _Was()
+    __iter__ = _Was()
+    __reversed__ = _Was(reversed)
+    __add__ = _Was()
+    __radd__ = _Was(_right(operator.add))
+    __mul__ = _Was()
+    __rmul__ = _Was()
+    __mod__ = _Was()
+    __rmod__ = _Was()
+    __lt__ = _Was()
+    __le__ = _Was()
+    __gt__ = _Was()
+    __ge__ = _Was()
 
-    def __getitem__(self, index: int | slice) -> str:
-        _old_str("indexing")
-        return self.text[index]
+    def _was(self) -> str:
+        return self.text
 
-    def __contains__(self, part: str) -> bool:
-        _old_str("`in`")
-        return part in self.text
-
-    def __iter__(self) -> Iterator[str]:
-        _old_str("iterating")
-        return iter(self.text)
-
-    def __add__(self, other: str) -> str:
-        _old_str("+")
-        return self.text + other
-
-    def __radd__(self, other: str) -> str:
-        _old_str("+")
-        return other + self.text
+    def _warn_was(self, operation: str) -> None:
+        deprecated(f"UnreadableMessage as a str ({_use(operation)})", "use its .text", stacklevel=3)
 
 
 def _old_str(use: str) -> None:
@@ -412,27 +548,36 @@ class Mailbox:
 class GroupChat:
     """Group chats with pull delivery, unread tracking and bounded retention.
 
-    Chat ids are strings of digits; users are saved Django users or their pks, and
-    members and senders come back as pks (strings). Members get their own messages back from
-    :meth:`fetch_pending` too, so a client renders one stream in id order. Ids are
-    strictly increasing within a chat and :meth:`fetch_pending` never returns a
-    message twice to the same member. Bad input raises :class:`InvalidInput`, an
-    unknown chat :class:`ChatNotFound`, a non-member :class:`NotAMember`; in each
-    case nothing is written.
+    Chat ids are strings of digits; users are saved Django users or their pks (a value
+    that the user model's pk cannot have, such as a username, is :class:`InvalidInput`),
+    and members and senders come back as pks (strings). A member's own messages are seen
+    by them when they send them: :meth:`fetch_pending` and the unread counts leave them
+    out (:meth:`history` and :meth:`messages_after` show every message, for a page that
+    renders one stream). Ids are strictly increasing within a chat and
+    :meth:`fetch_pending` never returns a message twice to the same member. Bad input
+    raises :class:`InvalidInput`, an unknown chat :class:`ChatNotFound`, a non-member
+    :class:`NotAMember`; in each case nothing is written.
 
     ``keep_read`` (default: the ``CHAT_KEEP_READ`` setting) keeps messages every member
     has read, so that members see the conversation's history; only ``CHAT_MAX_MESSAGES``
     and ``CHAT_MAX_AGE`` drop messages then. Off, a message is deleted once every
     member has read it (the book's way). ``creates_per_minute`` (default: the
     ``CHAT_CREATES_PER_MINUTE`` setting; 0: no limit) bounds the chats one sender
-    creates per minute.
+    creates per minute. ``accounts=True`` makes members accounts of the caller's own
+    naming (any name, as file distribution's per-channel accounts) rather than users of
+    the site: names are not checked against the user model.
     """
 
     def __init__(
-        self, *, keep_read: bool | None = None, creates_per_minute: int | None = None
+        self,
+        *,
+        keep_read: bool | None = None,
+        creates_per_minute: int | None = None,
+        accounts: bool = False,
     ) -> None:
         self.keep_read = keep_read
         self.creates_per_minute = creates_per_minute
+        self.accounts = accounts
 
     def create(
         self,
@@ -448,10 +593,10 @@ class GroupChat:
         the members it was created with are in it (the service's :meth:`join` does
         not ask).
         """
-        sender = keys.user_id(sender, "sender")
+        sender = self._user(sender, "sender")
         if isinstance(recipients, (str, bytes)):
             raise InvalidInput("recipients", "must be a list of users, not a string")
-        named = [keys.user_id(user, "recipients") for user in recipients]
+        named = [self._user(user, "recipients") for user in recipients]
         members = list(dict.fromkeys([sender, *named]))
         body = _message_text(message)
         client = get_client()
@@ -472,7 +617,7 @@ class GroupChat:
     def send(self, chat_id: str, sender: keys.User, message: str) -> int:
         """Send ``message`` to the chat as ``sender`` and return its id."""
         chat_id = _chat_id(chat_id)
-        sender = keys.user_id(sender, "sender")
+        sender = self._user(sender, "sender")
         body = _message_text(message)
         reply = _checked(self._run(get_client(), chat_id, "send", sender, body), chat_id, sender)
         return int(reply[1])
@@ -484,7 +629,7 @@ class GroupChat:
         (seconds), when nothing is pending, wait up to that long for a message in
         any of the user's chats, or in one they join meanwhile.
         """
-        user = keys.user_id(user)
+        user = self._user(user)
         wait = keys.seconds(wait, "wait")
         client = get_client()
         pending = self._fetch(client, user, self._index(client, user))
@@ -507,7 +652,7 @@ class GroupChat:
         counts at the call), or when ``wait`` seconds have passed. It listens before it
         looks, so a message sent between two polls is never missed.
         """
-        user = keys.user_id(user)
+        user = self._user(user)
         deadline = time.monotonic() + keys.seconds(wait, "wait")
         client = get_client()
         if not wait:
@@ -524,7 +669,7 @@ class GroupChat:
     def chat_list(self, user: keys.User) -> list[ChatSummary]:
         """Each of ``user``'s chats with its members and unread count, in chat id order,
         marking nothing seen: two round trips for any number of chats."""
-        user = keys.user_id(user)
+        user = self._user(user)
         client = get_client()
         replies = self._on_chats_of(client, user, self._index(client, user), "summary")
         return [
@@ -547,7 +692,7 @@ class GroupChat:
         what some member has not read yet.
         """
         chat_id = _chat_id(chat_id)
-        user = keys.user_id(user)
+        user = self._user(user)
         if before is not None and not _positive_int(before):
             raise InvalidInput("before", f"must be a message id (an integer >= 1), not {before!r}")
         if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
@@ -569,7 +714,7 @@ class GroupChat:
         that every member has read are gone.
         """
         chat_id = _chat_id(chat_id)
-        user = keys.user_id(user)
+        user = self._user(user)
         if not keys.is_integer(after) or after < 0:
             raise InvalidInput("after", f"must be a message id (an integer >= 0), not {after!r}")
         if not _positive_int(limit) or limit > HISTORY_MAX_LIMIT:
@@ -598,7 +743,7 @@ class GroupChat:
     def mark_read(self, chat_id: str, user: keys.User) -> int:
         """Mark everything in the chat read by ``user``; how many messages were unread."""
         chat_id = _chat_id(chat_id)
-        user = keys.user_id(user)
+        user = self._user(user)
         reply = self._run(get_client(), chat_id, "fetch", user, _user_channel(user))
         reply = _checked(reply, chat_id, user)
         return int(reply[1]) + len(reply[2])
@@ -611,7 +756,7 @@ class GroupChat:
         the check and the join, the user's index entry is taken back).
         """
         chat_id = _chat_id(chat_id)
-        user = keys.user_id(user)
+        user = self._user(user)
         client = get_client()
         if not client.exists(_chat_keys(chat_id)[0]):
             raise ChatNotFound(f"no chat {chat_id}")
@@ -624,7 +769,7 @@ class GroupChat:
     def leave(self, chat_id: str, user: keys.User) -> None:
         """Remove ``user`` from the chat; the last member to leave deletes it."""
         chat_id = _chat_id(chat_id)
-        user = keys.user_id(user)
+        user = self._user(user)
         client = get_client()
         reply = _checked(self._run(client, chat_id, "leave", user), chat_id, user)
         self._remove_from_index(client, user, [(chat_id, int(reply[1]))])
@@ -657,11 +802,31 @@ class GroupChat:
         channel finishes): a chat remembers each member's latest join version, and a
         counter that started again from 1 would make it ignore a new join.
         """
-        user = keys.user_id(user)
+        user = self._user(user)
         index, versions = keys.key("chat-index", user), keys.key("chat-index", user, "versions")
         return bool(scripts.load("chat_index_forget")(get_client(), [index, versions]))
 
     # Helpers. Each reads or writes one slot: a chat's or a user's.
+
+    def _user(self, user: keys.User, field: str = "user") -> str:
+        """``user`` as the chats know them (:func:`~redis_components.keys.user_id`): a pk
+        given as an ``int`` or ``str`` must be one the user model's pk can have (its
+        ``to_python`` takes it; ``"007"`` is ``"7"``), else :class:`InvalidInput` names
+        ``field`` and the value, so that a username is refused rather than kept as a
+        member no user is. Any name is taken for ``accounts``, and while the views know
+        users by username (``MESSAGING_USER_KEY = "username"``, 0.1's way)."""
+        name = keys.user_id(user, field)
+        if not isinstance(user, (str, int)):  # a saved user: their pk
+            return name
+        pk_field = get_user_model()._meta.pk
+        if self.accounts or conf.MESSAGING_USER_KEY == "username" or pk_field is None:
+            return name
+        try:
+            return keys.validate_name(str(pk_field.to_python(name)), field)
+        except ValidationError:
+            raise InvalidInput(
+                field, f"must be a user or a user's primary key, not {keys.shorten(user)}"
+            ) from None
 
     def _count_creation(self, client: Redis, sender: str) -> None:
         """Count a chat ``sender`` creates; :class:`ChatLimitReached` past

@@ -78,7 +78,7 @@ def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     assert semaphore.acquire(blocking=False) is not None
     for n in range(TASKS):
         tasks.record.enqueue(f"t{n}", 0.02)  # each returns once the replica has it
-    chat_id = GroupChat().create("alice", ["bob"], "before")
+    chat_id = GroupChat(accounts=True).create("alice", ["bob"], "before")
     worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
     wait_until(lambda: len(runs()) >= 5, worker.output)  # the worker is under way
 
@@ -100,8 +100,8 @@ def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     assert retrying(lambda: semaphore.acquire(blocking=False)) is not None
     assert semaphore.acquire(blocking=False) is None
     # The chat goes on.
-    GroupChat().send(chat_id, "alice", "after")
-    [pending] = GroupChat().fetch_pending("bob")
+    GroupChat(accounts=True).send(chat_id, "alice", "after")
+    [pending] = GroupChat(accounts=True).fetch_pending("bob")
     assert [m.message for m in pending.messages][-1] == "after"
     # The worker reconnected by itself and ran every acknowledged task.
     wait_until(lambda: len(runs()) == TASKS, worker.output, timeout=60)

@@ -578,7 +578,7 @@ def test_the_chat_announces_the_files(tmp_path: Path) -> None:
     sender = in_thread(send_files, paths, readers=1)
     messages: list[str] = []
     while not messages or not messages[-1].startswith("done"):
-        for chat in GroupChat().fetch_pending("rc-files:0:logs", wait=1):
+        for chat in GroupChat(accounts=True).fetch_pending("rc-files:0:logs", wait=1):
             messages += [message.message for message in chat.messages]
     assert messages[1:] == ['file 1: "x.log"', 'file 2: "y.log.gz"', "done: 2 files"]
     receive_files(on_line=print)

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,17 +13,26 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.auth.models import User
 from django.test import override_settings
 
 from conftest import single_server_only
-from redis_components import ChatSummary, GroupChat, InvalidInput, Mailbox, Pending
+from redis_components import ChatSummary, GroupChat, InvalidInput, Mailbox, Pending, scripts
 from redis_components.connection import get_client
 from redis_components.embedded import EmbeddedRedis
 from redis_components.exceptions import ChatLimitReached, ChatNotFound, MessagingError, NotAMember
-from redis_components.messaging import MessageList, UnreadableMessage
+from redis_components.messaging import (
+    Message,
+    MessageList,
+    UnreadableMessage,
+    UnreadCounts,
+    _chat_keys,
+)
 from tests.processes import run_processes
 
-chats = GroupChat(creates_per_minute=0)  # tests create many chats; the limit has its own
+# Tests create many chats (the limit has its own test), of accounts with readable names:
+# users are checked against the user model (see "Users"), and otherwise alike.
+chats = GroupChat(creates_per_minute=0, accounts=True)
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, bytes]:
@@ -53,10 +65,10 @@ def test_the_books_scenario(redis_mode: str, r: redis.Redis) -> None:
     ]
     assert all(isinstance(m.ts, (int, float)) for m in messages)
     assert chats.fetch_pending("carol") == []  # nothing twice
-    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 2  # alice and bob have not read yet
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 2  # bob has not read hello yet
 
-    assert ids(chats.fetch_pending("alice")) == {chat_id: [1, 2]}
-    assert ids(chats.fetch_pending("bob")) == {chat_id: [1, 2]}
+    assert ids(chats.fetch_pending("alice")) == {chat_id: [2]}  # her own she has seen
+    assert ids(chats.fetch_pending("bob")) == {chat_id: [1]}
     assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 0  # seen by all: deleted
 
     chats.send(chat_id, "alice", "before dave")
@@ -100,20 +112,25 @@ def test_unread_counts_mark_nothing_seen(redis_mode: str) -> None:
 
 
 def test_chats_are_listed_in_id_order() -> None:
-    created = [chats.create("alice", [], f"chat {n}") for n in range(12)]
+    created = [chats.create("alice", ["bob"], f"chat {n}") for n in range(12)]
     assert chats.chats_of("alice") == created
-    assert [pending.chat_id for pending in chats.fetch_pending("alice")] == created
+    assert [pending.chat_id for pending in chats.fetch_pending("bob")] == created
     assert list(chats.unread_counts("alice").per_chat) == created
 
 
-def test_a_sender_gets_their_own_messages_back_in_order() -> None:
-    chat_id = chats.create("alice", ["bob"], "hello")
+def test_a_member_gets_the_others_messages_in_order() -> None:
+    chat_id = chats.create("alice", ["bob", "carol"], "hello")
     chats.send(chat_id, "bob", "one")
     chats.send(chat_id, "alice", "two")
-    [pending] = chats.fetch_pending("alice")
+    [pending] = chats.fetch_pending("carol")
     assert [(m.sender, m.message) for m in pending.messages] == [
         ("alice", "hello"),
         ("bob", "one"),
+        ("alice", "two"),
+    ]
+    [pending] = chats.fetch_pending("bob")  # not his own, which he has seen
+    assert [(m.sender, m.message) for m in pending.messages] == [
+        ("alice", "hello"),
         ("alice", "two"),
     ]
 
@@ -129,8 +146,8 @@ def test_unicode_and_line_breaks_survive(redis_mode: str) -> None:
 
 
 def test_pending_holds_the_chat_its_messages_and_what_was_missed() -> None:
-    chat_id = chats.create("alice", [], "hello")
-    [pending] = chats.fetch_pending("alice")
+    chat_id = chats.create("alice", ["bob"], "hello")
+    [pending] = chats.fetch_pending("bob")
     assert pending == Pending(chat_id, MessageList((pending.messages[0],)))
     assert isinstance(pending.messages, MessageList)
     assert pending.missed == pending.messages.missed == 0
@@ -290,7 +307,7 @@ def test_the_chat_list_takes_two_round_trips_for_any_number_of_chats(
     redis_server: EmbeddedRedis,
 ) -> None:
     created = [chats.create("alice", ["carol", f"guest{n}"], f"chat {n}") for n in range(40)]
-    chats.send(created[3], "carol", "again")
+    chats.send(created[3], "alice", "again")
     with round_trips(redis_server, "carol") as sent:
         listed = chats.chat_list("carol")
         assert sent() == 2
@@ -533,20 +550,22 @@ def test_concurrent_senders_and_readers_get_every_message_once_in_order(
             for sender in senders
         }
     everything = list(range(1, total + 1))
-    for sender in senders:
-        assert [m["id"] for m in received[sender]] == everything, sender
-    reader = json.loads((tmp_path / "reader.json").read_text())
-    assert [m["id"] for m in reader["received"]] == everything
-    assert reader["missed"] == 0
     twins = [json.loads((tmp_path / f"twin{i}.json").read_text()) for i in (1, 2)]
     for twin in twins:  # each process gets its share in order...
         got = [m["id"] for m in twin["received"]]
         assert got == sorted(set(got))
     # ...and together exactly everything: nothing twice, nothing lost.
-    assert sorted(m["id"] for twin in twins for m in twin["received"]) == everything
+    every_message = sorted((m for twin in twins for m in twin["received"]), key=lambda m: m["id"])
+    assert [m["id"] for m in every_message] == everything
+    reader = json.loads((tmp_path / "reader.json").read_text())
+    assert reader["missed"] == 0
+    # Everyone else gets every message but their own, which they saw as they sent it.
+    for member, got in [("reader", reader["received"]), *received.items()]:
+        others = [m["id"] for m in every_message if m["sender"] != member]
+        assert [m["id"] for m in got] == others, member
     # Each sender's own messages got ids in the order it sent them.
     by_sender: dict[str, list[str]] = {}
-    for message in received[senders[0]]:
+    for message in every_message:
         by_sender.setdefault(message["sender"], []).append(message["message"])
     for i, sender in enumerate(senders):
         assert by_sender[sender] == [f"{i}:{n}" for n in range(PER_SENDER)]
@@ -626,22 +645,24 @@ def test_two_concurrent_fetchers_never_get_a_message_twice(tmp_path: Path) -> No
 
 # Keeping read messages as history (CHAT_KEEP_READ / keep_read=True)
 
-keeping = GroupChat(keep_read=True, creates_per_minute=0)
+keeping = GroupChat(keep_read=True, creates_per_minute=0, accounts=True)
 
 
 def test_kept_history_shows_read_messages_and_unread_tracking_is_unchanged() -> None:
     chat_id = keeping.create("alice", ["bob"], "one")
     keeping.send(chat_id, "bob", "two")
-    for member in ("alice", "bob"):
+    for member, other in (("alice", "two"), ("bob", "one")):
         [pending] = keeping.fetch_pending(member)
-        assert [m.message for m in pending.messages] == ["one", "two"]
+        assert [m.message for m in pending.messages] == [other]
     assert keeping.unread_counts("alice").per_chat == {chat_id: 0}
     assert [m.message for m in keeping.history(chat_id, "alice")] == ["one", "two"]
     keeping.send(chat_id, "alice", "three")
     assert keeping.unread_counts("bob").per_chat == {chat_id: 1}
     [pending] = keeping.fetch_pending("bob")
     assert [m.message for m in pending.messages] == ["three"]
-    # The book's way deletes what everyone has read, at the next read.
+    # The book's way deletes what everyone has read, at the next message or read.
+    chats.send(chat_id, "bob", "four")
+    assert [m.message for m in chats.history(chat_id, "alice")] == ["four"]
     chats.fetch_pending("alice")
     assert chats.history(chat_id, "alice") == []
 
@@ -697,7 +718,7 @@ def test_the_cap_holds_with_kept_history_under_8_concurrent_senders(r: redis.Red
 
 
 def test_a_user_may_create_a_bounded_number_of_chats_per_minute(r: redis.Redis) -> None:
-    limited = GroupChat()
+    limited = GroupChat(accounts=True)
     with override_settings(REDIS_COMPONENTS={"CHAT_CREATES_PER_MINUTE": 3}):
         for _ in range(3):
             limited.create("alice", ["bob"], "hi")
@@ -749,3 +770,368 @@ def test_waiting_for_unread_counts_wakes_on_a_message_in_any_chat_or_a_new_chat(
     # Read elsewhere: the counts differ from those shown, whatever woke the poll.
     keeping.mark_read(first, "bob")
     assert keeping.unread_counts("bob", wait=5, shown=counts).per_chat == {first: 0, second: 1}
+
+
+# One's own messages: seen by their sender when sent, unread by the other members
+
+
+def test_a_senders_own_message_is_seen_by_them_and_unread_by_the_others(
+    redis_mode: str,
+) -> None:
+    chat_id = chats.create("alice", ["bob", "carol"], "hello")
+    assert [chats.unread_counts(user).per_chat for user in ("alice", "bob", "carol")] == [
+        {chat_id: 0},
+        {chat_id: 1},
+        {chat_id: 1},
+    ]
+    assert chats.fetch_pending("alice") == []
+    chats.fetch_pending("bob")
+    assert chats.send(chat_id, "bob", "hi") == 2
+    assert [chats.unread_counts(user).per_chat for user in ("alice", "bob", "carol")] == [
+        {chat_id: 1},
+        {chat_id: 0},
+        {chat_id: 2},
+    ]
+    assert [chats.chat_list(user)[0].unread for user in ("alice", "bob", "carol")] == [1, 0, 2]
+    assert ids(chats.fetch_pending("alice")) == {chat_id: [2]}
+    assert chats.fetch_pending("bob") == []
+    assert ids(chats.fetch_pending("carol")) == {chat_id: [1, 2]}
+
+
+def test_a_message_sent_before_reading_the_others_leaves_theirs_unread() -> None:
+    chat_id = chats.create("alice", ["bob"], "one")
+    chats.send(chat_id, "alice", "two")
+    chats.send(chat_id, "bob", "three")  # bob has read neither one nor two
+    chats.send(chat_id, "bob", "four")
+    assert chats.unread_counts("bob").per_chat == {chat_id: 2}
+    assert [summary.unread for summary in chats.chat_list("bob")] == [2]
+    assert chats.unread_counts("alice").per_chat == {chat_id: 2}
+    [pending] = chats.fetch_pending("bob")
+    assert ([m.message for m in pending.messages], pending.missed) == (["one", "two"], 0)
+    assert chats.fetch_pending("bob") == []
+    chats.send(chat_id, "bob", "five")
+    assert chats.unread_counts("bob").per_chat == {chat_id: 0}
+    assert chats.mark_read(chat_id, "alice") == 3
+
+
+def test_a_message_is_gone_once_every_other_member_has_read_it(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    chats.fetch_pending("bob")
+    assert r.zcard(f"rc:chat:{{{chat_id}}}:messages") == 0
+    note = chats.create("alice", [], "a note to myself")  # no one else to read it
+    assert r.zcard(f"rc:chat:{{{note}}}:messages") == 0
+    assert keeping.history(keeping.create("alice", [], "kept"), "alice")[0].message == "kept"
+
+
+def test_renaming_a_member_keeps_their_own_messages_seen(r: redis.Redis) -> None:
+    chat_id = chats.create("alice", ["bob"], "one")
+    chats.send(chat_id, "bob", "two")  # before reading "one": his own is seen all the same
+    client = get_client()
+    scripts.load("chat_rename")(client, _chat_keys(chat_id), ["bob", "8", 1])  # migration
+    assert chats._run(client, chat_id, "unread", "8") == [0, 1]
+    assert not r.hexists(f"rc:chat:{{{chat_id}}}:meta", "own:bob")
+
+
+@single_server_only
+def test_sending_marks_the_message_seen_in_the_same_round_trip(
+    redis_server: EmbeddedRedis,
+) -> None:
+    chat_id = chats.create("alice", ["bob"], "hello")
+    with round_trips(redis_server, "alice") as sent:
+        chats.send(chat_id, "alice", "again")
+        assert sent() == 1
+    assert chats.unread_counts("alice").per_chat == {chat_id: 0}
+    assert chats.unread_counts("bob").per_chat == {chat_id: 2}
+
+
+# Users: a primary key that the user model can have
+
+users = GroupChat(creates_per_minute=0)  # the default: members are users of the site
+
+
+@pytest.mark.parametrize(
+    ("call", "field", "value"),
+    [
+        (lambda: users.create(7, ["bob"], "hello"), "recipients", "'bob'"),
+        (lambda: users.create(7, [8, "7.5"], "hello"), "recipients", "'7.5'"),
+        (lambda: users.create("alice", [8], "hello"), "sender", "'alice'"),
+        (lambda: users.send("1", "alice", "hi"), "sender", "'alice'"),
+        (lambda: users.join("1", "bob"), "user", "'bob'"),
+        (lambda: users.leave("1", "bob"), "user", "'bob'"),
+        (lambda: users.fetch_pending("bob"), "user", "'bob'"),
+        (lambda: users.unread_counts("bob", wait=1), "user", "'bob'"),
+        (lambda: users.chat_list("bob"), "user", "'bob'"),
+        (lambda: users.chats_of("bob"), "user", "'bob'"),
+        (lambda: users.history("1", "bob"), "user", "'bob'"),
+        (lambda: users.messages_after("1", "bob"), "user", "'bob'"),
+        (lambda: users.mark_read("1", "bob"), "user", "'bob'"),
+        (lambda: users.forget("bob"), "user", "'bob'"),
+    ],
+)
+def test_a_value_that_cannot_be_a_users_primary_key_is_refused_and_changes_nothing(
+    call: Any, field: str, value: str, r: redis.Redis
+) -> None:
+    users.create(7, [8], "hello")
+    before = snapshot(r)
+    with pytest.raises(InvalidInput) as raised:
+        call()
+    assert raised.value.field == field
+    assert value in raised.value.problem
+    assert snapshot(r) == before
+
+
+@pytest.mark.django_db
+def test_a_username_given_for_a_user_is_refused(django_user_model: type[User]) -> None:
+    alice, bob = (django_user_model.objects.create_user(username=n) for n in ("alice", "bob"))
+    with pytest.raises(InvalidInput, match=r"^recipients: .*'bob'"):
+        GroupChat().create(alice, ["bob"], "hello")
+    assert GroupChat().chats_of(alice) == GroupChat().chats_of(bob) == []
+
+
+@pytest.mark.django_db
+def test_a_user_is_a_saved_user_or_their_primary_key_in_any_form(
+    django_user_model: type[User],
+) -> None:
+    alice, bob, carol = (
+        django_user_model.objects.create_user(username=n) for n in ("alice", "bob", "carol")
+    )
+    chat_id = users.create(alice, [bob.pk, str(carol.pk)], "hello")
+    assert users.members(chat_id) == sorted(str(user.pk) for user in (alice, bob, carol))
+    assert users.unread_counts(f"00{bob.pk}").per_chat == {chat_id: 1}  # as pk_field.to_python
+    assert users.send(chat_id, f" {carol.pk}", "hi") == 2
+    assert [m.sender for m in users.history(chat_id, bob)] == [str(alice.pk), str(carol.pk)]
+
+
+def test_usernames_are_taken_while_the_views_know_users_by_them() -> None:
+    with override_settings(REDIS_COMPONENTS={"MESSAGING_USER_KEY": "username"}):
+        chat_id = users.create("alice", ["bob"], "hello")  # 0.1's way, until migrated
+        assert users.members(chat_id) == ["alice", "bob"]
+        assert users.unread_counts("bob").per_chat == {chat_id: 1}
+
+
+# The 0.1 forms of the values, kept until 0.3: what the type a value was (a dict, a list,
+# a NamedTuple, a str) did, it still does and gives the same answer, with a
+# DeprecationWarning where the new type reads otherwise.
+
+HELLO = Message(1, 1700000000.5, "7", "hello")
+COUNTS = UnreadCounts({"42": 1, "7": 0})
+MESSAGES = MessageList((HELLO, dataclasses.replace(HELLO, id=2)), missed=1)
+PENDING = Pending("42", MESSAGES)
+SUMMARY = ChatSummary("42", ["7", "8"], 1)
+UNREADABLE = UnreadableMessage("{not json")
+# The 0.1 types of Pending and ChatSummary (a MessageList was a list then; the tuples'
+# own behaviour is what counts here).
+OldPending = collections.namedtuple("OldPending", ["chat_id", "messages"])
+OldSummary = collections.namedtuple("OldSummary", ["chat_id", "members", "unread"])
+
+# Each value with what 0.1 returned for it, and a key or item of it.
+DICTS = {
+    "Message": (HELLO, {"id": 1, "ts": 1700000000.5, "message": "hello", "sender": "7"}, "id"),
+    "UnreadCounts": (COUNTS, {"42": 1, "7": 0}, "42"),
+}
+TUPLES = {
+    "Pending": (PENDING, OldPending("42", MESSAGES), "42"),
+    "ChatSummary": (SUMMARY, OldSummary("42", ["7", "8"], 1), 1),
+}
+
+Operation = Callable[[Any, Any, Any], Any]  # (the value, its 0.1 form, a key or item)
+DICT_OPERATIONS: dict[str, Operation] = {
+    "value[key]": lambda d, old, key: d[key],
+    "key in value": lambda d, old, key: key in d,
+    "key not in value": lambda d, old, key: key not in d,
+    "missing in value": lambda d, old, key: "nope" in d,
+    "len(value)": lambda d, old, key: len(d),
+    "iter(value)": lambda d, old, key: list(iter(d)),
+    "[*value]": lambda d, old, key: [*d],
+    "reversed(value)": lambda d, old, key: list(reversed(d)),
+    "sorted(value)": lambda d, old, key: sorted(d),
+    "value.get(key)": lambda d, old, key: d.get(key),
+    "value.get(missing, default)": lambda d, old, key: d.get("nope", -1),
+    "value.keys()": lambda d, old, key: list(d.keys()),
+    "value.keys() & set": lambda d, old, key: d.keys() & {key, "nope"},
+    "value.values()": lambda d, old, key: list(d.values()),
+    "value.items()": lambda d, old, key: list(d.items()),
+    "value.copy()": lambda d, old, key: d.copy(),
+    "dict(value)": lambda d, old, key: dict(d),
+    "{**value}": lambda d, old, key: {**d, "x": 1},
+    "value | dict": lambda d, old, key: d | {"x": 1},
+    "dict | value": lambda d, old, key: {"x": 1} | d,
+    "value == dict": lambda d, old, key: d == dict(old),
+    "value != dict": lambda d, old, key: d != {"x": 1},
+}
+TUPLE_OPERATIONS: dict[str, Operation] = {
+    "value[0]": lambda t, old, item: t[0],
+    "value[-1]": lambda t, old, item: t[-1],
+    "value[:1]": lambda t, old, item: t[:1],
+    "len(value)": lambda t, old, item: len(t),
+    "iter(value)": lambda t, old, item: list(iter(t)),
+    "unpacking": lambda t, old, item: (lambda first, *rest: (first, len(rest)))(*t),
+    "reversed(value)": lambda t, old, item: list(reversed(t)),
+    "item in value": lambda t, old, item: item in t,
+    "missing in value": lambda t, old, item: "nope" in t,
+    "value.index(item)": lambda t, old, item: t.index(item),
+    "value.count(item)": lambda t, old, item: t.count(item),
+    "value + tuple": lambda t, old, item: t + ("x",),  # noqa: RUF005 (+ is the point)
+    "tuple + value": lambda t, old, item: ("x",) + t,  # noqa: RUF005
+    "value * 2": lambda t, old, item: t * 2,
+    "2 * value": lambda t, old, item: 2 * t,
+    "value == tuple": lambda t, old, item: t == tuple(old),
+    "value != tuple": lambda t, old, item: t != ("x",),
+    "value < tuple": lambda t, old, item: t < ("9",),
+    "value <= tuple": lambda t, old, item: t <= ("1",),
+    "value > tuple": lambda t, old, item: t > ("1",),
+    "value >= tuple": lambda t, old, item: t >= ("9",),
+    "value._asdict()": lambda t, old, item: t._asdict(),
+}
+LIST_OPERATIONS: dict[str, Operation] = {
+    "value + list": lambda v, old, item: v + [item],  # noqa: RUF005 (+ is the point)
+    "list + value": lambda v, old, item: [item] + v,  # noqa: RUF005
+    "value * 2": lambda v, old, item: v * 2,
+    "2 * value": lambda v, old, item: 2 * v,
+    "value == list": lambda v, old, item: v == old,
+    "value != list": lambda v, old, item: v != [item],
+    "value < list": lambda v, old, item: v < [],
+    "value <= list": lambda v, old, item: v <= [],
+    "value > list": lambda v, old, item: v > [],
+    "value >= list": lambda v, old, item: v >= [],
+    "value.copy()": lambda v, old, item: v.copy(),
+}
+STR_OPERATIONS: dict[str, Operation] = {
+    "value == str": lambda s, old, part: s == old,
+    "value != str": lambda s, old, part: s != "x",
+    "value < str": lambda s, old, part: s < "|",
+    "value <= str": lambda s, old, part: s <= "a",
+    "value > str": lambda s, old, part: s > "a",
+    "value >= str": lambda s, old, part: s >= "|",
+    "len(value)": lambda s, old, part: len(s),
+    "bool(value)": lambda s, old, part: bool(s),
+    "value[0]": lambda s, old, part: s[0],
+    "value[1:4]": lambda s, old, part: s[1:4],
+    "value[::-1]": lambda s, old, part: s[::-1],
+    "iter(value)": lambda s, old, part: list(iter(s)),
+    "reversed(value)": lambda s, old, part: list(reversed(s)),
+    "str in value": lambda s, old, part: part in s,
+    "value + str": lambda s, old, part: s + "!",
+    "str + value": lambda s, old, part: "> " + s,
+    "value * 2": lambda s, old, part: s * 2,
+    "2 * value": lambda s, old, part: 2 * s,
+    "value % args": lambda s, old, part: s % (),
+    "a format spec": lambda s, old, part: f"{s:>12}",
+    "value.upper()": lambda s, old, part: s.upper(),
+    "value.split()": lambda s, old, part: s.split(),
+    "value.startswith()": lambda s, old, part: s.startswith("{"),
+    "value.encode()": lambda s, old, part: s.encode(),
+    "value.replace()": lambda s, old, part: s.replace(part, "JSON"),
+}
+
+
+def _answers(operation: Operation, value: Any, old: Any, part: Any) -> tuple[Any, Any]:
+    """What ``operation`` gives on the value (which warns, naming the line that used it)
+    and on its 0.1 form."""
+    with pytest.deprecated_call() as caught:
+        answer = operation(value, old, part)
+    assert {warning.filename for warning in caught} == {__file__}
+    return answer, operation(old, old, part)
+
+
+@pytest.mark.parametrize("operation", DICT_OPERATIONS.values(), ids=DICT_OPERATIONS)
+@pytest.mark.parametrize(("value", "old", "key"), DICTS.values(), ids=DICTS)
+def test_a_value_that_was_a_dict_still_does_what_a_dict_did_and_warns(
+    operation: Operation, value: Any, old: dict[str, Any], key: str
+) -> None:
+    answer, old_answer = _answers(operation, value, old, key)
+    assert answer == old_answer
+
+
+@pytest.mark.parametrize("operation", TUPLE_OPERATIONS.values(), ids=TUPLE_OPERATIONS)
+@pytest.mark.parametrize(("value", "old", "item"), TUPLES.values(), ids=TUPLES)
+def test_a_value_that_was_a_named_tuple_still_does_what_a_tuple_did_and_warns(
+    operation: Operation, value: Any, old: tuple[Any, ...], item: Any
+) -> None:
+    answer, old_answer = _answers(operation, value, old, item)
+    assert answer == old_answer
+
+
+@pytest.mark.parametrize("operation", LIST_OPERATIONS.values(), ids=LIST_OPERATIONS)
+def test_a_message_list_still_does_what_a_list_did_and_warns(operation: Operation) -> None:
+    answer, old_answer = _answers(operation, MESSAGES, list(MESSAGES), HELLO)
+    assert answer == old_answer
+
+
+@pytest.mark.parametrize("operation", STR_OPERATIONS.values(), ids=STR_OPERATIONS)
+def test_an_unreadable_message_still_does_what_a_str_did_and_warns(
+    operation: Operation,
+) -> None:
+    answer, old_answer = _answers(operation, UNREADABLE, "{not json", "json")
+    assert answer == old_answer
+
+
+def test_the_truth_of_unread_counts_is_that_of_the_dict_and_warns() -> None:
+    with pytest.deprecated_call():
+        assert COUNTS
+    with pytest.deprecated_call():
+        assert not UnreadCounts()
+
+
+def test_what_reads_the_same_in_0_2_does_not_warn() -> None:
+    assert [bool(value) for value in (HELLO, PENDING, SUMMARY, MESSAGES)] == [True] * 4
+    assert (len(MESSAGES), MESSAGES[0], next(reversed(MESSAGES)).id) == (2, HELLO, 2)
+    assert (HELLO in MESSAGES, MESSAGES.index(HELLO), MESSAGES.count(HELLO)) == (True, 0, 1)
+    assert str(UNREADABLE) == f"{UNREADABLE}" == format(UNREADABLE, "") == "{not json"
+    assert hash(UNREADABLE) == hash("{not json")
+    assert PENDING == dataclasses.replace(PENDING) != dataclasses.replace(PENDING, chat_id="1")
+    assert ChatSummary("42", ["7", "8"], 1) == SUMMARY
+
+
+def test_what_failed_on_the_0_1_types_fails_alike() -> None:
+    with pytest.raises(KeyError):
+        HELLO["nope"]
+    with pytest.raises(KeyError):
+        COUNTS["nope"]
+    for value in (PENDING, SUMMARY, UNREADABLE):
+        with pytest.raises(IndexError), pytest.deprecated_call():
+            value[99]
+    with pytest.raises(ValueError, match="not in tuple"), pytest.deprecated_call():
+        PENDING.index("nope")
+    with pytest.raises(TypeError):  # a template's {{ pending.chat_id }} goes on to the attribute
+        PENDING["chat_id"]  # type: ignore[index]
+    with pytest.raises(TypeError):
+        hash(SUMMARY)  # it holds a list, as the NamedTuple did
+    with pytest.raises(TypeError), pytest.deprecated_call():
+        UNREADABLE + 1  # type: ignore[operator]
+
+
+def test_replacing_a_field_as_a_named_tuple_did_gives_the_new_type() -> None:
+    with pytest.deprecated_call():
+        replaced = PENDING._replace(chat_id="9")
+    assert replaced == Pending("9", MESSAGES)
+
+
+# The names of the 0.1 types that are gone: what changed a value (they are frozen now),
+# and what only their class had (dataclasses.fields() replaces a NamedTuple's _fields).
+DICT_GONE = {"__class_getitem__", "fromkeys", "__delitem__", "__setitem__", "__ior__", "clear"}
+DICT_GONE |= {"pop", "popitem", "setdefault", "update"}
+LIST_GONE = {"__delitem__", "__setitem__", "__iadd__", "__imul__"}
+LIST_GONE |= {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"}
+TUPLE_GONE = {"__class_getitem__", "__getnewargs__", "_make", "_fields", "_field_defaults"}
+
+
+@pytest.mark.parametrize(
+    ("value", "was", "gone"),
+    [
+        (HELLO, dict, DICT_GONE),
+        (COUNTS, dict, DICT_GONE),
+        (MESSAGES, list, LIST_GONE),
+        (PENDING, OldPending, TUPLE_GONE),
+        (SUMMARY, OldSummary, TUPLE_GONE),
+        (UNREADABLE, str, {"__getnewargs__"}),
+    ],
+    ids=["Message", "UnreadCounts", "MessageList", "Pending", "ChatSummary", "Unreadable"],
+)
+def test_every_operation_of_the_type_a_value_was_is_there(
+    value: Any, was: type, gone: set[str]
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # a str's methods warn when read
+        missing = {name for name in dir(was) if not hasattr(value, name)}
+    assert missing == gone

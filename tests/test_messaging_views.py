@@ -55,13 +55,12 @@ def test_a_chat_through_the_views(users: dict[str, User]) -> None:
 
     sent = post(bob, "chat-messages", {"message": "hi alice"}, chat_id=chat_id)
     assert (sent.status_code, sent.json()) == (201, {"id": 2})
-    assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 2}]
+    assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 1}]
 
     pending = post(alice, "chat-pending").json()["chats"]
     assert [(c["id"], c["missed"]) for c in pending] == [(chat_id, 0)]
     assert [(m["sender"], m["message"]) for m in pending[0]["messages"]] == [
-        ("alice", "hello"),
-        ("bob", "hi alice"),
+        ("bob", "hi alice"),  # not her own hello
     ]
     assert post(alice, "chat-pending", {"wait": 0}).json() == {"chats": []}
     assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 0}]
@@ -76,11 +75,36 @@ def test_a_chat_through_the_views(users: dict[str, User]) -> None:
     assert chats.members(chat_id) == ids(users, "alice")
 
 
+def test_ones_own_messages_are_not_unread_to_oneself(users: dict[str, User]) -> None:
+    alice, bob = as_user("alice"), as_user("bob")
+    chat_id = post(alice, "chats", {"recipients": ["bob"], "message": "hello"}).json()["id"]
+    assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 0}]
+    assert get(bob, "chats").json()["chats"] == [{"id": chat_id, "unread": 1}]
+    post(bob, "chat-read", chat_id=chat_id)
+    post(bob, "chat-messages", {"message": "hi"}, chat_id=chat_id)
+    post(alice, "chat-messages", {"message": "and again"}, chat_id=chat_id)
+    assert get(alice, "chats").json()["chats"] == [{"id": chat_id, "unread": 1}]
+    assert get(bob, "chats").json()["chats"] == [{"id": chat_id, "unread": 1}]
+    assert post(alice, "chat-pending").json()["chats"][0]["messages"][0]["message"] == "hi"
+    assert post(bob, "chat-read", chat_id=chat_id).json() == {"read": 1}
+
+
+def test_the_views_give_the_chats_users_by_primary_key(users: dict[str, User]) -> None:
+    created = post(as_user("alice"), "chats", {"recipients": ["bob"], "message": "hello"})
+    assert created.status_code == 201
+    assert chats.members(created.json()["id"]) == ids(users, "alice", "bob")
+    # A recipient is named by username: a pk there is a username no user has, a 400.
+    for recipient in (str(users["bob"].pk), "nobody"):
+        refused = post(as_user("alice"), "chats", {"recipients": [recipient], "message": "hi"})
+        assert (refused.status_code, refused.json()["field"]) == (400, "recipients")
+        assert recipient in refused.json()["error"]
+
+
 def test_a_user_acts_as_themself_only(users: dict[str, User]) -> None:
     chat_id = chats.create(users["alice"], [users["bob"]], "hello")
     post(as_user("bob"), "chat-messages", {"message": "hi", "sender": "alice"}, chat_id=chat_id)
     [pending] = chats.fetch_pending(users["alice"])
-    assert [m.sender for m in pending.messages] == ids(users, "alice", "bob")
+    assert [m.sender for m in pending.messages] == ids(users, "bob")  # not as alice
 
 
 def test_a_non_member_learns_nothing_not_even_that_the_chat_exists(
@@ -158,7 +182,7 @@ def test_bad_chats_are_400(body: Any, field: str, users: dict[str, User]) -> Non
 
 def test_bad_requests_are_400(users: dict[str, User]) -> None:
     alice = as_user("alice")
-    chat_id = chats.create(users["alice"], [], "hello")
+    chat_id = chats.create(users["alice"], [users["bob"]], "hello")
     url = reverse("redis_components:chat-messages", kwargs={"chat_id": chat_id})
     not_json = alice.post(url, "message=hi", content_type="application/x-www-form-urlencoded")
     assert (not_json.status_code, not_json.json()["field"]) == (400, "body")
@@ -228,7 +252,7 @@ def test_a_huge_wait_is_a_400_not_a_500(users: dict[str, User]) -> None:
 
 def test_bodies_that_cannot_be_read_are_4xx_json(users: dict[str, User]) -> None:
     alice = as_user("alice")
-    chat_id = chats.create(users["alice"], [], "hello")
+    chat_id = chats.create(users["alice"], [users["bob"]], "hello")
     deep_list, deep_object = "[" * 5000 + "]" * 5000, '{"a":' * 3000 + "1" + "}" * 3000
     urls = {  # each with a body whose own field is nested deeply
         reverse("redis_components:chats"): f'{{"recipients": {deep_list}, "message": "hi"}}',

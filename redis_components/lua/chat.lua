@@ -1,6 +1,8 @@
 -- Every operation on one group chat, in one script so that they share the membership
 -- checks and the retention rules. All four keys carry the chat's hash tag.
--- KEYS: 1) meta hash: last_id (the message id counter), public ("1" or "0")
+-- KEYS: 1) meta hash: last_id (the message id counter), public ("1" or "0"),
+--          from:<user> (the last id before they joined an existing chat), own:<user>
+--          (present while some of the user's own messages are after their place)
 --       2) members zset: member -> id of the last message they have seen
 --       3) joins hash: user -> version of their latest join applied here (kept after
 --          they leave, so a stale index entry can be told from a join on its way)
@@ -59,13 +61,47 @@ local function apply_limits()
   end
 end
 
+-- A member has seen their own messages from the moment they send them. Their place
+-- moves to the message when they had seen everything before it; otherwise it stays
+-- (moving it would mark the others' messages before it seen as well) and own:<user>
+-- tells the reads below to leave the user's own messages after it out.
 local function add_message(text)
   local id = redis.call('HINCRBY', meta, 'last_id', 1)
   local message = cjson.encode({id = id, ts = now(), sender = user, message = text})
   redis.call('ZADD', messages, id, message)
   redis.call('PUBLISH', messages, id)
   apply_limits()
+  if tonumber(redis.call('ZSCORE', members, user)) == id - 1 then
+    redis.call('ZADD', members, id, user)
+    drop_seen_by_all()
+  else
+    redis.call('HSET', meta, 'own:' .. user, 1)
+  end
   return id
+end
+
+-- The messages after the user's place (seen) that they have not seen: all of them but
+-- their own; and how many messages are held after it, theirs included.
+local function unread_after(seen)
+  local held = redis.call('ZRANGEBYSCORE', messages, '(' .. seen, '+inf')
+  if redis.call('HEXISTS', meta, 'own:' .. user) == 0 then
+    return held, #held
+  end
+  local unread = {}
+  for _, message in ipairs(held) do
+    if cjson.decode(message).sender ~= user then
+      unread[#unread + 1] = message
+    end
+  end
+  return unread, #held
+end
+
+-- How many messages after the user's place they have not seen (as unread_after, faster).
+local function count_unread(seen)
+  if redis.call('HEXISTS', meta, 'own:' .. user) == 0 then
+    return redis.call('ZCOUNT', messages, '(' .. seen, '+inf')
+  end
+  return #unread_after(seen)
 end
 
 if operation == 'create' then
@@ -117,17 +153,19 @@ end
 if operation == 'fetch' then
   -- ARGV: 6) a channel told "read" when this marks something seen (the user's pages
   --          that follow their unread counts)
-  -- Returns: how many unread messages the limits dropped, then the unread messages,
-  -- oldest first. Everything up to the newest id counts as seen afterwards.
+  -- Returns: how many unread messages the limits dropped (the user's own among them, when
+  -- they sent while behind), then the unread messages, oldest first. Everything up to the
+  -- newest id counts as seen afterwards.
   apply_limits()
-  local unread = redis.call('ZRANGEBYSCORE', messages, '(' .. seen, '+inf')
+  local unread, held = unread_after(seen)
   local newest = last_id()
   if newest > tonumber(seen) then
     redis.call('ZADD', members, newest, user)
+    redis.call('HDEL', meta, 'own:' .. user)
     drop_seen_by_all()
     redis.call('PUBLISH', ARGV[6], 'read')
   end
-  return {DONE, newest - tonumber(seen) - #unread, unread}
+  return {DONE, newest - tonumber(seen) - held, unread}
 end
 
 if operation == 'since' then
@@ -142,14 +180,13 @@ end
 if operation == 'unread' then
   -- Returns: how many unread messages a fetch would return now
   apply_limits()
-  return {DONE, redis.call('ZCOUNT', messages, '(' .. seen, '+inf')}
+  return {DONE, count_unread(seen)}
 end
 
 if operation == 'summary' then
   -- Returns: how many unread messages a fetch would return now, and the members
   apply_limits()
-  return {DONE, redis.call('ZCOUNT', messages, '(' .. seen, '+inf'),
-    redis.call('ZRANGE', members, 0, -1)}
+  return {DONE, count_unread(seen), redis.call('ZRANGE', members, 0, -1)}
 end
 
 if operation == 'history' then
@@ -166,7 +203,7 @@ if operation == 'leave' then
   -- leave deletes the chat.
   local version = tonumber(redis.call('HGET', joins, user)) or 0
   redis.call('ZREM', members, user)
-  redis.call('HDEL', meta, 'from:' .. user)
+  redis.call('HDEL', meta, 'from:' .. user, 'own:' .. user)
   if redis.call('ZCARD', members) == 0 then
     redis.call('DEL', meta, members, joins, messages)
   else

@@ -1,6 +1,7 @@
 -- Rename users in one group chat (manage.py rc_migrate_users: 0.1 named them by
 -- username, later versions by primary key): their member entry, with the place they
--- had reached and where their history starts; their joins entry; the sender of every
+-- had reached, where their history starts and whether some of their own messages are
+-- after that place (own:, see chat.lua); their joins entry; the sender of every
 -- message they sent. All in one script, so the chat is never seen half renamed; doing
 -- it again changes nothing, as the old names are gone.
 -- KEYS: 1) meta hash  2) members zset  3) joins hash  4) messages zset (the chat's keys,
@@ -37,6 +38,9 @@ for i = 1, #ARGV, 3 do
     redis.call('ZREM', members, old)
     redis.call('ZADD', members, seen, new)
     redis.call('HDEL', meta, 'from:' .. old)
+    if redis.call('HDEL', meta, 'own:' .. old) == 1 then
+      redis.call('HSET', meta, 'own:' .. new, 1)
+    end
     if from then
       redis.call('HSET', meta, 'from:' .. new, from)
     else

@@ -50,6 +50,12 @@ class Busy:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     request: HttpRequest | None = None
+    held: str | None = None  # which of the names someone else holds, when known
+
+    @property
+    def name(self) -> str:
+        """The name that was busy: of several locks, the one held by someone else."""
+        return self.held if self.held is not None else self.names[0]
 
 
 class Guard(ABC, Generic[T]):
@@ -146,7 +152,9 @@ class Guard(ABC, Generic[T]):
             return Busy(names, 0.0, args, kwargs, request)
 
         def when_busy(call: Busy, busy: Busy) -> Any:
-            busy = Busy(call.names, busy.retry_after, call.args, call.kwargs, call.request)
+            busy = Busy(
+                call.names, busy.retry_after, call.args, call.kwargs, call.request, busy.held
+            )
             if self.on_busy is not None:
                 return self.on_busy(busy)
             if busy.request is not None:
@@ -205,7 +213,7 @@ class Guard(ABC, Generic[T]):
     def busy_response(cls, busy: Busy) -> HttpResponse:
         """The busy status with ``Retry-After``: JSON if the client prefers it, else text."""
         assert busy.request is not None
-        body = {"error": str(cls.busy_message), cls.kind: busy.names[0]}
+        body = {"error": str(cls.busy_message), cls.kind: busy.name}
         response = _respond(busy.request, cls.busy_status, body)
         response["Retry-After"] = str(max(1, math.ceil(busy.retry_after)))
         return response

@@ -691,7 +691,7 @@ class LockScope(Guard[H]):
                 handle, retry_after = lock._acquire(self.blocking, self._left(deadline))
                 if handle is None:
                     _release_all(handles, ok=False)
-                    return Busy(tuple(names), retry_after)
+                    return Busy(tuple(names), retry_after, held=lock.name)
                 handles.append(handle)
         except BaseException:
             _release_all(handles, ok=False)
@@ -706,7 +706,7 @@ class LockScope(Guard[H]):
                 handle, retry_after = await lock._aacquire(self.blocking, self._left(deadline))
                 if handle is None:
                     await _arelease_all(handles, ok=False)
-                    return Busy(tuple(names), retry_after)
+                    return Busy(tuple(names), retry_after, held=lock.name)
                 handles.append(handle)
         except BaseException:
             await _arelease_all(handles, ok=False)
@@ -723,10 +723,11 @@ class LockScope(Guard[H]):
         await _arelease_all(_handles(taken), ok)
 
     def not_taken(self, busy: Busy) -> LockNotAcquired:
-        names = ", ".join(map(repr, busy.names))
-        return LockNotAcquired(
-            f"Lock {names} is busy (retry after {busy.retry_after:.1f} s)", busy.names[0]
-        )
+        """Names the lock that someone else holds; of several names, lists them all."""
+        message = f"Lock {busy.name!r} is busy (retry after {busy.retry_after:.1f} s)"
+        if len(busy.names) > 1:
+            message += f", so none of {', '.join(map(repr, busy.names))} was taken"
+        return LockNotAcquired(message, busy.name)
 
 
 def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:

@@ -14,9 +14,11 @@ import pytest
 import redis
 from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError, OutputWrapper
+from django.test import override_settings
 
 from demo_project.marketplace.logs import requests_per_day
 from redis_components.files import ReceiveProgress, SendProgress
+from redis_components.management.base import redis_address, without_password
 from redis_components.management.commands._console import (
     ProgressLine,
     configure_logging,
@@ -25,6 +27,7 @@ from redis_components.management.commands._console import (
     size,
     stop_on_signals,
 )
+from tests.settings import sentinel_caches
 from tests.test_files import one_file, write_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,3 +215,17 @@ def test_signals_only_set_the_flag_and_the_handlers_come_back() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_address_that_commands_name_hides_passwords() -> None:
+    assert without_password("redis://:s3cret@10.0.0.1:6379/0") == "redis://:***@10.0.0.1:6379/0"
+    assert (
+        without_password("rediss://app:p@ss@h/1?password=p&ssl_cert_reqs=none")
+        == "rediss://app:***@h/1?password=***&ssl_cert_reqs=none"
+    )
+    for untouched in ("redis://app@h:6380/0", "unix:///run/redis.sock?db=2"):
+        assert without_password(untouched) == untouched
+    with override_settings(CACHES=sentinel_caches("main", [("10.0.0.5", 26379)])):
+        assert redis_address() == (
+            "redis://main/0 through the sentinels 10.0.0.5:26379 (CACHES['default'])"
+        )

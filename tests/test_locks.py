@@ -315,6 +315,56 @@ def test_multi_lock_is_all_or_nothing() -> None:
     assert not any(_held(name) for name in "abc")
 
 
+def test_a_busy_multi_lock_names_the_lock_that_was_held() -> None:
+    blocker = hold_elsewhere("b")
+    # Tried once, waited for, and on the async client: each names "b", not the first name.
+    for blocking_timeout in (0, 0.05):
+        scope = redis_lock("c", "b", "a", blocking_timeout=blocking_timeout)
+        with pytest.raises(LockNotAcquired) as caught, scope:
+            pass
+        assert caught.value.name == "b"
+        assert str(caught.value).startswith("Lock 'b' is busy (retry after ")
+        assert "none of 'c', 'b', 'a' was taken" in str(caught.value)
+
+    async def scenario() -> str | None:
+        try:
+            async with redis_lock("c", "b", "a", blocking=False):
+                return None
+        except LockNotAcquired as error:
+            return error.name
+        finally:
+            await aclose_async_client()
+
+    assert asyncio.run(scenario()) == "b"
+    assert not _held("a")
+    assert not _held("c")
+    blocker.release()
+
+
+def test_a_decorated_function_names_the_busy_lock_of_its_group() -> None:
+    seen: list[Busy] = []
+
+    @redis_lock("item:{n}", "buyer:{who}", blocking=False)
+    def purchase(n: int, who: str) -> str:
+        return "bought"
+
+    @redis_lock("item:{n}", "buyer:{who}", blocking=False, on_busy=seen.append)
+    def politely(n: int, who: str) -> str:
+        return "bought"
+
+    blocker = hold_elsewhere("buyer:ann")
+    with pytest.raises(LockNotAcquired) as caught:
+        purchase(45, "ann")
+    assert caught.value.name == "buyer:ann"
+    assert "'item:45', 'buyer:ann'" in str(caught.value)
+    assert politely(45, "ann") is None
+    [busy] = seen
+    assert busy.names == ("item:45", "buyer:ann")
+    assert busy.name == "buyer:ann"
+    assert purchase(45, "bob") == "bought"
+    blocker.release()
+
+
 def test_context_manager_reports_a_lease_lost_inside_the_block() -> None:
     with pytest.raises(LockLost), redis_lock("brief", timeout=0.1):
         time.sleep(0.2)
@@ -391,6 +441,20 @@ def test_view_answers_409_with_retry_after_when_busy() -> None:
     assert response.status_code == 409
     assert response["Content-Type"].startswith("text/plain")
     assert buy(_view_request("application/json"), item_id=43).status_code == 200
+
+
+@redis_lock("market:item:{item_id}", "market:user:{user}", blocking=False)
+def buy_as_user(request: HttpRequest, item_id: int) -> HttpResponse:
+    return JsonResponse({"bought": item_id})
+
+
+def test_a_view_with_several_locks_answers_409_naming_the_busy_one() -> None:
+    hold_elsewhere("market:user:anonymous", timeout=7)
+    response = buy_as_user(_view_request("application/json"), item_id=45)
+    assert response.status_code == 409
+    assert response["Retry-After"] == "7"
+    assert json.loads(response.content)["lock"] == "market:user:anonymous"
+    assert not _held("market:item:45")
 
 
 def test_async_view_answers_409_when_busy() -> None:
@@ -816,7 +880,7 @@ def test_acquiring_a_lock_this_thread_holds() -> None:
     with pytest.raises(LockAlreadyHeld, match="reentrant=True"):
         RedisLock("own", timeout=5).acquire()  # would wait for its own lease
     assert redis_lock("own", blocking=False).take(["own"]) == Busy(
-        ("own",), pytest.approx(5, abs=0.1)
+        ("own",), pytest.approx(5, abs=0.1), held="own"
     )
     held.release()
 

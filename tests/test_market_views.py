@@ -16,7 +16,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from conftest import CommandCount
-from demo_project.marketplace.market import item_lock
+from demo_project.marketplace.market import USER_LOCK, item_lock
 from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
 from redis_components import GroupChat, Guild, RecentContacts, RedisLock, get_result
@@ -159,6 +159,26 @@ def test_a_purchase_in_progress_elsewhere_is_explained(users: dict[str, int]) ->
     assert int(api["Retry-After"]) >= 1
     held[0].release()
     assert item not in MARKET.inventory(users["alice"])
+
+
+def test_a_busy_buyer_lock_is_the_one_the_409_names(users: dict[str, int]) -> None:
+    """Only the buyer's own lock is held (a purchase of theirs in progress elsewhere):
+    the 409 names it, not the listing's lock, the first of the view's names."""
+    bob, alice_id = users["bob"], users["alice"]
+    item, price = listing_of(bob)
+    held = []
+    buyer_lock = USER_LOCK.format(user=alice_id)
+    thread = threading.Thread(target=lambda: held.append(RedisLock(buyer_lock, 5).acquire()))
+    thread.start()
+    thread.join()
+    api = login("alice").post(
+        f"/market/buy/{item}/{bob}/", {"price": price}, headers={"accept": "application/json"}
+    )
+    assert api.status_code == 409
+    assert api.json()["lock"] == buyer_lock
+    assert not RedisLock(item_lock(item, bob)).locked()
+    held[0].release()
+    assert item not in MARKET.inventory(alice_id)
 
 
 def test_post_without_csrf_token_is_refused(users: dict[str, int]) -> None:

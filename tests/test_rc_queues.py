@@ -2,16 +2,24 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, get_commands
 from django.test import override_settings
 
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, waiting_tasks
 from redis_components.tasks.store import dead_key
 from redis_components.testing import crashed_worker, no_registered_tasks
+from tests.processes import ROOT
+from tests.settings import caches
 from tests.testapp import tasks
 
 
@@ -102,3 +110,83 @@ def test_the_schedules_and_their_last_run(monkeypatch: pytest.MonkeyPatch) -> No
     bad = {"nightly": {"task": "nope", "every": 60}}
     with override_settings(REDIS_COMPONENTS={"TASK_SCHEDULES": bad}), pytest.raises(CommandError):
         run("--schedules")
+
+
+def test_a_worker_serving_thousands_of_queues_is_listed() -> None:
+    """Its registration adds its queues' names in pages (Lua cannot unpack 8,000)."""
+    names = [f"q{i}" for i in range(8000)]
+    worker = crashed_worker(names, take=0)
+    lines = run().splitlines()
+    assert "Workers: 1" in lines
+    [row] = [line for line in lines if line.startswith(worker.id)]
+    assert "q0, q1," in row
+    assert "q7998, q7999 " in row
+
+
+# -- every command, with Redis out of reach -----------------------------------------
+
+# The apps whose management commands are ours: the package's and the demo's.
+OUR_APPS = ("redis_components", "demo_project.marketplace")
+# What a command needs besides Redis to start ({file}: a file to send); the others
+# run without arguments.
+ARGUMENTS = {
+    "rc_files_send": ["{file}"],
+    "rc_files_receive": ["--handler", "builtins.print"],
+}
+# rc_worker keeps trying until Redis answers (tests/test_rc_worker.py).
+KEEPS_TRYING = {"rc_worker"}
+
+
+def our_commands() -> list[str]:
+    return sorted(name for name, app in get_commands().items() if app in OUR_APPS)
+
+
+@pytest.fixture
+def closed_url() -> Iterator[str]:
+    """The URL of a port that refuses connections (bound, never listening)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+
+
+def test_the_commands_are_discovered() -> None:
+    found = our_commands()
+    assert {"rc_queues", "rc_worker", "rc_files_send", "market_check", "seed_demo"} <= set(found)
+    assert "migrate" not in found
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", [name for name in our_commands() if name not in KEEPS_TRYING])
+def test_every_command_says_in_one_line_that_redis_cannot_be_reached(
+    name: str, closed_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "a.log").write_text("a line\n")
+    arguments = [a.format(file=tmp_path / "a.log") for a in ARGUMENTS.get(name, [])]
+    out, err = io.StringIO(), io.StringIO()
+    with override_settings(CACHES=caches(closed_url)), pytest.raises(CommandError) as caught:
+        call_command(name, *arguments, stdout=out, stderr=err)
+    message = str(caught.value)
+    assert message.startswith(f"Redis cannot be reached at {closed_url} (CACHES['default']): ")
+    assert "\n" not in message
+    assert caught.value.returncode == 1
+    assert out.getvalue() == err.getvalue() == ""  # it stopped before doing anything
+
+
+def test_rc_queues_without_redis_prints_one_line_and_fails(closed_url: str) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RC_TEST_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "rc_queues", "--settings=tests.settings"],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT), "RC_TEST_REDIS_URL": closed_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"CommandError: Redis cannot be reached at {closed_url} (CACHES['default']): "
+    )
+    address = closed_url.removeprefix("redis://").removesuffix("/0")
+    assert line.endswith(f"Error 111 connecting to {address}. Connection refused")

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -208,6 +209,31 @@ def test_the_worker_survives_a_redis_restart(
         push.close()
         client.close()
         server.stop()
+
+
+def test_without_redis_the_worker_says_so_in_one_line_and_keeps_trying(
+    start_worker: Callable[..., WorkerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unlike the other commands, rc_worker does not exit: Redis may start after it."""
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        url = f"redis://127.0.0.1:{port}/0"
+        monkeypatch.setenv("RC_TEST_REDIS_URL", url)
+        monkeypatch.delenv("RC_TEST_REDIS_OTHER_URL", raising=False)
+        monkeypatch.delenv("RC_TEST_CLUSTER", raising=False)
+        worker = start_worker("test")
+        wait_until(lambda: "lost Redis" in worker.output(), worker.output)
+        assert worker.process.poll() is None
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    output = worker.output()
+    [line] = [line for line in output.splitlines() if "keep trying" in line]
+    assert line.endswith(
+        f"Redis cannot be reached at {url} (CACHES['default']): Error 111 connecting to "
+        f"127.0.0.1:{port}. Connection refused; the workers will keep trying"
+    )
+    assert "Traceback" not in output
 
 
 def test_help_explains_the_guarantees() -> None:

@@ -186,7 +186,7 @@ def defer(seconds: float | None = None) -> Callable[[Busy], None]:
         if running_task is None:
             raise LockNotAcquired(
                 f"{names} is busy and no worker task is running to defer",
-                name=busy.names[0] if busy.names else None,
+                name=busy.name if busy.names else None,
             )
         running_task.defer(busy.retry_after if seconds is None else seconds)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils.module_loading import import_string
 
 from redis_components.exceptions import FilesError, InvalidInput
 from redis_components.files import receive_files
 
+from ..base import RedisCommand
 from ._console import (
     ProgressLine,
     configure_logging,
@@ -20,7 +21,7 @@ from ._console import (
 )
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Read, as one reader, every file sent through Redis on a channel (manage.py "
         "rc_files_send), and call a handler for each line; .gz files are decompressed. "

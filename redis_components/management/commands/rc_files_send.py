@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from redis_components.exceptions import FilesError, InvalidInput
 from redis_components.files import send_files
 
-from ._console import ProgressLine, configure_logging, megabytes, sender_line, size, stop_on_signals
+from ..base import RedisCommand
+from ._console import (
+    ProgressLine,
+    configure_logging,
+    megabytes,
+    sender_line,
+    size,
+    stop_on_signals,
+)
 
 
 def readers(value: str) -> int | list[str]:
@@ -17,7 +25,7 @@ def readers(value: str) -> int | list[str]:
     return int(value) if value.isdigit() else [name.strip() for name in value.split(",")]
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Copy files into Redis for the readers of a channel (Redis in Action 6.6). Each "
         "file is announced in the channel's chat; every reader (manage.py "

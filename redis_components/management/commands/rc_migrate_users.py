@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from redis.client import NEVER_DECODE
 
 from ... import keys, scripts
@@ -16,6 +16,7 @@ from ...conf import conf
 from ...connection import get_client, text
 from ...exceptions import InvalidInput
 from ...messaging import _chat_keys
+from ..base import RedisCommand
 
 # Chats read per pipeline while looking for old names.
 CHAT_BATCH = 100
@@ -189,7 +190,7 @@ def _sender(message: bytes) -> str | None:
     return sender if isinstance(sender, str) else None
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Upgrading from 0.1: move the messaging data that 0.1 kept under usernames (what "
         "its chat views used) to the users' primary keys, which identify users from 0.2 "

@@ -7,26 +7,22 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from ...exceptions import (
-    ConfigurationError,
-    InvalidInput,
-    TaskNotCancellable,
-    WorkflowDoesNotExist,
-)
+from ...exceptions import InvalidInput, TaskNotCancellable, WorkflowDoesNotExist
 from ...tasks.messages import validate_queue
 from ...tasks.schedules import schedule_states
 from ...tasks.status import queue_names, queue_stats, workers
 from ...tasks.store import TaskStore, cancel
 from ...tasks.workflows import Summary, get_workflow, workflows
+from ..base import RedisCommand
 
 
 def _time(when: datetime.datetime | None) -> str:
     return when.isoformat(timespec="seconds") if when else "-"
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Show each task queue's ready, delayed, in-progress and dead task counts and the "
         "registered workers and running workflows; or the schedules, or the workflows; or "
@@ -107,12 +103,7 @@ class Command(BaseCommand):
                 )
             else:
                 self.show()
-        except (
-            InvalidInput,
-            TaskNotCancellable,
-            ConfigurationError,
-            WorkflowDoesNotExist,
-        ) as error:
+        except (InvalidInput, TaskNotCancellable, WorkflowDoesNotExist) as error:
             raise CommandError(str(error)) from None
 
     def show(self) -> None:

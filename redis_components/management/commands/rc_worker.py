@@ -7,7 +7,8 @@ from argparse import ArgumentTypeError, RawDescriptionHelpFormatter
 from typing import Any
 
 import redis
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from redis.exceptions import RedisClusterException
 
 from ...conf import conf
 from ...connection import get_client
@@ -17,6 +18,7 @@ from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import registered_tasks
 from ...tasks.store import server_warnings
 from ...tasks.supervisor import Supervisor
+from ..base import RedisCommand, unreachable
 from ._console import configure_logging
 
 logger = logging.getLogger("redis_components.worker")
@@ -54,8 +56,9 @@ def positive(value: str) -> int:
     return number
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = HELP
+    ping_first = False  # the workers wait for Redis: it may start after them
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -156,6 +159,6 @@ class Command(BaseCommand):
         try:
             for warning in server_warnings(get_client()):
                 logger.warning(warning)
-        except redis.exceptions.RedisError as error:
-            logger.warning("Cannot reach Redis yet (%s); the workers will keep trying", error)
+        except (redis.exceptions.RedisError, RedisClusterException) as error:
+            logger.warning("%s; the workers will keep trying", unreachable(error))
         supervisor.run()

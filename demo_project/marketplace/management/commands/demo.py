@@ -18,11 +18,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from demo_project.marketplace.seed import DEMO_PASSWORD, PEOPLE
 from demo_project.marketplace.views import MARKET
 from redis_components.embedded import die_with_parent
+from redis_components.management.base import RedisCommand
 
 # Seconds the children get to stop after Ctrl-C (which they receive too) or SIGTERM.
 STOP_TIMEOUT = 10
@@ -30,7 +31,7 @@ STOP_TIMEOUT = 10
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Run the demo marketplace: migrate, then serve http://127.0.0.1:8000/ and run a task "
         "worker until Ctrl-C."

@@ -15,9 +15,10 @@ import sys
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from demo_project.marketplace.market import MODES, Market, Mode, parse_listing
+from redis_components.management.base import RedisCommand
 
 FORK = multiprocessing.get_context("fork")
 FIRST_BUYER = 1001
@@ -82,7 +83,7 @@ def buyer(market_name: str, me: int, slot: int, mode: Mode, run: Any) -> None:
     results.put(("bought", bought, attempts, retries, waited))
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Reproduce the book's locking benchmark: listers and buyers trade on a market for "
         "DURATION seconds with each MODE, then print the book's table and check the market."

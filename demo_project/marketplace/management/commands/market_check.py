@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from demo_project.marketplace.market import Market
+from redis_components.management.base import RedisCommand
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Check the market's invariants: the total of all funds is what it was when the users "
         "were created, no funds are negative, and every item is in exactly one place (one "

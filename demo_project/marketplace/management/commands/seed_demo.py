@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from demo_project.marketplace.seed import seed
 from demo_project.marketplace.views import MARKET
+from redis_components.management.base import RedisCommand
 
 
-class Command(BaseCommand):
+class Command(RedisCommand):
     help = (
         "Create the demo's users (and print their password), funds, items and listings, "
         "recent contacts and a chat. Safe to run again: it only adds what is missing."

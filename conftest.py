@@ -66,6 +66,15 @@ CLUSTER = bool(os.environ.get("RC_TEST_CLUSTER"))
 single_server_only = pytest.mark.skipif(CLUSTER, reason="needs a single server, not a cluster")
 
 
+def bytes_sent(r: redis.Redis) -> int:
+    """How many bytes the test's own server (each node of a cluster) has sent its clients."""
+    if CLUSTER:
+        nodes = r.info("stats", target_nodes=RedisCluster.ALL_NODES)
+    else:
+        nodes = {"": r.info("stats")}
+    return sum(int(node["total_net_output_bytes"]) for node in nodes.values())
+
+
 def cancelled(result: Any) -> bool:
     """Whether a task's result (Django's ``TaskResult``) says it was cancelled: FAILED,
     its last error a ``TaskCancelled`` (Django has no CANCELLED status)."""

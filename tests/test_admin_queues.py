@@ -13,7 +13,7 @@ from django.test import Client
 from django.test.utils import override_settings
 from django.utils.http import urlencode
 
-from conftest import cancelled
+from conftest import bytes_sent, cancelled
 from redis_components import chain, get_result, group
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
@@ -405,3 +405,19 @@ def test_cancel_a_workflow_asks_first_needs_csrf_and_logs(
     again = manager.post(ADMIN + "do/cancel-workflow/", token, follow=True)
     assert "cancelled already" in str(list(again.context["messages"])[-1])
     assert manager.get(ADMIN + "do/cancel-workflow/", {"workflow": "f" * 32}).status_code == 404
+
+
+def test_the_workflows_page_reads_how_each_stands_not_its_results(
+    viewer: Client, r: redis.Redis
+) -> None:
+    big = "x" * 1_000_000
+    finished = [tasks.echo.si(big).enqueue() for _ in range(3)]
+    assert Worker(["test"], burst=True).run() == 3
+    running = chain(tasks.echo.si(big), tasks.add.si(1, 2)).enqueue()
+    viewer.get(ADMIN)  # the session and the user, read once
+    before = bytes_sent(r)
+    page = viewer.get(ADMIN + "workflows/").content.decode()
+    assert bytes_sent(r) - before < 20_000
+    assert all(workflow.id in page for workflow in [*finished, running])
+    assert "1 WAITING, 1 QUEUED" in page.replace("\n", " ")
+    assert page.count("1 SUCCESSFUL") == 3

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
 import os
 import signal
+import socket
+import time
 from collections.abc import Callable
 
 import pytest
 import redis
 from django.core.management import CommandError, call_command
+from django.test import override_settings
+from redis.cluster import RedisCluster
 
+from conftest import CLUSTER, bytes_sent
 from redis_components import cancel, chain, get_result, get_workflow, group, signature
 from redis_components.exceptions import (
     InvalidInput,
+    TaskResultDoesNotExist,
     TaskSerializationError,
     WorkflowDoesNotExist,
     WorkflowNotSuccessful,
@@ -23,11 +30,22 @@ from redis_components.exceptions import (
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, workers
-from redis_components.tasks.store import TaskStore, flow_key
-from redis_components.tasks.workflows import Step, Workflow, is_failure, workflows
+from redis_components.tasks.store import TaskStore, flow_key, result_key
+from redis_components.tasks.worker import Worker
+from redis_components.tasks.workflows import (
+    MAX_STEPS,
+    STATES,
+    Step,
+    Workflow,
+    is_failure,
+    workflows,
+)
 from redis_components.testing import crashed_worker
 from tests.processes import WorkerProcess, running_worker, wait_until
+from tests.settings import caches
 from tests.testapp import framework_tasks, tasks
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
 
 def runs(r: redis.Redis) -> dict[str, int]:
@@ -387,3 +405,410 @@ def test_rc_queues_lists_running_workflows_and_cancels_one() -> None:
     with pytest.raises(CommandError, match="no workflow"):
         rc_queues("--cancel-workflow", "f" * 32)
     assert "workflows" not in rc_queues()
+
+
+def run_one() -> None:
+    """One worker takes one task, runs it and records its outcome."""
+    assert Worker(["test"], max_tasks=1).run() == 1
+
+
+@pytest.mark.parametrize("shape", ["one step", "group", "chain on its last step"])
+def test_a_workflow_whose_unfinished_steps_all_run_is_cancelled(shape: str) -> None:
+    """Nothing is waiting or queued: the cancel drops no step, and asks the running ones
+    to stop (on Redis 6.2 too, where this once raised after writing CANCELLED)."""
+    if shape == "one step":
+        workflow = tasks.member.s("a").enqueue()
+        take = 1
+    elif shape == "group":
+        workflow = group([tasks.member.s("a"), tasks.member.s("b")]).enqueue()
+        take = 2
+    else:
+        workflow = chain(tasks.member.s("a"), tasks.follow.s("b")).enqueue()
+        run_one()
+        take = 1
+    crashed = crashed_worker(["test"], take=take)
+    assert len(crashed.task_ids) == take
+    assert workflow.cancel() == (0, take)
+    assert workflow.status == "CANCELLED"
+    assert not workflow.finished  # its steps still run
+    with pytest.raises(InvalidInput, match="cancelled already"):
+        workflow.cancel()
+    assert TaskStore().recover_worker(
+        crashed.id, ["test"], only_if_expired=False, max_crashes=3
+    ) == (0, 0)
+    assert workflow.finished
+    assert workflow.status == "CANCELLED"
+    assert states(workflow)[-take:] == ["CANCELLED"] * take
+    assert ready() == 0
+
+
+def test_a_cancel_that_fails_changes_nothing(r: redis.Redis) -> None:
+    """Hostile data: a step's result key holds a string. The cancel reads everything it
+    needs before its first write, so its error leaves the workflow as it was."""
+    workflow = group([tasks.member.s("a"), tasks.member.s("b")]).then(tasks.total.s()).enqueue()
+    r.set(result_key(workflow.steps()[1].task_id), "not a hash")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        workflow.cancel()
+    assert workflow.status == "RUNNING"
+    assert states(workflow) == ["QUEUED", "QUEUED", "WAITING"]
+    assert ready() == 2
+
+
+def test_a_cancelled_workflows_step_waiting_for_a_retry_never_runs_even_if_its_result_expired(
+    r: redis.Redis,
+) -> None:
+    """The step's result (which names its delivery as it waits) expired before the
+    cancel: the cancel still takes that delivery out of its queue."""
+    workflow = chain(tasks.retry_once.si("a"), tasks.member.si("b")).enqueue()
+    with override_settings(REDIS_COMPONENTS={"TASK_RESULT_TTL": 0.1}):
+        run_one()  # asks for a retry in 10 ms: it waits in its queue
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.delayed) == (0, 1)
+    first = workflow.steps()[0]
+    wait_until(lambda: not result_kept(first.task_id))
+    assert workflow.cancel() == (2, 0)
+    assert workflow.status == "CANCELLED"
+    assert workflow.finished
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.delayed) == (0, 0)
+    time.sleep(0.02)  # the retry was due
+    assert Worker(["test"], burst=True).run() == 0
+    assert runs(r) == {"a": 1}
+    assert states(workflow) == ["CANCELLED", "CANCELLED"]
+
+
+def test_a_cancelled_workflows_step_put_back_after_a_crash_never_runs_even_if_its_result_expired(
+    r: redis.Redis,
+) -> None:
+    workflow = chain(tasks.member.si("a"), tasks.member.si("b")).enqueue()
+    crashed = crashed_worker(["test"])
+    with override_settings(REDIS_COMPONENTS={"TASK_RESULT_TTL": 0.1}):
+        assert TaskStore().recover_worker(
+            crashed.id, ["test"], only_if_expired=False, max_crashes=3
+        ) == (1, 0)
+    assert ready() == 1
+    first = workflow.steps()[0]
+    wait_until(lambda: not result_kept(first.task_id))
+    assert workflow.cancel() == (2, 0)
+    assert ready() == 0
+    assert Worker(["test"], burst=True).run() == 0
+    assert runs(r) == {}
+    assert states(workflow) == ["CANCELLED", "CANCELLED"]
+
+
+def result_kept(task_id: str) -> bool:
+    try:
+        get_result(task_id)
+    except TaskResultDoesNotExist:
+        return False
+    return True
+
+
+LONG = pytest.mark.skipif(
+    not os.environ.get("RC_TEST_LONG"),
+    reason="runs 8,000 tasks or more, once per make test (RC_TEST_LONG is set for one pass)",
+)
+
+
+@LONG
+def test_a_fan_in_of_the_most_members_a_workflow_may_have_gets_every_result_in_order(
+    r: redis.Redis,
+) -> None:
+    """Its release reads the members' results in pages (Lua cannot unpack 8,000)."""
+    size = MAX_STEPS - 1
+    workflow = group(tasks.add.s(i, 1) for i in range(size)).then(tasks.total.s()).enqueue()
+    assert Worker(["test"], burst=True).run() == MAX_STEPS
+    assert workflow.status == "SUCCESSFUL"
+    assert given(r) == [list(range(1, size + 1))]
+    assert workflow.results() == size
+    assert runs(r) == {"total": 1}
+
+
+@LONG
+def test_cancelling_the_last_member_of_a_fan_in_of_8000_releases_its_callback(
+    r: redis.Redis,
+) -> None:
+    size = 8000
+    workflow = (
+        group(tasks.add.s(i, 1) for i in range(size))
+        .then(tasks.total.s(), allow_failure=True)
+        .enqueue()
+    )
+    assert Worker(["test"], burst=True, max_tasks=size - 1).run() == size - 1
+    last = workflow.steps()[size - 1]
+    assert last.state == "QUEUED"
+    assert cancel(last.task_id) == "cancelled"
+    assert states(workflow)[-1] == "QUEUED"  # the callback, which allows a failure
+    assert Worker(["test"], burst=True).run() == 1
+    assert workflow.status == "SUCCESSFUL"
+    [results] = given(r)
+    assert isinstance(results, list)
+    assert results[:-1] == list(range(1, size))
+    assert results[-1] == {"step": last.task_id, "status": "CANCELLED"}
+
+
+def test_listing_workflows_reads_how_they_stand_not_their_steps(r: redis.Redis) -> None:
+    """Three finished workflows each hold a result of 1 MB, two running ones a step
+    whose argument is 1 MB: a listing reads a few fields of each."""
+    big = "x" * 1_000_000
+    finished = [tasks.echo.si(big).enqueue() for _ in range(3)]
+    assert Worker(["test"], burst=True).run() == 3
+    running = [chain(tasks.echo.si(big), tasks.add.si(1, 2)).enqueue() for _ in range(2)]
+
+    before = bytes_sent(r)
+    live, done = workflows()
+    assert bytes_sent(r) - before < 20_000
+    assert [summary.id for summary in live] == [workflow.id for workflow in running]
+    assert {summary.id for summary in done} == {workflow.id for workflow in finished}
+    assert [summary.counts for summary in live] == [{"QUEUED": 1, "WAITING": 1}] * 2
+    assert [summary.counts for summary in done] == [{"SUCCESSFUL": 1}] * 3
+    assert all(summary.finished_at is not None for summary in done)
+    assert [*live, *done] == [get_workflow(summary.id).summary() for summary in [*live, *done]]
+
+    before = bytes_sent(r)
+    shown = rc_queues()
+    assert bytes_sent(r) - before < 20_000
+    assert "Running workflows: 2" in shown
+    assert all(f"{workflow.id}  RUNNING" in shown for workflow in running)
+
+    before = bytes_sent(r)
+    shown = rc_queues("--workflows")
+    assert bytes_sent(r) - before < 20_000
+    assert all(f"{workflow.id}  SUCCESSFUL" in shown for workflow in finished)
+    assert shown.count("1 waiting, 1 queued") == 2
+
+
+def counted(workflow: Workflow) -> dict[str, int]:
+    """How many of the workflow's steps are in each state, as its steps say."""
+    found = collections.Counter(states(workflow))
+    return {state: found[state] for state in STATES.values() if found[state]}
+
+
+def test_a_listing_counts_the_steps_in_each_state_as_the_steps_say(r: redis.Redis) -> None:
+    stopped = chain(tasks.member.s("s1"), tasks.follow.s("s2"), tasks.follow.s("s3")).enqueue()
+    crashed = crashed_worker(["test"])
+    made = [
+        stopped,
+        chain(tasks.member.s("a"), tasks.follow.s("b")).enqueue(),
+        group([tasks.fail_now.s("f"), tasks.member.s("m")]).then(tasks.total.s()).enqueue(),
+        group([tasks.fail_now.s("g"), tasks.member.s("n")])
+        .then(tasks.total.s("t2"), allow_failure=True)
+        .enqueue(),
+        chain(tasks.member.s("c"), group([tasks.follow.s("d"), tasks.follow.s("e")])).enqueue(),
+        chain(tasks.retry_once.si("r"), tasks.member.si("after r")).enqueue(),
+        group([]).enqueue(),
+    ]
+
+    def check() -> None:
+        live, done = workflows()
+        listed = {summary.id: summary for summary in [*live, *done]}
+        assert set(listed) == {workflow.id for workflow in made}
+        for workflow in made:
+            assert listed[workflow.id].counts == counted(workflow), workflow.steps()
+            assert listed[workflow.id] == workflow.summary()
+
+    check()
+    assert cancel(made[4].steps()[0].task_id) == "cancelled"
+    assert stopped.cancel() == (2, 1)
+    check()
+    assert TaskStore().recover_worker(
+        crashed.id, ["test"], only_if_expired=False, max_crashes=3
+    ) == (0, 0)
+    with running_worker(["test"]):
+        for workflow in made:
+            workflow.wait(30)
+    check()
+    assert [workflow.status for workflow in made] == [
+        "CANCELLED",
+        "SUCCESSFUL",
+        "FAILED",
+        "SUCCESSFUL",
+        "FAILED",
+        "SUCCESSFUL",
+        "SUCCESSFUL",
+    ]
+
+
+# -- a group after a group: one barrier between them, not a link per pair -------------
+
+
+def used_memory(r: redis.Redis) -> int:
+    """The memory the test's own server (each node of a cluster) uses, in bytes."""
+    if CLUSTER:
+        nodes = r.info("memory", target_nodes=RedisCluster.ALL_NODES)
+    else:
+        nodes = {"": r.info("memory")}
+    return sum(int(node["used_memory"]) for node in nodes.values())
+
+
+def test_a_group_after_a_group_costs_memory_linear_in_its_steps(r: redis.Redis) -> None:
+    """Each member of the second group waits for every member of the first: the
+    workflow holds N + M links and one copy of their input, not N x M."""
+
+    def cost(size: int) -> int:
+        before = used_memory(r)
+        chain(
+            group(tasks.member.s(f"a{i}") for i in range(size)),
+            group(tasks.total.s(f"b{i}") for i in range(size)),
+        ).enqueue()
+        return used_memory(r) - before
+
+    small, large = cost(200), cost(400)
+    assert small > 0
+    assert large < 2.6 * small, (small, large)  # twice the steps: about twice the bytes
+
+
+def test_each_member_of_a_group_after_a_group_runs_once_after_the_whole_first_group(
+    r: redis.Redis,
+) -> None:
+    workflow = chain(
+        group(tasks.member.s(f"a{i}") for i in range(30)),
+        group(tasks.total.s(f"b{j}") for j in range(20)),
+    ).enqueue()
+    steps = workflow.steps()
+    assert [step.number for step in steps] == list(range(1, 51))  # no barrier among them
+    assert [step.task_name for step in steps] == [tasks.member.name] * 30 + [tasks.total.name] * 20
+    assert states(workflow) == ["QUEUED"] * 30 + ["WAITING"] * 20
+    assert workflow.summary().counts == {"QUEUED": 30, "WAITING": 20}
+    deliver_twice(steps[25:30])  # a duplicate of some members of the first group
+    assert finish(workflow, threads=4) == "SUCCESSFUL"
+    first = [f"a{i}" for i in range(30)]
+    assert set(order(r)[:35]) == set(first)  # all of the first group, then the second
+    assert {label: n for label, n in runs(r).items() if label.startswith("b")} == {
+        f"b{j}": 1 for j in range(20)
+    }
+    for j in range(20):
+        assert given(r, f"b{j}") == [first]
+    assert workflow.results() == [30] * 20
+    assert workflow.summary().counts == {"SUCCESSFUL": 50}
+
+
+def test_a_failed_member_of_the_first_group_marks_the_second_group_not_run(
+    r: redis.Redis,
+) -> None:
+    first = [tasks.member.s(f"a{i}") for i in range(5)]
+    first[2] = tasks.fail_now.s("bad")
+    second = [tasks.total.s(f"b{j}") for j in range(4)]
+    second[1] = tasks.total.s("b1").set(allow_failure=True)
+    workflow = chain(group(first), group(second), tasks.total.s("last")).enqueue()
+    assert finish(workflow) == "FAILED"
+    bad = workflow.steps()[2]
+    assert workflow.failed_step == bad.task_id
+    assert states(workflow) == ["SUCCESSFUL"] * 2 + ["FAILED"] + ["SUCCESSFUL"] * 2 + [
+        "NOT_RUN",
+        "SUCCESSFUL",
+        "NOT_RUN",
+        "NOT_RUN",
+        "NOT_RUN",
+    ]
+    assert not any(label in runs(r) for label in ("b0", "b2", "b3", "last"))
+    [results] = given(r, "b1")
+    assert isinstance(results, list)
+    assert results[:2] == ["a0", "a1"]
+    assert results[3:] == ["a3", "a4"]
+    assert is_failure(results[2])
+    assert results[2]["step"] == bad.task_id
+    assert workflow.summary().counts == {"SUCCESSFUL": 5, "FAILED": 1, "NOT_RUN": 4}
+
+
+def test_a_group_after_a_group_inside_nested_chains(r: redis.Redis) -> None:
+    workflow = chain(
+        tasks.member.s("a"),
+        group(
+            [
+                chain(
+                    group([tasks.follow.s("b"), tasks.follow.s("c")]),
+                    group([tasks.total.s("d"), tasks.total.s("e"), tasks.total.s("f")]),
+                ),
+                tasks.follow.s("g"),
+            ]
+        ),
+        tasks.total.s(),
+    ).enqueue()
+    assert len(workflow.steps()) == 8
+    assert finish(workflow) == "SUCCESSFUL"
+    assert given(r, "d") == given(r, "e") == given(r, "f") == [["a>b", "a>c"]]
+    assert given(r) == [[[2, 2, 2], "a>g"]]
+    assert workflow.results() == 2
+
+
+def test_a_group_after_a_group_is_cancelled_whole(r: redis.Redis) -> None:
+    workflow = chain(
+        group(tasks.member.s(f"a{i}") for i in range(5)),
+        group(tasks.total.s(f"b{j}") for j in range(4)),
+    ).enqueue()
+    assert workflow.cancel() == (9, 0)
+    assert set(states(workflow)) == {"CANCELLED"}
+    assert workflow.finished
+    assert ready() == 0
+    with running_worker(["test"]):
+        pass
+    assert runs(r) == {}
+
+
+def test_an_enqueue_whose_reply_was_lost_returns_the_workflow_it_created(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply of the creating script is lost (it ran): ``enqueue()`` finds the
+    workflow by the id it chose, and returns it; no second copy is made."""
+    create = TaskStore.create_workflow
+
+    def lost_reply(self: TaskStore, *args: object) -> int | None:
+        create(self, *args)  # type: ignore[arg-type]
+        raise redis.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(TaskStore, "create_workflow", lost_reply)
+    workflow = chain(group([tasks.member.s("a"), tasks.member.s("b")]), tasks.total.s()).enqueue()
+    assert workflow.status == "RUNNING"
+    assert ready() == 2
+    assert [w.id for w in workflows()[0]] == [workflow.id]
+    monkeypatch.setattr(TaskStore, "create_workflow", create)
+    assert finish(workflow) == "SUCCESSFUL"
+    assert runs(r) == {"a": 1, "b": 1, "total": 1}
+
+
+def test_an_enqueue_that_never_reached_the_server_raises_and_leaves_nothing() -> None:
+    """Redis refuses the connection (a port bound, never listening): ``enqueue()`` cannot
+    know whether the workflow was created, so it raises; the server has nothing."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+        with override_settings(CACHES=caches(closed)), pytest.raises(redis.ConnectionError):
+            chain(group([tasks.member.s("a"), tasks.member.s("b")]), tasks.total.s()).enqueue()
+    assert ready() == 0
+    assert workflows() == ([], [])
+
+
+def test_creating_a_workflow_twice_with_one_id_changes_nothing_the_second_time() -> None:
+    workflow = chain(group([tasks.member.s("a"), tasks.member.s("b")]), tasks.total.s()).enqueue()
+    store = TaskStore()
+    before = workflow.steps()
+    message = TaskMessage.decode(store.result_records([before[0].task_id])[0][0][b"message"])
+    again = store.create_workflow(
+        workflow.id, ["status", "RUNNING"], [(1, message, message.encode())]
+    )
+    assert again is None
+    assert ready() == 2
+    assert workflow.steps() == before
+    assert workflow.summary().counts == {"QUEUED": 2, "WAITING": 1}
+
+
+@LONG
+def test_a_group_after_a_group_at_the_most_steps_releases_in_a_short_script(
+    r: redis.Redis,
+) -> None:
+    """chain(group(5000), group(4999)): the acknowledgement of the last member of the
+    first group releases the 4,999 others in one script, well within a worker's lease."""
+    workflow = chain(
+        group(tasks.add.s(i, 1) for i in range(5000)),
+        group(tasks.add.si(j, 0) for j in range(MAX_STEPS - 5000)),
+    ).enqueue()
+    assert Worker(["test"], burst=True, max_tasks=4999).run() == 4999
+    assert ready() == 1
+    started = time.monotonic()
+    assert Worker(["test"], burst=True, max_tasks=1).run() == 1  # and its acknowledgement
+    assert time.monotonic() - started < 1.5
+    assert ready() == MAX_STEPS - 5000
+    assert Worker(["test"], burst=True).run() == MAX_STEPS - 5000
+    assert workflow.status == "SUCCESSFUL"
+    assert workflow.results() == list(range(MAX_STEPS - 5000))

@@ -13,7 +13,10 @@
 --          "terminate")
 -- Atomic against a worker taking a step: each queued step is either taken (and then
 -- running) or removed. No step starts after this script; a running one may still end,
--- and its outcome then releases nothing.
+-- and its outcome then releases nothing. A queued step is found in its queue by the
+-- payload it waits as (the workflow keeps it, whatever its result hash holds).
+-- Every read comes before the first write: an error (a key of another type) changes
+-- nothing, as a script's writes are not undone by an error after them.
 -- @include flow
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status or status == 'CANCELLED' or redis.call('HGET', KEYS[1], 'finished_at') then
@@ -22,41 +25,64 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local keep = tonumber(ARGV[2])
-local dropped, running = 0, 0
+
+-- What becomes of each step not final: {n, its state, its id, the queued deliveries to
+-- remove ({ZSET, payload}...), or false when it runs}.
+local plan, dropped, running = {}, 0, 0
 for n = 1, (#KEYS - 5) / 4 do
-  local result, ready, delayed, terminate = KEYS[4 * n + 2], KEYS[4 * n + 3], KEYS[4 * n + 4],
-    KEYS[4 * n + 5]
-  local st = redis.call('HGET', KEYS[1], 'st:' .. n)
-  local gone = st == 'W'
-  if st == 'Q' then
-    local id = redis.call('HGET', KEYS[1], 'id:' .. n)
+  local result, ready, delayed = KEYS[4 * n + 2], KEYS[4 * n + 3], KEYS[4 * n + 4]
+  local got = redis.call('HMGET', KEYS[1], 'st:' .. n, 'id:' .. n, 'pay:' .. n)
+  local st, id = got[1], got[2]
+  if st == 'W' then
+    dropped = dropped + 1
+    plan[#plan + 1] = {n, st, id, {}}
+  elseif st == 'Q' then
     local known = redis.call('HMGET', result, 'payload', 'message')
-    known[3] = redis.call('HGET', KEYS[1], 'pay:' .. n)
-    local removed = 0
+    known[3] = got[3]
+    local queued = {}
     for i = 1, 3 do
       if known[i] then
-        removed = removed + redis.call('ZREM', ready, known[i]) + redis.call('ZREM', delayed, known[i])
+        for _, zset in ipairs({ready, delayed}) do
+          if redis.call('ZSCORE', zset, known[i]) then
+            queued[#queued + 1] = {zset, known[i]}
+          end
+        end
       end
     end
-    if removed == 0 and redis.call('HEXISTS', KEYS[5], id) == 1 then
+    if #queued == 0 and id and redis.call('HEXISTS', KEYS[5], id) == 1 then
       running = running + 1
-      if ARGV[1] == 'terminate' then
-        redis.call('SET', terminate, '1', 'PX', tonumber(ARGV[3]))
+      plan[#plan + 1] = {n, st, id, false}
+    else  -- taken out of its queue (or gone from it: it will not run either)
+      dropped = dropped + 1
+      plan[#plan + 1] = {n, st, id, queued}
+    end
+  end
+end
+local left = (tonumber(redis.call('HGET', KEYS[1], 'left')) or dropped) - dropped
+
+local flow = flow_open(1)
+for _, step in ipairs(plan) do
+  local n, st, id, queued = step[1], step[2], step[3], step[4]
+  if not queued then
+    if ARGV[1] == 'terminate' then
+      redis.call('SET', KEYS[4 * n + 5], '1', 'PX', tonumber(ARGV[3]))
+    end
+  else
+    if st == 'Q' then
+      for _, entry in ipairs(queued) do
+        redis.call('ZREM', entry[1], entry[2])
       end
-    else  -- taken out of its queue
-      gone = true
+      local result = KEYS[4 * n + 2]
       redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
       redis.call('PEXPIRE', result, keep)
     end
-  end
-  if gone then
-    dropped = dropped + 1
-    redis.call('HSET', KEYS[1], 'st:' .. n, 'C', 'r:' .. n,
-      '{"step":' .. cjson.encode(redis.call('HGET', KEYS[1], 'id:' .. n)) .. ',"status":"CANCELLED"}')
+    flow_mark(flow, n, st, 'C')
+    redis.call('HSET', KEYS[1], 'r:' .. n,
+      '{"step":' .. cjson.encode(id) .. ',"status":"CANCELLED"}')
   end
 end
-redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'cancelled_at', now)
-if redis.call('HINCRBY', KEYS[1], 'left', -dropped) == 0 then
-  flow_finish(flow_open(1), now, keep)
+redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'cancelled_at', now, 'left', left)
+if left <= 0 then
+  flow_finish(flow, now, keep)
 end
 return {1, status, dropped, running}

@@ -34,6 +34,7 @@ for r = 1, (#ARGV - last) / 3 do
   end
   redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
   redis.call('PEXPIRE', result, keep)
+  -- (The fields count it as released already: see workflows.py.)
   redis.call('HSET', KEYS[1], 'st:' .. n, 'Q', 'pay:' .. n, payload)
 end
 if tonumber(redis.call('HGET', KEYS[1], 'left')) == 0 then  -- nothing to run

@@ -15,7 +15,10 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Registration; a worker that was taken for dead (its tasks recovered) registers again.
 if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) == 1 then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  redis.call('SADD', KEYS[3], unpack(ARGV, 7 + tonumber(ARGV[6])))
+  local first = 7 + tonumber(ARGV[6])
+  for i = first, #ARGV, 1000 do  -- unpack() takes a few thousand values at most
+    redis.call('SADD', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
 end
 -- One scheduler at a time claims the schedules' ticks (a claim is atomic anyway: this
 -- only saves the others the work). Its lease is renewed with its heartbeats.

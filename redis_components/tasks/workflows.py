@@ -25,7 +25,6 @@ shard, so it happens exactly once with the outcome that causes it.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime
 import json
@@ -35,12 +34,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from .. import keys
 from ..exceptions import InvalidInput, WorkflowDoesNotExist, WorkflowNotSuccessful
 from .backend import RedisTaskBackend, django_time
 from .framework import Task
 from .messages import FlowStep, TaskMessage, new_task_id
-from .store import TaskStore, rank
+from .store import TaskStore, rank, ready_key, result_key
 
 # The most steps one workflow may have: its creation is one script, which must stay short.
 MAX_STEPS = 10_000
@@ -197,9 +199,45 @@ class _Step:
     kids: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _Barrier:
+    """Not a step: it stands between many parents and many children that wait for all of
+    them (``chain(group(N), group(M))``), so that the workflow holds N + M links, not
+    N x M, and the children share one copy of their input (see lua/lib/flow.lua)."""
+
+    number: int  # after every step's
+    parents: tuple[int, ...]
+    kids: list[int]
+    template: str | None
+
+
 class _Plan:
     def __init__(self) -> None:
         self.steps: list[_Step] = []
+        self.barriers: list[_Barrier] = []
+
+    def link(self) -> None:
+        """Put a barrier between each set of parents and the children that all wait
+        for it, where both are several."""
+        children: dict[tuple[int, ...], list[_Step]] = {}
+        for step in self.steps:
+            if len(step.parents) > 1:
+                children.setdefault(step.parents, []).append(step)
+        for parents, kids in children.items():
+            if len(kids) < 2:
+                continue
+            number = len(self.steps) + len(self.barriers) + 1
+            templates = {kid.template for kid in kids} - {None}
+            template = templates.pop() if len(templates) == 1 else None
+            self.barriers.append(_Barrier(number, parents, [kid.number for kid in kids], template))
+            moved = {kid.number for kid in kids}
+            for parent in parents:
+                step = self.steps[parent - 1]
+                step.kids = [*(k for k in step.kids if k not in moved), number]
+            for kid in kids:
+                kid.parents = (number,)
+                if template is not None and kid.template == template:
+                    kid.template = f"@{number}"
 
     def add(
         self, node: Node, parents: tuple[int, ...], template: str | None
@@ -212,8 +250,10 @@ class _Plan:
                 raise InvalidInput("steps", f"a workflow has at most {MAX_STEPS:,} steps")
             backend = node.task.get_backend()
             assert isinstance(backend, RedisTaskBackend)  # signature() checked it
-            message = backend.prepare(node.task, node.args, node.kwargs).message
             given = None if node.immutable else template
+            # Its function must take the arguments, after its input if it gets one.
+            piped = given is not None
+            message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
             self.steps.append(_Step(number, node, parents, given, message))
             for parent in parents:
                 self.steps[parent - 1].kids.append(number)
@@ -242,11 +282,22 @@ def _fields(
     """The workflow HASH's fields and values (flat), and its first steps to enqueue."""
     fields: list[Any] = ["status", "RUNNING", "steps", len(plan.steps), "left", len(plan.steps)]
     fields += ["result", result]
+    first = sum(1 for step in plan.steps if not step.parents)  # released by the script
+    fields += ["count:Q", first, "count:W", len(plan.steps) - first]
+    fields += ["kr", result_key(""), "kq", ready_key("")]
+    for barrier in plan.barriers:
+        b = barrier.number
+        fields += [f"st:{b}", "W", f"deps:{b}", len(barrier.parents)]
+        fields += [f"kids:{b}", ",".join(map(str, barrier.kids))]
+        if barrier.template is not None:
+            fields += [f"in:{b}", barrier.template]
     roots = []
     for step in plan.steps:
         n = step.number
-        kids = tuple(
-            (plan.steps[k - 1].message.id, plan.steps[k - 1].message.queue) for k in step.kids
+        kids = tuple(  # (a barrier has no task: see flow_settle)
+            (plan.steps[k - 1].message.id, plan.steps[k - 1].message.queue)
+            for k in step.kids
+            if k <= len(plan.steps)
         )
         message = dataclasses.replace(step.message, flow=FlowStep(workflow_id, n, kids))
         fields += [f"id:{n}", message.id, f"name:{n}", message.task, f"q:{n}", message.queue]
@@ -288,9 +339,19 @@ def enqueue(node: Node) -> Workflow:
     """Write the workflow of ``node`` and enqueue its first steps, all or nothing."""
     plan = _Plan()
     result, _ = plan.add(_node(node, "workflow"), (), None)
+    plan.link()
     workflow_id = new_task_id()
     fields, roots = _fields(plan, workflow_id, result)
-    if TaskStore().create_workflow(workflow_id, fields, roots) is None:  # pragma: no cover
+    tasks = TaskStore()
+    try:
+        created = tasks.create_workflow(workflow_id, fields, roots)
+    except (RedisConnectionError, RedisTimeoutError):
+        # The reply was lost: the script may have run. Its id is ours (chosen before), and
+        # a read on the server comes after the script: return the workflow if it exists.
+        if "status" in tasks.workflow_fields([workflow_id], ["status"])[0]:
+            return Workflow(workflow_id)
+        raise
+    if created is None:  # pragma: no cover
         raise RuntimeError(f"workflow id {workflow_id} is taken: 128 random bits collided")
     return Workflow(workflow_id)
 
@@ -310,6 +371,18 @@ class Step:
     value: Any  # its return value when SUCCESSFUL, its failure record when it failed
 
 
+# The fields of a workflow's HASH that say how it stands (see lua/lib/flow.lua), with how
+# many of its steps are in each state: a listing reads these, never its steps or results.
+SUMMARY_FIELDS = (
+    "status",
+    "steps",
+    "created_at",
+    "finished_at",
+    "failed",
+    *(f"count:{code}" for code in STATES),
+)
+
+
 @dataclass(frozen=True)
 class Summary:
     """A workflow at a glance: for the admin pages and ``rc_queues``."""
@@ -325,17 +398,15 @@ class Summary:
 
     @classmethod
     def of(cls, workflow_id: str, record: dict[str, bytes]) -> Summary:
-        count = int(record["steps"])
-        counts = collections.Counter(
-            STATES[record[f"st:{n}"].decode()] for n in range(1, count + 1)
-        )
+        """A workflow at a glance, from its HASH's :data:`SUMMARY_FIELDS`."""
+        counts = {state: int(record.get(f"count:{code}", 0)) for code, state in STATES.items()}
         failed, finished = record.get("failed"), record.get("finished_at")
         return cls(
             id=workflow_id,
             status=record["status"].decode(),
             finished=finished is not None,
-            steps=count,
-            counts={state: counts[state] for state in STATES.values() if counts[state]},
+            steps=int(record["steps"]),
+            counts={state: count for state, count in counts.items() if count},
             created_at=django_time(int(record["created_at"])),
             finished_at=django_time(int(finished)) if finished else None,
             failed_step=failed.decode() if failed else None,
@@ -354,22 +425,29 @@ class Workflow:
             raise WorkflowDoesNotExist(f"no workflow {self.id} is kept (unknown, or expired)")
         return record
 
+    def _glance(self) -> dict[str, bytes]:
+        """Its :data:`SUMMARY_FIELDS` (not its steps, nor their results)."""
+        [record] = TaskStore().workflow_fields([self.id], SUMMARY_FIELDS)
+        if "status" not in record:
+            raise WorkflowDoesNotExist(f"no workflow {self.id} is kept (unknown, or expired)")
+        return record
+
     @property
     def status(self) -> str:
         """RUNNING, SUCCESSFUL, FAILED (a step failed for good: see :attr:`failed_step`)
         or CANCELLED. A FAILED workflow may still run steps that do not depend on the
         failed one: :attr:`finished` says when nothing more will run."""
-        return self._record()["status"].decode()
+        return self._glance()["status"].decode()
 
     @property
     def finished(self) -> bool:
         """Whether every step has ended (or will not run)."""
-        return "finished_at" in self._record()
+        return "finished_at" in self._glance()
 
     @property
     def failed_step(self) -> str | None:
         """The task id of the step whose failure failed the workflow."""
-        failed = self._record().get("failed")
+        failed = self._glance().get("failed")
         return failed.decode() if failed else None
 
     def steps(self) -> list[Step]:
@@ -378,7 +456,7 @@ class Workflow:
 
     def summary(self) -> Summary:
         """The workflow at a glance (its status, and how many steps are in each state)."""
-        return Summary.of(self.id, self._record())
+        return Summary.of(self.id, self._glance())
 
     def results(self) -> Any:
         """The workflow's result once it succeeded: its last step's for a chain, the list
@@ -421,7 +499,7 @@ class Workflow:
         seconds: for scripts and tests, not for request handlers.)"""
         deadline = time.monotonic() + keys.seconds(timeout, "timeout")
         while True:
-            record = self._record()
+            record = self._glance()
             if "finished_at" in record:
                 return record["status"].decode()
             if time.monotonic() >= deadline:
@@ -434,7 +512,7 @@ def get_workflow(workflow_id: str) -> Workflow:
     once it expired, ``TASK_RESULT_TTL`` after it finished)."""
     keys.validate_name(workflow_id, "workflow_id", 100)
     workflow = Workflow(workflow_id)
-    workflow._record()
+    workflow._glance()
     return workflow
 
 
@@ -463,14 +541,14 @@ def _steps(record: dict[str, bytes]) -> list[Step]:
 
 def workflows(limit: int = 100) -> tuple[list[Summary], list[Summary]]:
     """The running workflows (the oldest ``limit``), and the finished ones still kept
-    (the latest ``limit``), at a glance."""
+    (the latest ``limit``), at a glance: a few fields of each are read, not its steps."""
     store = TaskStore()
     live, done = store.workflow_ids(limit)
-    records = store.workflow_records([*live, *done])
+    records = store.workflow_fields([*live, *done], SUMMARY_FIELDS)
     summaries = [
         Summary.of(workflow_id, record)
         for workflow_id, record in zip([*live, *done], records, strict=True)
-        if record  # it expired between the two reads
+        if "status" in record  # (it expired between the two reads)
     ]
     return [s for s in summaries if not s.finished], [s for s in summaries if s.finished]
 

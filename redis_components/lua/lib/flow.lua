@@ -11,7 +11,12 @@
 -- kids:<n> ("3,4"), af:<n> ("1": runs after a failed parent, given its failure record),
 -- head:<n> and tail:<n> (its payload around its first argument, in:<n>, a template
 -- of "@<step>" references), rank:<n> (its ready score before the counter), pay:<n>
--- (its payload once released), r:<n> (its return value, or its failure record, JSON).
+-- (its payload as it waits in its queue: once released, then each time it is put back),
+-- r:<n> (its return value, or its failure record, JSON); and count:<state> for each
+-- state, how many steps are in it (a listing reads these, not every step's state).
+-- A barrier (see flow_barrier) is numbered after the steps and has st, deps, kids, in
+-- and r, no id; "kr" and "kq" are the prefixes of a result hash's and a ready ZSET's
+-- keys. It is in no count, nor in "left".
 
 local function flow_open(base)
   return {key = KEYS[base], counter = KEYS[base + 1], live = KEYS[base + 2],
@@ -22,32 +27,55 @@ local function flow_status(flow)
   return redis.call('HGET', flow.key, 'status')
 end
 
+-- Step n goes from state "from" to state "to", and the counts of steps per state with it.
+local function flow_mark(flow, n, from, to)
+  redis.call('HSET', flow.key, 'st:' .. n, to)
+  redis.call('HINCRBY', flow.key, 'count:' .. from, -1)
+  redis.call('HINCRBY', flow.key, 'count:' .. to, 1)
+end
+
+-- Released step n waits in its queue again as "payload" (to be retried, deferred, or put
+-- back after its worker died): a cancel finds it by this payload, whatever its result
+-- hash holds (the result may expire while the step waits).
+local function flow_requeued(flow, n, payload)
+  if redis.call('HGET', flow.key, 'st:' .. n) == 'Q' then
+    redis.call('HSET', flow.key, 'pay:' .. n, payload)
+  end
+end
+
+-- A template with each "@<step>" replaced by that step's result (JSON).
+local function flow_fill(flow, template)
+  local wanted = {}
+  for m in string.gmatch(template, '@(%d+)') do
+    wanted[#wanted + 1] = 'r:' .. m
+  end
+  -- In pages: unpack() gives Lua's stack a few thousand values at most (8,000 fail),
+  -- and a fan-in waits for up to MAX_STEPS results.
+  local values, i = {}, 0
+  for first = 1, #wanted, 1000 do
+    local last = math.min(first + 999, #wanted)
+    local page = redis.call('HMGET', flow.key, unpack(wanted, first, last))
+    for j = 1, #page do
+      values[first + j - 1] = page[j]
+    end
+  end
+  return (string.gsub(template, '@%d+', function()
+    i = i + 1
+    return values[i] or 'null'
+  end))
+end
+
 -- The step's payload with its first argument (the results its template names).
 local function flow_payload(flow, n, now)
   local got = redis.call('HMGET', flow.key, 'head:' .. n, 'tail:' .. n, 'in:' .. n)
   local head, tail, template = got[1], got[2] or '', got[3]
-  local input = ''
-  if template then
-    local wanted = {}
-    for m in string.gmatch(template, '@(%d+)') do
-      wanted[#wanted + 1] = 'r:' .. m
-    end
-    local values, i = {}, 0
-    if #wanted > 0 then
-      values = redis.call('HMGET', flow.key, unpack(wanted))
-    end
-    input = string.gsub(template, '@%d+', function()
-      i = i + 1
-      return values[i] or 'null'
-    end)
-  end
+  local input = template and flow_fill(flow, template) or ''
   local body = string.match(head .. input .. tail, '^(.*),"retries":0}$')
   return body .. ',"enqueued_at":' .. now .. ',"retries":0}'
 end
 
--- Enqueue step n, the slot-th child of the step being settled (its keys are there).
-local function flow_release(flow, n, slot, now, keep)
-  local result, ready = KEYS[flow.kids + 2 * (slot - 1)], KEYS[flow.kids + 2 * slot - 1]
+-- Enqueue step n: its result hash and its queue's ready ZSET are "result" and "ready".
+local function flow_enqueue(flow, n, result, ready, now, keep)
   local payload = flow_payload(flow, n, now)
   local rank = tonumber(redis.call('HGET', flow.key, 'rank:' .. n))
   redis.call('ZADD', ready, rank + redis.call('INCR', flow.counter), payload)
@@ -56,7 +84,14 @@ local function flow_release(flow, n, slot, now, keep)
   end
   redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
   redis.call('PEXPIRE', result, keep)
-  redis.call('HSET', flow.key, 'st:' .. n, 'Q', 'pay:' .. n, payload)
+  flow_mark(flow, n, 'W', 'Q')
+  redis.call('HSET', flow.key, 'pay:' .. n, payload)
+end
+
+-- Enqueue step n, the slot-th child of the step being settled (its keys are there).
+local function flow_release(flow, n, slot, now, keep)
+  flow_enqueue(flow, n, KEYS[flow.kids + 2 * (slot - 1)], KEYS[flow.kids + 2 * slot - 1], now,
+    keep)
 end
 
 local function flow_finish(flow, now, keep)
@@ -77,6 +112,56 @@ local function flow_fail(flow, failed_id)
   end
 end
 
+-- Waiting step c is not run (a step it waits for failed, or was not run itself).
+local function flow_not_run(flow, work, c, id, failed_id)
+  flow_mark(flow, c, 'W', 'N')
+  work[#work + 1] = {c, 'N', cjson.encode({step = id, status = 'NOT_RUN', failed = failed_id})}
+  flow_fail(flow, failed_id)
+end
+
+-- A barrier b (a node with no "id:<b>": no task, not a step) stands between many parents
+-- and many children (chain(group(N), group(M)): N + M fields, not N x M). A parent of it
+-- has ended in state s. Its children are released (their keys made from "kr" and "kq"
+-- and their id and queue) when every parent has ended, with "r:<b>" (its template
+-- filled) as their input; a failed parent marks at once those that do not allow it
+-- as not run, a parent not run all of them.
+local function flow_barrier(flow, b, s, work, failed_id, now, keep)
+  local kids = redis.call('HGET', flow.key, 'kids:' .. b) or ''
+  if s == 'N' then
+    redis.call('HSET', flow.key, 'st:' .. b, 'N')
+    for c in string.gmatch(kids, '%d+') do
+      local got = redis.call('HMGET', flow.key, 'st:' .. c, 'id:' .. c)
+      if got[1] == 'W' then
+        flow_not_run(flow, work, c, got[2], failed_id)
+      end
+    end
+    return
+  end
+  if s ~= 'S' and redis.call('HSETNX', flow.key, 'bf:' .. b, '1') == 1 then
+    for c in string.gmatch(kids, '%d+') do
+      local got = redis.call('HMGET', flow.key, 'st:' .. c, 'id:' .. c, 'af:' .. c)
+      if got[1] == 'W' and got[3] ~= '1' then
+        flow_not_run(flow, work, c, got[2], failed_id)
+      end
+    end
+  end
+  if redis.call('HINCRBY', flow.key, 'deps:' .. b, -1) ~= 0 then
+    return
+  end
+  redis.call('HSET', flow.key, 'st:' .. b, 'S')
+  local template = redis.call('HGET', flow.key, 'in:' .. b)
+  if template then
+    redis.call('HSET', flow.key, 'r:' .. b, flow_fill(flow, template))
+  end
+  local prefixes = redis.call('HMGET', flow.key, 'kr', 'kq')
+  for c in string.gmatch(kids, '%d+') do
+    local got = redis.call('HMGET', flow.key, 'st:' .. c, 'id:' .. c, 'q:' .. c)
+    if got[1] == 'W' and redis.call('HINCRBY', flow.key, 'deps:' .. c, -1) == 0 then
+      flow_enqueue(flow, c, prefixes[1] .. got[2], prefixes[2] .. got[3], now, keep)
+    end
+  end
+end
+
 -- Record the final outcome of released step n: state S (record: its return value), F
 -- or C (record: its failure record). Only its first final outcome counts. Its children
 -- whose parents are all final are released (after a failure, only those that allow it);
@@ -92,28 +177,34 @@ local function flow_settle(flow, n, state, record, now, keep)
   local left = 0
   while i <= #work do
     local m, s, rec = work[i][1], work[i][2], work[i][3]
+    if i == 1 then  -- (each later m was marked not run when it was found)
+      flow_mark(flow, m, 'Q', s)
+    end
     i = i + 1
-    redis.call('HSET', flow.key, 'st:' .. m, s, 'r:' .. m, rec)
+    redis.call('HSET', flow.key, 'r:' .. m, rec)
     left = redis.call('HINCRBY', flow.key, 'left', -1)
     local kids = redis.call('HGET', flow.key, 'kids:' .. m) or ''
     if s ~= 'S' and kids == '' then
       flow_fail(flow, failed_id)
     end
-    local slot = 0
+    local slot = 0  -- (a barrier has no keys in KEYS)
     for c in string.gmatch(kids, '%d+') do
-      slot = slot + 1
       local fields = redis.call('HMGET', flow.key, 'st:' .. c, 'af:' .. c, 'id:' .. c)
-      if fields[1] == 'W' then
-        if s == 'S' or (s ~= 'N' and fields[2] == '1') then
-          -- (Only step n's children can be released: every later m was not run.)
-          if redis.call('HINCRBY', flow.key, 'deps:' .. c, -1) == 0 then
-            flow_release(flow, c, slot, now, keep)
+      if not fields[3] then
+        if fields[1] == 'W' then
+          flow_barrier(flow, c, s, work, failed_id, now, keep)
+        end
+      else
+        slot = slot + 1
+        if fields[1] == 'W' then
+          if s == 'S' or (s ~= 'N' and fields[2] == '1') then
+            -- (Only step n's children can be released: every later m was not run.)
+            if redis.call('HINCRBY', flow.key, 'deps:' .. c, -1) == 0 then
+              flow_release(flow, c, slot, now, keep)
+            end
+          else
+            flow_not_run(flow, work, c, fields[3], failed_id)
           end
-        else
-          redis.call('HSET', flow.key, 'st:' .. c, 'N')
-          work[#work + 1] = {c, 'N', cjson.encode({step = fields[3], status = 'NOT_RUN',
-            failed = failed_id})}
-          flow_fail(flow, failed_id)
         end
       end
     end

@@ -98,6 +98,25 @@ class TaskSerializationError(TaskError, TypeError, ValueError):
     Tasks framework raises for them, and a ``ValueError``, as earlier releases did."""
 
 
+class InvalidTaskArguments(InvalidInput, TaskError, TypeError):
+    """A task's arguments do not fit its function's signature (too many or too few, an
+    unknown keyword, a value given twice): refused at enqueue, before anything is written.
+
+    Also a ``TypeError``, as calling the function with them would raise, and an
+    :class:`InvalidInput` whose ``field`` is ``"args"``; ``task`` names the task.
+    """
+
+    def __init__(self, task: str, problem: str) -> None:
+        self.task = task
+        super().__init__("args", f"task {task!r} cannot take these arguments: {problem}")
+
+
+class TaskArgumentsMismatch(InvalidTaskArguments):
+    """Recorded in the result of a queued task whose arguments do not fit its function
+    (queued by an older release, or by hand): its worker dead-letters it at once,
+    without retries, and never calls the function."""
+
+
 class TaskNotDurable(TaskError):
     """The task was enqueued, but fewer replicas than QUEUE_WAIT_REPLICAS acknowledged it.
 

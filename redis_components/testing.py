@@ -49,8 +49,9 @@ def crashed_worker(
     Its tasks stay in progress (``running_tasks()`` lists them) until its lease runs out,
     1.5 x ``TASK_HEARTBEAT_INTERVAL`` after it registered; then a live worker's
     heartbeat puts them back on their queues and counts a crash against each (at
-    ``TASK_MAX_CRASHES`` a task is dead-lettered). With ``take=0`` it holds nothing: a
-    worker that is registered but never heard of again.
+    ``TASK_MAX_CRASHES`` a task is dead-lettered, by a crash with no other task held).
+    With ``take=0`` it holds nothing: a worker that is registered but never heard of
+    again.
     """
     integer(take, "take", minimum=0)
     worker = Worker(queues, worker_id=worker_id, scheduler=False)

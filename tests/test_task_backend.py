@@ -20,7 +20,8 @@ from django.test import AsyncClient, override_settings
 from django.utils import timezone
 
 from conftest import single_server_only
-from redis_components import get_result
+from redis_components import chain, get_result, group, signature
+from redis_components.exceptions import InvalidInput, InvalidTaskArguments
 from redis_components.keys import MAX_SECONDS
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.results import read_records
@@ -539,3 +540,79 @@ def job_of(task: Any) -> Any:
 
     message = TaskMessage("f" * 32, task.module_path, "test", [], {}, backend="default")
     return job_for(message, "w.1.1.abc", 0)
+
+
+# -- arguments that do not fit the task's function -------------------------------------
+
+SOON = timezone.now() + datetime.timedelta(minutes=5)
+WRONG_ARGUMENTS = [
+    # Django's @task on our backend: enqueue, aenqueue, using(...), an async def task.
+    ("multiply", lambda: framework_tasks.multiply.enqueue(1, 2, 3), "too many positional"),
+    ("multiply", lambda: framework_tasks.multiply.enqueue(1), "missing a required argument: 'b'"),
+    ("multiply", lambda: framework_tasks.multiply.enqueue(1, 2, c=3), "unexpected keyword"),
+    ("multiply", lambda: framework_tasks.multiply.enqueue(1, a=2), "multiple values for argument"),
+    ("multiply", lambda: async_to_sync(framework_tasks.multiply.aenqueue)(1), "missing"),
+    ("multiply", lambda: framework_tasks.multiply.using(run_after=SOON).enqueue(), "missing"),
+    ("async_multiply", lambda: framework_tasks.async_multiply.enqueue(1, 2, 3), "too many"),
+    # The context is the worker's to give, not the caller's.
+    ("attempt_number", lambda: framework_tasks.attempt_number.enqueue(), "missing"),
+    ("attempt_number", lambda: framework_tasks.attempt_number.enqueue("x", "y"), "too many"),
+    # Our @redis_task: every way it enqueues.
+    ("add", lambda: tasks.add.enqueue(1, 2, 3), "too many positional"),
+    ("add", lambda: async_to_sync(tasks.add.aenqueue)(1, 2, 3), "too many positional"),
+    ("add", lambda: tasks.add.enqueue_in(5, 1), "missing a required argument: 'b'"),
+    ("add", lambda: tasks.add.enqueue_at(SOON, 1, b=2, c=3), "unexpected keyword argument"),
+    ("add", lambda: tasks.add.enqueue_on_commit(b=1), "missing a required argument: 'a'"),
+    ("async_add", lambda: tasks.async_add.enqueue(1), "missing"),
+]
+
+
+@pytest.mark.parametrize(
+    ("task", "enqueue", "problem"),
+    WRONG_ARGUMENTS,
+    ids=[f"{i}-{call[0]}" for i, call in enumerate(WRONG_ARGUMENTS)],
+)
+def test_arguments_the_function_cannot_take_raise_in_the_caller_and_write_nothing(
+    r: redis.Redis, task: str, enqueue: Any, problem: str
+) -> None:
+    with pytest.raises(InvalidTaskArguments, match=problem) as caught:
+        enqueue()
+    # A TypeError, as the call would raise, and bad input naming the task.
+    assert isinstance(caught.value, TypeError)
+    assert isinstance(caught.value, InvalidInput)
+    assert caught.value.field == "args"
+    assert caught.value.task.rpartition(".")[2] == task
+    assert f".{task}'" in str(caught.value)
+    assert r.keys("*") == []
+
+
+def test_arguments_the_function_can_take_are_enqueued(r: redis.Redis) -> None:
+    framework_tasks.multiply.enqueue(2, b=3)
+    framework_tasks.attempt_number.enqueue(label="x")
+    framework_tasks.echo.enqueue(1, 2, any=3)
+    tasks.add.enqueue(b=4, a=5)
+    tasks.record.enqueue("default pause")
+    assert queue_stats(["test"])[0].ready == 5
+
+
+def test_a_workflow_whose_steps_cannot_take_their_arguments_writes_nothing(
+    r: redis.Redis,
+) -> None:
+    # After another step, a step gets that step's result first: add(result, 3) fits.
+    fits = chain(tasks.add.s(1, 2), tasks.add.s(3), signature(framework_tasks.multiply, 2))
+    wrong = [
+        tasks.add.s(1),  # a first step gets no result
+        chain(tasks.add.s(1, 2), tasks.add.s(3, 4)),  # the result, then two more
+        chain(tasks.add.s(1, 2), tasks.add.si(3)),  # immutable: no result
+        group([tasks.add.s(1, 2)]).then(tasks.add.s()),  # the list of results, alone
+        chain(group([]), tasks.add.s(1, 2)),  # an empty group's [] comes first too
+        chain(tasks.add.s(1, 2), signature(framework_tasks.multiply, 2, 3)),
+        chain(fits, tasks.add.s(c=1)),  # the last step of a longer chain
+    ]
+    for workflow in wrong:
+        with pytest.raises(InvalidTaskArguments):
+            workflow.enqueue()
+    assert r.keys("*") == []
+    enqueued = fits.enqueue()
+    run_worker()
+    assert enqueued.results() == 12  # (1 + 2 + 3) * 2

@@ -202,3 +202,18 @@ def test_states_show_the_next_and_last_run_with_its_result(r: redis.Redis) -> No
     assert state.last_result.status == TaskResultStatus.READY  # a record: our TaskStatus
     assert get_result(state.last_result.id).task == tasks.add
     assert r.hlen(last_key()) == 1
+
+
+def test_a_claimed_tick_waits_for_the_replicas(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tick's task is as durable as an enqueue: the claim WAITs for QUEUE_WAIT_REPLICAS
+    (none acknowledges here, which the log says) and the task is queued all the same."""
+    scheduler = Scheduler([schedule(every=3600)])
+    scheduler.run_due()
+    tick = int(r.hget(next_key(), "s") or 0)
+    r.hset(next_key(), "s", tick - 3_600_000)  # as if its tick had come
+    with override_settings(REDIS_COMPONENTS={"QUEUE_WAIT_REPLICAS": 1, "QUEUE_WAIT_TIMEOUT": 0.05}):
+        scheduler.run_due()
+    assert len(queued()) == 1
+    assert "Schedules' ticks were enqueued, but 0 of 1 replicas" in caplog.text

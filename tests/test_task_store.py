@@ -12,7 +12,7 @@ import redis
 from django.test import override_settings
 
 from conftest import cancelled
-from redis_components import cancel, get_result, redis_task, scripts
+from redis_components import cancel, chain, get_result, get_workflow, redis_task, scripts
 from redis_components.exceptions import InvalidInput, TaskNotCancellable, TaskNotDurable
 from redis_components.scripts import load
 from redis_components.tasks.framework import TaskResultStatus
@@ -39,6 +39,7 @@ from redis_components.tasks.store import (
     rank,
     ready_key,
     recover_call,
+    renew_call,
     requeue_dead_call,
     result_key,
     running_key,
@@ -185,7 +186,7 @@ def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
     r: redis.Redis,
 ) -> None:
     tricky = [',"crashes":9}', 1.0000000000000002, 12345678901234567890, "é"]
-    tasks.record.enqueue(*tricky)  # type: ignore[arg-type]
+    tasks.record.enqueue(tricky)  # type: ignore[arg-type]
     for attempt in (1, 2):
         worker_id = f"ghost.2.{attempt}.abc"
         assert take(worker_id, ["test"]) is not None
@@ -197,7 +198,7 @@ def test_recovery_counts_crashes_in_the_payload_without_touching_the_arguments(
         )
         [raw] = r.zrange(ready_key("test"), 0, 0)
         message = TaskMessage.decode(raw)
-        assert (message.args, message.crashes) == (tricky, attempt)
+        assert (message.args, message.crashes) == ([tricky], attempt)
 
 
 def test_recovery_skips_a_worker_whose_lease_is_alive(r: redis.Redis) -> None:
@@ -409,6 +410,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         lead=True,
         running_ids=[f"{i:032x}" for i in range(n)],
     ),
+    "queue_renew": lambda n: renew_call(worker_ids=[f"w{i}" for i in range(n)], lease_ms=1),
     "queue_recover": lambda n: recover_call(
         worker_id="w",
         queues=[f"q{i}" for i in range(n)],
@@ -445,3 +447,22 @@ def test_each_builder_fills_the_keys_and_arguments_its_script_numbers(script: st
         assert numbers == list(range(1, len(numbers) + 1)), (script, section, numbers)
         repeated = len(two[index]) - len(one[index])
         assert len(one[index]) - repeated == len(numbers), (script, section)
+
+
+def test_workflows_and_requeued_dead_letters_wait_for_the_replicas(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Creating a workflow and requeueing dead letters WAIT for QUEUE_WAIT_REPLICAS as an
+    enqueue does: with no replica to acknowledge, each says so, and its tasks are queued
+    all the same."""
+    tasks.fail_now.enqueue("dead")
+    Worker(["test"], burst=True).run()
+    settings = {"QUEUE_WAIT_REPLICAS": 1, "QUEUE_WAIT_TIMEOUT": 0.05}
+    with override_settings(REDIS_COMPONENTS=settings):
+        with pytest.raises(TaskNotDurable) as info:
+            chain(tasks.member.s("a"), tasks.follow.s("b")).enqueue()
+        assert "0 of 1 replicas" in str(info.value)
+        assert get_workflow(info.value.task_id).status == "RUNNING"  # enqueued all the same
+        assert TaskStore().requeue_dead("test") == (1, 0)
+    assert "1 dead letters of 'test' were requeued, but 0 of 1 replicas" in caplog.text
+    assert r.zcard(ready_key("test")) == 2  # the workflow's first step, the requeued task

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -10,19 +12,23 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 from django.core.management import call_command
+from django.test import override_settings
 
 from conftest import cancelled
-from redis_components import cancel, get_result
+from redis_components import cancel, chain, get_result
 from redis_components.exceptions import InvalidInput
-from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.status import workers
-from redis_components.tasks.store import ready_key
+from redis_components.tasks.framework import TaskResultStatus, task_finished
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import queue_stats, running_tasks, workers
+from redis_components.tasks.store import TaskStore, ready_key
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
 from tests.processes import ROOT, WorkerProcess, running_worker, wait_until
@@ -237,15 +243,15 @@ def test_sigterm_lets_every_running_task_finish_once(
 def test_a_paused_worker_coming_back_cannot_record_over_the_rerun(
     r: redis.Redis, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    """SIGSTOP a worker process past its lease: another worker recovers its tasks and
-    runs them again; after SIGCONT, the old executions' outcomes are refused and the
-    results read the re-run's."""
+    """SIGSTOP a worker past its lease (its process and their supervisor, as a paused
+    machine): another worker recovers its tasks and runs them again; after SIGCONT, the
+    old executions' outcomes are refused and the results read the re-run's."""
     handles = [tasks.whoami.enqueue(f"t{i}", 1.0) for i in range(3)]
     paused = start_worker("test", "--threads", "3", TASK_HEARTBEAT_INTERVAL=0.5)
     wait_until(lambda: len(runs(r)) == 3, paused.output)
     [paused_pid] = [w.pid for w in workers()]
     assert paused_pid is not None
-    os.kill(paused_pid, signal.SIGSTOP)
+    os.killpg(paused.process.pid, signal.SIGSTOP)
     try:
         other = start_worker("test", "--threads", "3", TASK_HEARTBEAT_INTERVAL=0.5)
         wait_until(
@@ -253,7 +259,7 @@ def test_a_paused_worker_coming_back_cannot_record_over_the_rerun(
             lambda: paused.output() + other.output(),
         )
     finally:
-        os.kill(paused_pid, signal.SIGCONT)
+        os.killpg(paused.process.pid, signal.SIGCONT)
     rerun_by = {get_result(h.id).return_value for h in handles}
     assert paused_pid not in rerun_by
     wait_until(
@@ -412,3 +418,124 @@ def test_a_process_whose_event_loop_is_stuck_is_replaced_and_nothing_is_lost(
     assert "stopped with tasks stuck past their time limit" in output
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "label"),
+    [
+        *[("sync", label) for label in ("KeyboardInterrupt", "GeneratorExit", "Halt")],
+        *[("async", label) for label in ("KeyboardInterrupt", "GeneratorExit", "Halt")],
+        ("async", "CancelledError"),  # from an awaited task that something else cancelled
+    ],
+)
+def test_a_task_ending_with_any_base_exception_fails_and_its_workflow_goes_on(
+    r: redis.Redis, kind: str, label: str
+) -> None:
+    """Whatever a task raises is its failure: recorded, dead-lettered (no retries left),
+    the steps after it not run, and its slot free for the next task."""
+    step = tasks.raise_base if kind == "sync" else tasks.araise_base
+    flow = chain(step.s(label), tasks.member.si("after")).enqueue()
+    with running_worker(["test"], threads=2, async_tasks=1):
+        wait_until(lambda: flow.finished)
+        others = [tasks.async_add.enqueue(i, 1) for i in range(3)]
+        others += [tasks.add.enqueue(i, 1) for i in range(3)]
+        wait_until(lambda: all(get_result(h.id).is_finished for h in others))
+    assert flow.status == "FAILED"
+    first = flow.steps()[0]
+    result = get_result(first.task_id)
+    assert result.status is TaskResultStatus.FAILED
+    assert result.errors[-1].exception_class_path.rsplit(".", 1)[-1] == label
+    assert runs(r) == {label: 1}  # the step after it never ran
+    assert [get_result(h.id).return_value for h in others] == [1, 2, 3] * 2
+
+
+def test_a_task_that_returned_is_not_settled_again_at_its_hard_limit(r: redis.Redis) -> None:
+    """Once its code returned, a task's outcome is decided, however long Django's
+    ``task_finished`` receivers take: its time limit (1 s) no longer applies."""
+    seen: list[str] = []
+
+    def slow_receiver(sender: object, task_result: Any, **kwargs: object) -> None:
+        seen.append(task_result.status.name)
+        time.sleep(1.5)
+
+    task_finished.connect(slow_receiver)
+    # The idle loop looks at the limits at least once per heartbeat interval.
+    faster = {**settings.REDIS_COMPONENTS, "TASK_HEARTBEAT_INTERVAL": 0.5}
+    try:
+        handle = tasks.quick_with_limit.enqueue("quick")
+        with override_settings(REDIS_COMPONENTS=faster):
+            assert Worker(["test"], burst=True, threads=2).run() == 1
+    finally:
+        task_finished.disconnect(slow_receiver)
+    assert seen == ["SUCCESSFUL"]
+    result = get_result(handle.id)
+    assert result.status is TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "quick"
+
+
+def test_a_task_that_kills_its_process_is_charged_alone(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """A task ends its process beside three others, twice (all four are taken again
+    together): neither crash is charged, so each of the four then runs alone; the three
+    innocent ones finish and only the culprit, crashing alone, reaches
+    TASK_MAX_CRASHES (3)."""
+    innocent = [tasks.whoami.enqueue(f"t{i}", 1.0) for i in range(3)]
+    worker = start_worker("test", "--threads", "4")
+    wait_until(lambda: len(runs(r)) == 3, worker.output)
+    culprit = tasks.exit_process.enqueue("exit")
+    wait_until(lambda: get_result(culprit.id).is_finished, worker.output, timeout=60)
+    wait_until(lambda: all(get_result(h.id).is_finished for h in innocent), worker.output)
+    assert [get_result(h.id).status for h in innocent] == [TaskResultStatus.SUCCESSFUL] * 3
+    assert runs(r) == {"t0": 3, "t1": 3, "t2": 3, "exit": 3}  # 2 beside the others, 1 alone
+    failed = get_result(culprit.id)
+    assert failed.status is TaskResultStatus.FAILED
+    assert [e.traceback for e in failed.errors][-1].endswith("(3 of 3)")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_task_holding_the_gil_past_the_lease_keeps_its_live_worker(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess], threads: str
+) -> None:
+    """A C call holding the GIL for several leases (0.75 s each) stops the process's
+    heartbeat thread, not the process: its supervisor renews its lease, so neither it
+    nor the task beside it runs twice or is taken for crashed."""
+    held = tasks.hold_gil.enqueue("gil", 10**8)
+    beside = tasks.whoami.enqueue("beside", 2.0)
+    worker = start_worker(
+        "test", "--concurrency", "2", "--threads", threads, TASK_HEARTBEAT_INTERVAL=0.5
+    )
+    wait_until(lambda: get_result(held.id).is_finished, worker.output, timeout=60)
+    wait_until(lambda: get_result(beside.id).is_finished, worker.output)
+    assert get_result(held.id).status is TaskResultStatus.SUCCESSFUL
+    assert get_result(beside.id).status is TaskResultStatus.SUCCESSFUL
+    assert runs(r) == {"gil": 1, "beside": 1}
+    assert "stopped renewing its lease" not in worker.output()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_two_deliveries_of_one_task_at_once_are_each_recorded(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, processes: int
+) -> None:
+    """A copy of a task delivered while the task runs (by hand, or by at-least-once
+    delivery) runs beside it, in another slot or process: each delivery's outcome is
+    recorded, nothing stays held, and nothing runs a third time."""
+    with contextlib.ExitStack() as stack:
+        for _ in range(processes):
+            stack.enter_context(running_worker(["test"], threads=3 - processes))
+        handle = tasks.copies.enqueue("dup")
+        wait_until(lambda: runs(r) == {"dup": 1})
+        store = TaskStore()
+        message = TaskMessage.decode(store.result_records([handle.id])[0][0][b"message"])
+        copy = dataclasses.replace(message, retries=1)
+        store.enqueue(copy, copy.encode())
+        wait_until(lambda: get_result(handle.id).is_finished)
+        wait_until(lambda: queue_stats(["test"])[0].in_progress == 0)
+        assert running_tasks() == []
+    assert runs(r) == {"dup": 2}
+    assert "put back on its queue while this worker ran it" not in caplog.text
+    assert Worker(["test"], burst=True).run() == 0

@@ -16,7 +16,7 @@ from redis_components import RedisLock, RedisTask, defer, get_result, redis_lock
 from redis_components.conf import conf
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.messages import TaskMessage, new_task_id
 from redis_components.tasks.status import (
     dead_letters,
     queue_stats,
@@ -445,3 +445,74 @@ def test_a_finished_task_costs_the_server_twelve_commands(r: redis.Redis) -> Non
             tasks.add.enqueue(i, 1)
 
     assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 12
+
+
+# -- queued arguments that do not fit the task's function -------------------------------
+
+
+def queued_by_hand(
+    task: str, args: list[object], kwargs: dict[str, object], backend: str | None = None
+) -> str:
+    """Enqueue a task past the checks of ``enqueue``, as an older release or a hand may
+    have: its id."""
+    message = TaskMessage(new_task_id(), task, "test", args, kwargs, backend=backend)
+    TaskStore().enqueue(message, message.encode())
+    return message.id
+
+
+@pytest.mark.parametrize(
+    ("task", "args", "kwargs", "problem"),
+    [
+        ("tests.testapp.tasks.fail", [1, 2, 3], {}, "too many positional arguments"),
+        ("tests.testapp.tasks.fail", [], {"other": 1}, "missing a required argument: 'label'"),
+        ("tests.testapp.tasks.async_add", [1], {}, "missing a required argument: 'b'"),
+    ],
+)
+def test_a_queued_task_whose_arguments_do_not_fit_is_dead_lettered_at_once(
+    r: redis.Redis, task: str, args: list[object], kwargs: dict[str, object], problem: str
+) -> None:
+    task_id = queued_by_hand(task, args, kwargs)
+    tasks.record.enqueue("behind it")
+    # fail and async_add allow retries: a call that cannot bind is never retried.
+    assert Worker(["test"], burst=True).run() == 2
+    assert runs(r) == {"behind it": 1}  # the function was never called
+    result = get_result(task_id)
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+    [error] = result.errors
+    assert error.exception_class_path == "redis_components.exceptions.TaskArgumentsMismatch"
+    assert problem in error.traceback
+    [letter] = dead_letters("test")
+    assert letter.reason == "invalid arguments"
+    assert f"task {task!r} cannot take these arguments: {problem}" in letter.error
+    assert TaskMessage.decode(letter.task).retries == 0
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.delayed, stats.in_progress, stats.dead) == (0, 0, 0, 1)
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "tests.testapp.framework_tasks.explode_with_one_retry",  # allows a retry
+        "tests.testapp.framework_tasks.attempt_number",  # takes the context, then one argument
+    ],
+)
+def test_a_queued_django_task_whose_arguments_do_not_fit_is_dead_lettered_at_once(
+    r: redis.Redis, task: str
+) -> None:
+    task_id = queued_by_hand(task, ["x", "y"], {}, backend="default")
+    assert Worker(["test"], burst=True).run() == 1
+    result = get_result(task_id)
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+    assert (runs(r), r.hgetall("{test}:context")) == ({}, {})  # never called
+    [letter] = dead_letters("test")
+    assert (letter.reason, TaskMessage.decode(letter.task).retries) == ("invalid arguments", 0)
+    assert "too many positional arguments" in letter.error
+
+
+def test_a_type_error_inside_a_task_is_retried_as_any_error(r: redis.Redis) -> None:
+    result = tasks.add.enqueue("text", 1)  # fits the signature; fails in the function
+    Worker(["test"], burst=True).run()
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # waiting for its first retry
+    assert [error.exception_class_path for error in result.errors] == ["builtins.TypeError"]
+    assert queue_stats(["test"])[0].delayed == 1

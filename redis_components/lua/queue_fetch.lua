@@ -1,5 +1,5 @@
--- KEYS: 1) the ZSET of worker leases  2) the HASH of running tasks (task id -> "<start
---       ms> <worker id>")  3) the task system's enqueue counter  4) the result hash of
+-- KEYS: 1) the ZSET of worker leases  2) the HASH of running tasks (task id -> its
+--       attempts, see lib/attempts.lua)  3) the task system's enqueue counter  4) the result hash of
 --       the finished task (ARGV 3), or any key of the task system when there is none
 --       5) the per-minute counts (HASH) of the finished task's queue for this hour
 --       6) the HASH of running totals for metrics; then for each queue the worker
@@ -33,6 +33,7 @@
 --          for dead), so it gets nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
 -- @include flow
+-- @include attempts
 local flow_keys = tonumber(ARGV[17])
 local queues = (#KEYS - 6 - flow_keys) / 4
 local time = redis.call('TIME')
@@ -53,13 +54,16 @@ if done > 0 then
   -- The attempt this outcome is of: "<take ms> <worker id>", written when it was taken.
   -- An outcome given its take time is fenced: once the task was recovered and taken
   -- again (by any worker, this one included), its older execution records nothing.
-  local attempt = id ~= '' and redis.call('HGET', KEYS[2], id)
+  -- Without a take time (a supervisor for its killed child): any attempt of the worker.
+  local held = id ~= '' and redis.call('HGET', KEYS[2], id)
+  local mine = attempt_of(ARGV[15] ~= '' and (ARGV[15] .. ' ' .. ARGV[1]), ARGV[1])
   -- (A payload whose id the take could not read has no attempt: its ZREM fences it.)
-  local current = not attempt or ARGV[15] == '' or attempt == (ARGV[15] .. ' ' .. ARGV[1])
+  local current = not held or attempts_has(held, mine)
+  local attempt = false
   if current and redis.call('ZREM', running, ARGV[4]) == 1 then
     recorded = 1
-    if attempt then
-      redis.call('HDEL', KEYS[2], id)
+    if held then
+      attempt = attempts_remove(KEYS[2], id, held, mine)
     end
     local keep = tonumber(ARGV[12])
     if outcome == 'bury' then
@@ -68,6 +72,9 @@ if done > 0 then
     elseif outcome == 'retry' or outcome == 'defer' then
       local delay = tonumber(ARGV[9])
       redis.call('ZADD', delayed, now + delay, ARGV[8])
+      if flow then
+        flow_requeued(flow, tonumber(ARGV[18]), ARGV[8])
+      end
       if redis.call('ZRANGE', delayed, 0, 0)[1] == ARGV[8] then
         redis.call('PUBLISH', ready, 'delayed')
       end
@@ -201,7 +208,7 @@ if take then
       redis.call('ZADD', KEYS[4 * i + 5], popped[2], payload)
       local id = string.match(payload, '^{"id":"(%x+)"')
       if id then
-        redis.call('HSET', KEYS[2], id, now .. ' ' .. ARGV[1])
+        attempts_add(KEYS[2], id, now .. ' ' .. ARGV[1])
       end
       break
     end

@@ -1,12 +1,13 @@
 -- KEYS: 1) the ZSET of worker leases  2) the hash of worker descriptions  3) the HASH of
---       running tasks (task id -> "<start ms> <worker id>"), then for each queue the
+--       running tasks (task id -> its attempts, see lib/attempts.lua), then for each queue the
 --       worker served: the worker's in-progress ZSET for it, the queue's ready ZSET
 --       (also the name of its wake-up channel), its dead-letter list; then the result
 --       hash of each task id given in ARGV; then the workflow sections (lib/flow.lua)
 --       of those tasks that are workflows' steps
 -- ARGV: 1) the worker's id  2) "expired": only if its lease has run out; "now": at once
 --       3) count a crash against each recovered task, and dead-letter those that reach
---       this count; 0 counts nothing (the worker stopped them: no attempt is recorded)
+--       this count (by a crash with no other task held); 0 counts nothing (the worker
+--       stopped them: no attempt is recorded)
 --       4) the most entries a dead-letter list keeps  5) how long to keep a result
 --       after its last change, in ms  6) the number of queues
 --       7...) the name of each queue, in the order of KEYS, then for each task seen in
@@ -22,6 +23,7 @@
 -- runs before every task of its priority enqueued after it. A step of a cancelled
 -- workflow is not put back; a step dead-lettered here fails its workflow's later steps.
 -- @include flow
+-- @include attempts
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if ARGV[2] == 'expired' then
@@ -44,6 +46,16 @@ for i = 7 + queues, #ARGV, 3 do
   end
 end
 
+-- A worker that held several tasks (thread slots, async tasks) may have been killed by
+-- any of them: the crash is counted against each, but charged to none (it never
+-- dead-letters a task); a task counting 2 crashes runs alone (worker.py), where the
+-- next crash is its own.
+local held_total = 0
+for i = 1, queues do
+  held_total = held_total + redis.call('ZCARD', KEYS[3 * i + 1])
+end
+local shared = held_total > 1
+
 local requeued, buried = 0, 0
 for i = 1, queues do
   local running, ready, dead = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
@@ -54,17 +66,21 @@ for i = 1, queues do
   for j = 1, #held, 2 do
     local payload, score = held[j], held[j + 1]
     local id = string.match(payload, '^{"id":"(%x+)"')
-    local attempt = id and redis.call('HGET', KEYS[3], id)
-    if id then
-      redis.call('HDEL', KEYS[3], id)
-    end
-    local error, crashes = nil, 0
+    local attempt = id and attempts_remove(KEYS[3], id, redis.call('HGET', KEYS[3], id),
+      attempt_of(false, ARGV[1]))
+    local error, crashes, charged = nil, 0, true
     if max_crashes > 0 then
       local body, count = string.match(payload, '^(.*),"crashes":(%d+)}$')
       if not body and string.sub(payload, -1) == '}' then
         body, count = string.sub(payload, 1, -2), 0
       end
-      if body then
+      if body and shared then
+        crashes, charged = tonumber(count) + 1, false
+        error = 'its worker died while running it and ' .. (held_total - 1) ..
+          ' other tasks, any of which may be the cause (crash ' .. crashes ..
+          ', not charged: from the second on, it runs alone)'
+        payload = body .. ',"crashes":' .. crashes .. '}'
+      elseif body then
         crashes = tonumber(count) + 1
         error = 'its worker died while running it (' .. crashes .. ' of ' .. max_crashes .. ')'
         if crashes < max_crashes then
@@ -76,8 +92,10 @@ for i = 1, queues do
     end
     local flow = id and flows[id]
     local cancelled = flow and flow_status(flow[1]) == 'CANCELLED'
+    -- A crash in company is never the one that dead-letters a task.
+    local failed = max_crashes > 0 and crashes >= max_crashes and charged
     if cancelled then  -- neither put back nor dead-lettered
-    elseif crashes >= max_crashes and max_crashes > 0 then
+    elseif failed then
       redis.call('RPUSH', dead, cjson.encode({
         task = payload, queue = queue, reason = 'crashed', error = error,
         traceback = '', failed_at = now / 1000,
@@ -87,6 +105,9 @@ for i = 1, queues do
     else
       redis.call('ZADD', ready, score, payload)
       requeued = requeued + 1
+      if flow then
+        flow_requeued(flow[1], flow[2], payload)
+      end
     end
     local result = id and results[id]
     if result and max_crashes > 0 then
@@ -103,7 +124,7 @@ for i = 1, queues do
       local errors = redis.call('HGET', result, 'errors')
       redis.call('HSET', result, 'errors',
         errors and (string.sub(errors, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']'))
-      if crashes >= max_crashes then
+      if failed then
         redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
       else  -- waits to run again: cancelling it needs its new payload
         redis.call('HSET', result, 'payload', payload)
@@ -116,7 +137,7 @@ for i = 1, queues do
         redis.call('PEXPIRE', result, keep)
       end
       flow_settle(flow[1], flow[2], 'C', flow_failure(flow[1], flow[2], 'CANCELLED'), now, keep)
-    elseif flow and crashes >= max_crashes and max_crashes > 0 then
+    elseif flow and failed then
       flow_settle(flow[1], flow[2], 'F', flow_failure(flow[1], flow[2], 'FAILED', cjson.encode({
         exception_class_path = 'redis_components.exceptions.WorkerCrashed', traceback = error,
       })), now, keep)

@@ -43,7 +43,7 @@ import functools
 import inspect
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -67,6 +67,7 @@ from .. import keys
 from ..deprecation import deprecated
 from ..exceptions import (
     InvalidInput,
+    InvalidTaskArguments,
     TaskError,
     TaskResultDoesNotExist,
     TaskSerializationError,
@@ -341,11 +342,21 @@ class RedisTaskBackend(BaseTaskBackend):
         return cast("TaskResult[P, R]", result)
 
     def prepare(
-        self, task: Task[..., Any], args: Iterable[Any], kwargs: dict[str, Any]
+        self,
+        task: Task[..., Any],
+        args: Iterable[Any],
+        kwargs: dict[str, Any],
+        *,
+        piped: bool = False,
     ) -> Prepared:
-        """The READY result, message and payload of an enqueue of ``task`` (validated)."""
+        """The READY result, message and payload of an enqueue of ``task`` (validated):
+        :class:`InvalidTaskArguments` for arguments its function cannot take (``piped``:
+        after a workflow step's input, which comes first), :class:`TaskSerializationError`
+        for arguments JSON cannot carry."""
         registered = task.registered_name if isinstance(task, RedisTask) else None
         name = registered or task.module_path
+        args = list(args)
+        bind_arguments(task, args, kwargs, piped=piped)
         try:
             result: TaskResult[..., Any] = TaskResult(
                 task=task,
@@ -355,7 +366,7 @@ class RedisTaskBackend(BaseTaskBackend):
                 started_at=None,
                 finished_at=None,
                 last_attempted_at=None,
-                args=list(args),  # made JSON here: what JSON cannot carry raises TypeError
+                args=args,  # made JSON here: what JSON cannot carry raises TypeError
                 kwargs=kwargs,
                 backend=task.backend,
                 errors=[],
@@ -719,6 +730,37 @@ def _checked_options(task: RedisTask[..., Any]) -> None:
         if value is not None:
             keys.seconds(value, name, positive=True)
     time_limits(task.time_limit, task.soft_time_limit)
+
+
+def bind_arguments(
+    task: Task[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    piped: bool = False,
+    error: type[InvalidTaskArguments] = InvalidTaskArguments,
+) -> None:
+    """``error`` (:class:`InvalidTaskArguments`) naming the task and what is wrong, unless
+    its function can take ``args`` and ``kwargs``: after its context if it takes one, and
+    ``piped``, after a workflow step's input (the result of the steps before it)."""
+    parameters = _signature(task.func)
+    if parameters is None:  # nothing to check against (a callable without a signature)
+        return
+    leading = (None,) * (task.takes_context + piped)
+    try:
+        parameters.bind(*leading, *args, **kwargs)
+    except TypeError as problem:
+        name = task.registered_name if isinstance(task, RedisTask) else None
+        raise error(name or task.module_path, str(problem)) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    """The signature of a task's function, read once (``None`` if it has none)."""
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
 
 
 def _first_argument(func: Callable[..., Any]) -> str | None:

@@ -23,7 +23,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from ..exceptions import TimeLimitExceeded
+from ..exceptions import TaskArgumentsMismatch, TimeLimitExceeded
 from .jobs import Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, backoff, running, stop_running
@@ -31,6 +31,11 @@ from .results import TaskStatus, describe, error_json
 from .store import Outcome, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
+
+
+class Abandoned(BaseException):
+    """Raised out of a run whose end is not the task's to report: a worker's slot gave
+    up on it (settled at its hard limit, or terminated) or its event loop closes."""
 
 
 def execute(
@@ -41,18 +46,19 @@ def execute(
     worker_id: str,
     now_ms: int,
     call: Callable[[Job], Any],
+    propagate: tuple[type[BaseException], ...] = (),
 ) -> Outcome:
     """Run the task of ``payload`` (taken from ``queue``, the worker's ``position``-th,
     at ``now_ms``) by ``call(job)``, and say how it ended.
 
-    ``call`` runs the job (``Job.call`` at the least). An ``Exception`` or a
-    ``SystemExit`` that it raises is how the task ended, never an error of the worker;
-    any other ``BaseException`` (``KeyboardInterrupt``) propagates.
+    ``call`` runs the job (``Job.call`` at the least). Whatever it raises is how the
+    task ended (``SystemExit`` and every other ``BaseException`` included), never an
+    error of the worker, except :class:`Abandoned` and ``propagate``, which propagate.
     """
     job = prepare(payload, position=position, queue=queue, worker_id=worker_id, now_ms=now_ms)
     if isinstance(job, Outcome):
         return job
-    return run_job(job, payload, position=position, queue=queue, call=call)
+    return run_job(job, payload, position=position, queue=queue, call=call, propagate=propagate)
 
 
 def prepare(
@@ -73,16 +79,25 @@ def prepare(
 
 
 def run_job(
-    job: Job, payload: bytes, *, position: int, queue: str, call: Callable[[Job], Any]
+    job: Job,
+    payload: bytes,
+    *,
+    position: int,
+    queue: str,
+    call: Callable[[Job], Any],
+    propagate: tuple[type[BaseException], ...] = (),
 ) -> Outcome:
     """Run a prepared job by ``call(job)`` (as :func:`execute` does), between Django's
     closing of old database connections, as around a request."""
     close_old_connections()
     running_task, token = running(job.message)
     started = time.perf_counter()
+    passed_on: tuple[type[BaseException], ...] = (Abandoned, *propagate)
     try:
         value = call(job)
-    except (Exception, SystemExit) as error:  # a task's sys.exit() ends the task, not us
+    except passed_on:
+        raise
+    except BaseException as error:  # a task's sys.exit() ends the task, not us
         return failure(position, queue, payload, job.message, job, error, since(started))
     else:
         deferred_for = running_task.deferred_for
@@ -107,7 +122,9 @@ async def arun_job(
     started = time.perf_counter()
     try:
         value = await call(job)
-    except (Exception, SystemExit) as error:
+    except Abandoned:
+        raise
+    except BaseException as error:  # GeneratorExit, or the task's own CancelledError too
         return failure(position, queue, payload, job.message, job, error, since(started))
     else:
         deferred_for = running_task.deferred_for
@@ -217,11 +234,14 @@ def failure(
     reason: str = "failed",
 ) -> Outcome:
     """How a failed run ends: a retry after the backoff, or, past ``max_retries``, a dead
-    letter (with ``reason``); logged either way."""
+    letter (with ``reason``); logged either way. Queued arguments that the task's
+    function cannot take are dead-lettered at once: no retry could run it."""
     name, task_id, max_retries, ms = message.task, message.id, job.max_retries, seconds * 1000
     described = f"{type(error).__name__}: {error}"
     if isinstance(error, Retry):
         described = f"retry requested: {error.reason}" if error.reason else "retry requested"
+    if isinstance(error, TaskArgumentsMismatch):
+        max_retries, reason = message.retries, "invalid arguments"
     if message.retries < max_retries:
         delay = (
             error.delay

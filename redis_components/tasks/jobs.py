@@ -17,11 +17,13 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.utils import timezone
 
+from ..exceptions import TaskArgumentsMismatch
 from . import results
 from .backend import (
     RedisTask,
     RedisTaskBackend,
     as_enqueued,
+    bind_arguments,
     django_time,
     find_django_task,
     own_backend,
@@ -189,12 +191,21 @@ class Job:
 
     def call(self) -> Any:
         """Run the task once (``async def`` tasks on an event loop), after Django's
-        ``task_started`` signal."""
+        ``task_started`` signal; :class:`TaskArgumentsMismatch`, without calling it, if
+        its function cannot take the queued arguments."""
         task_started.send(sender=self.sender, task_result=self.result)
-        args, kwargs = self.message.args, self.message.kwargs
+        args, kwargs = self.bound()
         if self.task.takes_context:
             return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
         return self.task.call(*args, **kwargs)
+
+    def bound(self) -> tuple[list[Any], dict[str, Any]]:
+        """The queued arguments, if the task's function can take them (enqueue checks
+        them, but a task queued by an older release, or by hand, may not fit):
+        :class:`TaskArgumentsMismatch` otherwise, which is never retried."""
+        args, kwargs = self.message.args, self.message.kwargs
+        bind_arguments(self.task, args, kwargs, error=TaskArgumentsMismatch)
+        return args, kwargs
 
     @property
     def is_async(self) -> bool:
@@ -204,7 +215,7 @@ class Job:
     async def acall(self) -> Any:
         """:meth:`call` on an event loop: ``async def`` tasks are awaited there."""
         task_started.send(sender=self.sender, task_result=self.result)
-        args, kwargs = self.message.args, self.message.kwargs
+        args, kwargs = self.bound()
         if self.task.takes_context:
             return await self.task.acall(TaskContext(task_result=self.result), *args, **kwargs)
         return await self.task.acall(*args, **kwargs)

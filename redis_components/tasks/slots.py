@@ -41,12 +41,13 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 
 from django.db import connections
 
 from ..exceptions import SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
+from .execution import Abandoned
 from .jobs import Job
 from .limits import task_frame
 from .store import Outcome
@@ -62,11 +63,6 @@ RETRY_STOP = 0.1
 # The event loop ticks this often; without a tick for BLOCKED_AFTER seconds it is blocked.
 TICK = 0.1
 BLOCKED_AFTER = 0.5
-
-
-class Abandoned(BaseException):
-    """Raised out of an abandoned execution when its task's code returns or raises at
-    last: it was settled already, so its end is not reported (nor logged) again."""
 
 
 @dataclass(eq=False)
@@ -87,8 +83,11 @@ class Execution:
     done: bool = False  # its thread has finished with it
     abandoned: bool = False  # settled by the loop; its thread was left to itself
     job: Job | None = None  # with slots: what runs it, found before it is handed out
+    submitted: bool = False  # handed to a slot or the event loop
     coroutine: asyncio.Task[None] | None = None  # an async task's, on the event loop
     cancelled_by: type[BaseException] | None = None  # why its coroutine was cancelled
+    code_ended: bool = False  # its task's code returned or raised: its outcome is decided
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start_limits(self, job: Job) -> None:
         """Its job is about to run (in its thread): from now its limits count."""
@@ -98,6 +97,27 @@ class Execution:
         if job.time_limit is not None:
             self.hard_at = now + job.time_limit
         self.entry = type(job).call.__code__
+
+    def end_code(self) -> bool:
+        """Its task's code returned or raised (in the thread that ran it): from now no
+        limit settles it. False if the loop abandoned it first (its end is not its own:
+        it was settled already)."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            self.code_ended = True
+            self.entry = None
+            self.soft_at = self.hard_at = math.inf
+            return True
+
+    def abandon(self) -> bool:
+        """The loop settles it (hard limit, terminate): False if its code ended first,
+        or it finished (its own outcome stands)."""
+        with self.lock:
+            if self.code_ended or self.done:
+                return False
+            self.abandoned = True
+            return True
 
 
 def raise_in_thread(ident: int, error: type[BaseException]) -> bool:
@@ -132,7 +152,6 @@ class Pool:
         self.running: list[Execution] = []
         self._wake = wake
         self._done: queue.SimpleQueue[Execution] = queue.SimpleQueue()
-        self._lock = threading.Lock()
         self._abandoned: list[Execution] = []  # whose code still runs
         self._unstopped: list[Execution] = []  # abandoned, not yet sent their stop
 
@@ -200,10 +219,8 @@ class Pool:
     def _abandon(self, execution: Execution) -> bool:
         """Leave the execution to itself; False if it has just finished (its own
         outcome stands)."""
-        with self._lock:
-            if execution.done:
-                return False
-            execution.abandoned = True
+        if not execution.abandon():
+            return False
         self.running.remove(execution)
         self._abandoned.append(execution)
         self._unstopped.append(execution)
@@ -211,7 +228,7 @@ class Pool:
 
     def _finished_with(self, execution: Execution) -> None:
         """Called where the execution ran, once it has ended."""
-        with self._lock:
+        with execution.lock:
             execution.done = True
             execution.entry = None
         self._done.put(execution)
@@ -333,6 +350,8 @@ class LoopSlots(Pool):
             # Stopped with tasks still on it (a stuck loop's): they go back on their
             # queues with the process's other held tasks.
             self._closing = True
+            for execution in self.running:  # what they raise now is not theirs to record
+                execution.cancelled_by = Abandoned
             left = asyncio.all_tasks(self._loop)
             for task in left:
                 task.cancel()
@@ -375,8 +394,13 @@ class LoopSlots(Pool):
         task = execution.coroutine
         if task is None or not execution.called:
             return False  # its task's code has not started yet
-        execution.cancelled_by = error
-        self._loop.call_soon_threadsafe(task.cancel)
+
+        def cancel() -> None:  # on the loop: the coroutine waits, in its code or after
+            if execution.abandoned or not execution.code_ended:
+                execution.cancelled_by = error
+                task.cancel()
+
+        self._loop.call_soon_threadsafe(cancel)
         return True
 
     def _beat(self) -> None:

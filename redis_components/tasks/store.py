@@ -72,6 +72,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -95,6 +96,8 @@ from .messages import (
     task_id_of,
     validate_queue,
 )
+
+logger = logging.getLogger("redis_components.tasks")
 
 COMPONENT = "queue"
 TAG = "tasks"
@@ -137,6 +140,12 @@ def dead_key(queue: str) -> str:
 
 def running_key(worker_id: str, queue: str) -> str:
     return _key("running", worker_id, queue)
+
+
+def _attempts(held: bytes) -> list[bytes]:
+    """The attempts of a task running now, oldest first, from its entry in the running
+    hash (see lua/lib/attempts.lua): one, unless copies of it run at once."""
+    return held.split(b"|")
 
 
 def running_tasks_key() -> str:
@@ -559,6 +568,11 @@ def heartbeat_call(
     )
 
 
+def renew_call(*, worker_ids: Sequence[str], lease_ms: int) -> scripts.Call:
+    """lua/queue_renew.lua: renew the leases that these workers hold."""
+    return scripts.load("queue_renew"), [leases_key()], [lease_ms, *worker_ids]
+
+
 def recover_call(
     *,
     worker_id: str,
@@ -756,26 +770,38 @@ class TaskStore:
             unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
         )
         replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
-        if replicas:
-            timeout = conf.QUEUE_WAIT_TIMEOUT
-            reply, acknowledged = scripts.run_and_wait(self.client, call, replicas, timeout)
-        else:
-            reply = self._run(call)
+        reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
         if int(reply[0]) == 0:
             raise QueueFull(message.queue, limit)
         if int(reply[0]) == 2:
             return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
-        if replicas and acknowledged < replicas:
-            raise TaskNotDurable(
-                f"Task {message.id} was enqueued, but {acknowledged} of {replicas} replicas "
-                f"acknowledged it within {timeout:g} s",
-                message.id,
-            )
+        if problem:
+            raise TaskNotDurable(problem, message.id)
         return Enqueued(at_ms=int(reply[1]))
 
     def _run(self, call: scripts.Call, *, raw: bool = False) -> Any:
         script, script_keys, args = call
         return script(self.client, script_keys, args, raw=raw)
+
+    def _run_durable(
+        self, call: scripts.Call, done: str, replicas: int | None = None
+    ) -> tuple[Any, str]:
+        """Run a script that creates or re-queues tasks, then (with ``QUEUE_WAIT_REPLICAS``,
+        or ``replicas``) ``WAIT`` for that many replicas to have its writes: every such
+        write is as durable as an enqueue. Returns the script's reply and what went
+        wrong ("" when nothing did), a sentence that starts with ``done``."""
+        if replicas is None:
+            replicas = conf.QUEUE_WAIT_REPLICAS or 0
+        if not replicas:
+            return self._run(call), ""
+        timeout = conf.QUEUE_WAIT_TIMEOUT
+        reply, acknowledged = scripts.run_and_wait(self.client, call, replicas, timeout)
+        if acknowledged >= replicas:
+            return reply, ""
+        return reply, (
+            f"{done}, but {acknowledged} of {replicas} replicas acknowledged it within "
+            f"{timeout:g} s"
+        )
 
     def fetch(
         self,
@@ -874,6 +900,14 @@ class TaskStore:
             return None
         return int(result[0]), int(result[1])
 
+    def renew_leases(self, worker_ids: Sequence[str], lease_ms: int) -> int:
+        """Renew the leases that these workers hold (lua/queue_renew.lua); a worker with
+        none is left without. Returns how many were renewed."""
+        if not worker_ids:
+            return 0
+        renewed: int = self._run(renew_call(worker_ids=worker_ids, lease_ms=lease_ms))
+        return renewed
+
     def drop_lease(self, raw_id: bytes) -> None:
         """Forget a lease whose owner is not a worker of ours (it holds no task)."""
         pipe = self.client.pipeline(transaction=True)
@@ -897,7 +931,7 @@ class TaskStore:
             found = [(entry, _requeueable(entry)) for entry in entries]
             tasks = [(entry, message) for entry, message in found if message is not None]
             left += len(entries) - len(tasks)
-            done = int(self._run(requeue_dead_call(queue=queue, entries=tasks))) if tasks else 0
+            done = self._requeue(queue, tasks)
             moved += done
             start += len(entries) - done  # what stayed is before the next batch now
             if tasks and done == 0:  # another process is requeueing the same entries
@@ -910,7 +944,19 @@ class TaskStore:
         message = _requeueable(entry)
         if message is None:
             return False
-        return bool(self._run(requeue_dead_call(queue=queue, entries=[(entry, message)])))
+        return bool(self._requeue(queue, [(entry, message)]))
+
+    def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]]) -> int:
+        """Requeue these dead letters (each with its task); how many were moved."""
+        if not tasks:
+            return 0
+        call = requeue_dead_call(queue=queue, entries=tasks)
+        done, problem = self._run_durable(
+            call, f"{len(tasks)} dead letters of {queue!r} were requeued"
+        )
+        if problem:
+            logger.warning("%s", problem)
+        return int(done)
 
     def delete_dead_entry(self, queue: str, entry: bytes) -> bool:
         """Delete one dead letter; False if it was gone."""
@@ -997,14 +1043,17 @@ class TaskStore:
     def result_records(
         self, task_ids: Sequence[str]
     ) -> list[tuple[dict[bytes, bytes], bytes | None]]:
-        """Each task's result hash and its attempt in the running hash ("<start ms> <worker>",
-        ``None`` when it is not running), in one round trip."""
+        """Each task's result hash and its newest attempt in the running hash ("<start ms>
+        <worker>", ``None`` when it is not running), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
             raw(pipe, "HGETALL", result_key(task_id))
             raw(pipe, "HGET", running_tasks_key(), task_id)
         replies = pipe.execute()
-        return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(task_ids))]
+        return [
+            (replies[2 * i], _attempts(replies[2 * i + 1])[-1] if replies[2 * i + 1] else None)
+            for i in range(len(task_ids))
+        ]
 
     def worker_records(self) -> tuple[dict[str, bytes], dict[str, float], int]:
         """Every registered worker's description (JSON, by id), each lease's expiry (ms, by
@@ -1090,9 +1139,10 @@ class TaskStore:
             raw(pipe, "HGET", result_key(task_id), "message")
         messages = pipe.execute() if attempts else []
         found = []
-        for (task_id, attempt), message in zip(attempts.items(), messages, strict=True):
-            begun, _, worker_id = _text(attempt).partition(" ")
-            found.append((task_id, begun, worker_id, message))
+        for (task_id, held), message in zip(attempts.items(), messages, strict=True):
+            for attempt in _attempts(held):
+                begun, _, worker_id = _text(attempt).partition(" ")
+                found.append((task_id, begun, worker_id, message))
         return found
 
     def minute_counts(
@@ -1149,8 +1199,12 @@ class TaskStore:
         """Write a workflow and enqueue its first steps in one script; the server's time
         (ms) of the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
         call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
-        created = self._run(call)
-        return None if created is None else int(created)
+        created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
+        if created is None:
+            return None
+        if problem:
+            raise TaskNotDurable(problem, workflow_id)
+        return int(created)
 
     def workflow_record(self, workflow_id: str) -> dict[str, bytes]:
         """A workflow's HASH, as stored (empty when none is kept)."""
@@ -1178,17 +1232,28 @@ class TaskStore:
     def running_workflow_count(self) -> int:
         return int(self.client.zcard(flows_live_key()))
 
-    def workflow_records(self, workflow_ids: Sequence[str]) -> list[dict[str, bytes]]:
-        """Each workflow's HASH (empty for one that is gone), in one round trip."""
+    def workflow_fields(
+        self, workflow_ids: Sequence[str], fields: Sequence[str]
+    ) -> list[dict[str, bytes]]:
+        """These ``fields`` of each workflow's HASH (those it has: none for a workflow that
+        is gone), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for workflow_id in workflow_ids:
-            raw(pipe, "HGETALL", flow_key(workflow_id))
-        return [_names(record) for record in pipe.execute()] if workflow_ids else []
+            raw(pipe, "HMGET", flow_key(workflow_id), *fields)
+        replies = pipe.execute() if workflow_ids else []
+        return [
+            {name: value for name, value in zip(fields, values, strict=True) if value is not None}
+            for values in replies
+        ]
 
     def claim_ticks(self, claims: Sequence[TickClaim]) -> list[bool]:
         """Claim due ticks in one script; for each, whether this call claimed it (and
         enqueued its task if ``run``): another scheduler may have been first."""
-        claimed = self._run(claim_call(claims=claims))
+        claimed, problem = self._run_durable(
+            claim_call(claims=claims), "Schedules' ticks were enqueued"
+        )
+        if problem:
+            logger.warning("%s", problem)
         return [bool(done) for done in claimed]
 
 

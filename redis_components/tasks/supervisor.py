@@ -175,10 +175,14 @@ class Supervisor:
         grace = conf.TASK_SHUTDOWN_GRACE
         stop_by = math.inf  # once stopping: when the grace period ends
         restarts: list[tuple[float, int]] = []  # (when, slot)
+        renew_at = 0.0
         while self._children or (restarts and not stopping):
-            timeout = 1.0
+            if time.monotonic() >= renew_at:
+                self._renew_leases()
+                renew_at = time.monotonic() + conf.TASK_HEARTBEAT_INTERVAL / 2
+            timeout = min(1.0, max(0.0, renew_at - time.monotonic()))
             if restarts:
-                timeout = max(0.0, min(when for when, _ in restarts) - time.monotonic())
+                timeout = min(timeout, min(when for when, _ in restarts) - time.monotonic())
             timeout = max(0.0, min(timeout, stop_by - time.monotonic()))
             deadlines = [c.deadline.value for c in self._children.values() if c.deadline.value]
             if deadlines:
@@ -225,6 +229,18 @@ class Supervisor:
                 restarts.remove((when, slot))
                 if not stopping:
                     self._start(slot)
+
+    def _renew_leases(self) -> None:
+        """Renew the leases of the live children, as their heartbeat threads do: a task
+        holding the GIL (a long call into C) stops a child's threads, not the child.
+        Their lease then covers only the death of the machine (and of this process)."""
+        alive = [c.worker_id for c in self._children.values() if c.process.is_alive()]
+        try:
+            TaskStore().renew_leases(alive, round(conf.TASK_HEARTBEAT_INTERVAL * 1500))
+        except REDIS_DOWN as error:
+            logger.debug("Could not renew the worker processes' leases: %s", error)
+        except Exception:
+            logger.exception("Could not renew the worker processes' leases")
 
     def _stop_over_time(self) -> None:
         """Kill each child whose task ran past its hard time limit."""

@@ -83,17 +83,21 @@ import redis
 
 from ..connection import OneConnection, private_client
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
-from .execution import arun_job, execute, over_time, prepare, run_job
+from .execution import Abandoned, arun_job, execute, over_time, prepare, run_job
 from .jobs import Job
 from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import schedules
-from .slots import MAX_ABANDONED, Abandoned, Execution, LoopSlots, Pool, Slots
+from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots
 from .store import Fetched, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
 from .waker import Waker
 
 logger = logging.getLogger("redis_components.worker")
+
+# A task whose worker died running it this many times runs alone (no other task beside
+# it in its process), so that a crash then is its own (see queue_recover.lua).
+ALONE_AFTER = 2
 
 
 def _end_forked_child(error: BaseException | None) -> NoReturn:
@@ -199,6 +203,9 @@ class Worker:
                 LoopSlots(async_tasks, self._aexecute, self._waker.wake),
             ]
         self._running: Execution | None = None
+        # A task whose worker died running it ALONE_AFTER times runs alone: no other task
+        # is taken until it ends, and it starts once the others have ended.
+        self._alone: Execution | None = None
         # The slots' threads gave up on this many tasks: this process is to be replaced.
         self.worn_out = False
         # The server's time at the last fetch (ms): its hour files the throughput counts.
@@ -302,6 +309,7 @@ class Worker:
     def _loop(self) -> None:
         while not self._stopping:
             pause = self._collect()
+            self._start_alone()
             take = self._may_take()
             try:
                 self._reclaim_lost_take()
@@ -355,7 +363,9 @@ class Worker:
                     f"{pool.stuck} threads" if isinstance(pool, Slots) else "event loop",
                 )
         # A task's kind is known only once taken: take while each kind has room.
-        return not self.worn_out and all(pool.free > 0 for pool in self._pools)
+        return (
+            not self.worn_out and self._alone is None and all(pool.free > 0 for pool in self._pools)
+        )
 
     def _collect(self) -> float:
         """Gather what the slots' threads finished and settle what their limits ended;
@@ -370,7 +380,27 @@ class Worker:
             pause = min(pause, until_due)
         return pause
 
+    def _start_alone(self) -> None:
+        """Start the task that runs alone once nothing else runs."""
+        alone = self._alone
+        if alone is None or alone.submitted or self._busy:
+            return
+        assert alone.job is not None
+        logger.warning(
+            "Task %s[%s] was running when its worker died, %d times: it runs alone now",
+            *(alone.job.message.task, alone.job.message.id, alone.job.message.crashes),
+        )
+        self._submit(alone)
+
+    def _submit(self, execution: Execution) -> None:
+        assert execution.job is not None
+        threads, loop = self._pools
+        execution.submitted = True
+        (loop if execution.job.is_async else threads).submit(execution)
+
     def _ended(self, execution: Execution) -> None:
+        if execution is self._alone:
+            self._alone = None
         if execution.called:
             self.processed += 1
         if execution.outcome is None:
@@ -385,6 +415,8 @@ class Worker:
     def _settle(self, execution: Execution) -> None:
         """Record the end of a task whose thread was abandoned: cancelled (terminated),
         or failed at its hard time limit (retried or dead-lettered)."""
+        if execution is self._alone:
+            self._alone = None
         self.processed += 1
         queue = self.queues[execution.position - 1]
         left = "its coroutine is cancelled" if execution.coroutine else "its thread is abandoned"
@@ -504,8 +536,11 @@ class Worker:
                 self._ended(execution)
                 return
             execution.job = prepared
-            threads, loop = self._pools
-            (loop if prepared.is_async else threads).submit(execution)
+            if prepared.message.crashes >= ALONE_AFTER:
+                self._alone = execution
+                self._start_alone()
+            else:
+                self._submit(execution)
             return
         self._running = execution
         try:
@@ -528,14 +563,13 @@ class Worker:
             try:
                 value = self._call(job)
             except BaseException:
-                if execution.abandoned:  # settled already: nothing more to say
+                if not execution.end_code():  # settled already: nothing more to say
                     raise Abandoned from None
                 raise
             finally:
-                execution.entry = None
                 if inline:
                     self._limits.stop()
-            if execution.abandoned:
+            if not execution.end_code():
                 raise Abandoned
             return value
 
@@ -548,6 +582,8 @@ class Worker:
                 queue=queue,
                 call=call,
             )
+        # In the loop's own thread a KeyboardInterrupt is Ctrl-C (outside rc_worker, whose
+        # signal handlers only set a flag): it stops the worker, which puts the task back.
         return execute(
             execution.payload,
             position=execution.position,
@@ -555,6 +591,7 @@ class Worker:
             worker_id=self.id,
             now_ms=execution.taken_ms,
             call=call,
+            propagate=(KeyboardInterrupt,),
         )
 
     async def _aexecute(self, execution: Execution) -> Outcome:
@@ -568,16 +605,16 @@ class Worker:
             try:
                 value = await job.acall()
             except asyncio.CancelledError:
-                if execution.abandoned:
-                    raise Abandoned from None
+                if not execution.end_code() or execution.cancelled_by is Abandoned:
+                    raise Abandoned from None  # settled already, or the loop closes
                 if execution.cancelled_by is SoftTimeLimitExceeded:
                     raise SoftTimeLimitExceeded("the task ran past its soft time limit") from None
-                raise
+                raise  # not ours (an awaited task that something else cancelled): a failure
             except BaseException:
-                if execution.abandoned:
+                if not execution.end_code():
                     raise Abandoned from None
                 raise
-            if execution.abandoned:
+            if not execution.end_code():
                 raise Abandoned
             return value
 

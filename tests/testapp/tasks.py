@@ -317,3 +317,66 @@ def fail_now(label: str) -> None:
     """Count a run of ``label`` and fail at once, for good."""
     record.call(label)
     raise ValueError(f"{label} failed")
+
+
+class Halt(BaseException):
+    """A ``BaseException`` of a user's own, neither an ``Exception`` nor ``SystemExit``."""
+
+
+BASE_EXCEPTIONS: dict[str, type[BaseException]] = {
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+    "Halt": Halt,
+}
+
+
+@redis_task(queue="test", max_retries=0)
+def raise_base(label: str) -> None:
+    """Count a run of ``label``, then end with the ``BaseException`` it names."""
+    record.call(label)
+    raise BASE_EXCEPTIONS[label]
+
+
+@redis_task(queue="test", max_retries=0)
+async def araise_base(label: str) -> None:
+    """``raise_base`` as an ``async def`` task; ``"CancelledError"``: the task awaits a
+    sub-task that something else cancels."""
+    record.call(label)
+    if label == "CancelledError":
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        asyncio.get_running_loop().call_later(0.01, inner.cancel)
+        await inner
+    raise BASE_EXCEPTIONS[label]
+
+
+@redis_task(queue="test", time_limit=1, max_retries=0)
+def quick_with_limit(label: str) -> str:
+    """Return at once, well within its time limit of 1 s."""
+    record.call(label)
+    return label
+
+
+@redis_task(queue="test")
+def hold_gil(label: str, n: int) -> int:
+    """Count a start, then compute in one C call that holds the GIL throughout (no
+    other thread of the process runs meanwhile), and count the end."""
+    record.call(label)
+    total = sum(range(n))
+    get_client().hincrby("{test}:ended", label, 1)
+    return total
+
+
+@redis_task(queue="test")
+def copies(label: str) -> int:
+    """Count a run, wait (10 s at most) until two runs of ``label`` have started, and
+    return; a copy delivered again (a retry count above 0) returns 0.3 s later."""
+    running = current_task()
+    assert running is not None
+    client = get_client()
+    client.hincrby("{test}:runs", label, 1)
+    deadline = time.monotonic() + 10
+    while int(client.hget("{test}:runs", label) or 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if running.message.retries:
+        time.sleep(0.3)
+    return running.message.retries

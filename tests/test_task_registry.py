@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from dataclasses import dataclass
 
 import pytest
 import redis
 from django.db import transaction
 from django.test import override_settings
 
-from redis_components import QueueFull, Retry, defer, redis_task
+from redis_components import Busy, QueueFull, Retry, defer, redis_task
 from redis_components.exceptions import (
     InvalidInput,
     LockNotAcquired,
@@ -268,26 +267,21 @@ def test_retry_refuses_a_negative_delay() -> None:
         Retry(delay=-1)
 
 
-@dataclass
-class FakeBusy:
-    names: tuple[str, ...]
-    retry_after: float
-    args: tuple[object, ...] = ()
-    kwargs: dict[str, object] | None = None
-
-
 def test_defer_outside_a_worker_raises_lock_not_acquired() -> None:
     with pytest.raises(LockNotAcquired, match="item:7 is busy") as caught:
-        defer(5)(FakeBusy(("item:7",), 1.0))
+        defer(5)(Busy(("item:7",), 1.0))
     assert caught.value.name == "item:7"
+    with pytest.raises(LockNotAcquired, match="item:7, user:1 is busy") as caught:
+        defer(5)(Busy(("item:7", "user:1"), 1.0, held="user:1"))
+    assert caught.value.name == "user:1"  # the one held, not the first
 
 
 def test_defer_inside_a_worker_marks_the_running_task() -> None:
     running_task, token = running(TaskMessage("id", "t", "q", [], {}))
     try:
-        assert defer(5)(FakeBusy(("a",), 1.0)) is None
+        assert defer(5)(Busy(("a",), 1.0)) is None
         assert running_task.deferred_for == 5
-        defer()(FakeBusy(("a",), 0.25))
+        defer()(Busy(("a",), 0.25))
         assert running_task.deferred_for == 0.25
     finally:
         stop_running(token)

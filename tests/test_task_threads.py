@@ -476,8 +476,8 @@ def test_a_task_that_returned_is_not_settled_again_at_its_hard_limit(r: redis.Re
 def test_a_task_that_kills_its_process_is_charged_alone(
     r: redis.Redis, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    """A task ends its process beside three others, twice (all four are taken again
-    together): neither crash is charged, so each of the four then runs alone; the three
+    """A task ends its process beside three others: a crash in company is counted but
+    never dead-letters a task, and a task in two crashes runs alone; so the three
     innocent ones finish and only the culprit, crashing alone, reaches
     TASK_MAX_CRASHES (3)."""
     innocent = [tasks.whoami.enqueue(f"t{i}", 1.0) for i in range(3)]
@@ -487,7 +487,12 @@ def test_a_task_that_kills_its_process_is_charged_alone(
     wait_until(lambda: get_result(culprit.id).is_finished, worker.output, timeout=60)
     wait_until(lambda: all(get_result(h.id).is_finished for h in innocent), worker.output)
     assert [get_result(h.id).status for h in innocent] == [TaskResultStatus.SUCCESSFUL] * 3
-    assert runs(r) == {"t0": 3, "t1": 3, "t2": 3, "exit": 3}  # 2 beside the others, 1 alone
+    counted = runs(r)
+    assert counted.pop("exit") == 3  # crashes 1 and 2 (one at least in company), 3 alone
+    # Each innocent one ran beside it once or twice (the second time, the restarted
+    # process may have taken it before or after the culprit's crash), then finished.
+    assert set(counted) == {"t0", "t1", "t2"}
+    assert all(2 <= n <= 3 for n in counted.values()), counted
     failed = get_result(culprit.id)
     assert failed.status is TaskResultStatus.FAILED
     assert [e.traceback for e in failed.errors][-1].endswith("(3 of 3)")

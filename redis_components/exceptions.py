@@ -44,6 +44,10 @@ class LockError(RedisComponentsError, redis.exceptions.LockError):
         self.name = name
         super().__init__(message, name)
 
+    def __str__(self) -> str:
+        # The message alone: redis-py before 7 keeps both arguments in ``args``.
+        return str(self.args[0]) if self.args else ""
+
 
 class LockNotAcquired(LockError):
     """The lock was held by someone else for longer than the caller would wait."""

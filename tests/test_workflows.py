@@ -643,20 +643,27 @@ def used_memory(r: redis.Redis) -> int:
 
 
 def test_a_group_after_a_group_costs_memory_linear_in_its_steps(r: redis.Redis) -> None:
-    """Each member of the second group waits for every member of the first: the
-    workflow holds N + M links and one copy of their input, not N x M."""
+    """Each member of the second group waits for every member of the first and takes
+    their results: the workflow holds N + M links and one copy of those results, not
+    N x M, before the first group runs and once it has released the second."""
 
-    def cost(size: int) -> int:
+    def cost(size: int) -> tuple[int, int]:
         before = used_memory(r)
         chain(
             group(tasks.member.s(f"a{i}") for i in range(size)),
             group(tasks.total.s(f"b{i}") for i in range(size)),
         ).enqueue()
-        return used_memory(r) - before
+        created = used_memory(r) - before
+        assert Worker(["test"], burst=True, max_tasks=size).run() == size
+        assert ready() == size  # the second group, released
+        released = used_memory(r) - before
+        assert Worker(["test"], burst=True).run() == size
+        return created, released
 
     small, large = cost(200), cost(400)
-    assert small > 0
-    assert large < 2.6 * small, (small, large)  # twice the steps: about twice the bytes
+    assert 0 < small[0] < small[1]
+    assert large[0] < 2.6 * small[0], (small, large)  # twice the steps: about twice the bytes
+    assert large[1] < 2.6 * small[1], (small, large)
 
 
 def test_each_member_of_a_group_after_a_group_runs_once_after_the_whole_first_group(
@@ -680,6 +687,7 @@ def test_each_member_of_a_group_after_a_group_runs_once_after_the_whole_first_gr
     }
     for j in range(20):
         assert given(r, f"b{j}") == [first]
+        assert get_result(steps[30 + j].task_id).args == [f"b{j}"]  # (the input is the flow's)
     assert workflow.results() == [30] * 20
     assert workflow.summary().counts == {"SUCCESSFUL": 50}
 
@@ -800,17 +808,20 @@ def test_a_group_after_a_group_at_the_most_steps_releases_in_a_short_script(
     r: redis.Redis,
 ) -> None:
     """chain(group(5000), group(4999)): the acknowledgement of the last member of the
-    first group releases the 4,999 others in one script, well within a worker's lease."""
+    first group releases the 4,999 others, each given the 5,000 results, in one short
+    script that writes no copy of those results per member."""
     workflow = chain(
         group(tasks.add.s(i, 1) for i in range(5000)),
-        group(tasks.add.si(j, 0) for j in range(MAX_STEPS - 5000)),
+        group(tasks.length.s(j) for j in range(MAX_STEPS - 5000)),
     ).enqueue()
     assert Worker(["test"], burst=True, max_tasks=4999).run() == 4999
     assert ready() == 1
+    before = used_memory(r)
     started = time.monotonic()
     assert Worker(["test"], burst=True, max_tasks=1).run() == 1  # and its acknowledgement
     assert time.monotonic() - started < 1.5
+    assert used_memory(r) - before < 20_000_000  # (a copy per member: 365 MB)
     assert ready() == MAX_STEPS - 5000
     assert Worker(["test"], burst=True).run() == MAX_STEPS - 5000
     assert workflow.status == "SUCCESSFUL"
-    assert workflow.results() == list(range(MAX_STEPS - 5000))
+    assert workflow.results() == [5000 + j for j in range(MAX_STEPS - 5000)]

@@ -15,6 +15,7 @@ stopped at its time limit, the worker or the supervisor records the failed attem
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,7 @@ from .jobs import Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, backoff, running, stop_running
 from .results import TaskStatus, describe, error_json
-from .store import Outcome, dead_entry
+from .store import Outcome, TaskStore, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -71,6 +72,13 @@ def prepare(
     except MalformedTask as error:
         logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
         return bury(position, queue, payload, task_id_of(payload), "undecodable", str(error))
+    if message.flow is not None and message.flow.input:
+        given = TaskStore().workflow_result(message.flow.workflow, message.flow.input)
+        if given is None:  # (its workflow was cancelled and has expired since)
+            reason = f"the input its workflow {message.flow.workflow} gave it is no longer kept"
+            logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
+            return bury(position, queue, payload, message.id, "no input", reason)
+        message = dataclasses.replace(message, args=[json.loads(given), *message.args])
     job = job_for(message, worker_id, now_ms)
     if isinstance(job, str):
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)

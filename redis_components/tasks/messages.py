@@ -15,8 +15,9 @@ opaque. ``backend`` is present for tasks enqueued through Django's Tasks
 framework: the alias of the backend in ``settings.TASKS``, and ``task`` is then the
 task's module path. ``scheduled_for`` is the tick (epoch ms) of a scheduled run.
 ``flow`` is present for a workflow's step (:class:`FlowStep`): ``["<workflow id>",
-<step>,[["<task id>","<queue>"],...]]``, with the steps after it, whose keys the
-script recording its outcome needs.
+<step>,[["<task id>","<queue>"],...][,<input>]]``, with the steps after it, whose keys
+the script recording its outcome needs, and the node whose result is its first argument
+when it is not in ``args``.
 ``enqueued_at`` (the server's time of the enqueue, epoch ms) lets a worker build a
 first attempt's result without reading it back; payloads written before it existed,
 by schedules, or run again after a deferral or a dead letter's requeue do not carry it.
@@ -49,21 +50,26 @@ class MalformedTask(ValueError):
 
 @dataclass(frozen=True)
 class FlowStep:
-    """Where a task stands in a workflow: the workflow's id, its step's number, and the
-    task id and queue of each step after it (in the order the workflow lists them)."""
+    """Where a task stands in a workflow: the workflow's id, its step's number, the task
+    id and queue of each step after it (in the order the workflow lists them), and
+    ``input``: the node of the workflow whose result is its first argument, read when it
+    runs (0: none, or given in its arguments). A member of a group after a group takes
+    the first group's results so: the workflow keeps them once, not once per member."""
 
     workflow: str
     step: int
     kids: tuple[tuple[str, str], ...] = ()
+    input: int = 0
 
     def encode(self) -> list[Any]:
-        return [self.workflow, self.step, [list(kid) for kid in self.kids]]
+        value = [self.workflow, self.step, [list(kid) for kid in self.kids]]
+        return [*value, self.input] if self.input else value
 
     @classmethod
     def decode(cls, value: object) -> FlowStep:
         if not (
             isinstance(value, list)
-            and len(value) == 3
+            and len(value) in (3, 4)
             and isinstance(value[0], str)
             and keys.is_integer(value[1])
             and isinstance(value[2], list)
@@ -71,9 +77,12 @@ class FlowStep:
                 isinstance(kid, list) and len(kid) == 2 and all(isinstance(v, str) for v in kid)
                 for kid in value[2]
             )
+            and (len(value) == 3 or (keys.is_integer(value[3]) and value[3] > 0))
         ):
-            raise MalformedTask("not a task: its 'flow' must be [workflow, step, [[id, queue]]]")
-        return cls(value[0], value[1], tuple((kid[0], kid[1]) for kid in value[2]))
+            raise MalformedTask(
+                "not a task: its 'flow' must be [workflow, step, [[id, queue]], input?]"
+            )
+        return cls(value[0], value[1], tuple((kid[0], kid[1]) for kid in value[2]), *value[3:])
 
 
 @dataclass(frozen=True)

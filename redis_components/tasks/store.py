@@ -1210,6 +1210,12 @@ class TaskStore:
         """A workflow's HASH, as stored (empty when none is kept)."""
         return _names(raw(self.client, "HGETALL", flow_key(workflow_id)))
 
+    def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
+        """The result (JSON) of a workflow's step or barrier, as stored (``None`` when it
+        has none, or the workflow is not kept)."""
+        value: bytes | None = raw(self.client, "HGET", flow_key(workflow_id), f"r:{node}")
+        return value
+
     def cancel_workflow(
         self, workflow_id: str, steps: Sequence[tuple[str, str]], *, terminate: bool
     ) -> tuple[bool, str | None, int, int]:

@@ -197,13 +197,15 @@ class _Step:
     template: str | None  # its first argument: JSON with "@<step>" for results
     message: TaskMessage
     kids: list[int] = field(default_factory=list)
+    input: int = 0  # or the barrier whose result is its first argument (FlowStep.input)
 
 
 @dataclass
 class _Barrier:
     """Not a step: it stands between many parents and many children that wait for all of
     them (``chain(group(N), group(M))``), so that the workflow holds N + M links, not
-    N x M, and the children share one copy of their input (see lua/lib/flow.lua)."""
+    N x M, and one copy of the children's input, which each reads when it runs (see
+    lua/lib/flow.lua and FlowStep.input)."""
 
     number: int  # after every step's
     parents: tuple[int, ...]
@@ -237,7 +239,7 @@ class _Plan:
             for kid in kids:
                 kid.parents = (number,)
                 if template is not None and kid.template == template:
-                    kid.template = f"@{number}"
+                    kid.template, kid.input = None, number
 
     def add(
         self, node: Node, parents: tuple[int, ...], template: str | None
@@ -299,7 +301,8 @@ def _fields(
             for k in step.kids
             if k <= len(plan.steps)
         )
-        message = dataclasses.replace(step.message, flow=FlowStep(workflow_id, n, kids))
+        flow = FlowStep(workflow_id, n, kids, step.input)
+        message = dataclasses.replace(step.message, flow=flow)
         fields += [f"id:{n}", message.id, f"name:{n}", message.task, f"q:{n}", message.queue]
         fields += [f"kids:{n}", ",".join(map(str, step.kids))]
         if step.signature.allow_failure:

@@ -312,6 +312,12 @@ def total(results: list[object], label: str = "total") -> int:
     return len(results)
 
 
+@redis_task(queue="test")
+def length(results: list[object], plus: int) -> int:
+    """A member of a group after a group: how many results it was given, plus ``plus``."""
+    return len(results) + plus
+
+
 @redis_task(queue="test", max_retries=0)
 def fail_now(label: str) -> None:
     """Count a run of ``label`` and fail at once, for good."""

@@ -13,7 +13,7 @@ import redis
 from django.test import override_settings
 
 from redis_components import get_result, periodic
-from redis_components.exceptions import ConfigurationError, InvalidInput
+from redis_components.exceptions import ConfigurationError, InvalidInput, InvalidTaskArguments
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.schedules import (
@@ -97,6 +97,24 @@ def test_bad_schedules_are_refused(options: dict[str, Any], field: str) -> None:
 def test_periodic_decorates_tasks_only() -> None:
     with pytest.raises(InvalidInput, match="above @redis_task"):
         periodic(every=60)(lambda: None)  # type: ignore[type-var]
+
+
+def test_a_schedule_whose_task_cannot_take_its_arguments_is_refused_when_defined() -> None:
+    with pytest.raises(InvalidTaskArguments, match=r"tasks\.add.*too many") as caught:
+        periodic(every=60, name="tests.wrong", args=[1, 2, 3])(tasks.add)
+    assert caught.value.field == "args"
+    assert "tests.wrong" not in {found.name for found in schedules()}
+    spec = {
+        "task": "tests.testapp.tasks.record",
+        "every": 60,
+        "args": ["x"],
+        "kwargs": {"colour": 1},
+    }
+    with (
+        override_settings(REDIS_COMPONENTS={"TASK_SCHEDULES": {"wrong": spec}}),
+        pytest.raises(ConfigurationError, match=r"TASK_SCHEDULES\['wrong'\].*colour"),
+    ):
+        schedules()
 
 
 def test_the_setting_schedules_tasks_declared_elsewhere() -> None:
@@ -187,7 +205,7 @@ def test_racing_schedulers_enqueue_each_tick_once(r: redis.Redis) -> None:
 
 def test_states_show_the_next_and_last_run_with_its_result(r: redis.Redis) -> None:
     with schedule_registry.isolated():
-        declared = periodic(every=3600, name="tests.hourly")(tasks.add)
+        declared = periodic(every=3600, name="tests.hourly", args=[1, 2])(tasks.add)
         assert declared is tasks.add
         Scheduler(schedules()).run_due()
         [state] = [s for s in schedule_states() if s.schedule.name == "tests.hourly"]

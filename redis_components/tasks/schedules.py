@@ -44,7 +44,8 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
-from .backend import RedisTask
+from .backend import RedisTask, bind_arguments
+from .framework import Task
 from .messages import TaskMessage, new_task_id, to_json
 from .registry import Registry, find_task
 from .results import TaskRecord, read_records
@@ -156,6 +157,7 @@ def build(
     queue: str,
     priority: int,
     backend: str | None,
+    task: Task[..., Any] | None = None,
     cron: object = None,
     every: object = None,
     tz: object = "UTC",
@@ -163,7 +165,8 @@ def build(
     args: object = (),
     kwargs: object = None,
 ) -> Schedule:
-    """A validated :class:`Schedule`, or :class:`InvalidInput` naming what is wrong."""
+    """A validated :class:`Schedule`, or :class:`InvalidInput` naming what is wrong
+    (:class:`InvalidTaskArguments` where ``task``'s function cannot take the arguments)."""
     name = keys.validate_name(name, "name", 200)
     if (cron is None) == (every is None):
         raise InvalidInput("cron", f"schedule {name!r} needs either cron= or every=, not both")
@@ -212,6 +215,8 @@ def build(
             to_json(value, "this value")
         except TaskSerializationError as error:
             raise InvalidInput(field_name, str(error)) from None
+    if task is not None:  # refused now, not dead-lettered at the first tick
+        bind_arguments(task, schedule.args, schedule.kwargs)
     return schedule
 
 
@@ -268,6 +273,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
         "queue": django_task.queue_name,
         "priority": django_task.priority,
         "backend": backend,
+        "task": django_task,
     }
 
 
@@ -280,6 +286,7 @@ def _target_of(task: RedisTask[..., Any]) -> dict[str, Any]:
         "queue": task.queue_name,
         "priority": task.priority,
         "backend": None if registered else task.backend,
+        "task": task,
     }
 
 

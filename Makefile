@@ -16,6 +16,9 @@ LTS_BIN := $(LTS)/bin
 # .venv-oldest  the newest Python >= 3.12, the oldest redis-py allowed and Django 6.0
 OLDEST := .venv-oldest
 OLDEST_BIN := $(OLDEST)/bin
+# .venv-dist  build and twine only: make dist
+DIST := .venv-dist
+DIST_BIN := $(DIST)/bin
 NO_BROWSER := $(patsubst %,--ignore=%,$(wildcard tests/*_browser.py))
 
 .PHONY: demo test lint docs dist browser gettext postgres legacy-leg valkey-leg oldest-leg clean
@@ -57,10 +60,19 @@ docs: $(VENV)/.installed
 
 # The release files: the sdist and the wheel (built from that sdist) into dist/, checked
 # as the package index will read them. Uploading is a separate step (CONTRIBUTING.md).
-dist: $(VENV)/.installed
+# Building takes only build and twine (the dist group), in a virtualenv of their own.
+$(DIST)/.installed: pyproject.toml Makefile
+	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
+	rm -rf $(DIST)
+	$(PYTHON) -m venv $(DIST)
+	$(DIST_BIN)/python -m pip install --quiet --upgrade pip
+	$(DIST_BIN)/python -m pip install --quiet --group dist
+	@touch $@
+
+dist: $(DIST)/.installed
 	rm -rf dist
-	$(BIN)/python -m build --outdir dist
-	$(BIN)/twine check --strict dist/*
+	$(DIST_BIN)/python -m build --outdir dist
+	$(DIST_BIN)/twine check --strict dist/*
 
 # The browser tests drive Chromium through chromedriver. When they are missing and this
 # runs as root where apt-get exists (CI), install Debian's; otherwise those tests are
@@ -137,4 +149,4 @@ oldest-leg:
 	fi
 
 clean:
-	rm -rf $(VENV) $(LTS) $(OLDEST) dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) $(LTS) $(OLDEST) $(DIST) dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build

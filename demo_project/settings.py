@@ -110,13 +110,14 @@ else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = "market@example.com"
-# On Django 6 the sold notice is a Django @task, run by our queue through its Tasks
-# backend (demo_project/marketplace/tasks.py); on Django 5.2 it is our own @task.
+# On Django 6 a sale's tasks (recording it, the sold notice) are Django @tasks, run on our
+# queues through its Tasks backend (demo_project/marketplace/tasks.py); on Django 5.2 they
+# are our own @redis_task.
 if django.VERSION >= (6, 0):
     TASKS = {
         "default": {
             "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
-            "QUEUES": ["email"],
+            "QUEUES": ["email", "market"],
             "OPTIONS": {"MAX_RETRIES": 3},
         }
     }

@@ -4,13 +4,15 @@ and a decorator that fills name templates from the call and answers busy views.
 A guard takes something (locks, a permit) before the block or call and gives it back
 after. When it cannot take it in time, the context manager raises, and the decorator
 calls ``on_busy(busy)`` or, on a Django view, answers with the guard's busy status
-(409 for locks, 429 for semaphores) and ``Retry-After``.
+(409 for locks, 429 for semaphores) and ``Retry-After``. On a view, a Redis that cannot
+be reached to take it is a 503 with ``Retry-After``, not an exception.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import string
 from abc import ABC, abstractmethod
@@ -19,7 +21,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import redis
 from django.utils.translation import gettext_lazy
+from redis.exceptions import RedisClusterException
 
 from .exceptions import InvalidInput, RedisComponentsError
 from .keys import validate_name
@@ -29,6 +33,13 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+# Redis could not be reached: a view answers 503 and asks to come back this much later.
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, RedisClusterException)
+UNAVAILABLE_RETRY_AFTER = 5  # seconds
+UNAVAILABLE_MESSAGE = gettext_lazy("Redis is unavailable; try again shortly.")
 
 # What each guard (by id) has entered and not yet exited, per thread and per asyncio
 # task: one guard object shared by threads or tasks (a module-level
@@ -161,6 +172,16 @@ class Guard(ABC, Generic[T]):
                 return self.busy_response(busy)
             raise self.not_taken(busy)
 
+        def unavailable(call: Busy, error: Exception) -> HttpResponse:
+            """A view that could not reach Redis to take its lock or permit."""
+            if call.request is None:
+                raise error
+            logger.warning("%s %r: Redis is unavailable: %s", self.kind, call.names, error)
+            body = {"error": str(UNAVAILABLE_MESSAGE)}
+            response = _respond(call.request, 503, body)
+            response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+            return response
+
         def refused(args: tuple[Any, ...], error: InvalidInput) -> HttpResponse:
             """A view whose arguments make a bad name (too long, a control character)."""
             request = _find_request(args)
@@ -176,7 +197,10 @@ class Guard(ABC, Generic[T]):
                     call = prepare(args, kwargs)
                 except InvalidInput as error:
                     return refused(args, error)
-                taken = await self.atake(call.names)
+                try:
+                    taken = await self.atake(call.names)
+                except UNAVAILABLE as error:
+                    return unavailable(call, error)
                 if isinstance(taken, Busy):
                     result = when_busy(call, taken)
                     return await result if inspect.isawaitable(result) else result
@@ -196,7 +220,10 @@ class Guard(ABC, Generic[T]):
                 call = prepare(args, kwargs)
             except InvalidInput as error:
                 return refused(args, error)
-            taken = self.take(call.names)
+            try:
+                taken = self.take(call.names)
+            except UNAVAILABLE as error:
+                return unavailable(call, error)
             if isinstance(taken, Busy):
                 return when_busy(call, taken)
             ok = False

@@ -39,13 +39,13 @@ from django.views import View
 from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
-from redis.exceptions import RedisClusterException
 
 from . import keys
 from .autocomplete import Guild, RecentContacts
-from .conf import conf
+from .conf import SETTING_NAME, conf
 from .deprecation import deprecated
 from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, NotAMember
+from .guard import UNAVAILABLE, UNAVAILABLE_MESSAGE
 from .messaging import GroupChat
 
 logger = logging.getLogger(__name__)
@@ -89,9 +89,9 @@ class JsonView(View):
             return response
         except RequestDataTooBig:
             return json_error(413, gettext("The request body is too large."))
-        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
+        except UNAVAILABLE:
             logger.exception("Redis is unreachable")
-            return json_error(503, gettext("Redis is unavailable; try again shortly."))
+            return json_error(503, str(UNAVAILABLE_MESSAGE))
 
     def http_method_not_allowed(
         self, request: HttpRequest, *args: Any, **kwargs: Any
@@ -177,7 +177,7 @@ class GuildAutocompleteView(JsonView):
     """Members of a guild: ``GET ?q=<prefix>[&limit=<n>]`` answers ``{"results": [...]}``.
 
     Who may search is AUTOCOMPLETE_GUILD_ACCESS (by default the guild's own members);
-    anyone else gets a 403.
+    anyone else gets a 403, and the log a warning that names the setting.
     """
 
     login_required = False  # the access rule decides, anonymous callers included
@@ -186,6 +186,14 @@ class GuildAutocompleteView(JsonView):
     def get(self, request: HttpRequest, guild: str) -> HttpResponse:
         found = Guild(guild)
         if not conf.AUTOCOMPLETE_GUILD_ACCESS(request, found.name):
+            user = getattr(request, "user", None)
+            logger.warning(
+                "%s may not search guild %r: %s['AUTOCOMPLETE_GUILD_ACCESS'] said no (by "
+                "default, only the guild's members may search it)",
+                user.get_username() if user and user.is_authenticated else "An anonymous user",
+                found.name,
+                SETTING_NAME,
+            )
             return json_error(403, gettext("You may not search this guild."))
         results = found.suggest(request.GET.get("q", ""), int_parameter(request, "limit"))
         return JsonResponse({"results": results})
@@ -446,8 +454,9 @@ def _named_senders(messages: list[Any], names: dict[str, str]) -> list[Any]:
 def queue_viewers_only(
     view: Callable[[HttpRequest], HttpResponse],
 ) -> Callable[[HttpRequest], HttpResponse]:
-    """Anonymous users go to log in; the others get a 403 unless they may see the task
-    queues by the admin pages' rule (:func:`~redis_components.models.can_view_task_queues`).
+    """Anonymous users go to log in; the others get a 403 (JSON for ``?format=json``)
+    unless they may see the task queues by the admin pages' rule
+    (:func:`~redis_components.models.can_view_task_queues`).
 
     Staff sign in through the admin when it is installed, else at ``LOGIN_URL``.
     """
@@ -459,7 +468,10 @@ def queue_viewers_only(
             admin = apps.is_installed("django.contrib.admin")
             return redirect_to_login(request.get_full_path(), "admin:login" if admin else None)
         if not can_view_task_queues(request.user):
-            raise PermissionDenied("Staff allowed to see the task queues only.")
+            refusal = gettext("Staff allowed to see the task queues only.")
+            if request.GET.get("format") == "json":
+                return json_error(403, refusal)
+            raise PermissionDenied(refusal)
         return view(request)
 
     wrapped.__name__ = view.__name__

@@ -13,8 +13,9 @@ from typing import Any
 
 from django import forms
 from django.forms.widgets import Script
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
+from .exceptions import ConfigurationError
 from .keys import validate_name
 
 
@@ -40,8 +41,15 @@ class AutocompleteWidget(forms.TextInput):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
+        try:
+            source = self.source_url()
+        except NoReverseMatch as error:
+            raise ConfigurationError(
+                f"{error}: the autocomplete widgets ask the app's endpoints; add "
+                'path("rc/", include("redis_components.urls")) to your URLconf.'
+            ) from None
         context["widget"]["attrs"].update(
-            {"data-rc-autocomplete": self.source_url(), "data-rc-debounce": self.debounce}
+            {"data-rc-autocomplete": source, "data-rc-debounce": self.debounce}
         )
         return context
 

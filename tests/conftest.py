@@ -70,10 +70,13 @@ def browser(_browser_binaries: tuple[str, str]) -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _quiet_browser(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After a browser test, leave the page: no script of it may call the server later."""
+    """After a browser test, leave the page (no script of it may call the server later)
+    and give the window its own size back (see ``tests.pages.resize``)."""
     yield
     if "browser" in request.fixturenames:
-        request.getfixturevalue("browser").get("about:blank")
+        browser = request.getfixturevalue("browser")
+        browser.get("about:blank")
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 @pytest.fixture

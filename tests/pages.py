@@ -1,6 +1,9 @@
-"""Pages the browser tests open: the components' widgets as a project would use them."""
+"""Pages the browser tests open (the components' widgets as a project would use them), and
+how the tests measure a page."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
@@ -31,3 +34,17 @@ class MessageForm(forms.Form):
 def autocomplete_page(request: HttpRequest) -> HttpResponse:
     template = engines["django"].from_string(PAGE)
     return HttpResponse(template.render({"form": MessageForm()}, request))
+
+
+def resize(browser: Any, width: int) -> None:
+    """Show pages in ``browser`` as in a window ``width`` CSS pixels wide (390: a phone's),
+    until the test ends."""
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+    )
+
+
+def page_width(browser: Any) -> int:
+    """How wide the page in ``browser`` is: wider than its window when something sticks out."""
+    return int(browser.execute_script("return document.documentElement.scrollWidth"))

@@ -72,7 +72,7 @@ def sentinel_caches(master: str, sentinels: list[tuple[str, int]]) -> dict[str, 
 
 
 SECRET_KEY = "tests-only-not-secret"
-DEBUG = False
+DEBUG = bool(os.environ.get("RC_TEST_DEBUG"))  # on in a worker process a test starts
 USE_TZ = True
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.urls"
@@ -146,7 +146,7 @@ REDIS_EMBEDDED = True
 TASKS = {
     "default": {
         "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
-        "QUEUES": ["default", "test", "email"],
+        "QUEUES": ["default", "test", "email", "market"],
     }
 }
 # Fast hashing: the suite logs demo users in many times.

@@ -87,6 +87,30 @@ def test_the_admin_lists_task_queues_for_those_allowed(
     assert response["Location"].startswith("/admin/login/")
 
 
+def test_the_breadcrumbs_are_marked_up_as_on_djangos_own_admin_pages(
+    viewer: Client, r: redis.Redis
+) -> None:
+    def breadcrumbs(url: str) -> tuple[str, str]:
+        """The breadcrumbs' tag (<div> before Django 6.1, <ol> since) and what they hold."""
+        page = viewer.get(url).content.decode()
+        found = re.search(r'<(\w+) class="breadcrumbs">(.*?)</\1>', page, re.S)
+        assert found, page
+        return found.group(1), found.group(2)
+
+    djangos_tag, _ = breadcrumbs("/admin/redis_components/")  # the app's index, Django's own
+    dead_letter(r, "a")
+    for page, title in (
+        ("", "Task queues"),
+        ("queue/?name=test&state=dead", "Queue test"),
+        ("dead/?queue=test&index=0", "Dead letter"),
+        ("workflows/", "Workflows"),
+    ):
+        tag, crumbs = breadcrumbs(ADMIN + page)
+        assert tag == djangos_tag, page
+        assert 'href="/admin/redis_components/"' in crumbs
+        assert title in crumbs
+
+
 def test_the_overview_shows_queues_workers_running_tasks_schedules_and_throughput(
     viewer: Client, r: redis.Redis
 ) -> None:
@@ -102,7 +126,9 @@ def test_the_overview_shows_queues_workers_running_tasks_schedules_and_throughpu
     assert numbers[:3] == ["1", "1", "0"]  # ready, delayed, running
     assert "<svg" in page
     assert "<polyline" in page
-    assert "processed: 3" in page
+    # Each colour sits with its own label.
+    swatch = r'<span class="key"><span style="color: [^"]+" aria-hidden="true">&#9632;</span>'
+    assert re.search(swatch + r" processed: 3</span>", page)
     assert "No worker is running" in page  # the burst worker has gone
     assert "Schedules (" in page
 

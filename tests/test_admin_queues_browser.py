@@ -8,8 +8,10 @@ import pytest
 import redis
 from django.contrib.auth.models import Permission
 
+from redis_components import chain
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.store import dead_entry, dead_key
+from tests.pages import page_width, resize
 from tests.processes import wait_until
 from tests.testapp import tasks
 
@@ -78,3 +80,47 @@ def test_the_overview_refreshes_itself(site: str, browser: Any) -> None:
     waiting.until(lambda b: ready_count(b) == "1", "the first task is not shown")
     tasks.record.enqueue("second")
     waiting.until(lambda b: ready_count(b) == "2", "no refresh")
+
+
+def bury(r: redis.Redis, value: str) -> None:
+    """A dead letter whose task's argument and error message both hold ``value``."""
+    message = TaskMessage("deadbeef02", "tests.testapp.tasks.record", "test", [value], {})
+    error = f"ValueError: {value}"
+    r.rpush(dead_key("test"), dead_entry(message.encode(), "test", "failed", error, "tb"))
+
+
+def test_long_values_wrap_in_the_lists(site: str, browser: Any, r: redis.Redis) -> None:
+    from selenium.webdriver.common.by import By
+
+    long = "x" * 1000
+    bury(r, long)
+    tasks.record.enqueue(long)
+    resize(browser, 1280)
+    queue = f"{site}/admin/redis_components/taskqueues/queue/?name=test"
+    for state in ("ready", "dead"):
+        browser.get(f"{queue}&state={state}")
+        assert page_width(browser) <= 1280, state
+        for cell in browser.find_elements(By.CSS_SELECTOR, ".rc-dash td"):
+            assert cell.rect["x"] + cell.rect["width"] <= 1280, (state, cell.text[:40])
+    task = browser.find_element(By.XPATH, "//tbody/tr/td[5]")  # the dead letter's task
+    assert task.rect["width"] >= 200
+
+
+def test_the_pages_fit_a_phone(site: str, browser: Any, r: redis.Redis, start_worker: Any) -> None:
+    bury(r, "x" * 1000)
+    done = chain(tasks.add.s(1, 2), tasks.add.s(10)).enqueue()
+    task = tasks.record.enqueue("y" * 1000)
+    start_worker("test")
+    assert done.wait(30) == "SUCCESSFUL"
+    resize(browser, 390)
+    admin = f"{site}/admin/redis_components/taskqueues/"
+    for page in (
+        "",
+        "queue/?name=test&state=dead",
+        "dead/?queue=test&index=0",
+        "workflows/",
+        f"workflow/?id={done.id}",
+        f"task/?id={task.id}",
+    ):
+        browser.get(admin + page)
+        assert page_width(browser) <= 390, page

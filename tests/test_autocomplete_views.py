@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -114,6 +116,27 @@ def test_others_are_forbidden_by_default(client: Client) -> None:
     assert response.json() == {"error": "You may not search this guild."}
     client.force_login(User.objects.create(username="mallory"))
     assert client.get(guild_url("knights"), {"q": "ae"}).status_code == 403
+
+
+def test_a_refused_search_is_logged_naming_the_setting(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The widget shows nothing; the server's log says why, and what decides it."""
+
+    def refusal() -> logging.LogRecord:
+        caplog.clear()
+        assert client.get(guild_url("knights"), {"q": "ae"}).status_code == 403
+        [record] = [record for record in caplog.records if record.name == "redis_components.views"]
+        assert record.levelname == "WARNING"
+        return record
+
+    client.force_login(User.objects.create(username="mallory"))
+    assert refusal().getMessage() == (
+        "mallory may not search guild 'knights': REDIS_COMPONENTS['AUTOCOMPLETE_GUILD_ACCESS'] "
+        "said no (by default, only the guild's members may search it)"
+    )
+    client.logout()
+    assert refusal().getMessage().startswith("An anonymous user may not search guild 'knights'")
 
 
 def anyone_may_search_the_open_guild(request: HttpRequest, guild: str) -> bool:

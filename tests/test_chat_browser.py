@@ -11,6 +11,7 @@ from django.test import override_settings
 
 from demo_project.marketplace.views import MARKET
 from redis_components import GroupChat
+from tests.pages import page_width, resize
 from tests.test_market_browser import buy_button, flash, listing_by, log_in, user_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -170,3 +171,21 @@ def test_the_market_pages_past_a_hundred_listings(site: str, browser: Any) -> No
     browser.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
     assert f"{total} listings; 101 to {min(total, 200)} shown." in browser.page_source
     assert browser.find_element(By.CSS_SELECTOR, "a[rel=prev]").is_displayed()
+
+
+def test_a_long_url_in_a_message_wraps_for_every_member(
+    site: str, browser: Any, new_browser: Callable[[], Any]
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    [chat_id] = GroupChat().chats_of(user_id("alice"))
+    url = "https://example.com/" + "a" * 300
+    GroupChat().send(chat_id, str(user_id("alice")), url)
+    alice, bob = browser, new_browser()
+    for tab, width in ((alice, 1280), (bob, 390)):
+        resize(tab, width)
+        open_chat(tab, site, "alice" if tab is alice else "bob", chat_id)
+        appears(tab, url, within=5)
+        assert page_width(tab) <= width
+        send_button = tab.find_element(By.CSS_SELECTOR, "[data-send] button").rect
+        assert send_button["x"] + send_button["width"] <= width

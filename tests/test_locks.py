@@ -16,7 +16,7 @@ import pytest
 import redis
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.test import AsyncRequestFactory, RequestFactory
+from django.test import AsyncRequestFactory, RequestFactory, override_settings
 
 from conftest import CLUSTER, CommandCount, single_server_only
 from redis_components import locks, metrics
@@ -441,6 +441,32 @@ def test_view_answers_409_with_retry_after_when_busy() -> None:
     assert response.status_code == 409
     assert response["Content-Type"].startswith("text/plain")
     assert buy(_view_request("application/json"), item_id=43).status_code == 200
+
+
+def test_a_view_answers_503_while_redis_is_down() -> None:
+    closed = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+
+    async def abuy_once() -> HttpResponse:
+        request = AsyncRequestFactory().post("/buy/42/", HTTP_ACCEPT="application/json")
+        request.user = AnonymousUser()
+        try:
+            return await abuy(request, item_id=42)
+        finally:
+            await aclose_async_client()
+
+    with override_settings(CACHES={"default": closed}):
+        as_json = buy(_view_request("application/json"), item_id=42)
+        as_text = buy(_view_request("text/html,*/*;q=0.8"), item_id=42)
+        from_async = asyncio.run(abuy_once())
+        with pytest.raises(redis.ConnectionError), redis_lock("market:item:42"):
+            pass  # not a view: the error, unchanged
+    for response in (as_json, as_text, from_async):
+        assert response.status_code == 503
+        assert response["Retry-After"] == "5"
+    assert json.loads(as_json.content) == {"error": "Redis is unavailable; try again shortly."}
+    assert json.loads(from_async.content) == json.loads(as_json.content)
+    assert as_text["Content-Type"].startswith("text/plain")
+    assert buy(_view_request("application/json"), item_id=42).status_code == 200  # back
 
 
 @redis_lock("market:item:{item_id}", "market:user:{user}", blocking=False)

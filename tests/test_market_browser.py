@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from demo_project.marketplace.seed import DEMO_PASSWORD, seed
 from demo_project.marketplace.views import MARKET
 from redis_components.tasks.worker import Worker
+from tests.pages import page_width, resize
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -89,7 +90,7 @@ def test_buy_see_the_balance_and_the_sellers_notice(
     assert funds_shown(browser) == 1000 - price
     assert item not in browser.page_source.split("<tbody>")[1]  # no longer listed
 
-    assert Worker(["email"], burst=True).run() == 1  # the worker sends the notice
+    assert Worker(["market", "email"], burst=True).run() == 2  # the sale's workflow: record, notify
     bob = new_browser()
     log_in(bob, site, "bob")
     bob.get(f"{site}/notices/")
@@ -127,3 +128,28 @@ def test_two_buyers_at_once_one_gets_it_the_other_sees_why(
     owners = [name for name in buyers if item in MARKET.inventory(user_id(name))]
     assert len(owners) == 1
     assert MARKET.check() == []
+
+
+def test_no_page_is_wider_than_a_phone(site: str, browser: Any) -> None:
+    log_in(browser, site, "alice")
+    resize(browser, 390)
+    for page in ("/", "/market/", "/inventory/", "/notices/", "/chats/", "/contacts/", "/guild/"):
+        browser.get(site + page)
+        assert page_width(browser) <= 390, page
+
+
+def test_a_listings_text_is_centred_on_its_buy_button(site: str, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, site, "alice")
+    item = listing_by("bob")
+    button = buy_button(browser, item).rect
+    name = browser.find_element(By.XPATH, f"//table[@class='listings']//td[text()='{item}']")
+    # The text's own box, not the cell's (which is as tall as the row).
+    text = browser.execute_script(
+        "const range = document.createRange(); range.selectNodeContents(arguments[0]);"
+        "const box = range.getBoundingClientRect(); return {y: box.y, height: box.height};",
+        name,
+    )
+    middle = text["y"] + text["height"] / 2
+    assert abs(middle - (button["y"] + button["height"] / 2)) <= 2

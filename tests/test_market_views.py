@@ -3,6 +3,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -19,8 +20,18 @@ from conftest import CommandCount
 from demo_project.marketplace.market import USER_LOCK, item_lock
 from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
-from redis_components import GroupChat, Guild, RecentContacts, RedisLock, get_result
+from redis_components import (
+    GroupChat,
+    Guild,
+    RecentContacts,
+    RedisLock,
+    get_result,
+    get_workflow,
+)
+from redis_components.autocomplete import normalize
 from redis_components.tasks.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_may_check_db_connections")]
 
@@ -94,22 +105,37 @@ def test_buying_moves_money_and_item_and_notifies_the_seller(users: dict[str, in
     assert item in MARKET.inventory(users["alice"])
     assert MARKET.funds(bob) == 1000 + price
     assert MARKET.check() == []
-    # The notice goes through the task queue: nothing is sent until a worker runs it,
-    # and alice's notices page shows where the task is.
+    # The sale runs a workflow on the task queues: nothing is recorded or sent until a
+    # worker runs it, and alice's notices page shows where it is, step by step.
     assert mail.outbox == []
     sent = alice.get("/notices/").content.decode()
-    assert f'To bob, about {item}: <strong class="task-status">READY</strong>' in sent
-    assert Worker(["email"], burst=True).run() == 1
+    assert f'{item} from bob: <strong class="task-status">RUNNING</strong>' in sent
+    assert "(record_sale QUEUED, send_sold_email WAITING)" in sent
+    assert Worker(["market", "email"], burst=True).run() == 2
     [email] = mail.outbox
     assert email.to == ["bob@example.com"]
     notices = login("bob").get("/notices/").content.decode()
     assert f"Your {item} sold to alice for {price}." in notices
+    assert f"Sold 1 (for {price}), bought 0 (for 0)." in notices
     sent = alice.get("/notices/").content.decode()
-    assert f'To bob, about {item}: <strong class="task-status">SUCCESSFUL</strong>' in sent
-    # On Django 6 it is a Django @task, on our queue through RedisTaskBackend.
-    [task_id] = re.findall(r'<code class="muted">(\w+)</code>', sent)
-    backend = get_result(task_id).backend
-    assert backend == ("default" if django.VERSION >= (6, 0) else "redis_components")
+    assert f'{item} from bob: <strong class="task-status">SUCCESSFUL</strong>' in sent
+    assert "(record_sale SUCCESSFUL, send_sold_email SUCCESSFUL)" in sent
+    assert f"Sold 0 (for 0), bought 1 (for {price})." in sent
+    # alice is staff: the workflow links to its admin page, where its steps are.
+    [workflow_id] = re.findall(r'taskqueues/workflow/\?id=(\w+)"', sent)
+    admin = alice.get("/admin/redis_components/taskqueues/workflow/", {"id": workflow_id})
+    assert "send_sold_email" in admin.content.decode()
+    # On Django 6 the steps are Django @tasks, on our queues through RedisTaskBackend.
+    backends = {get_result(step.task_id).backend for step in get_workflow(workflow_id).steps()}
+    assert backends == {"default" if django.VERSION >= (6, 0) else "redis_components"}
+
+
+def test_a_sale_recorded_twice_counts_once(users: dict[str, int]) -> None:
+    """A step may run twice (at-least-once delivery): the sale still counts once."""
+    assert MARKET.record_sale("sale-1", users["bob"], users["alice"], 30)
+    assert not MARKET.record_sale("sale-1", users["bob"], users["alice"], 30)
+    assert MARKET.trades(users["bob"]) == {"sold": 1, "earned": 30, "bought": 0, "spent": 0}
+    assert MARKET.trades(users["alice"]) == {"sold": 0, "earned": 0, "bought": 1, "spent": 30}
 
 
 def test_purchase_refusals_change_nothing(users: dict[str, int]) -> None:
@@ -279,6 +305,23 @@ def test_guild_page_searches_a_guild_of_many_scripts(users: dict[str, int]) -> N
     assert Client().get("/rc/autocomplete/guilds/traders/", {"q": "a"}).status_code == 403
 
 
+def test_the_docs_matching_examples_work_in_the_demo_guild(users: dict[str, int]) -> None:
+    """docs/autocomplete.md: "`山` finds `山田`" and the others, in the guild as seeded."""
+    seed(MARKET)  # the demo's whole guild
+    docs = (ROOT / "docs" / "autocomplete.md").read_text()
+    examples = re.findall(r"`([^`]+)` finds\s+`([^`]+)`", docs)
+    assert len(examples) == 4
+    client = login("bob")
+    for typed, name in examples:
+        # The guild holds names starting with `name`, and what was typed matches them.
+        members = Guild(GUILD).suggest(name)
+        assert members, name
+        assert all(member.startswith(name) for member in members)
+        assert normalize(name).startswith(normalize(typed)), (typed, name)
+        found = client.get("/rc/autocomplete/guilds/traders/", {"q": typed}).json()["results"]
+        assert found, typed
+
+
 def test_home_page_lists_the_components_and_the_redis_in_use(
     users: dict[str, int], r: redis.Redis
 ) -> None:
@@ -286,6 +329,11 @@ def test_home_page_lists_the_components_and_the_redis_in_use(
     for name in ("Autocomplete", "Distributed locks", "Counting semaphores", "Task queues"):
         assert name in page
     assert 'href="/market/"' in page
+    # A component without a page of its own says where to see it: its own docs page.
+    semaphores = re.search(r"<tr><td>Counting semaphores</td>.*?</tr>", page, re.DOTALL)
+    assert semaphores is not None
+    assert "<code>docs/semaphores.md</code>" in semaphores[0]
+    assert (ROOT / "docs" / "semaphores.md").is_file()
     assert f"Redis {r.info('server')['redis_version']}" in page
 
 

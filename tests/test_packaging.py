@@ -7,6 +7,7 @@ into a temporary directory, never into dist/.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import tarfile
@@ -16,9 +17,11 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 import redis_components
 from conftest import single_server_only
+from redis_components.deprecation import REMOVED_IN
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,6 +90,9 @@ def test_sdist_carries_what_a_packager_needs_to_run_the_tests(built: tuple[Path,
     names = sdist_names(built[0])
     for needed in ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "manage.py"]:
         assert needed in names
+    # What the README points to: make demo and make test, and CONTRIBUTING.md.
+    for needed in ["Makefile", "tools/find-python", "CONTRIBUTING.md"]:
+        assert needed in names
     for folder in ["redis_components/", "tests/", "demo_project/", "docs/"]:
         assert any(name.startswith(folder) for name in names), folder
     # Hatchling always adds the root .gitignore, so it is not checked here.
@@ -95,8 +101,49 @@ def test_sdist_carries_what_a_packager_needs_to_run_the_tests(built: tuple[Path,
     assert not any("__pycache__" in name for name in names)
 
 
+def test_make_dist_installs_only_what_building_takes() -> None:
+    """`make dist` installs the dist group (build and twine), not the dev or docs tools."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("$(DIST)/.installed:") : makefile.index("\ndist:")]
+    assert "--group dist" in recipe
+    assert "--group dev" not in recipe
+    assert "--group docs" not in recipe
+    assert re.search(r"^dist: \$\(DIST\)/\.installed$", makefile, re.MULTILINE)
+
+
 def test_wheel_version_is_the_package_version(built: tuple[Path, Path]) -> None:
     assert wheel_metadata(built[1])["Version"] == redis_components.__version__
+
+
+def test_the_version_agrees_with_the_changelog_and_the_docs(built: tuple[Path, Path]) -> None:
+    """The unreleased code is a development release of the next version: newer than every
+    release in the changelog (under [Unreleased] until it is released), older than the
+    one that removes what is deprecated, and the version the docs call the current one."""
+    version = Version(wheel_metadata(built[1])["Version"])
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## \[(.+?)\]", changelog, re.MULTILINE)
+    released = [Version(section) for section in sections if section != "Unreleased"]
+    assert version > max(released)
+    assert version < Version(REMOVED_IN)
+    if version.is_prerelease:
+        assert sections[0] == "Unreleased"
+    else:
+        assert Version(sections[0]) == version
+    docs = "\n".join(page.read_text() for page in (ROOT / "docs").glob("*.md"))
+    changed_in = {Version(found) for found in re.findall(r"Changed in (\d+\.\d+)", docs)}
+    assert changed_in
+    assert all(found.release <= version.release for found in changed_in)
+    upgraded_from = {Version(found) for found in re.findall(r"Upgrading from (\d+\.\d+)", docs)}
+    assert upgraded_from
+    assert all(found < version for found in upgraded_from)
+    # The docs site's title reads the installed package's version.
+    assert (
+        'importlib.metadata.version("django-redis-components")'
+        in (ROOT / "docs" / "conf.py").read_text()
+    )
+    for text in [changelog, docs, (ROOT / "README.md").read_text()]:
+        for wheel in re.findall(r"django_redis_components-([^-<]+)-py3-none-any\.whl", text):
+            assert wheel == str(version)
 
 
 def test_classifiers_name_the_supported_django_and_python_versions(

@@ -258,6 +258,46 @@ def test_bad_queue_names_are_refused(start_worker: Callable[..., WorkerProcess])
     assert "queues: must not be empty" in worker.output()
 
 
+def test_a_queue_that_no_task_uses_is_served_with_a_warning(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    """A typo, most likely; but a queue fed by another service is served all the same."""
+    worker = start_worker("reprots", "test", "--burst")
+    assert worker.wait() == 0
+    output = worker.output()
+    [warning] = [line for line in output.splitlines() if "is used by no registered task" in line]
+    assert "WARNING" in warning
+    assert "Queue 'reprots' is used by no registered task and no RedisTaskBackend" in warning
+    assert "(theirs: default, email, " in warning  # ... and the test app's own
+    assert warning.endswith("a typo? It is served all the same.")
+    assert "serving reprots, test" in output
+
+
+def test_a_retry_is_one_line_and_the_traceback_comes_with_the_dead_letter(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    """With DEBUG on, Django's own line per run (logger django.tasks) is left out too."""
+
+    def failed_for_good(*args: str) -> str:
+        dead = queue_stats(["test"])[0].dead
+        tasks.fail.enqueue("f")
+        worker = start_worker("test", *args, environment={"RC_TEST_DEBUG": "1"})
+        wait_until(lambda: queue_stats(["test"])[0].dead == dead + 1, worker.output)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+        return worker.output()
+
+    output = failed_for_good()
+    assert output.count("; retry ") == 2  # tasks.fail has max_retries=2
+    assert output.count("Traceback") == 1
+    assert "dead-lettered after 2 retries\nTraceback" in output
+    assert "Task id=" not in output
+    # -v 2: the traceback of each attempt
+    output = failed_for_good("-v", "2")
+    assert output.count("Traceback") == 3
+    assert "Task id=" not in output
+
+
 def test_a_result_outlives_a_kill_9_and_ends_successful(
     r: redis.Redis, start_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -4,9 +4,11 @@ from urllib.parse import unquote
 
 import pytest
 from django import forms
+from django.test import override_settings
 from django.urls import resolve
 
 from redis_components import InvalidInput
+from redis_components.exceptions import ConfigurationError
 from redis_components.views import ContactsAutocompleteView, GuildAutocompleteView
 from redis_components.widgets import ContactAutocompleteWidget, GuildAutocompleteWidget
 
@@ -52,3 +54,13 @@ def test_guild_urls_resolve_back_to_the_guild(guild: str) -> None:
 def test_a_bad_guild_name_is_refused_when_the_widget_is_made() -> None:
     with pytest.raises(InvalidInput, match="guild"):
         GuildAutocompleteWidget("")
+
+
+urlpatterns: list[object] = []  # a project's URLconf that forgot the app's URLs (below)
+
+
+@override_settings(ROOT_URLCONF=__name__)
+@pytest.mark.parametrize("widget", [ContactAutocompleteWidget(), GuildAutocompleteWidget("a")])
+def test_without_the_apps_urls_rendering_says_to_include_them(widget: forms.Widget) -> None:
+    with pytest.raises(ConfigurationError, match=r'include\("redis_components.urls"\)'):
+        widget.render("member", None)

@@ -3,7 +3,8 @@
 Data, as the book lays it out (every key of one market shares the ``{<market>}`` hash
 tag, so the market also runs on Redis Cluster)::
 
-    demo:{main}:users:<id>       hash: name, funds
+    demo:{main}:users:<id>       hash: name, funds, and trade stats (sold, earned, bought, spent)
+    demo:{main}:sale:<id>        a recorded sale, so that it counts once (expires)
     demo:{main}:inventory:<id>   set of the items a user owns
     demo:{main}:market           ZSET "<item>.<seller id>" -> price
     demo:{main}:people           set of every user id (for the invariant check)
@@ -140,6 +141,18 @@ class Market:
 
     def funds(self, user: int) -> int:
         return int(self.client.hget(self.key("users", user), "funds") or 0)
+
+    def record_sale(self, sale: str, seller: int, buyer: int, price: int) -> bool:
+        """Count a sale in both users' trade stats (``sold``/``earned``, ``bought``/``spent``
+        in their hashes), once: recording the same ``sale`` again changes nothing, so the
+        task that records it may run twice. False when it was recorded already."""
+        keys = [self.key("sale", sale), self.key("users", seller), self.key("users", buyer)]
+        return bool(self.client.register_script(RECORD_SALE)(keys, [price, SALE_KEPT]))
+
+    def trades(self, user: int) -> dict[str, int]:
+        """A user's trade stats: how many items they sold and bought, and for how much."""
+        values = self.client.hmget(self.key("users", user), TRADE_STATS)
+        return {name: int(value or 0) for name, value in zip(TRADE_STATS, values, strict=True)}
 
     def exists(self, item: str) -> bool:
         """Whether an item of that name was ever made (names are never used twice)."""
@@ -346,6 +359,22 @@ if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then
 end
 redis.call('HSET', KEYS[2], 'name', ARGV[2], 'funds', ARGV[3])
 redis.call('INCRBY', KEYS[3], ARGV[3])
+return 1
+"""
+
+TRADE_STATS = ("sold", "earned", "bought", "spent")
+SALE_KEPT = 7 * 24 * 3600  # seconds a recorded sale's id is remembered (a week of retries)
+
+RECORD_SALE = """-- KEYS: 1) the sale's marker  2) the seller's hash  3) the buyer's hash
+-- ARGV: 1) the price  2) seconds the marker is kept
+-- Returns: 1 when recorded; 0 when this sale was recorded already (nothing changes)
+if not redis.call('SET', KEYS[1], 1, 'NX', 'EX', ARGV[2]) then
+  return 0
+end
+redis.call('HINCRBY', KEYS[2], 'sold', 1)
+redis.call('HINCRBY', KEYS[2], 'earned', ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'bought', 1)
+redis.call('HINCRBY', KEYS[3], 'spent', ARGV[1])
 return 1
 """
 

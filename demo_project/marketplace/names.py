@@ -61,7 +61,8 @@ def _scripts() -> list[Iterator[str]]:
         _pairs(ACCENTED_FIRST, ACCENTED_LAST),
         (s + a + b for a, b in itertools.product(CJK_GIVEN, repeat=2) for s in CJK_SURNAMES),
         _pairs(CYRILLIC_FIRST, CYRILLIC_LAST),
-        _pairs(JAPANESE_GIVEN, JAPANESE, sep=""),
+        # Written as in Japanese: family name first, no space (山田さくら): 山 finds 山田.
+        _pairs(JAPANESE, JAPANESE_GIVEN, sep=""),
         _pairs(GREEK_FIRST, GREEK_LAST),
         (f"{f} {i}. {last}" for i in initials for last in LATIN_LAST for f in LATIN_FIRST),
         (f"{f} {i}. {last}" for i in initials for last in ACCENTED_LAST for f in ACCENTED_FIRST),

@@ -1,14 +1,17 @@
-"""The demo's task, run by the worker that `make demo` starts.
+"""The demo's tasks, run by the worker that `make demo` starts.
 
-On Django 6 it is declared with Django's own ``@redis_task`` (``django.tasks``) and runs on our
-queue through ``RedisTaskBackend`` (``TASKS`` in the settings, 3 retries); on Django 5.2
-it is declared with ``redis_components.redis_task``. Either way ``.enqueue()`` returns a result
-whose status the buyer's notices page shows, read back with ``get_result``.
+A sale runs a workflow, a chain of two steps: ``record_sale`` counts it in both users'
+trade stats, then ``send_sold_email`` tells the seller (the book's example task). On
+Django 6 they are declared with Django's own ``@task`` (``django.tasks``) and run on our
+queues through ``RedisTaskBackend`` (``TASKS`` in the settings, 3 retries); on Django 5.2
+with ``redis_components.redis_task``. Either way ``.si(...)`` makes each a step, and the
+buyer's notices page shows the workflow's state, read back with ``get_workflow``.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import django
@@ -16,10 +19,18 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.http import HttpRequest
 
-from redis_components import Mailbox, get_result, redis_task
-from redis_components.exceptions import TaskResultDoesNotExist
+from redis_components import Mailbox, chain, get_workflow, redis_task
+from redis_components.exceptions import WorkflowDoesNotExist
 
-SENT_KEPT = 10  # the buyer's latest notices whose status the notices page shows
+from .market import Market
+
+SENT_KEPT = 10  # the buyer's latest sales whose workflow the notices page shows
+
+
+def record_sale(sale: str, seller_id: int, buyer_id: int, price: int) -> bool:
+    """Count a sale in the seller's and the buyer's trade stats, once (see
+    ``Market.record_sale``): a step that runs twice does not count it twice."""
+    return Market("main").record_sale(sale, seller_id, buyer_id, price)
 
 
 def send_sold_email(seller_id: int, item_id: str, price: int, buyer_id: int) -> None:
@@ -46,27 +57,35 @@ def send_sold_email(seller_id: int, item_id: str, price: int, buyer_id: int) -> 
 if django.VERSION >= (6, 0):
     from django.tasks import task as django_task
 
+    record_sale = django_task(queue_name="market")(record_sale)  # type: ignore[assignment]
     send_sold_email = django_task(queue_name="email")(send_sold_email)  # type: ignore[assignment]
 else:
+    record_sale = redis_task(queue="market", max_retries=3)(record_sale)  # type: ignore[assignment]
     send_sold_email = redis_task(queue="email", max_retries=3)(send_sold_email)  # type: ignore[assignment]
 
 
-def notify_seller(request: HttpRequest, seller_id: int, item: str, price: int, seller: str) -> None:
-    """Enqueue the seller's notice, and remember it in the buyer's session."""
-    result = send_sold_email.enqueue(seller_id, item, price, request.user.pk)  # type: ignore[attr-defined]
-    sent = [{"id": result.id, "item": item, "seller": seller}]
-    request.session["sold_notices"] = (sent + request.session.get("sold_notices", []))[:SENT_KEPT]
+def after_sale(request: HttpRequest, seller_id: int, item: str, price: int, seller: str) -> None:
+    """Start the sale's workflow (record it, then tell the seller), and remember it in the
+    buyer's session."""
+    buyer_id = request.user.pk
+    workflow = chain(
+        record_sale.si(uuid.uuid4().hex, seller_id, buyer_id, price),  # type: ignore[attr-defined]
+        send_sold_email.si(seller_id, item, price, buyer_id),  # type: ignore[attr-defined]
+    ).enqueue()
+    sent = [{"id": workflow.id, "item": item, "seller": seller}]
+    request.session["sales"] = (sent + request.session.get("sales", []))[:SENT_KEPT]
 
 
-def sent_notices(request: HttpRequest) -> list[dict[str, Any]]:
-    """The buyer's latest notices to sellers, with their task's status now."""
+def sales(request: HttpRequest) -> list[dict[str, Any]]:
+    """The buyer's latest sales, each with its workflow's status and steps now."""
     shown = []
-    for sent in request.session.get("sold_notices", []):
+    for sale in request.session.get("sales", []):
         try:
-            result = get_result(sent["id"])
-        except TaskResultDoesNotExist:
-            status, attempts = "expired", 0
+            workflow = get_workflow(sale["id"])
+        except WorkflowDoesNotExist:
+            shown.append({**sale, "status": "expired", "steps": []})
         else:
-            status, attempts = result.status.value, len(result.worker_ids)
-        shown.append({**sent, "status": status, "attempts": attempts})
+            # A Django @task's name is its module path: the function's name is enough here.
+            steps = [(step.task_name.rpartition(".")[2], step.state) for step in workflow.steps()]
+            shown.append({**sale, "status": workflow.status, "steps": steps})
     return shown

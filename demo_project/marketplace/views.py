@@ -31,7 +31,7 @@ from redis_components import (
 from redis_components.exceptions import ChatLimitReached, InvalidInput, LockNotAcquired
 
 from .market import PURCHASE_LOCKS, Market, Purchase, item_name_problem
-from .tasks import notify_seller, sent_notices
+from .tasks import after_sale, sales
 
 MARKET = Market("main")
 MAX_PRICE = 1_000_000
@@ -42,19 +42,20 @@ SORTS = {
     "seller": lambda row: (row[3].casefold(), row[2]),
 }
 
+# (name, book section, what it does, the demo's pages that show it, or where to see it)
 COMPONENTS = [
     ("Autocomplete", "6.1", "A user's recent contacts, and a large guild searched by prefix.",
-     [("Contacts", "contacts"), ("Guild", "guild")]),
+     [("Contacts", "contacts"), ("Guild", "guild")], ""),
     ("Distributed locks", "6.2", "Fine-grained locks with fencing tokens and renewing leases.",
-     [("Market", "market")]),
+     [("Market", "market")], ""),
     ("Counting semaphores", "6.3", "Fair and basic semaphores that never exceed their limit.",
-     []),
-    ("Task queues", "6.4", "Priorities, delayed tasks, at-least-once delivery, retries.",
-     [("Notices", "notices")]),
+     [], "docs/semaphores.md"),
+    ("Task queues", "6.4", "Priorities, delayed tasks, workflows, at-least-once delivery, retries.",
+     [("Notices", "notices")], ""),
     ("Pull messaging", "6.5", "Mailboxes and group chats with unread tracking.",
-     [("Chats", "chats"), ("Notices", "notices")]),
+     [("Chats", "chats"), ("Notices", "notices")], ""),
     ("File distribution", "6.6", "Files streamed through a bounded buffer to many readers.",
-     []),
+     [], "manage.py rc_files_send"),
 ]  # fmt: skip
 
 
@@ -205,7 +206,7 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
         _refused(request, item, purchase)
         return redirect("market")
     name = _usernames({seller}).get(seller, f"user {seller}")
-    notify_seller(request, seller, item, purchase.price, name)
+    after_sale(request, seller, item, purchase.price, name)
     RecentContacts().add(request.user, name)
     messages.success(
         request,
@@ -346,7 +347,8 @@ def notices(request: HttpRequest) -> HttpResponse:
     Notice.collect(request.user)
     context = {
         "notices": Notice.objects.filter(user=request.user).order_by("-created")[:100],
-        "sent": sent_notices(request),
+        "sales": sales(request),
+        "trades": MARKET.trades(me(request)),
     }
     return render(request, "marketplace/notices.html", context)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import django
 import redis
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -407,6 +408,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "opts": self.opts,
             "title": title,
             "overview_url": self.url("changelist"),
+            # Django 6.1's admin styles breadcrumbs as a list, before it a <div>.
+            "breadcrumbs_list": django.VERSION >= (6, 1),
             "can_manage": can_manage_task_queues(request.user),
             **extra,
         }

@@ -256,10 +256,14 @@ def failure(
             if isinstance(error, Retry) and error.delay is not None
             else backoff(message.retries, job.retry_backoff)
         )
+        # An expected failure: one line; its traceback at DEBUG (rc_worker -v 2), and
+        # with the dead letter.
         logger.warning(
             "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
             *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
-            exc_info=None if isinstance(error, Retry) else error,
+            exc_info=None
+            if isinstance(error, Retry) or not logger.isEnabledFor(logging.DEBUG)
+            else error,
         )
         retried = dataclasses.replace(message, retries=message.retries + 1).encode()
         entry = error_json(*describe(error))

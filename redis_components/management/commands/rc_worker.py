@@ -23,6 +23,10 @@ from ._console import configure_logging
 
 logger = logging.getLogger("redis_components.worker")
 
+# Django's Tasks framework logs a line of its own as each task starts and ends, under
+# this logger ("django_tasks" on the backport); the workers log each run themselves.
+DJANGO_TASK_LOGGERS = ("django.tasks", "django_tasks")
+
 HELP = """Run task workers: processes that take tasks from Redis queues and run them.
 
 Queues are served in the order given: a ready task in an earlier queue always runs
@@ -121,6 +125,10 @@ class Command(RedisCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        for name in DJANGO_TASK_LOGGERS:
+            django_logger = logging.getLogger(name)
+            if not django_logger.handlers:  # unless the project logs it on purpose
+                django_logger.addFilter(lambda record: False)
         tasks = registered_tasks()
         queues = options["queues"] or sorted(queues_in_use() or {DEFAULT_QUEUE})
         try:
@@ -148,6 +156,15 @@ class Command(RedisCommand):
             if not options["no_scheduler"]
             else "left to other workers (--no-scheduler)",
         )
+        known = queues_in_use()
+        for queue in supervisor.queues:
+            if queue not in known:  # a typo, or a queue that another service feeds
+                logger.warning(
+                    "Queue %r is used by no registered task and no RedisTaskBackend in "
+                    "settings.TASKS (theirs: %s): a typo? It is served all the same.",
+                    queue,
+                    ", ".join(sorted(known)) or "none",
+                )
         logger.info("Our @redis_tasks: %s", ", ".join(sorted(tasks)) or "none registered")
         for alias, backend_queues in django_backends().items():
             logger.info(

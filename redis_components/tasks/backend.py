@@ -1,6 +1,6 @@
 """The task model: Django's ``Task``, on our queue, by either of two decorators.
 
-Every task is a :class:`RedisTask`, a subclass of Django's ``Task`` carrying our
+Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's ``Task`` carrying our
 options (retries, backoff, uniqueness, time limits), and every result is Django's
 ``TaskResult``. There are two ways to make a task:
 
@@ -39,19 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import inspect
 import logging
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import (
-    TYPE_CHECKING,
     Any,
-    Generic,
-    NamedTuple,
-    ParamSpec,
-    TypeAlias,
-    TypeVar,
     cast,
     overload,
 )
@@ -59,22 +51,28 @@ from typing import (
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
-from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
-from ..deprecation import deprecated
 from ..exceptions import (
     InvalidInput,
-    InvalidTaskArguments,
     TaskError,
     TaskResultDoesNotExist,
     TaskSerializationError,
 )
 from . import results
+from .definition import (
+    OWN_BACKEND,
+    P,
+    Prepared,
+    QueueBackend,
+    R,
+    RedisTask,
+    bind_arguments,
+    own_backend,
+)
 from .framework import (
-    BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
     Task,
@@ -94,7 +92,7 @@ from .messages import (
     validate_queue,
 )
 from .registry import task_registry, time_limits, validate_retries
-from .results import TaskStatus
+from .results import TaskStatus, django_datetime, django_time
 from .store import NOW, Due, TaskStore, due_at
 
 __all__ = [
@@ -110,10 +108,6 @@ __all__ = [
 ]
 
 CANCELLED = "redis_components.exceptions.TaskCancelled"
-# The alias of the backend of our @redis_task's tasks: not in settings.TASKS, needs nothing.
-OWN_BACKEND = "redis_components"
-P = ParamSpec("P")
-R = TypeVar("R")
 
 logger = logging.getLogger("redis_components.tasks")
 
@@ -133,140 +127,7 @@ class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
     """No result is kept under this id: ours and Django's ``TaskResultDoesNotExist``."""
 
 
-if TYPE_CHECKING:
-    from .workflows import Signature
-
-    _DjangoTask: TypeAlias = Task[..., Any]
-else:
-    _DjangoTask = Task  # not generic at run time on Django 6
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RedisTask(_DjangoTask, Generic[P, R]):
-    """Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
-    ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
-
-        @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
-        def send_sold_email(seller_id, item_id, price, buyer_id): ...
-
-    ``None`` (the default) takes the backend's ``OPTIONS`` (``MAX_RETRIES`` and so
-    on); ``unique_for`` (seconds) has no backend-wide setting: an enqueue equal to one
-    made within that time (same task, same arguments) enqueues nothing and returns the
-    first one's result. Bad values raise ``InvalidTask`` when the task is made. They
-    belong to the task's definition: a worker looks the task up by its name or module
-    path, so ``using()`` keeps them and does not change them.
-
-    ``registered_name``: the name our :func:`redis_task` registered it under (what its
-    messages carry); ``None`` for a Django ``@task`` (found by its module path).
-    """
-
-    max_retries: int | None = None
-    retry_backoff: float | None = None
-    unique_for: float | None = None
-    time_limit: float | None = None
-    soft_time_limit: float | None = None
-    registered_name: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The registered name of our ``@redis_task``; the function's name for Django's."""
-        return self.registered_name or self.func.__name__
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Deprecated: run the task here with :meth:`call` (Django's tasks are not
-        callable); a plain call of our ``@redis_task`` works, with a warning, until 0.3."""
-        if self.registered_name is None:
-            raise TypeError(f"a task is not callable: use {self.name}.call(...)")
-        deprecated(
-            f"calling task {self.name!r}", "use .call(...), as for Django's tasks", stacklevel=2
-        )
-        return cast("R", self.call(*args, **kwargs))
-
-    def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """This task's call as a workflow's step (see :mod:`~redis_components.tasks.workflows`):
-        after another step, it gets that step's result as its first argument."""
-        from .workflows import signature
-
-        return signature(self, *args, **kwargs)
-
-    def si(self, *args: Any, **kwargs: Any) -> Signature:
-        """:meth:`s`, immutable: it takes no result from the steps before it."""
-        return self.s(*args, **kwargs).set(immutable=True)
-
-    @property
-    def queue(self) -> str:
-        """Deprecated: :attr:`queue_name` (Django's name), until 0.3."""
-        deprecated("a task's .queue", "use .queue_name", stacklevel=2)
-        return self.queue_name
-
-    def get_backend(self) -> BaseTaskBackend:
-        if self.backend == OWN_BACKEND:
-            return own_backend()
-        return Task.get_backend(self)
-
-    def enqueue_in(
-        self, delay: float, /, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskResult[..., Any]:
-        """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
-        milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
-        backend = self._redis_backend()
-        backend.validate_task(self)
-        return backend.send(backend.prepare(self, args, kwargs), Due(after_ms=milliseconds))
-
-    def enqueue_at(
-        self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskResult[..., Any]:
-        """Send the task to run at ``when``, an aware datetime: ``using(run_after=when)``
-        then ``enqueue``."""
-        due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
-        return self.using(run_after=when).enqueue(*args, **kwargs)
-
-    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[..., Any]:
-        """Enqueue when the current database transaction commits; never if it rolls back.
-
-        The arguments are encoded now (so a bad argument raises here), and the result
-        is returned at once (it can be read once the transaction has committed).
-        Outside a transaction the task is enqueued immediately, and its errors raise as
-        ``enqueue``'s do. Inside one, an enqueue that fails when its turn comes
-        (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an error with the
-        task id, not raised: the transaction has committed by then.
-        """
-        backend = self._redis_backend()
-        backend.validate_task(self)
-        prepared = backend.prepare(self, args, kwargs)
-        due = backend.due(self)
-        if not transaction.get_connection().in_atomic_block:
-            return backend.send(prepared, due)
-
-        def send() -> None:
-            try:
-                backend.send(prepared, due)
-            except Exception:
-                logger.exception(
-                    "Task %s (%s) was not enqueued after its transaction committed",
-                    prepared.result.id,
-                    self.name,
-                )
-
-        transaction.on_commit(send)
-        return prepared.result
-
-    def _redis_backend(self) -> RedisTaskBackend:
-        backend = self.get_backend()
-        if not isinstance(backend, RedisTaskBackend):
-            raise InvalidTask(f"the backend {self.backend!r} is not a RedisTaskBackend")
-        return backend
-
-
-class Prepared(NamedTuple):
-    """A task about to be enqueued: its READY result, its message and payload."""
-
-    result: TaskResult[..., Any]
-    message: TaskMessage
-    payload: str
-
-
-class RedisTaskBackend(BaseTaskBackend):
+class RedisTaskBackend(QueueBackend):
     """Django's Tasks backend on redis_components' queues and workers.
 
     Every feature Django defines is supported: ``run_after`` (the delayed set, moved by
@@ -486,12 +347,6 @@ class RedisTaskBackend(BaseTaskBackend):
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
 
 
-@functools.cache
-def own_backend() -> RedisTaskBackend:
-    """The backend of our ``@redis_task``'s tasks: any queue, no options, no settings."""
-    return RedisTaskBackend(OWN_BACKEND, {"QUEUES": [], "OPTIONS": {}})
-
-
 def get_result(task_id: str) -> TaskResult[..., Any]:
     """The result of task ``task_id``, whichever decorator made it: Django's
     ``TaskResult`` (:class:`ResultDoesNotExist` if none is kept)."""
@@ -507,12 +362,12 @@ def task_of(record: results.TaskRecord) -> Task[..., Any]:
             raise ResultDoesNotExist(
                 f"the task {record.task!r} of result {record.id!r} is not registered here"
             )
-        return as_enqueued(found, record.priority, record.queue, _django_datetime(record.run_after))
+        return as_enqueued(found, record.priority, record.queue, django_datetime(record.run_after))
     try:
         return find_django_task(record.task).using(
             priority=record.priority,
             queue_name=record.queue,
-            run_after=_django_datetime(record.run_after),
+            run_after=django_datetime(record.run_after),
             backend=record.backend,
         )
     except (ImportError, TypeError, InvalidTask, InvalidTaskBackend) as error:
@@ -545,10 +400,10 @@ def to_django(task: Task[..., Any], record: results.TaskRecord) -> TaskResult[..
         task=task,
         id=record.id,
         status=TaskResultStatus(status),
-        enqueued_at=_django_datetime(record.enqueued_at),
-        started_at=_django_datetime(record.started_at),
-        finished_at=_django_datetime(record.finished_at),
-        last_attempted_at=_django_datetime(record.last_attempted_at),
+        enqueued_at=django_datetime(record.enqueued_at),
+        started_at=django_datetime(record.started_at),
+        finished_at=django_datetime(record.finished_at),
+        last_attempted_at=django_datetime(record.last_attempted_at),
         args=record.args,
         kwargs=record.kwargs,
         backend=task.backend,
@@ -732,37 +587,6 @@ def _checked_options(task: RedisTask[..., Any]) -> None:
     time_limits(task.time_limit, task.soft_time_limit)
 
 
-def bind_arguments(
-    task: Task[..., Any],
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    *,
-    piped: bool = False,
-    error: type[InvalidTaskArguments] = InvalidTaskArguments,
-) -> None:
-    """``error`` (:class:`InvalidTaskArguments`) naming the task and what is wrong, unless
-    its function can take ``args`` and ``kwargs``: after its context if it takes one, and
-    ``piped``, after a workflow step's input (the result of the steps before it)."""
-    parameters = _signature(task.func)
-    if parameters is None:  # nothing to check against (a callable without a signature)
-        return
-    leading = (None,) * (task.takes_context + piped)
-    try:
-        parameters.bind(*leading, *args, **kwargs)
-    except TypeError as problem:
-        name = task.registered_name if isinstance(task, RedisTask) else None
-        raise error(name or task.module_path, str(problem)) from None
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
-    """The signature of a task's function, read once (``None`` if it has none)."""
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):
-        return None
-
-
 def _first_argument(func: Callable[..., Any]) -> str | None:
     parameters = list(inspect.signature(func).parameters)
     return parameters[0] if parameters else None
@@ -785,15 +609,3 @@ def find_django_task(path: str) -> Task[..., Any]:
     if not isinstance(found, Task):
         raise TypeError(f"{path!r} is not a Django task")
     return found
-
-
-def django_time(ms: int | None) -> datetime.datetime | None:
-    """Epoch ms as Django's own backends give times: aware, or naive local time when
-    ``USE_TZ`` is False."""
-    return _django_datetime(keys.utc_from_ms(ms))
-
-
-def _django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
-    if value is None or settings.USE_TZ:
-        return value
-    return timezone.make_naive(value)

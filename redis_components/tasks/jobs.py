@@ -19,16 +19,8 @@ from django.utils import timezone
 
 from ..exceptions import TaskArgumentsMismatch
 from . import results
-from .backend import (
-    RedisTask,
-    RedisTaskBackend,
-    as_enqueued,
-    bind_arguments,
-    django_time,
-    find_django_task,
-    own_backend,
-    to_django,
-)
+from .backend import RedisTaskBackend, as_enqueued, find_django_task, to_django
+from .definition import QueueBackend, RedisTask, bind_arguments, own_backend
 from .framework import (
     InvalidTask,
     InvalidTaskBackend,
@@ -44,7 +36,7 @@ from .framework import (
 )
 from .messages import TaskMessage, to_json
 from .registry import task_registry
-from .results import TaskStatus
+from .results import TaskStatus, django_time
 
 RUNNING = TaskResultStatus("RUNNING")
 ENDED = {
@@ -62,7 +54,7 @@ class Runnable:
     signals' sender) and its options, those of the task first, then the backend's."""
 
     task: Task[..., Any]
-    sender: type[RedisTaskBackend]
+    sender: type[QueueBackend]
     max_retries: int
     retry_backoff: float | None
     time_limit: float | None
@@ -125,7 +117,7 @@ def _django(path: str, priority: int, queue: str, alias: str) -> Runnable:
     return _runnable(task, backend)
 
 
-def _runnable(task: Task[..., Any], backend: RedisTaskBackend) -> Runnable:
+def _runnable(task: Task[..., Any], backend: QueueBackend) -> Runnable:
     def option(name: str, default: Any) -> Any:
         value = getattr(task, name, None) if isinstance(task, RedisTask) else None
         return default if value is None else value

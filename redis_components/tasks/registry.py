@@ -21,7 +21,7 @@ from ..guard import Busy
 from .messages import TaskMessage
 
 if TYPE_CHECKING:
-    from .backend import RedisTask
+    from .definition import RedisTask
 
 
 class Retry(Exception):

@@ -18,6 +18,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+from django.utils import timezone
+
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
 from .messages import MalformedTask, TaskMessage
@@ -193,3 +196,16 @@ def _errors(value: bytes | None) -> list[AttemptError]:
         for entry in entries
         if isinstance(entry, dict)
     ]
+
+
+def django_time(ms: int | None) -> datetime.datetime | None:
+    """Epoch ms as Django's own backends give times: aware, or naive local time when
+    ``USE_TZ`` is False."""
+    return django_datetime(keys.utc_from_ms(ms))
+
+
+def django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
+    """An aware time as Django's own backends give it (naive local when ``USE_TZ`` is False)."""
+    if value is None or settings.USE_TZ:
+        return value
+    return timezone.make_naive(value)

@@ -44,7 +44,7 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
-from .backend import RedisTask, bind_arguments
+from .definition import RedisTask, bind_arguments
 from .framework import Task
 from .messages import TaskMessage, new_task_id, to_json
 from .registry import Registry, find_task

@@ -14,7 +14,8 @@ from typing import Any
 
 from django.tasks import Task, TaskResult  # only Django 6 ships these tests
 
-from redis_components.tasks.backend import P, R, RedisTaskBackend
+from redis_components.tasks.backend import RedisTaskBackend
+from redis_components.tasks.definition import P, R
 from redis_components.tasks.store import TaskStore, result_key, tasks_client
 from redis_components.tasks.worker import Worker
 

@@ -1,0 +1,474 @@
+r"""What a task is, and what enqueuing it makes: the task type, its steps and their plan.
+
+:class:`RedisTask` is Django's ``Task`` with our options; ``task.s(...)`` makes a
+:class:`Signature`, and :func:`chain` and :func:`group` combine signatures into the graph
+of a workflow, which :func:`enqueue_workflow` plans and writes in one script. Neither
+needs the backend's module: a task reaches its backend as Django's tasks do, through
+its alias (Django's ``task_backends`` for ``settings.TASKS``; :func:`own_backend`, built
+from its dotted path, for our ``@redis_task``'s), and the backends it can run on are
+:class:`QueueBackend`\ s (``backend.RedisTaskBackend``). What a workflow writes and how it
+is read back is ``workflow_records.py``; what Django's ``@task`` and our ``@redis_task``
+add is ``backend.py``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime
+import functools
+import inspect
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeAlias, TypeVar, cast
+
+from django.db import transaction
+from django.utils.module_loading import import_string
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .. import keys
+from ..deprecation import deprecated
+from ..exceptions import InvalidInput, InvalidTaskArguments
+from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
+from .messages import TaskMessage, new_task_id
+from .store import Due, TaskStore, due_at
+from .workflow_records import Barrier, PlannedStep, Workflow, record_fields
+
+# The alias of the backend of our @redis_task's tasks: not in settings.TASKS, needs nothing.
+OWN_BACKEND = "redis_components"
+# Its class, found by path as Django finds settings.TASKS' backends (see own_backend).
+OWN_BACKEND_CLASS = "redis_components.tasks.backend.RedisTaskBackend"
+P = ParamSpec("P")
+R = TypeVar("R")
+
+logger = logging.getLogger("redis_components.tasks")
+
+if TYPE_CHECKING:
+    _DjangoTask: TypeAlias = Task[..., Any]
+else:
+    _DjangoTask = Task  # not generic at run time on Django 6
+
+
+class Prepared(NamedTuple):
+    """A task about to be enqueued: its READY result, its message and payload."""
+
+    result: TaskResult[..., Any]
+    message: TaskMessage
+    payload: str
+
+
+class QueueBackend(BaseTaskBackend):
+    """A Django Tasks backend that puts tasks on our queues (``backend.RedisTaskBackend``):
+    what a task and a workflow ask of their backend, in the steps of ``enqueue``, and
+    what a worker asks of it: the defaults of the options a task leaves at ``None``."""
+
+    @property
+    @abc.abstractmethod
+    def max_retries(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def retry_backoff(self) -> float | None: ...
+
+    @property
+    @abc.abstractmethod
+    def time_limits(self) -> tuple[float | None, float | None]:
+        """``(time_limit, soft_time_limit)``."""
+
+    @abc.abstractmethod
+    def prepare(
+        self,
+        task: Task[..., Any],
+        args: Iterable[Any],
+        kwargs: dict[str, Any],
+        *,
+        piped: bool = False,
+    ) -> Prepared:
+        """The READY result, message and payload of an enqueue of ``task`` (validated)."""
+
+    @abc.abstractmethod
+    def due(self, task: Task[..., Any]) -> Due:
+        """When ``task`` is due: now, or at its ``run_after``."""
+
+    @abc.abstractmethod
+    def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
+        """Write a prepared task to its queue; its result."""
+
+
+@functools.cache
+def own_backend() -> QueueBackend:
+    """The backend of our ``@redis_task``'s tasks: any queue, no options, no settings."""
+    backend = import_string(OWN_BACKEND_CLASS)(OWN_BACKEND, {"QUEUES": [], "OPTIONS": {}})
+    return cast("QueueBackend", backend)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RedisTask(_DjangoTask, Generic[P, R]):
+    """Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
+    ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
+
+        @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
+        def send_sold_email(seller_id, item_id, price, buyer_id): ...
+
+    ``None`` (the default) takes the backend's ``OPTIONS`` (``MAX_RETRIES`` and so
+    on); ``unique_for`` (seconds) has no backend-wide setting: an enqueue equal to one
+    made within that time (same task, same arguments) enqueues nothing and returns the
+    first one's result. Bad values raise ``InvalidTask`` when the task is made. They
+    belong to the task's definition: a worker looks the task up by its name or module
+    path, so ``using()`` keeps them and does not change them.
+
+    ``registered_name``: the name our :func:`redis_task` registered it under (what its
+    messages carry); ``None`` for a Django ``@task`` (found by its module path).
+    """
+
+    max_retries: int | None = None
+    retry_backoff: float | None = None
+    unique_for: float | None = None
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    registered_name: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The registered name of our ``@redis_task``; the function's name for Django's."""
+        return self.registered_name or self.func.__name__
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Deprecated: run the task here with :meth:`call` (Django's tasks are not
+        callable); a plain call of our ``@redis_task`` works, with a warning, until 0.3."""
+        if self.registered_name is None:
+            raise TypeError(f"a task is not callable: use {self.name}.call(...)")
+        deprecated(
+            f"calling task {self.name!r}", "use .call(...), as for Django's tasks", stacklevel=2
+        )
+        return cast("R", self.call(*args, **kwargs))
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task's call as a workflow's step (see :mod:`~redis_components.tasks.workflows`):
+        after another step, it gets that step's result as its first argument."""
+        return signature(self, *args, **kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """:meth:`s`, immutable: it takes no result from the steps before it."""
+        return self.s(*args, **kwargs).set(immutable=True)
+
+    @property
+    def queue(self) -> str:
+        """Deprecated: :attr:`queue_name` (Django's name), until 0.3."""
+        deprecated("a task's .queue", "use .queue_name", stacklevel=2)
+        return self.queue_name
+
+    def get_backend(self) -> BaseTaskBackend:
+        if self.backend == OWN_BACKEND:
+            return own_backend()
+        return Task.get_backend(self)
+
+    def enqueue_in(
+        self, delay: float, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskResult[..., Any]:
+        """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
+        milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
+        backend = self._redis_backend()
+        backend.validate_task(self)
+        return backend.send(backend.prepare(self, args, kwargs), Due(after_ms=milliseconds))
+
+    def enqueue_at(
+        self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
+    ) -> TaskResult[..., Any]:
+        """Send the task to run at ``when``, an aware datetime: ``using(run_after=when)``
+        then ``enqueue``."""
+        due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
+        return self.using(run_after=when).enqueue(*args, **kwargs)
+
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[..., Any]:
+        """Enqueue when the current database transaction commits; never if it rolls back.
+
+        The arguments are encoded now (so a bad argument raises here), and the result
+        is returned at once (it can be read once the transaction has committed).
+        Outside a transaction the task is enqueued immediately, and its errors raise as
+        ``enqueue``'s do. Inside one, an enqueue that fails when its turn comes
+        (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an error with the
+        task id, not raised: the transaction has committed by then.
+        """
+        backend = self._redis_backend()
+        backend.validate_task(self)
+        prepared = backend.prepare(self, args, kwargs)
+        due = backend.due(self)
+        if not transaction.get_connection().in_atomic_block:
+            return backend.send(prepared, due)
+
+        def send() -> None:
+            try:
+                backend.send(prepared, due)
+            except Exception:
+                logger.exception(
+                    "Task %s (%s) was not enqueued after its transaction committed",
+                    prepared.result.id,
+                    self.name,
+                )
+
+        transaction.on_commit(send)
+        return prepared.result
+
+    def _redis_backend(self) -> QueueBackend:
+        backend = self.get_backend()
+        if not isinstance(backend, QueueBackend):
+            raise InvalidTask(f"the backend {self.backend!r} is not a RedisTaskBackend")
+        return backend
+
+
+def bind_arguments(
+    task: Task[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    piped: bool = False,
+    error: type[InvalidTaskArguments] = InvalidTaskArguments,
+) -> None:
+    """``error`` (:class:`InvalidTaskArguments`) naming the task and what is wrong, unless
+    its function can take ``args`` and ``kwargs``: after its context if it takes one, and
+    ``piped``, after a workflow step's input (the result of the steps before it)."""
+    parameters = _signature(task.func)
+    if parameters is None:  # nothing to check against (a callable without a signature)
+        return
+    leading = (None,) * (task.takes_context + piped)
+    try:
+        parameters.bind(*leading, *args, **kwargs)
+    except TypeError as problem:
+        name = task.registered_name if isinstance(task, RedisTask) else None
+        raise error(name or task.module_path, str(problem)) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    """The signature of a task's function, read once (``None`` if it has none)."""
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+
+
+# -- steps: what a workflow is made of --------------------------------------------
+
+
+# The most steps one workflow may have: its creation is one script, which must stay short.
+MAX_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A call of a task to make as a workflow's step: ``task.s(*args, **kwargs)``.
+
+    A step after another gets that step's result as its first argument (before
+    ``args``), unless it is ``immutable`` (``task.si(...)``). With ``allow_failure``
+    it runs even when a step it waits for failed for good (or was cancelled), and gets
+    that step's failure record in place of its result: a dict ``{"step": <task id>,
+    "status": "FAILED" or "CANCELLED", "error": {...}}`` (see :func:`is_failure`).
+    """
+
+    task: Task[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    immutable: bool = False
+    allow_failure: bool = False
+
+    def set(self, *, immutable: bool | None = None, allow_failure: bool | None = None) -> Signature:
+        """This signature with ``immutable`` or ``allow_failure`` changed."""
+        return dataclasses.replace(
+            self,
+            immutable=self.immutable if immutable is None else immutable,
+            allow_failure=self.allow_failure if allow_failure is None else allow_failure,
+        )
+
+    def then(self, step: Node, *, allow_failure: bool = False) -> Chain:
+        """``chain(self, step)``."""
+        return chain(self, _after(step, allow_failure))
+
+    def enqueue(self) -> Workflow:
+        """Enqueue this step alone, as a workflow of one."""
+        return enqueue_workflow(self)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Steps run one after the other, each given the previous one's result
+    (:func:`chain`). Its result is its last step's."""
+
+    steps: tuple[Node, ...]
+
+    def then(self, step: Node, *, allow_failure: bool = False) -> Chain:
+        """This chain with ``step`` after it."""
+        return Chain((*self.steps, _after(step, allow_failure)))
+
+    def enqueue(self) -> Workflow:
+        return enqueue_workflow(self)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Steps run in parallel (:func:`group`). Its result is the list of its members'
+    results, in the group's order."""
+
+    members: tuple[Node, ...]
+
+    def then(self, step: Node, *, allow_failure: bool = False) -> Chain:
+        """A fan-in: ``step`` runs once, after every member succeeded, given the list of
+        their results. With ``allow_failure`` it runs once every member has ended, the
+        failed ones' failure records in their places."""
+        return Chain((self, _after(step, allow_failure)))
+
+    def enqueue(self) -> Workflow:
+        return enqueue_workflow(self)
+
+
+Node: TypeAlias = Signature | Chain | Group
+
+
+def signature(task: Task[..., Any], *args: Any, **kwargs: Any) -> Signature:
+    """A call of ``task`` (any task whose backend is a :class:`RedisTaskBackend`, ours or
+    Django's ``@task``) as a workflow's step; ``task.s(...)`` for ours."""
+    if not isinstance(task, Task):
+        raise InvalidInput("task", f"must be a task (made by @task), not {type(task).__name__}")
+    backend = task.get_backend()
+    if not isinstance(backend, QueueBackend):
+        raise InvalidInput(
+            "task", f"{task.name!r} runs on {type(backend).__name__}: steps need a RedisTaskBackend"
+        )
+    if task.run_after is not None:
+        raise InvalidInput("task", "a step runs when the steps before it end: no run_after")
+    backend.validate_task(task)
+    return Signature(task, args, kwargs)
+
+
+def chain(*steps: Node) -> Chain:
+    """Run ``steps`` one after the other, each given the previous one's result as its
+    first argument; a step that fails for good stops the chain."""
+    if not steps:
+        raise InvalidInput("steps", "a chain needs at least one step")
+    return Chain(tuple(_node(step, "steps") for step in steps))
+
+
+def group(steps: Iterable[Node]) -> Group:
+    """Run ``steps`` (a list, or any iterable: a generator too) in parallel. An empty
+    group's result is ``[]``, at once."""
+    if isinstance(steps, (Signature, Chain, Group)) or not isinstance(steps, Iterable):
+        raise InvalidInput("steps", "must be an iterable of steps (task.s(...)), as a list")
+    return Group(tuple(_node(step, "steps") for step in steps))
+
+
+def is_failure(value: object) -> bool:
+    """Whether a step's argument is the failure record of a step before it (which only
+    a step with ``allow_failure`` can get)."""
+    return (
+        isinstance(value, dict)
+        and set(value) <= {"step", "status", "error", "failed"}
+        and value.get("status") in ("FAILED", "CANCELLED", "NOT_RUN")
+    )
+
+
+def _node(step: object, name: str) -> Node:
+    if isinstance(step, (Signature, Chain, Group)):
+        return step
+    if isinstance(step, Task):
+        raise InvalidInput(name, f"{step.name!r} is a task, not a step: use {step.name}.s(...)")
+    raise InvalidInput(name, f"must hold steps (task.s(...)), not {type(step).__name__}")
+
+
+def _after(step: Node, allow_failure: bool) -> Node:
+    step = _node(step, "step")
+    if not allow_failure:
+        return step
+    if not isinstance(step, Signature):
+        raise InvalidInput("allow_failure", "applies to one step: set it on a signature")
+    return step.set(allow_failure=True)
+
+
+# -- planning: the graph of steps that a workflow writes -----------------------------
+
+
+class _Plan:
+    def __init__(self) -> None:
+        self.steps: list[PlannedStep] = []
+        self.barriers: list[Barrier] = []
+
+    def link(self) -> None:
+        """Put a barrier between each set of parents and the children that all wait
+        for it, where both are several."""
+        children: dict[tuple[int, ...], list[PlannedStep]] = {}
+        for step in self.steps:
+            if len(step.parents) > 1:
+                children.setdefault(step.parents, []).append(step)
+        for parents, kids in children.items():
+            if len(kids) < 2:
+                continue
+            number = len(self.steps) + len(self.barriers) + 1
+            templates = {kid.template for kid in kids} - {None}
+            template = templates.pop() if len(templates) == 1 else None
+            self.barriers.append(Barrier(number, parents, [kid.number for kid in kids], template))
+            moved = {kid.number for kid in kids}
+            for parent in parents:
+                step = self.steps[parent - 1]
+                step.kids = [*(k for k in step.kids if k not in moved), number]
+            for kid in kids:
+                kid.parents = (number,)
+                if template is not None and kid.template == template:
+                    kid.template, kid.input = None, number
+
+    def add(
+        self, node: Node, parents: tuple[int, ...], template: str | None
+    ) -> tuple[str, tuple[int, ...]]:
+        """Add ``node`` after ``parents``, given ``template`` as its input; its result's
+        template, and the steps whose ends make that result."""
+        if isinstance(node, Signature):
+            number = len(self.steps) + 1
+            if number > MAX_STEPS:
+                raise InvalidInput("steps", f"a workflow has at most {MAX_STEPS:,} steps")
+            backend = node.task.get_backend()
+            assert isinstance(backend, QueueBackend)  # signature() checked it
+            given = None if node.immutable else template
+            # Its function must take the arguments, after its input if it gets one.
+            piped = given is not None
+            message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
+            self.steps.append(
+                PlannedStep(number, message, parents, given, allow_failure=node.allow_failure)
+            )
+            for parent in parents:
+                self.steps[parent - 1].kids.append(number)
+            return f"@{number}", (number,)
+        if isinstance(node, Chain):
+            for step in node.steps:
+                template, parents = self.add(step, parents, template)
+            assert template is not None  # a chain has a step
+            return template, parents
+        results: list[str] = []
+        ends: list[int] = []
+        for member in node.members:
+            result, last = self.add(member, parents, template)
+            results.append(result)
+            ends += last
+        # An empty group has ended when the steps before it have.
+        return "[" + ",".join(results) + "]", tuple(dict.fromkeys(ends)) if results else parents
+
+
+def enqueue_workflow(node: Node) -> Workflow:
+    """Write the workflow of ``node`` and enqueue its first steps, all or nothing."""
+    plan = _Plan()
+    result, _ = plan.add(_node(node, "workflow"), (), None)
+    plan.link()
+    workflow_id = new_task_id()
+    fields, roots = record_fields(plan.steps, plan.barriers, workflow_id, result)
+    tasks = TaskStore()
+    try:
+        created = tasks.create_workflow(workflow_id, fields, roots)
+    except (RedisConnectionError, RedisTimeoutError):
+        # The reply was lost: the script may have run. Its id is ours (chosen before), and
+        # a read on the server comes after the script: return the workflow if it exists.
+        if "status" in tasks.workflow_fields([workflow_id], ["status"])[0]:
+            return Workflow(workflow_id)
+        raise
+    if created is None:  # pragma: no cover
+        raise RuntimeError(f"workflow id {workflow_id} is taken: 128 random bits collided")
+    return Workflow(workflow_id)

@@ -170,16 +170,30 @@ def load(name: str) -> Script:
     """The script in ``lua/<name>.lua`` (read once per process).
 
     A line ``-- @include <lib>`` is replaced by ``lua/lib/<lib>.lua``: functions that
-    several scripts share (the server sees one script, as if written out).
+    several scripts share (the server sees one script, as if written out). A library may
+    include another; each is written out once, where it is first included.
     """
-    lines = (LUA_DIR / f"{name}.lua").read_text("utf-8").splitlines(keepends=True)
-    source = "".join(
-        (LUA_DIR / "lib" / f"{line.removeprefix(INCLUDE).strip()}.lua").read_text("utf-8")
-        if line.startswith(INCLUDE)
-        else line
-        for line in lines
-    )
-    return Script(name, source)
+    return compose(name, (LUA_DIR / f"{name}.lua").read_text("utf-8"))
+
+
+def compose(name: str, source: str) -> Script:
+    """A script of ``source`` with its ``-- @include`` lines written out, as :func:`load`
+    reads ``lua/<name>.lua``."""
+    return Script(name, _expand(source, set()))
+
+
+def _expand(source: str, included: set[str]) -> str:
+    """``source`` with its includes written out (those not in ``included`` already)."""
+    parts = []
+    for line in source.splitlines(keepends=True):
+        if not line.startswith(INCLUDE):
+            parts.append(line)
+            continue
+        lib = line.removeprefix(INCLUDE).strip()
+        if lib not in included:
+            included.add(lib)
+            parts.append(_expand((LUA_DIR / "lib" / f"{lib}.lua").read_text("utf-8"), included))
+    return "".join(parts)
 
 
 def available() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -16,7 +17,7 @@ from redis_components import cancel, chain, get_result, get_workflow, redis_task
 from redis_components.exceptions import InvalidInput, TaskNotCancellable, TaskNotDurable
 from redis_components.scripts import load
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.messages import FlowStep, TaskMessage, new_task_id
 from redis_components.tasks.store import (
     BAND,
     FIRST,
@@ -65,6 +66,51 @@ def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> No
     assert rank(100) < rank(0) < rank(-100)
     assert rank(0) - rank(1) == BAND
     assert rank(-100) + FIRST < 2**53  # the largest score, with the counter, is exact
+
+
+# What lib/queue.lua reads in a payload and what it writes, as one script returns it.
+QUEUE_LIBRARY = scripts.compose(
+    "queue_library",
+    """-- KEYS: none
+-- ARGV: 1) a payload  2) a time (epoch ms)
+-- Returns: its id, its rank, it stamped with the time, it with one more crash
+-- @include queue
+local body, crashes = queue_crashes(ARGV[1])
+return {queue_id(ARGV[1]) or false, queue_rank(ARGV[1]), queue_stamp(ARGV[1], ARGV[2]),
+  body and queue_crashed(body, crashes + 1) or false}
+""",
+)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        TaskMessage(new_task_id(), "t", "q", [], {}),
+        TaskMessage(new_task_id(), "a.b", "email", [1, "x", None], {"k": [{}]}, priority=-100),
+        TaskMessage(new_task_id(), "t", "q", ["é\u2028"], {}, priority=100, backend="other"),
+        TaskMessage(new_task_id(), "t", "q", [], {}, 7, flow=FlowStep("f" * 32, 2, (), 3)),
+        TaskMessage(new_task_id(), "t", "q", [], {}, -3, scheduled_for=5, retries=2, crashes=1),
+    ],
+    ids=["plain", "lowest", "highest", "step", "retried"],
+)
+def test_the_queue_library_reads_and_writes_what_task_message_encodes(
+    r: redis.Redis, message: TaskMessage
+) -> None:
+    """Every script that makes a task ready goes through lib/queue.lua: its reading of a
+    payload's id and priority, and its writing of the enqueue time and of a crash, agree
+    with TaskMessage's encoding for every shape a message can take."""
+    task_id, ranked, stamped, crashed = QUEUE_LIBRARY(r, [], [message.encode(), 1234], raw=True)
+    assert task_id.decode() == message.id
+    assert ranked == rank(message.priority)
+    first = not message.retries and not message.crashes
+    expected = dataclasses.replace(message, enqueued_at=1234) if first else message
+    assert TaskMessage.decode(stamped) == expected
+    assert TaskMessage.decode(crashed) == dataclasses.replace(message, crashes=message.crashes + 1)
+
+
+def test_the_queue_library_reads_no_id_or_priority_in_what_is_not_a_task(r: redis.Redis) -> None:
+    task_id, ranked, stamped, crashed = QUEUE_LIBRARY(r, [], ["not a task", 1], raw=True)
+    assert (task_id, ranked, stamped, crashed) == (None, rank(0), b"not a task", None)
 
 
 def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:

@@ -22,8 +22,7 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if not status or status == 'CANCELLED' or redis.call('HGET', KEYS[1], 'finished_at') then
   return {0, status, 0, 0}
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = queue_now()
 local keep = tonumber(ARGV[2])
 
 -- What becomes of each step not final: {n, its state, its id, the queued deliveries to

@@ -5,17 +5,17 @@
 -- ARGV: 1) the workflow's id  2) how long to keep a result after its last change, in ms
 --       3) how many fields the HASH is given; then those fields and their values (see
 --       lib/flow.lua), then for each step that runs first: its number, its payload
---       (ending in '"retries":0}', as queue_enqueue.lua takes it), its rank
+--       (ending in '"retries":0}': see lib/queue.lua), its rank
 -- Returns: the server's time (epoch ms) of the enqueue; false when a workflow of this
 --          id exists (nothing changed)
 -- One script writes the whole workflow and enqueues its first steps: an enqueue that is
 -- interrupted leaves nothing, and no step runs before the workflow exists.
+-- @include queue
 -- @include flow
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return false
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = queue_now()
 local keep = tonumber(ARGV[2])
 local last = 3 + 2 * tonumber(ARGV[3])
 for i = 4, last, 1000 do  -- unpack() takes a few thousand values at most
@@ -26,14 +26,9 @@ local flow = flow_open(1)
 for r = 1, (#ARGV - last) / 3 do
   local n, payload, rank = ARGV[last + 3 * r - 2], ARGV[last + 3 * r - 1], ARGV[last + 3 * r]
   local ready, result = KEYS[3 + 2 * r], KEYS[4 + 2 * r]
-  payload = string.match(payload, '^(.*),"retries":0}$') .. ',"enqueued_at":' .. now
-    .. ',"retries":0}'
-  redis.call('ZADD', ready, tonumber(rank) + redis.call('INCR', KEYS[2]), payload)
-  if redis.call('ZCARD', ready) == 1 then
-    redis.call('PUBLISH', ready, 'ready')
-  end
-  redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
-  redis.call('PEXPIRE', result, keep)
+  payload = queue_stamp(payload, now)
+  queue_ready(ready, KEYS[2], tonumber(rank), payload)
+  queue_result(result, payload, now, keep)
   -- (The fields count it as released already: see workflows.py.)
   redis.call('HSET', KEYS[1], 'st:' .. n, 'Q', 'pay:' .. n, payload)
 end

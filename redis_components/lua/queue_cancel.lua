@@ -25,8 +25,7 @@ local function free_unique()
 end
 if redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2]) > 0 then
   free_unique()
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local now = queue_now()
   redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
   if ARGV[7] ~= '0' then

@@ -36,8 +36,7 @@ local BATCH = 100  -- at most this many delayed tasks move per queue and call
 -- @include attempts
 local flow_keys = tonumber(ARGV[17])
 local queues = (#KEYS - 6 - flow_keys) / 4
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = queue_now()
 
 -- The task this worker finished: out of its in-progress ZSET, its outcome recorded.
 local recorded = 0
@@ -164,7 +163,7 @@ if take and recorded == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 
 -- Due delayed tasks to their ready ZSETs, ranked by the priority at the start of their
--- payload as enqueue ranks them (see queue_enqueue.lua), in the order they fell due.
+-- payload as enqueue ranks them (see lib/queue.lua), in the order they fell due.
 local wait = -1
 local woken = {}
 if string.sub(ARGV[2], -4) == 'move' then
@@ -179,12 +178,7 @@ if string.sub(ARGV[2], -4) == 'move' then
       end
       local counter = redis.call('INCRBY', KEYS[3], #due) - #due
       for j, payload in ipairs(due) do
-        local priority = tonumber(string.match(payload, '^{"id":"[^"]*","priority":(%-?%d+),'))
-        if not priority or priority < -100 or priority > 100 then
-          priority = 0
-        end
-        redis.call('ZADD', ready, (100 - priority) * 17592186044416 + 8796093022208 + counter + j,
-          payload)
+        redis.call('ZADD', ready, queue_rank(payload) + counter + j, payload)
       end
       first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
     end
@@ -206,7 +200,7 @@ if take then
     if popped[1] then
       payload, position = popped[1], i
       redis.call('ZADD', KEYS[4 * i + 5], popped[2], payload)
-      local id = string.match(payload, '^{"id":"(%x+)"')
+      local id = queue_id(payload)
       if id then
         attempts_add(KEYS[2], id, now .. ' ' .. ARGV[1])
       end

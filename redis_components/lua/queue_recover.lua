@@ -24,8 +24,7 @@
 -- workflow is not put back; a step dead-lettered here fails its workflow's later steps.
 -- @include flow
 -- @include attempts
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = queue_now()
 if ARGV[2] == 'expired' then
   local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
   if expiry and tonumber(expiry) >= now then
@@ -65,26 +64,23 @@ for i = 1, queues do
   redis.call('DEL', running)
   for j = 1, #held, 2 do
     local payload, score = held[j], held[j + 1]
-    local id = string.match(payload, '^{"id":"(%x+)"')
+    local id = queue_id(payload)
     local attempt = id and attempts_remove(KEYS[3], id, redis.call('HGET', KEYS[3], id),
       attempt_of(false, ARGV[1]))
     local error, crashes, charged = nil, 0, true
     if max_crashes > 0 then
-      local body, count = string.match(payload, '^(.*),"crashes":(%d+)}$')
-      if not body and string.sub(payload, -1) == '}' then
-        body, count = string.sub(payload, 1, -2), 0
-      end
+      local body, count = queue_crashes(payload)
       if body and shared then
-        crashes, charged = tonumber(count) + 1, false
+        crashes, charged = count + 1, false
         error = 'its worker died while running it and ' .. (held_total - 1) ..
           ' other tasks, any of which may be the cause (crash ' .. crashes ..
           ', not charged: from the second on, it runs alone)'
-        payload = body .. ',"crashes":' .. crashes .. '}'
+        payload = queue_crashed(body, crashes)
       elseif body then
-        crashes = tonumber(count) + 1
+        crashes = count + 1
         error = 'its worker died while running it (' .. crashes .. ' of ' .. max_crashes .. ')'
         if crashes < max_crashes then
-          payload = body .. ',"crashes":' .. crashes .. '}'
+          payload = queue_crashed(body, crashes)
         end
       else  -- not a task of ours: it cannot be run, so it is not counted either
         crashes, error = max_crashes, 'its worker died while holding it, and it is not a task'

@@ -3,14 +3,13 @@
 --       each entry's task (any key of the task system for an entry without one)
 -- ARGV: 1) how long to keep a result after its last change, in ms, then for each entry:
 --       the dead-letter entry, the payload to enqueue in its place, its rank (see
---       queue_enqueue.lua), its task id ("" when it has no result hash)
+--       lib/queue.lua), its task id ("" when it has no result hash)
 -- Returns: the number of entries moved (an entry no longer in the list is skipped)
-local was_empty = redis.call('ZCARD', KEYS[2]) == 0
+-- @include queue
 local moved = 0
 for i = 2, #ARGV, 4 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    local score = tonumber(ARGV[i + 2]) + redis.call('INCR', KEYS[3])
-    redis.call('ZADD', KEYS[2], score, ARGV[i + 1])
+    queue_ready(KEYS[2], KEYS[3], tonumber(ARGV[i + 2]), ARGV[i + 1])
     moved = moved + 1
     if ARGV[i + 3] ~= '' then
       local result = KEYS[3 + (i + 2) / 4]
@@ -20,8 +19,5 @@ for i = 2, #ARGV, 4 do
       redis.call('PEXPIRE', result, tonumber(ARGV[1]))
     end
   end
-end
-if moved > 0 and was_empty then
-  redis.call('PUBLISH', KEYS[2], 'ready')
 end
 return moved

@@ -7,13 +7,13 @@
 -- ARGV: 1) how long to keep a result after its last change, in ms
 --       then 7 for each claim: the schedule's name, the tick being claimed (epoch ms),
 --       the tick after it, "run" (enqueue the task for this tick) or "skip" (only move
---       on), the task payload, its rank (see queue_enqueue.lua), the new task's id
+--       on), the task payload, its rank (see lib/queue.lua), the new task's id
 -- Returns: for each claim, 1 when the tick was claimed (and its task enqueued if "run"),
 --          0 when it was not due yet or another scheduler had claimed it (nothing changed)
 -- Claiming and enqueueing are one atomic step: whatever the number of schedulers, and
 -- even if one is killed mid-claim, each tick is enqueued once or (when skipped) never.
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- @include queue
+local now = queue_now()
 local ttl = tonumber(ARGV[1])
 local claimed = {}
 for i = 0, (#ARGV - 1) / 7 - 1 do
@@ -25,12 +25,8 @@ for i = 0, (#ARGV - 1) / 7 - 1 do
     redis.call('HSET', KEYS[1], name, ARGV[4 + i * 7])
     if ARGV[5 + i * 7] == 'run' then
       local payload = ARGV[6 + i * 7]
-      redis.call('ZADD', ready, tonumber(ARGV[7 + i * 7]) + redis.call('INCR', KEYS[3]), payload)
-      if redis.call('ZCARD', ready) == 1 then
-        redis.call('PUBLISH', ready, 'ready')
-      end
-      redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
-      redis.call('PEXPIRE', result, ttl)
+      queue_ready(ready, KEYS[3], tonumber(ARGV[7 + i * 7]), payload)
+      queue_result(result, payload, now, ttl)
       redis.call('HSET', KEYS[2], name, tick .. ' ' .. ARGV[8 + i * 7])
     end
     claimed[i + 1] = 1

@@ -37,6 +37,10 @@ default prefix::
 A ready task's score is ``(100 - priority) * 2**44 + 2**43 + n``, ``n`` from the
 enqueue counter: one ``ZPOPMIN`` takes the highest priority, and the oldest among
 equals, with no polling. Scores stay below 2**53, so they are exact in a double.
+Every script that makes a task ready (enqueue, a workflow's creation and release, a
+schedule's claim, a dead letter's requeue, the delayed mover) does it through
+``lua/lib/queue.lua``, which also reads a payload's id and priority and stamps its
+enqueue time (``tests/test_task_store.py`` checks it against :class:`TaskMessage`).
 
 Each queue has its own delayed ZSET (not one for all queues, as in the book) so that
 the script moving due tasks to their ready sets gets every key it writes through

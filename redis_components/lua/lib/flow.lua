@@ -17,6 +17,7 @@
 -- A barrier (see flow_barrier) is numbered after the steps and has st, deps, kids, in
 -- and r, no id; "kr" and "kq" are the prefixes of a result hash's and a ready ZSET's
 -- keys. It is in no count, nor in "left".
+-- @include queue
 
 local function flow_open(base)
   return {key = KEYS[base], counter = KEYS[base + 1], live = KEYS[base + 2],
@@ -70,20 +71,15 @@ local function flow_payload(flow, n, now)
   local got = redis.call('HMGET', flow.key, 'head:' .. n, 'tail:' .. n, 'in:' .. n)
   local head, tail, template = got[1], got[2] or '', got[3]
   local input = template and flow_fill(flow, template) or ''
-  local body = string.match(head .. input .. tail, '^(.*),"retries":0}$')
-  return body .. ',"enqueued_at":' .. now .. ',"retries":0}'
+  return queue_stamp(head .. input .. tail, now)
 end
 
 -- Enqueue step n: its result hash and its queue's ready ZSET are "result" and "ready".
 local function flow_enqueue(flow, n, result, ready, now, keep)
   local payload = flow_payload(flow, n, now)
   local rank = tonumber(redis.call('HGET', flow.key, 'rank:' .. n))
-  redis.call('ZADD', ready, rank + redis.call('INCR', flow.counter), payload)
-  if redis.call('ZCARD', ready) == 1 then
-    redis.call('PUBLISH', ready, 'ready')
-  end
-  redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
-  redis.call('PEXPIRE', result, keep)
+  queue_ready(ready, flow.counter, rank, payload)
+  queue_result(result, payload, now, keep)
   flow_mark(flow, n, 'W', 'Q')
   redis.call('HSET', flow.key, 'pay:' .. n, payload)
 end

@@ -84,9 +84,13 @@ class Workers:
 
     def check_parents_ended(self, message: TaskMessage) -> None:
         assert message.flow is not None
-        record = self.store.workflow_record(message.flow.workflow)
+        workflow = message.flow.workflow
+        [glance] = self.store.workflow_fields([workflow], ["steps"])
+        count = int(glance["steps"])
+        fields = [f"{name}:{n}" for n in range(1, count + 1) for name in ("kids", "st")]
+        record = self.store.workflow_pages(workflow, [fields])
         step = str(message.flow.step)
-        for n in range(1, int(record["steps"]) + 1):
+        for n in range(1, count + 1):
             if step in record[f"kids:{n}"].decode().split(","):
                 assert record[f"st:{n}"] in (b"S", b"F", b"C"), "a step ran before its parent"
 

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -28,11 +29,13 @@ from redis_components.exceptions import (
     WorkflowDoesNotExist,
     WorkflowNotSuccessful,
 )
+from redis_components.scripts import LUA_DIR
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, workers
 from redis_components.tasks.store import TaskStore, flow_key, result_key
 from redis_components.tasks.worker import Worker
+from redis_components.tasks.workflow_records import FIELDS, STEP_FIELDS
 from redis_components.tasks.workflows import (
     MAX_STEPS,
     STATES,
@@ -577,6 +580,76 @@ def test_listing_workflows_reads_how_they_stand_not_their_steps(r: redis.Redis) 
     assert bytes_sent(r) - before < 20_000
     assert all(f"{workflow.id}  SUCCESSFUL" in shown for workflow in finished)
     assert shown.count("1 waiting, 1 queued") == 2
+
+
+def described_fields() -> tuple[set[str], set[str]]:
+    """The fields lua/lib/flow.lua's header lists: the workflow's own, and each step's."""
+    source = (LUA_DIR / "lib" / "flow.lua").read_text("utf-8")
+    header = source.split("-- The fields of the HASH", 1)[1].split("-- A barrier (see", 1)[0]
+    own: set[str] = set()
+    steps: set[str] = set()
+    for names in re.findall(r"^--   (\S.*?)(?:\s{2,}|$)", header, re.M):
+        for name in names.split(", "):
+            base, _, suffix = name.partition(":")
+            (steps if suffix == "<n>" else own).add(base)
+    return own, steps
+
+
+def test_flow_lua_describes_exactly_the_fields_of_a_workflow() -> None:
+    assert described_fields() == (set(FIELDS), set(STEP_FIELDS))
+
+
+def test_a_workflow_holds_only_its_fields_and_drops_a_released_steps_copies(
+    r: redis.Redis,
+) -> None:
+    """Every field a workflow's HASH gets as it runs (a barrier, a failure allowed) is
+    one of FIELDS or STEP_FIELDS; what makes a step's payload is dropped once the step is
+    released, so a finished workflow keeps its steps' payloads once (pay:<n>)."""
+
+    def fields() -> set[str]:
+        return {name.decode() for name in r.hkeys(flow_key(workflow.id))}
+
+    copies = ("head:", "tail:", "in:", "rank:")
+    workflow = chain(
+        group([tasks.member.s("a"), tasks.fail_now.si("bad")]),
+        group([tasks.total.s("b").set(allow_failure=True), tasks.total.s("c")]),
+        tasks.add.si(1, 2),
+    ).enqueue()
+    waiting = fields()
+    assert any(name.startswith(copies) for name in waiting)
+    assert finish(workflow) == "FAILED"
+    ended = fields()
+    assert {name.partition(":")[0] for name in waiting | ended} <= {*FIELDS, *STEP_FIELDS}
+    # The barrier between the groups (numbered after the 5 steps) kept its result and
+    # that a parent failed; its input's template went with the release.
+    assert {"r:6", "bf:6"} <= ended
+    assert "in:6" in waiting
+    assert "in:6" not in ended
+    released = {step.number for step in workflow.steps() if step.state in ("SUCCESSFUL", "FAILED")}
+    assert released == {1, 2, 3}
+    assert not {name for name in ended if name.startswith(copies)} & {
+        f"{copy}{n}" for copy in copies for n in released
+    }
+
+
+def sent_for(r: redis.Redis, action: Callable[[], object]) -> int:
+    """The bytes the server sends its clients for ``action``, less what measuring sends."""
+    first = bytes_sent(r)
+    second = bytes_sent(r)
+    action()
+    return bytes_sent(r) - second - (second - first)
+
+
+def test_a_glance_at_a_workflow_of_the_most_steps_reads_under_a_kilobyte(r: redis.Redis) -> None:
+    workflow = group(tasks.add.s(i, 1) for i in range(MAX_STEPS)).enqueue()
+    for glance in (
+        lambda: workflow.status,
+        lambda: workflow.finished,
+        lambda: workflow.failed_step,
+        workflow.summary,
+        lambda: get_workflow(workflow.id),
+    ):
+        assert sent_for(r, glance) < 1024
 
 
 def counted(workflow: Workflow) -> dict[str, int]:

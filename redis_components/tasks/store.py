@@ -1210,9 +1210,19 @@ class TaskStore:
             raise TaskNotDurable(problem, workflow_id)
         return int(created)
 
-    def workflow_record(self, workflow_id: str) -> dict[str, bytes]:
-        """A workflow's HASH, as stored (empty when none is kept)."""
-        return _names(raw(self.client, "HGETALL", flow_key(workflow_id)))
+    def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
+        """These fields of a workflow's HASH (those it has), one HMGET per page of them,
+        in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for page in pages:
+            raw(pipe, "HMGET", flow_key(workflow_id), *page)
+        replies = pipe.execute() if pages else []
+        return {
+            name: value
+            for page, values in zip(pages, replies, strict=True)
+            for name, value in zip(page, values, strict=True)
+            if value is not None
+        }
 
     def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
         """The result (JSON) of a workflow's step or barrier, as stored (``None`` when it

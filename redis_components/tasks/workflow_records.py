@@ -1,11 +1,12 @@
 """A workflow as Redis keeps it: the fields its creation writes, and the handle that
 reads them.
 
-A workflow is one HASH (``flow_key``; its fields are listed in ``lua/lib/flow.lua``):
-:func:`record_fields` writes it from a plan of steps (made in ``definition.py``), the
-scripts of ``store.py`` change it as steps end, and :class:`Workflow` (what
-``enqueue()`` returns and :func:`get_workflow` finds) reads it: a glance reads a few
-fields (:data:`SUMMARY_FIELDS`), never the steps or their results.
+A workflow is one HASH (``flow_key``) of the :data:`FIELDS` and :data:`STEP_FIELDS`
+that ``lua/lib/flow.lua``'s header describes: :func:`record_fields` writes it from a plan
+of steps (made in ``definition.py``), the scripts of ``store.py`` change it as steps end,
+and :class:`Workflow` (what ``enqueue()`` returns and :func:`get_workflow` finds) reads
+it: a glance reads a few fields (:data:`SUMMARY_FIELDS`), never the steps or their
+results, and the steps are read a page of fields per command.
 """
 
 from __future__ import annotations
@@ -34,6 +35,42 @@ STATES: dict[str, StepState] = {
     "C": "CANCELLED",
     "N": "NOT_RUN",  # a step before it failed
 }
+
+# The fields of a workflow's HASH: its own ("count" is "count:<state code>"), and each
+# step's (or barrier's) "<field>:<n>". lua/lib/flow.lua's header says what each holds.
+FIELDS = (
+    "status",
+    "id",
+    "steps",
+    "left",
+    "result",
+    "created_at",
+    "finished_at",
+    "failed",
+    "kr",
+    "kq",
+    "count",
+)
+STEP_FIELDS = (
+    "id",
+    "name",
+    "q",
+    "st",
+    "deps",
+    "kids",
+    "af",
+    "head",
+    "tail",
+    "in",
+    "rank",
+    "pay",
+    "r",
+    "bf",
+)
+# How many fields one HMGET of a workflow asks for, at most.
+PAGE = 1000
+# A reference to step n's result in a template ("result", in:<n>): "@<n>".
+REFERENCE = re.compile(r"@(\d+)")
 
 
 # -- writing: a plan's steps as the workflow's fields ------------------------------------
@@ -191,11 +228,20 @@ class Workflow:
 
     id: str
 
-    def _record(self) -> dict[str, bytes]:
-        record = TaskStore().workflow_record(self.id)
-        if not record:
+    def _read(self, fields: list[str]) -> dict[str, bytes]:
+        """``fields`` (those it has) and its status, :data:`PAGE` fields per command."""
+        wanted = ["status", *fields]
+        pages = [wanted[first : first + PAGE] for first in range(0, len(wanted), PAGE)]
+        record = TaskStore().workflow_pages(self.id, pages)
+        if "status" not in record:
             raise WorkflowDoesNotExist(f"no workflow {self.id} is kept (unknown, or expired)")
         return record
+
+    def _each_step(self, *fields: str) -> tuple[int, dict[str, bytes]]:
+        """How many steps it has, and ``fields`` of each of them."""
+        count = int(self._glance()["steps"])
+        numbers = range(1, count + 1)
+        return count, self._read([f"{name}:{n}" for n in numbers for name in fields])
 
     def _glance(self) -> dict[str, bytes]:
         """Its :data:`SUMMARY_FIELDS` (not its steps, nor their results)."""
@@ -224,7 +270,8 @@ class Workflow:
 
     def steps(self) -> list[Step]:
         """Every step, in the order the workflow was written."""
-        return _steps(self._record())
+        count, record = self._each_step("id", "name", "q", "st", "r")
+        return [_step(record, n) for n in range(1, count + 1)]
 
     def summary(self) -> Summary:
         """The workflow at a glance (its status, and how many steps are in each state)."""
@@ -234,13 +281,14 @@ class Workflow:
         """The workflow's result once it succeeded: its last step's for a chain, the list
         of its members' results for a group (nested as the workflow is). Otherwise
         :class:`WorkflowNotSuccessful` says why."""
-        record = self._record()
+        record = self._read(["failed", "result"])
         status = record["status"].decode()
         if status != "SUCCESSFUL":
             failed = record.get("failed")
             raise WorkflowNotSuccessful(self.id, status, failed.decode() if failed else None)
         template = record["result"].decode()
-        return json.loads(_fill(template, lambda n: record[f"r:{n}"].decode()))
+        results = self._read([f"r:{n}" for n in REFERENCE.findall(template)])
+        return json.loads(_fill(template, lambda n: results[f"r:{n}"].decode()))
 
     def cancel(self, *, terminate: bool = True) -> tuple[int, int]:
         """Cancel the workflow: once this returns, no step starts. Waiting steps are
@@ -249,8 +297,7 @@ class Workflow:
         finish, and release nothing). Returns how many steps were dropped and how
         many were still running; a workflow that had finished is refused with
         :class:`InvalidInput`."""
-        record = self._record()
-        count = int(record["steps"])
+        count, record = self._each_step("id", "q")
         steps = [
             (record[f"id:{n}"].decode(), record[f"q:{n}"].decode()) for n in range(1, count + 1)
         ]
@@ -290,25 +337,19 @@ def get_workflow(workflow_id: str) -> Workflow:
 
 def _fill(template: str, value: Callable[[int], str]) -> str:
     """A result template with each "@<step>" replaced by ``value(step)``."""
-    return re.sub(r"@(\d+)", lambda match: value(int(match.group(1))), template)
+    return REFERENCE.sub(lambda match: value(int(match.group(1))), template)
 
 
-def _steps(record: dict[str, bytes]) -> list[Step]:
-    found = []
-    for n in range(1, int(record["steps"]) + 1):
-        state = STATES[record[f"st:{n}"].decode()]
-        value = record.get(f"r:{n}")
-        found.append(
-            Step(
-                number=n,
-                task_id=record[f"id:{n}"].decode(),
-                task_name=record[f"name:{n}"].decode(),
-                queue=record[f"q:{n}"].decode(),
-                state=state,
-                value=None if value is None else json.loads(value),
-            )
-        )
-    return found
+def _step(record: dict[str, bytes], n: int) -> Step:
+    value = record.get(f"r:{n}")
+    return Step(
+        number=n,
+        task_id=record[f"id:{n}"].decode(),
+        task_name=record[f"name:{n}"].decode(),
+        queue=record[f"q:{n}"].decode(),
+        state=STATES[record[f"st:{n}"].decode()],
+        value=None if value is None else json.loads(value),
+    )
 
 
 def workflows(limit: int = 100) -> tuple[list[Summary], list[Summary]]:

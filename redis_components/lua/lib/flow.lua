@@ -4,19 +4,40 @@
 --   KEYS base) the workflow's HASH  base+1) the enqueue counter  base+2) the ZSET of live
 --   workflows  base+3) the ZSET of finished ones; then for each child of the step (in
 --   the order of its "kids:<n>" field): its result hash, its queue's ready ZSET
--- Fields of the HASH: status (RUNNING, SUCCESSFUL, FAILED, CANCELLED), id, created_at,
--- finished_at, failed (the task id of the step whose failure failed it), left (steps
--- not final); per step n: id:<n> (task id), st:<n> (W waiting for its parents, Q
--- released, S succeeded, F failed, C cancelled, N not run), deps:<n> (parents not final),
--- kids:<n> ("3,4"), af:<n> ("1": runs after a failed parent, given its failure record),
--- head:<n> and tail:<n> (its payload around its first argument, in:<n>, a template
--- of "@<step>" references), rank:<n> (its ready score before the counter), pay:<n>
--- (its payload as it waits in its queue: once released, then each time it is put back),
--- r:<n> (its return value, or its failure record, JSON); and count:<state> for each
--- state, how many steps are in it (a listing reads these, not every step's state).
--- A barrier (see flow_barrier) is numbered after the steps and has st, deps, kids, in
--- and r, no id; "kr" and "kq" are the prefixes of a result hash's and a ready ZSET's
--- keys. It is in no count, nor in "left".
+-- The fields of the HASH (tasks/workflow_records.py writes and reads them; a test checks
+-- that this list names exactly its FIELDS):
+--   status       RUNNING, SUCCESSFUL, FAILED or CANCELLED
+--   id           the workflow's id
+--   steps        how many steps it has
+--   left         how many steps are not final
+--   result       its result's template: JSON with "@<n>" for step n's result
+--   created_at   when it was written (epoch ms)
+--   finished_at  when every step had ended (epoch ms)
+--   failed       the task id of the step whose failure failed it
+--   kr, kq       the prefixes of a result hash's and a ready ZSET's keys
+--   count:<s>    how many steps are in state s (a listing reads these, not the steps)
+-- and for each step n (1 to "steps"; a barrier is numbered after them):
+--   id:<n>       its task id (a barrier has none: it is no task)
+--   name:<n>     its task's name
+--   q:<n>        its queue
+--   st:<n>       its state: W waiting for its parents, Q released, S succeeded,
+--                F failed, C cancelled, N not run
+--   deps:<n>     how many of its parents are not final
+--   kids:<n>     the steps (or barrier) after it, "3,4"
+--   af:<n>       "1": it runs after a failed parent, given that parent's failure record
+--   head:<n>     its payload before its first argument, or its whole payload
+--   tail:<n>     its payload after its first argument
+--   in:<n>       its first argument's template ("@<step>" references)
+--   rank:<n>     its ready score before the counter
+--                (head, tail, in and rank are dropped once it is released, and a
+--                barrier's in once its r is written)
+--   pay:<n>      its payload as it waits in its queue: once released, then each time it
+--                is put back (a cancel finds it by this)
+--   r:<n>        its return value, or its failure record (JSON)
+--   bf:<n>       a barrier's "a parent of it failed" (its children that do not allow it
+--                were marked not run)
+-- A barrier (see flow_barrier) has st, deps, kids, in, r and bf; it is in no count, nor
+-- in "left".
 -- @include queue
 
 local function flow_open(base)
@@ -78,6 +99,8 @@ end
 local function flow_enqueue(flow, n, result, ready, now, keep)
   local payload = flow_payload(flow, n, now)
   local rank = tonumber(redis.call('HGET', flow.key, 'rank:' .. n))
+  -- Released once (from W only): what made its payload is not needed again.
+  redis.call('HDEL', flow.key, 'head:' .. n, 'tail:' .. n, 'in:' .. n, 'rank:' .. n)
   queue_ready(ready, flow.counter, rank, payload)
   queue_result(result, payload, now, keep)
   flow_mark(flow, n, 'W', 'Q')
@@ -148,6 +171,7 @@ local function flow_barrier(flow, b, s, work, failed_id, now, keep)
   local template = redis.call('HGET', flow.key, 'in:' .. b)
   if template then
     redis.call('HSET', flow.key, 'r:' .. b, flow_fill(flow, template))
+    redis.call('HDEL', flow.key, 'in:' .. b)
   end
   local prefixes = redis.call('HMGET', flow.key, 'kr', 'kq')
   for c in string.gmatch(kids, '%d+') do

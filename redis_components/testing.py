@@ -1,5 +1,5 @@
-"""Helpers for testing a project's tasks: a worker that dies mid-task, a registry
-emptied for a test.
+"""Helpers for testing a project's tasks: a worker a test drives step by step
+(:class:`ScriptedWorker`), a worker that dies mid-task, a registry emptied for a test.
 
 ::
 
@@ -12,8 +12,19 @@ emptied for a test.
         # Once its lease runs out, a live worker puts the task back and runs it:
         Worker(["default"], burst=True).run()  # after 1.5 x TASK_HEARTBEAT_INTERVAL
 
-They work on the task system's Redis, as the project's own code does; nothing in them
-reads or writes a key of its own.
+A :class:`ScriptedWorker` takes tasks and ends each as the test says, without running
+them: a test of what happens around a task (its workflow, its retries, a crash, a
+second delivery) sets the order of events itself::
+
+    worker = ScriptedWorker(["default"])
+    first = worker.take()          # a TaskMessage: its id, task, args...
+    worker.retry(first.id)         # failed; runs again after its backoff (here: none)
+    worker.succeed(worker.take().id, 42)
+    worker.crash()                 # died holding what it still holds
+
+They work on the task system's Redis, as the project's own code does, through the
+calls a worker makes (:class:`~redis_components.tasks.store.WorkerStore`); nothing in
+them reads or writes a key of its own.
 """
 
 from __future__ import annotations
@@ -21,14 +32,139 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
+from .conf import conf
 from .keys import integer
-from .tasks.messages import TaskMessage
+from .tasks.execution import bury
+from .tasks.lease import description, lease_ms, new_worker_id, validate_worker_id
+from .tasks.messages import TaskMessage, to_json
 from .tasks.registry import task_registry
+from .tasks.results import error_json
 from .tasks.schedules import schedule_registry
-from .tasks.worker import Worker
+from .tasks.store import Outcome, TaskStore, WorkerStore
+from .tasks.worker import validate_queues
 
-__all__ = ["CrashedWorker", "crashed_worker", "no_registered_tasks"]
+__all__ = ["CrashedWorker", "ScriptedWorker", "crashed_worker", "no_registered_tasks"]
+
+
+class ScriptedWorker:
+    """A worker that a test drives one step at a time, and that runs no task code.
+
+    It registers on ``queues`` as a worker does (its lease lasts 1.5 x
+    ``TASK_HEARTBEAT_INTERVAL``; :meth:`register` renews it), and each of its calls is
+    the one a worker makes, so the queues, results, workflows and recovery do what they
+    do for any worker: :meth:`take` the next task (highest priority first; due delayed
+    tasks are moved first unless ``move_delayed`` is False), then end each task taken
+    with :meth:`succeed`, :meth:`fail` or :meth:`retry`, die holding them
+    (:meth:`crash`), or leave (:meth:`stop`). :meth:`deliver_again` puts a copy of a
+    task back in its queue, as a worker's crash after it took the task would.
+    """
+
+    def __init__(
+        self, queues: Sequence[str], *, worker_id: str | None = None, move_delayed: bool = True
+    ) -> None:
+        self.queues = validate_queues(queues)
+        self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
+        self._tasks = WorkerStore(self.id, self.queues, move_delayed=move_delayed)
+        # What it holds, by task id: (its queue's position, payload, message, take ms).
+        self._held: dict[str, tuple[int, bytes, TaskMessage, int]] = {}
+        self.register()
+
+    @property
+    def held(self) -> list[str]:
+        """The ids of the tasks it holds, in the order it took them."""
+        return list(self._held)
+
+    def register(self) -> None:
+        """Register, or renew its lease."""
+        self._tasks.beat(lease_ms(conf.TASK_HEARTBEAT_INTERVAL), description(self.queues))
+
+    def take(self) -> TaskMessage | None:
+        """Take the next task of its queues (``None`` if there is none); after
+        :meth:`crash` or :meth:`stop`, it registers again first, as a worker that finds
+        itself unregistered does."""
+        fetched = self._tasks.take()
+        if fetched.position == -1:
+            self.register()
+            fetched = self._tasks.take()
+        if fetched.payload is None:
+            return None
+        message = TaskMessage.decode(fetched.payload)
+        self._held[message.id] = (fetched.position, fetched.payload, message, fetched.now_ms)
+        return message
+
+    def succeed(self, task_id: str, value: Any = None) -> bool:
+        """End task ``task_id`` as if it returned ``value`` (JSON). False if it was no
+        longer its to end: its lease ran out and the task was put back meanwhile."""
+        position, payload, message, _ = self._held[task_id]
+        return self._end(
+            task_id,
+            Outcome(
+                position=position,
+                payload=payload,
+                task_id=task_id,
+                kind="ok",
+                data=to_json(value, f"the value of task {message.task!r}"),
+                first=message.first_attempt,
+            ),
+        )
+
+    def fail(self, task_id: str, error: BaseException | None = None) -> bool:
+        """End task ``task_id`` as failed for good: it is dead-lettered with ``error``
+        (by default a ``RuntimeError``), whatever retries it has left."""
+        position, payload, message, _ = self._held[task_id]
+        error = RuntimeError("failed on purpose") if error is None else error
+        queue = self.queues[position - 1]
+        problem = f"{type(error).__name__}: {error}"
+        outcome = bury(
+            *(position, queue, payload, task_id, "failed", problem, error),
+            first=message.first_attempt,
+        )
+        return self._end(task_id, outcome)
+
+    def retry(self, task_id: str, delay: float = 0.0, error: str = "failed on purpose") -> bool:
+        """End task ``task_id`` as a failed attempt to run again in ``delay`` seconds."""
+        position, payload, message, _ = self._held[task_id]
+        again = dataclasses.replace(message, retries=message.retries + 1).encode()
+        outcome = Outcome(
+            position=position,
+            payload=payload,
+            task_id=task_id,
+            kind="retry",
+            data=error_json("builtins.RuntimeError", error),
+            again=again,
+            delay_ms=round(delay * 1000),
+            first=message.first_attempt,
+        )
+        return self._end(task_id, outcome)
+
+    def _end(self, task_id: str, outcome: Outcome) -> bool:
+        taken_ms = self._held.pop(task_id)[3]
+        return self._tasks.record(outcome, taken_ms=taken_ms).recorded
+
+    def crash(self, max_crashes: int | None = None) -> tuple[int, int]:
+        """Die holding what it holds, found dead at once: each task goes back on its
+        queue with a crash counted, and is dead-lettered at ``max_crashes`` (by default
+        ``TASK_MAX_CRASHES``). Returns ``(requeued, dead-lettered)``."""
+        limit = conf.TASK_MAX_CRASHES if max_crashes is None else max_crashes
+        self._held.clear()
+        result = self._tasks.put_back(max_crashes=limit)
+        return result or (0, 0)
+
+    def stop(self) -> None:
+        """Leave, as a worker that stops does: what it still holds goes back on its
+        queue (no crash counted), and it is no longer registered."""
+        self._held.clear()
+        self._tasks.put_back()
+
+    def deliver_again(self, message: TaskMessage) -> None:
+        """Put a copy of ``message`` (a task this or any worker took) back in its queue,
+        marked with one more crash, as a worker's death after taking it would: the task
+        then runs, and ends, twice (a copy equal to a payload in the queue already is
+        one entry, as in a Redis set)."""
+        copy = dataclasses.replace(message, crashes=message.crashes + 1)
+        TaskStore().enqueue(copy, copy.encode())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,17 +190,13 @@ def crashed_worker(
     again.
     """
     integer(take, "take", minimum=0)
-    worker = Worker(queues, worker_id=worker_id, scheduler=False)
-    try:
-        worker._lease.beat()
-        taken = []
-        for _ in range(take):
-            fetched = worker._fetch(take=True)
-            if fetched.payload is None:
-                break
-            taken.append(TaskMessage.decode(fetched.payload).id)
-    finally:
-        worker.close()
+    worker = ScriptedWorker(queues, worker_id=worker_id, move_delayed=False)
+    taken = []
+    for _ in range(take):
+        message = worker.take()
+        if message is None:
+            break
+        taken.append(message.id)
     return CrashedWorker(worker.id, taken)
 
 

@@ -22,9 +22,11 @@ from redis_components.tasks.store import (
     BAND,
     FIRST,
     NOW,
+    Attempt,
     Outcome,
     TaskStore,
     TickClaim,
+    WorkerStore,
     cancel_call,
     claim_call,
     counter_key,
@@ -54,6 +56,15 @@ from tests.processes import run_processes
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
+
+def test_the_running_hash_attempts_are_read_in_one_place() -> None:
+    held = b"12 host.1.1.a|x host.2.2.b|7 " + b"\xff"
+    assert Attempt.all_of(held) == [
+        Attempt(12, "host.1.1.a"),
+        Attempt(None, "host.2.2.b"),  # (written by something else: its start unreadable)
+        Attempt(7, "\ufffd"),
+    ]
 
 
 def test_keys_share_one_hash_tag() -> None:
@@ -127,9 +138,9 @@ def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
 
 def take(worker_id: str, queues: list[str]) -> bytes | None:
     """Register a worker and take one task for it, as a worker's first fetch does."""
-    client = tasks_client()
-    TaskStore(client).heartbeat(worker_id, 60_000, json.dumps({"queues": queues}), queues)
-    return TaskStore(client).fetch(worker_id, fetch_keys(worker_id, queues), "take", None).payload
+    worker = WorkerStore(worker_id, queues, move_delayed=False)
+    worker.beat(60_000, json.dumps({"queues": queues}))
+    return worker.take().payload
 
 
 def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) -> None:
@@ -137,12 +148,12 @@ def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) 
     taken again by the same worker; the first execution's late outcome changes nothing,
     the second's is recorded."""
     worker, queues = "paused.1.1.a", ["test"]
-    store, script_keys = TaskStore(tasks_client()), fetch_keys(worker, queues)
+    store, side = TaskStore(tasks_client()), WorkerStore(worker, queues, move_delayed=False)
     handle = tasks.record.enqueue("once")
 
     def take_now() -> tuple[bytes, int]:
-        store.heartbeat(worker, 60_000, json.dumps({"queues": queues}), queues)
-        fetched = store.fetch(worker, script_keys, "take", None)
+        side.beat(60_000, json.dumps({"queues": queues}))
+        fetched = side.take()
         assert fetched.payload is not None
         return fetched.payload, fetched.now_ms
 
@@ -150,7 +161,7 @@ def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) 
         outcome = Outcome(
             position=1, payload=payload, task_id=handle.id, kind="ok", data=json.dumps(value)
         )
-        return store.fetch(worker, script_keys, "", outcome, taken_ms=taken_ms).recorded
+        return side.record(outcome, taken_ms=taken_ms).recorded
 
     payload, first_take = take_now()
     assert store.recover_worker(worker, queues, only_if_expired=False, max_crashes=0) == (1, 0)

@@ -24,7 +24,7 @@ from redis_components.tasks.status import (
     waiting_tasks,
     workers,
 )
-from redis_components.tasks.store import TaskStore, fetch_keys, leases_key, ready_key
+from redis_components.tasks.store import TaskStore, WorkerStore, leases_key, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.commands import commands_per_task
@@ -238,7 +238,7 @@ def test_a_dead_workers_tasks_are_recovered_by_a_live_one(r: redis.Redis) -> Non
 def test_an_unregistered_worker_is_given_nothing(r: redis.Redis) -> None:
     tasks.record.enqueue("x")
     ghost = "ghost.2.2.abc"
-    fetched = TaskStore().fetch(ghost, fetch_keys(ghost, ["test"]), "take", None)
+    fetched = WorkerStore(ghost, ["test"]).take()
     assert (fetched.position, fetched.payload) == (-1, None)
     [stats] = queue_stats(["test"])
     assert (stats.ready, stats.in_progress) == (1, 0)

@@ -5,13 +5,65 @@ from __future__ import annotations
 import pytest
 import redis
 
-from redis_components import periodic, redis_task
+from redis_components import chain, get_result, periodic, redis_task
 from redis_components.exceptions import InvalidInput, TaskNotRegistered
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.registry import get_task, registered_tasks
 from redis_components.tasks.schedules import schedules
 from redis_components.tasks.status import queue_stats, running_tasks, workers
-from redis_components.testing import crashed_worker, no_registered_tasks
+from redis_components.testing import ScriptedWorker, crashed_worker, no_registered_tasks
 from tests.testapp import tasks
+
+
+def test_a_scripted_worker_ends_each_task_as_it_is_told(r: redis.Redis) -> None:
+    done, failed, retried = (tasks.record.enqueue(label) for label in ("a", "b", "c"))
+    worker = ScriptedWorker(["test"])
+    assert [w.id for w in workers()] == [worker.id]
+    taken = [worker.take() for _ in range(3)]
+    assert [m.id for m in taken if m] == [done.id, failed.id, retried.id] == worker.held
+    assert worker.succeed(done.id, {"sum": 3})
+    assert worker.fail(failed.id, ValueError("bad"))
+    assert worker.retry(retried.id)
+    assert worker.held == []
+    assert get_result(done.id).return_value == {"sum": 3}
+    errors = get_result(failed.id).errors
+    assert get_result(failed.id).status == TaskResultStatus.FAILED
+    assert errors[-1].exception_class_path == "builtins.ValueError"
+    [stats] = queue_stats(["test"])
+    assert (stats.ready + stats.delayed, stats.dead, stats.in_progress) == (1, 1, 0)
+    again = worker.take()
+    assert again is not None
+    assert (again.id, again.retries) == (retried.id, 1)
+    assert worker.take() is None
+    worker.stop()
+    assert workers() == []
+    assert get_result(retried.id).status == TaskResultStatus.READY  # put back, not lost
+
+
+def test_a_scripted_worker_crashes_and_sees_a_task_delivered_twice(r: redis.Redis) -> None:
+    workflow = chain(tasks.member.s("a"), tasks.follow.s("b")).enqueue()
+    worker = ScriptedWorker(["test"])
+    first = worker.take()
+    assert first is not None
+    assert worker.crash(max_crashes=1) == (0, 1)  # its first crash dead-letters it
+    assert workflow.wait(5) == "FAILED"
+
+    workflow = chain(tasks.member.s("a"), tasks.follow.s("b")).enqueue()
+    first = worker.take()
+    assert first is not None
+    worker.deliver_again(first)
+    assert worker.succeed(first.id, "a")
+    copy = worker.take()
+    assert copy is not None
+    assert (copy.id, copy.crashes) == (first.id, 1)
+    assert worker.succeed(copy.id, "a")  # recorded: the second run changes nothing
+    step = worker.take()
+    assert step is not None
+    assert step.args == ["a", "b"]
+    assert worker.take() is None  # the next step was released once
+    assert worker.succeed(step.id, "a>b")
+    assert workflow.wait(5) == "SUCCESSFUL"
+    assert workflow.results() == "a>b"
 
 
 def test_a_crashed_worker_holds_what_it_took_highest_priority_first(r: redis.Redis) -> None:

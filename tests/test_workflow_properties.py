@@ -4,15 +4,14 @@ every workflow ends, each step is released at most once (and run only once relea
 no step starts before the steps it waits for have ended, and a workflow that succeeds
 holds the results its graph says.
 
-The workers here are the store's own calls (the scripts a worker sends), driven by
-Hypothesis: each step's "run" returns its arguments, so the expected results follow
-from the graph alone.
+The workers here are redis_components.testing's ScriptedWorker (the calls a worker
+makes, through the store's worker side), driven by Hypothesis: each step's "run"
+returns its arguments, so the expected results follow from the graph alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from typing import Any
 
@@ -22,13 +21,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from redis_components.tasks.execution import with_input
-from redis_components.tasks.messages import TaskMessage, new_task_id
-from redis_components.tasks.store import Outcome, TaskStore, fetch_keys
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.store import TaskStore
 from redis_components.tasks.workflows import Chain, Group, Node, Signature, Workflow, chain, group
+from redis_components.testing import ScriptedWorker
 from tests.testapp import tasks
 
 QUEUE = "test"
-ERROR = json.dumps({"exception_class_path": "builtins.ValueError", "traceback": "boom"})
 
 labels = st.text("abcdefgh", min_size=1, max_size=3)
 leaves = labels.map(lambda label: tasks.member.s(label))
@@ -58,28 +57,26 @@ def expected(node: Node, given_input: Any = None, has_input: bool = False) -> An
 
 
 class Workers:
-    """Workers as the scripts see them: each takes one task and holds it until it
-    finishes it (ok, failed for good) or dies."""
+    """Workers as the scripts see them (the test double's calls, which are a worker's):
+    each takes one task and holds it until it finishes it (ok, failed for good) or dies."""
 
     def __init__(self, store: TaskStore) -> None:
         self.store = store
-        self.held: list[tuple[str, bytes, int]] = []  # (worker id, payload, take ms)
+        self.held: list[tuple[ScriptedWorker, TaskMessage]] = []
         self.released: Counter[str] = Counter()  # first deliveries of each task id
         self.copies = 0
 
     def take(self) -> bool:
-        worker_id = new_task_id()
-        self.store.heartbeat(worker_id, 60_000, "{}", [QUEUE])
-        fetched = self.store.fetch(worker_id, fetch_keys(worker_id, [QUEUE]), "take+move", None)
-        if fetched.payload is None:
-            self.store.recover_worker(worker_id, [QUEUE], only_if_expired=False, max_crashes=0)
+        worker = ScriptedWorker([QUEUE])
+        message = worker.take()
+        if message is None:
+            worker.stop()
             return False
-        message = TaskMessage.decode(fetched.payload)
         if not message.crashes and message.scheduled_for is None:  # not a copy of ours
             self.released[message.id] += 1
             assert message.flow is not None
             self.check_parents_ended(message)
-        self.held.append((worker_id, fetched.payload, fetched.now_ms))
+        self.held.append((worker, message))
         return True
 
     def check_parents_ended(self, message: TaskMessage) -> None:
@@ -95,10 +92,9 @@ class Workers:
                 assert record[f"st:{n}"] in (b"S", b"F", b"C"), "a step ran before its parent"
 
     def finish(self, index: int, how: str) -> None:
-        worker_id, payload, taken_ms = self.held.pop(index)
-        message = TaskMessage.decode(payload)
+        worker, message = self.held.pop(index)
         if how == "crash":
-            self.store.recover_worker(worker_id, [QUEUE], only_if_expired=False, max_crashes=2)
+            worker.crash(max_crashes=2)
             return
         if how == "duplicate":  # delivered again: a copy waits in the queue
             # Marked, and unlike any other payload (two equal payloads would be one
@@ -106,22 +102,13 @@ class Workers:
             self.copies += 1
             copy = dataclasses.replace(message, scheduled_for=self.copies, enqueued_at=None)
             self.store.enqueue(copy, copy.encode())
-        ok = how != "fail"
         given = with_input(message)  # as a worker runs it: with its input, if it has one
         assert given is not None
-        outcome = Outcome(
-            position=1,
-            payload=payload,
-            task_id=message.id,
-            kind="ok" if ok else "bury",
-            data=json.dumps(given.args) if ok else ERROR,
-            dead_entry="" if ok else "{}",
-        )
-        fetched = self.store.fetch(
-            worker_id, fetch_keys(worker_id, [QUEUE]), "", outcome, queue=QUEUE, taken_ms=taken_ms
-        )
-        assert fetched.recorded
-        self.store.recover_worker(worker_id, [QUEUE], only_if_expired=False, max_crashes=0)
+        if how == "fail":
+            assert worker.fail(message.id, ValueError("boom"))
+        else:
+            assert worker.succeed(message.id, given.args)
+        worker.stop()
 
 
 # What the workers do, in order: take a task (when there is one, else finish one), or

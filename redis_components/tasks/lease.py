@@ -33,7 +33,7 @@ from ..conf import conf
 from ..exceptions import InvalidInput
 from .messages import validate_queue
 from .schedules import Schedule, Scheduler
-from .store import Heartbeat, TaskStore
+from .store import Heartbeat, TaskStore, WorkerStore
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -95,45 +95,53 @@ def put_back_tasks(
     logger.log(level, "%s: put back %d of its tasks, dead-lettered %d%s", why, *result, then)
 
 
-class Lease(Generic[Running]):
-    """The lease of worker ``worker_id`` on ``queues``, and its two threads.
+def description(queues: Sequence[str], threads: int = 1) -> str:
+    """What a worker registers of itself with its lease (the status pages show it)."""
+    return json.dumps(
+        {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(queues),
+            "started_at": round(time.time(), 3),
+            "threads": threads,
+        }
+    )
 
-    ``store`` gives the task store to use (looked up each time: on a cluster the keys'
-    node may move). ``running`` says what the worker runs now, as a map from task ids
-    to whatever :attr:`terminate` needs; a heartbeat that finds one of those tasks to
-    be terminated calls ``terminate`` with it. ``schedules``: the schedules to claim while
-    this worker holds the scheduler's lease (none: it never asks for it). ``threads``:
-    how many tasks it runs at once, for its description.
+
+def lease_ms(interval: float) -> int:
+    """How long a lease renewed every ``interval`` seconds lasts: 1.5 intervals, in ms."""
+    return round(interval * 1500)
+
+
+class Lease(Generic[Running]):
+    """The lease of a worker on its queues, and its two threads.
+
+    ``tasks``: the worker's side of the store, for the lease's thread (see
+    :class:`~redis_components.tasks.store.WorkerStore`). ``running`` says what the worker
+    runs now, as a map from task ids to whatever :attr:`terminate` needs; a heartbeat
+    that finds one of those tasks to be terminated calls ``terminate`` with it.
+    ``schedules``: the schedules to claim while this worker holds the scheduler's lease
+    (none: it never asks for it). ``threads``: how many tasks it runs at once, for its
+    description.
     """
 
     def __init__(
         self,
-        worker_id: str,
-        queues: list[str],
+        tasks: WorkerStore,
         *,
-        store: Callable[[], TaskStore],
         running: Callable[[], dict[str, Running]],
         terminate: Callable[[Running], None],
         schedules: list[Schedule],
         threads: int = 1,
     ) -> None:
-        self.worker_id = worker_id
-        self.queues = queues
+        self.tasks = tasks
+        self.worker_id = tasks.worker_id
         self.interval = conf.TASK_HEARTBEAT_INTERVAL
         self.leader = False
-        self._store = store
         self._running = running
         self._terminate = terminate
         self._schedules = schedules
-        self._info = json.dumps(
-            {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": queues,
-                "started_at": round(time.time(), 3),
-                "threads": threads,
-            }
-        )
+        self._info = description(tasks.queues, threads)
         self._stop = threading.Event()
         self._leading = threading.Event()  # set while this worker holds the scheduler's lease
         self._threads: list[threading.Thread] = []
@@ -142,11 +150,9 @@ class Lease(Generic[Running]):
         """Renew the lease (registering the worker if it was not), and the scheduler's
         if this worker may lead; a running task to be terminated is terminated."""
         running = self._running()
-        beat = self._store().heartbeat(
-            self.worker_id,
-            round(self.interval * 1500),
+        beat = self.tasks.beat(
+            lease_ms(self.interval),
             self._info,
-            self.queues,
             lead=bool(self._schedules),
             running_ids=list(running),
         )
@@ -222,7 +228,7 @@ class Lease(Generic[Running]):
             self._stop.wait(wait)
 
     def _recover_expired(self, raw_id: bytes) -> None:
-        store = self._store()
+        store = self.tasks.store
         try:
             worker_id = validate_worker_id(raw_id.decode())
         except ValueError:  # not a worker of ours: drop its lease, or it blocks the others

@@ -24,7 +24,7 @@ from django.utils import timezone
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
 from .messages import MalformedTask, TaskMessage
-from .store import TaskStore
+from .store import Attempt, TaskStore
 
 MAX_TASK_ID = 100
 # The end of a traceback is kept in a result and a dead letter; the start is in the log.
@@ -123,7 +123,7 @@ def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
     ]
 
 
-def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskRecord | None:
+def _parse(task_id: str, record: Any, attempt: Attempt | None) -> TaskRecord | None:
     fields = _as_fields(record)
     try:
         message = TaskMessage.decode(fields["message"])
@@ -134,11 +134,10 @@ def _parse(task_id: str, record: Any, attempt: bytes | None) -> TaskRecord | Non
     started = _time(fields.get("started_at"))
     last = _time(fields.get("last_attempted_at"))
     if status is TaskStatus.READY and attempt:
-        begun, _, worker = attempt.decode("utf-8", "replace").partition(" ")
         status = TaskStatus.RUNNING
-        last = _time(begun.encode())
+        last = keys.utc_from_ms(attempt.started_ms)
         started = started or last
-        workers.append(worker)
+        workers.append(attempt.worker_id)
     value = None
     if status is TaskStatus.SUCCESSFUL:
         try:

@@ -377,12 +377,13 @@ class TaskRun:
 def running_tasks() -> list[TaskRun]:
     """Every task running now, by worker (two round trips)."""
     found = []
-    for task_id, begun, worker_id, message in TaskStore().running_records():
+    for entry in TaskStore().running_records():
         try:
-            name = TaskMessage.decode(message).task if message else ""
+            name = TaskMessage.decode(entry.message).task if entry.message else ""
         except MalformedTask:
             name = ""
-        found.append(TaskRun(task_id, worker_id, keys.utc_from_ms(_int(begun)), name))
+        started = keys.utc_from_ms(entry.attempt.started_ms)
+        found.append(TaskRun(entry.task_id, entry.attempt.worker_id, started, name))
     return sorted(found, key=lambda running: running.worker_id)
 
 

@@ -79,7 +79,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -146,10 +146,34 @@ def running_key(worker_id: str, queue: str) -> str:
     return _key("running", worker_id, queue)
 
 
-def _attempts(held: bytes) -> list[bytes]:
-    """The attempts of a task running now, oldest first, from its entry in the running
-    hash (see lua/lib/attempts.lua): one, unless copies of it run at once."""
-    return held.split(b"|")
+@dataclass(frozen=True)
+class Attempt:
+    """A running attempt of a task as the running hash keeps it ("<start ms> <worker>",
+    see lua/lib/attempts.lua): when it started (the server's ms; ``None`` if that cannot
+    be read) and its worker."""
+
+    started_ms: int | None
+    worker_id: str
+
+    @classmethod
+    def all_of(cls, held: bytes) -> list[Attempt]:
+        """The attempts of a task running now, oldest first, from its entry in the
+        running hash: one, unless copies of it run at once."""
+        found = []
+        for attempt in held.split(b"|"):
+            begun, _, worker_id = attempt.decode("utf-8", "replace").partition(" ")
+            found.append(cls(int(begun) if begun.isdecimal() else None, worker_id))
+        return found
+
+
+@dataclass(frozen=True)
+class RunningEntry:
+    """A task running now: its id, one attempt of it, and its queued message (``None``
+    once its result expired)."""
+
+    task_id: str
+    attempt: Attempt
+    message: bytes | None
 
 
 def running_tasks_key() -> str:
@@ -825,7 +849,8 @@ class TaskStore:
         the hour (since the epoch) whose throughput counts it; with ``METRICS`` the totals
         and durations count it too. ``taken_ms``: the ``now_ms`` of the fetch that took the
         outcome's task, when the caller knows it (the script then need not read it back).
-        A worker's loop gives its store a
+        A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
+        and the hour; its loop's gives it a
         :class:`~redis_components.connection.OneConnection`.
         """
         call = fetch_call(
@@ -1046,16 +1071,16 @@ class TaskStore:
 
     def result_records(
         self, task_ids: Sequence[str]
-    ) -> list[tuple[dict[bytes, bytes], bytes | None]]:
-        """Each task's result hash and its newest attempt in the running hash ("<start ms>
-        <worker>", ``None`` when it is not running), in one round trip."""
+    ) -> list[tuple[dict[bytes, bytes], Attempt | None]]:
+        """Each task's result hash and its newest attempt in the running hash (``None``
+        when it is not running), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
             raw(pipe, "HGETALL", result_key(task_id))
             raw(pipe, "HGET", running_tasks_key(), task_id)
         replies = pipe.execute()
         return [
-            (replies[2 * i], _attempts(replies[2 * i + 1])[-1] if replies[2 * i + 1] else None)
+            (replies[2 * i], Attempt.all_of(replies[2 * i + 1])[-1] if replies[2 * i + 1] else None)
             for i in range(len(task_ids))
         ]
 
@@ -1134,20 +1159,18 @@ class TaskStore:
         ]
         return int(total), found
 
-    def running_records(self) -> list[tuple[str, str, str, bytes | None]]:
-        """Every running task: its id, its attempt's start (ms, as text), its worker, and its
-        queued message (``None`` once its result expired), in two round trips."""
+    def running_records(self) -> list[RunningEntry]:
+        """Every attempt running now, in two round trips."""
         attempts = _names(raw(self.client, "HGETALL", running_tasks_key()))
         pipe = self.client.pipeline(transaction=False)
         for task_id in attempts:
             raw(pipe, "HGET", result_key(task_id), "message")
         messages = pipe.execute() if attempts else []
-        found = []
-        for (task_id, held), message in zip(attempts.items(), messages, strict=True):
-            for attempt in _attempts(held):
-                begun, _, worker_id = _text(attempt).partition(" ")
-                found.append((task_id, begun, worker_id, message))
-        return found
+        return [
+            RunningEntry(task_id, attempt, message)
+            for (task_id, held), message in zip(attempts.items(), messages, strict=True)
+            for attempt in Attempt.all_of(held)
+        ]
 
     def minute_counts(
         self, queues: Sequence[str], hours: int
@@ -1275,6 +1298,85 @@ class TaskStore:
         if problem:
             logger.warning("%s", problem)
         return [bool(done) for done in claimed]
+
+
+class WorkerStore:
+    """One worker's side of the store: what a worker process says of its own tasks.
+
+    It owns what every such call needs: the worker's keys, whether its takes move due
+    delayed tasks (``move_delayed``: a worker that runs the scheduler does; see
+    :meth:`TaskStore.fetch`), and the server's time at its last call, whose hour files
+    the throughput counts. ``client`` gives the client each call uses (on a cluster the
+    keys' node may move; a worker's loop holds one connection of its own, which runs
+    :meth:`take` and :meth:`record`, not the pipelines of :meth:`put_back` and
+    :meth:`held`): one object per thread that talks to Redis. The worker's loop, its
+    lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` all use it.
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        *,
+        move_delayed: bool = True,
+        client: Callable[[], Any] = tasks_client,
+    ) -> None:
+        self.worker_id = worker_id
+        self.queues = list(queues)
+        self.mode = "take+move" if move_delayed else "take"
+        self.now_ms = int(time.time() * 1000)  # until the server says
+        self._client = client
+        self._keys = fetch_keys(worker_id, self.queues)
+
+    @property
+    def store(self) -> TaskStore:
+        return TaskStore(self._client())
+
+    def take(self, finished: Outcome | None = None, *, taken_ms: int = 0) -> Fetched:
+        """Record ``finished`` (how a task it took ended), if given, and take the next
+        task, in one script. ``taken_ms``: the ``now_ms`` of the take of ``finished``."""
+        return self._fetch(self.mode, finished, taken_ms)
+
+    def record(self, finished: Outcome, *, taken_ms: int = 0) -> Fetched:
+        """Record how a task it took ended, and take nothing."""
+        return self._fetch("", finished, taken_ms)
+
+    def _fetch(self, mode: str, finished: Outcome | None, taken_ms: int) -> Fetched:
+        fetched = self.store.fetch(
+            self.worker_id,
+            self._keys,
+            mode,
+            finished,
+            queue=self.queues[finished.position - 1] if finished is not None else "",
+            hour=self.now_ms // 3_600_000,
+            taken_ms=taken_ms,
+        )
+        self.now_ms = fetched.now_ms
+        return fetched
+
+    def beat(
+        self, lease_ms: int, info: str, *, lead: bool = False, running_ids: Sequence[str] = ()
+    ) -> Heartbeat:
+        """Renew (or make) its lease for ``lease_ms`` (see :meth:`TaskStore.heartbeat`)."""
+        return self.store.heartbeat(
+            self.worker_id, lease_ms, info, self.queues, lead=lead, running_ids=running_ids
+        )
+
+    def put_back(self, *, max_crashes: int = 0) -> tuple[int, int] | None:
+        """Put the tasks it holds back on their queues (counting a crash against each
+        with ``max_crashes``) and deregister it: ``(requeued, dead-lettered)``."""
+        return self.store.recover_worker(
+            self.worker_id, self.queues, only_if_expired=False, max_crashes=max_crashes
+        )
+
+    def held(self) -> list[tuple[int, bytes]]:
+        """The tasks it holds, as ``(position of their queue, payload)``."""
+        store = self.store
+        return [
+            (position, payload)
+            for position, queue in enumerate(self.queues, 1)
+            for payload in store.held_payloads(self.worker_id, queue)
+        ]
 
 
 def cancel(task_id: str, *, terminate: bool = False) -> Literal["cancelled", "terminating"]:

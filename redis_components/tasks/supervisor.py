@@ -27,7 +27,7 @@ from ..conf import conf
 from ..exceptions import InvalidInput
 from .execution import over_time
 from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
-from .store import TaskStore, fetch_keys
+from .store import TaskStore, WorkerStore
 from .worker import Worker, validate_queues, validate_threads
 
 logger = logging.getLogger("redis_components.worker")
@@ -254,29 +254,19 @@ class Supervisor:
 
     def _fail_over_time(self, child: _Child) -> None:
         """Record the task of a child stopped for its time limit as a failed attempt."""
-        store = TaskStore()
-        script_keys = fetch_keys(child.worker_id, self.queues)
-        now_ms = int(time.time() * 1000)
+        tasks = WorkerStore(child.worker_id, self.queues)
         stopped = f"stopped worker process {child.slot} (pid {child.process.pid})"
-        for position, queue in enumerate(self.queues, 1):
-            for payload in store.held_payloads(child.worker_id, queue):
-                outcome = over_time(
-                    payload,
-                    position=position,
-                    queue=queue,
-                    worker_id=child.worker_id,
-                    now_ms=now_ms,
-                    stopped=stopped,
-                )
-                if outcome is not None:
-                    store.fetch(
-                        child.worker_id,
-                        script_keys,
-                        "",
-                        outcome,
-                        queue=queue,
-                        hour=now_ms // 3_600_000,
-                    )
+        for position, payload in tasks.held():
+            outcome = over_time(
+                payload,
+                position=position,
+                queue=self.queues[position - 1],
+                worker_id=child.worker_id,
+                now_ms=tasks.now_ms,
+                stopped=stopped,
+            )
+            if outcome is not None:
+                tasks.record(outcome)
 
     def _exited(self, child: _Child, stopping: bool) -> bool:
         """Handle a child that exited; True if it died and should be replaced."""

@@ -90,7 +90,7 @@ from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import schedules
 from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots
-from .store import Fetched, Outcome, TaskStore, fetch_keys, ready_key, tasks_client
+from .store import Fetched, Outcome, TaskStore, WorkerStore, ready_key, tasks_client
 from .waker import Waker
 
 logger = logging.getLogger("redis_components.worker")
@@ -178,14 +178,15 @@ class Worker:
         self.max_tasks = max_tasks
         self.processed = 0
         self._stopping = False
-        self._keys = fetch_keys(self.id, self.queues)
+        # The worker's side of the store: for the loop's thread, on its held connection,
+        # and for the lease's thread, on the worker's client.
+        self._tasks = WorkerStore(
+            self.id, self.queues, move_delayed=scheduler, client=self._loop_connection
+        )
         # Each queue's wake-up channel is named like its ready set.
         self._waker = Waker([ready_key(queue) for queue in self.queues])
-        self._mode = "take+move" if scheduler else "take"
         self._lease: Lease[Execution] = Lease(
-            self.id,
-            self.queues,
-            store=lambda: self.store,
+            WorkerStore(self.id, self.queues, move_delayed=scheduler, client=lambda: self.client),
             running=self._now_running,
             terminate=self._terminate_running,
             schedules=schedules() if scheduler else [],
@@ -208,13 +209,11 @@ class Worker:
         self._alone: Execution | None = None
         # The slots' threads gave up on this many tasks: this process is to be replaced.
         self.worn_out = False
-        # The server's time at the last fetch (ms): its hour files the throughput counts.
-        self._now_ms = int(time.time() * 1000)
         self._limits = TimeLimits(deadline)
         self._terminate = terminate
         self._pid = os.getpid()
         self._own_client: tuple[redis.Redis, redis.Redis] | None = None
-        self._loop_connection: OneConnection | None = None
+        self._held_connection: OneConnection | None = None
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
@@ -241,18 +240,16 @@ class Worker:
         """The task store on this worker's own client."""
         return TaskStore(self.client)
 
-    @property
-    def _loop_store(self) -> TaskStore:
-        """The store of the loop's fetches, on one held connection: one script call per
-        task, so it skips the client's layers (see OneConnection). Only the loop's thread
-        uses it."""
+    def _loop_connection(self) -> OneConnection:
+        """The connection of the loop's fetches, held: one script call per task, so it
+        skips the client's layers (see OneConnection). Only the loop's thread uses it."""
         client = self.client
-        held = self._loop_connection
+        held = self._held_connection
         if held is None or held.client is not client:
             if held is not None:
                 held.close()
-            held = self._loop_connection = OneConnection(client)
-        return TaskStore(held)
+            held = self._held_connection = OneConnection(client)
+        return held
 
     @property
     def wakeup_fd(self) -> int:
@@ -298,8 +295,8 @@ class Worker:
 
     def close(self) -> None:
         """Close the worker's connections and wake-up pipe (:meth:`run` does, on return)."""
-        if self._loop_connection is not None:
-            self._loop_connection.close()
+        if self._held_connection is not None:
+            self._held_connection.close()
         if self._own_client is not None:
             self._own_client[1].connection_pool.disconnect()
         self._waker.close()
@@ -469,7 +466,7 @@ class Worker:
             return
         # A take whose reply was lost left a task in our in-progress set that we do not
         # know of: put it back (we run nothing now) and register again.
-        self.store.recover_worker(self.id, self.queues, only_if_expired=False, max_crashes=0)
+        self._lease.tasks.put_back()  # (a pipeline: not on the loop's one connection)
         self._lease.beat()
         self._reclaim = False
 
@@ -484,20 +481,14 @@ class Worker:
     def _fetch_one(self, take: bool) -> Fetched:
         execution = self._outcomes[0] if self._outcomes else None
         outcome = execution.outcome if execution is not None else None
-        mode = self._mode if take else ""
-        queue = self.queues[outcome.position - 1] if outcome else ""
-        fetched = self._loop_store.fetch(
-            self.id,
-            self._keys,
-            mode,
-            outcome,
-            queue=queue,
-            hour=self._hour,
-            taken_ms=execution.taken_ms if execution is not None else 0,
-        )
+        taken_ms = execution.taken_ms if execution is not None else 0
+        if take:
+            fetched = self._tasks.take(outcome, taken_ms=taken_ms)
+        else:
+            assert outcome is not None  # (only a take is sent with nothing to record)
+            fetched = self._tasks.record(outcome, taken_ms=taken_ms)
         if execution is not None:
             self._outcomes.pop(0)
-        self._now_ms = fetched.now_ms
         # After an outage the outcome may have been recorded by a call whose reply was lost.
         if outcome is not None and not fetched.recorded and not self._reclaim:
             logger.warning(
@@ -506,10 +497,6 @@ class Worker:
                 outcome.task_id or "(not a task)",
             )
         return fetched
-
-    @property
-    def _hour(self) -> int:
-        return self._now_ms // 3_600_000
 
     def _idle(self, wait_ms: int, pause: float) -> None:
         """Wait for a wake-up message, the next due time, a signal, a finished task, or
@@ -681,16 +668,8 @@ class Worker:
             task_id=execution.task_id,
             kind="cancel",
         )
-        queue = self.queues[execution.position - 1]
-        fetched = self.store.fetch(
-            self.id,
-            self._keys,
-            "",
-            outcome,
-            queue=queue,
-            hour=self._hour,
-            taken_ms=execution.taken_ms,
-        )
+        # (The lease's thread asks: through the lease's side of the store.)
+        fetched = self._lease.tasks.record(outcome, taken_ms=execution.taken_ms)
         if fetched.recorded:  # still running it: it finished otherwise
             logger.warning(
                 "Task %s was cancelled while running: stopping this process", execution.task_id

@@ -47,12 +47,17 @@ def test_the_workflows_page_offers_s_for_djangos_task() -> None:
 def test_contributings_map_names_every_module_of_the_task_system() -> None:
     layout = read("CONTRIBUTING.md").split("## Layout", 1)[1].split("## ", 1)[0]
     mapped = set(re.findall(r"^    (\w+) ", layout, re.M))
-    modules = {path.stem for path in (ROOT / "redis_components" / "tasks").glob("*.py")}
-    assert mapped == modules - {"__init__"}
+    assert mapped == task_modules()
 
 
 def test_the_task_packages_docstring_names_every_module_of_it() -> None:
-    tasks = ROOT / "redis_components" / "tasks"
     docstring = read("redis_components/tasks/__init__.py").split('"""')[1]
-    named = set(re.findall(r"``(\w+)\.py``", docstring))
-    assert named == {path.stem for path in tasks.glob("*.py")} - {"__init__"}
+    named = set(re.findall(r"``(\w+)(?:\.py|/)``", docstring))
+    assert named == task_modules()
+
+
+def task_modules() -> set[str]:
+    """The modules and packages of the task system (a package by its folder's name)."""
+    tasks = ROOT / "redis_components" / "tasks"
+    modules = {path.stem for path in tasks.glob("*.py")} - {"__init__"}
+    return modules | {path.parent.name for path in tasks.glob("*/__init__.py")}

@@ -3,7 +3,7 @@
 Every task is Django's ``Task`` (``definition.py``: :class:`RedisTask` and the steps of
 workflows it makes, made by our ``@redis_task`` or by Django's with
 :class:`RedisTaskBackend`: ``backend.py``), and every result Django's ``TaskResult``.
-One store (``store.py``) sends every command on the task keys: the queue scripts on
+One store (``store/``) sends every command on the task keys: the queue scripts on
 task messages (``messages.py``), the result records (``results.py``), the workflows
 (``workflows.py``: chains, groups and fan-ins; their records in
 ``workflow_records.py``) and schedules (``schedules.py``); our ``@redis_task``

@@ -23,7 +23,7 @@ options (retries, backoff, uniqueness, time limits), and every result is Django'
           }
       }
 
-Both enqueue into the same store (``store.py``), run in the same workers (``manage.py
+Both enqueue into the same store (``store/``), run in the same workers (``manage.py
 rc_worker``), send Django's ``task_enqueued``, ``task_started`` and ``task_finished``
 signals, and read the same result records. Every guarantee of the queue holds:
 at-least-once delivery, recovery after a crash, dead letters, ``QueueFull``,

@@ -1,6 +1,6 @@
 r"""Task result records: what Redis keeps of a task, whichever decorator made it.
 
-The queue scripts write a task's result hash as its state changes (see ``store.py``):
+The queue scripts write a task's result hash as its state changes (see ``store/``):
 READY when enqueued (and again when it waits for a retry), SUCCESSFUL or FAILED when it
 ends; while a worker runs it, the ``running`` hash says so. This module reads both in
 one round trip, as :class:`TaskRecord`\ s: what the admin pages and ``rc_queues`` show,

@@ -2,7 +2,7 @@
 
 ``manage.py rc_worker`` starts a :class:`~redis_components.tasks.supervisor.Supervisor`,
 which forks worker processes, each running a :class:`Worker`. The scripts it runs and
-the keys they touch are described in ``store.py``.
+the keys they touch are described in ``store/``.
 
 Reliable fetch across several queues
 ------------------------------------

@@ -3,7 +3,7 @@ reads them.
 
 A workflow is one HASH (``flow_key``) of the :data:`FIELDS` and :data:`STEP_FIELDS`
 that ``lua/lib/flow.lua``'s header describes: :func:`record_fields` writes it from a plan
-of steps (made in ``definition.py``), the scripts of ``store.py`` change it as steps end,
+of steps (made in ``definition.py``), the scripts of ``store/`` change it as steps end,
 and :class:`Workflow` (what ``enqueue()`` returns and :func:`get_workflow` finds) reads
 it: a glance reads a few fields (:data:`SUMMARY_FIELDS`), never the steps or their
 results, and the steps are read a page of fields per command.

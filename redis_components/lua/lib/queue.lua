@@ -1,4 +1,4 @@
--- Making a task ready (see tasks/store.py): included by every script that creates or
+-- Making a task ready (see tasks/store/): included by every script that creates or
 -- re-queues a task, so that a task is written into its queue one way. A payload starts
 -- '{"id":"<hex>","priority":<int>,' and a first attempt's ends '"retries":0}' (the
 -- grammar is tasks/messages.py's); a task's score in its queue's ready ZSET is its rank,

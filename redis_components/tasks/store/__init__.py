@@ -1,0 +1,200 @@
+"""The task store: the one place that sends commands on the task system's keys.
+
+A package of five modules, each read in one sitting: ``layout`` (the keys and a task's
+rank), ``records`` (the values the store takes and returns), ``calls`` (one builder per
+script), ``task_store`` (:class:`TaskStore`, which alone sends commands and parses their
+replies) and ``worker_store`` (:class:`WorkerStore`, what one worker says of its own
+tasks). Import from the package: the names it exports are its interface.
+
+:class:`TaskStore` owns every key, every script call and every parse of a raw reply,
+and returns the task system's types. Both front doors (our ``@redis_task`` and Django's
+Tasks backend) enqueue through :meth:`TaskStore.enqueue`; workers take, finish and
+recover tasks through :meth:`~TaskStore.fetch` and :meth:`~TaskStore.recover_worker`;
+the operations commands requeue, cancel and purge through it; results, the operations
+pages, metrics and schedules read through it (and the schedules claim their ticks).
+Each script's KEYS and ARGV are built by one keyword-only function next to nothing
+but that script's contract (``*_call``; a test checks them against the scripts'
+headers). Nothing else builds a key of the task system or reads a raw reply about it,
+and nothing here knows about workers' loops, Django's API or pages.
+
+Keys
+----
+Every key of the task system shares one hash tag, ``{tasks}``, so that one script,
+transaction or move may touch any of them on Redis Cluster (a worker serving several
+queues moves a task from whichever is first non-empty into its own in-progress set;
+recovery moves tasks between keys of different queues). On a cluster the task system
+therefore lives on one shard, as it must for atomic multi-queue moves. With the
+default prefix::
+
+    rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
+    rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)
+    rc:queue:{tasks}:dead:<queue>               LIST  dead letters: JSON {task, reason, error, ...}
+    rc:queue:{tasks}:running:<worker>:<queue>   ZSET  the tasks a worker has taken, with their score
+    rc:queue:{tasks}:running                    HASH  task id -> "<start ms> <worker>" while it runs
+    rc:queue:{tasks}:result:<task id>           HASH  the task's result record (see results.py)
+    rc:queue:{tasks}:counter                    STR   the enqueue counter (FIFO among equals)
+    rc:queue:{tasks}:leases                     ZSET  worker id -> lease expiry (ms)
+    rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
+    rc:queue:{tasks}:queues                     SET   every queue a worker has served
+    rc:queue:{tasks}:flow:<workflow id>         HASH  a workflow: its steps and their states
+    rc:queue:{tasks}:flows:live                 ZSET  running workflows, by creation (ms)
+    rc:queue:{tasks}:flows:done                 ZSET  finished workflows kept, by end (ms)
+
+A ready task's score is ``(100 - priority) * 2**44 + 2**43 + n``, ``n`` from the
+enqueue counter: one ``ZPOPMIN`` takes the highest priority, and the oldest among
+equals, with no polling. Scores stay below 2**53, so they are exact in a double.
+Every script that makes a task ready (enqueue, a workflow's creation and release, a
+schedule's claim, a dead letter's requeue, the delayed mover) does it through
+``lua/lib/queue.lua``, which also reads a payload's id and priority and stamps its
+enqueue time (``tests/test_task_store.py`` checks it against :class:`TaskMessage`).
+
+Each queue has its own delayed ZSET (not one for all queues, as in the book) so that
+the script moving due tasks to their ready sets gets every key it writes through
+``KEYS``. Worker ids contain no ``:``, so the queue name (any validated name) is always
+the last part and keys stay unambiguous. Idle workers are woken through a Pub/Sub
+channel named like the queue's ready set (channels and keys are separate namespaces).
+
+Results
+-------
+The enqueue script writes a task's result hash (READY), and the script that records a
+finished task (inside :func:`fetch`) writes its outcome. The take cannot write the
+result hash, whose key it does not know before it takes the task (a script may only
+touch the keys it is given), so it writes the task's current attempt into the
+``running`` hash, which readers combine with the result hash. Recovery reads a dead
+worker's tasks first, then records their crash in their result hashes.
+
+Delivery
+--------
+At least once: a task leaves its ready set only by an atomic move into the
+in-progress set of a registered worker, and leaves that set only after it ran
+(acknowledged, rescheduled for a retry, or dead-lettered, each in one script). If
+the worker dies, its lease runs out and a live worker puts its in-progress tasks back
+in their queues (see ``worker.py``). A task may therefore run twice after a crash,
+never zero times: write tasks to be idempotent. Acknowledgements are fenced: an
+outcome is recorded only while the take it is of is the task's current attempt (the
+``running`` hash), so an execution whose task was put back and taken again (by any
+worker, its own included) can neither acknowledge it nor overwrite the new run's result.
+"""
+
+from __future__ import annotations
+
+from .calls import (
+    cancel_call,
+    claim_call,
+    enqueue_call,
+    entry_heads_call,
+    fetch_call,
+    fetch_keys,
+    forget_call,
+    heartbeat_call,
+    recover_call,
+    renew_call,
+    requeue_dead_call,
+)
+from .layout import (
+    BAND,
+    FIRST,
+    counter_key,
+    dead_key,
+    delayed_key,
+    flow_key,
+    flow_section,
+    flows_done_key,
+    flows_live_key,
+    leases_key,
+    queues_key,
+    rank,
+    ready_key,
+    result_key,
+    result_ttl_ms,
+    running_key,
+    running_tasks_key,
+    schedule_last_key,
+    schedule_next_key,
+    scheduler_key,
+    stats_key,
+    tasks_client,
+    terminate_key,
+    totals_key,
+    unique_key,
+    workers_key,
+)
+from .records import (
+    DURATION_BUCKETS,
+    NOW,
+    Attempt,
+    Due,
+    Enqueued,
+    Fetched,
+    Glimpse,
+    Heartbeat,
+    Outcome,
+    QueueCounts,
+    RunningEntry,
+    TickClaim,
+    dead_entry,
+    due_at,
+    duration_bucket,
+)
+from .task_store import TaskStore, cancel, queue_limit, server_warnings
+from .worker_store import WorkerStore
+
+__all__ = [
+    "BAND",
+    "DURATION_BUCKETS",
+    "FIRST",
+    "NOW",
+    "Attempt",
+    "Due",
+    "Enqueued",
+    "Fetched",
+    "Glimpse",
+    "Heartbeat",
+    "Outcome",
+    "QueueCounts",
+    "RunningEntry",
+    "TaskStore",
+    "TickClaim",
+    "WorkerStore",
+    "cancel",
+    "cancel_call",
+    "claim_call",
+    "counter_key",
+    "dead_entry",
+    "dead_key",
+    "delayed_key",
+    "due_at",
+    "duration_bucket",
+    "enqueue_call",
+    "entry_heads_call",
+    "fetch_call",
+    "fetch_keys",
+    "flow_key",
+    "flow_section",
+    "flows_done_key",
+    "flows_live_key",
+    "forget_call",
+    "heartbeat_call",
+    "leases_key",
+    "queue_limit",
+    "queues_key",
+    "rank",
+    "ready_key",
+    "recover_call",
+    "renew_call",
+    "requeue_dead_call",
+    "result_key",
+    "result_ttl_ms",
+    "running_key",
+    "running_tasks_key",
+    "schedule_last_key",
+    "schedule_next_key",
+    "scheduler_key",
+    "server_warnings",
+    "stats_key",
+    "tasks_client",
+    "terminate_key",
+    "totals_key",
+    "unique_key",
+    "workers_key",
+]

@@ -1,0 +1,308 @@
+"""One builder per script: its KEYS and ARGV, as its header numbers them (a test checks
+them against the scripts' headers)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ... import scripts
+from ...conf import conf
+from ..messages import FlowStep, TaskMessage, flow_of
+from .layout import (
+    counter_key,
+    dead_key,
+    delayed_key,
+    flow_key,
+    flow_section,
+    flows_done_key,
+    flows_live_key,
+    leases_key,
+    queues_key,
+    rank,
+    ready_key,
+    result_key,
+    result_ttl_ms,
+    running_key,
+    running_tasks_key,
+    schedule_last_key,
+    schedule_next_key,
+    scheduler_key,
+    stats_key,
+    terminate_key,
+    totals_key,
+    workers_key,
+)
+from .records import TERMINATE_WAIT_MS, Due, Outcome, TickClaim, duration_bucket
+
+
+def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
+    """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it)."""
+    script_keys = [leases_key(), running_tasks_key(), counter_key(), leases_key(), leases_key()]
+    script_keys.append(totals_key())
+    for queue in queues:
+        script_keys += [
+            ready_key(queue),
+            delayed_key(queue),
+            running_key(worker_id, queue),
+            dead_key(queue),
+        ]
+    return script_keys
+
+
+def enqueue_call(
+    *, message: TaskMessage, payload: str, due: Due, limit: int, unique_key: str, unique_ms: int
+) -> scripts.Call:
+    """lua/queue_enqueue.lua: add a task and write its READY result."""
+    return (
+        scripts.load("queue_enqueue"),
+        [
+            ready_key(message.queue),
+            delayed_key(message.queue),
+            counter_key(),
+            result_key(message.id),
+            unique_key or counter_key(),
+        ],
+        [
+            payload,
+            rank(message.priority),
+            due.argument(),
+            limit,
+            result_ttl_ms(),
+            message.id,
+            unique_ms,
+        ],
+    )
+
+
+def fetch_call(
+    *,
+    worker_id: str,
+    worker_keys: list[str],
+    mode: str,
+    outcome: Outcome | None,
+    queue: str,
+    hour: int,
+    taken_ms: int,
+) -> scripts.Call:
+    """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
+    ``taken_ms`` when known), move due delayed tasks, take the next task.
+
+    ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
+    """
+    args: list[scripts.Arg] = [worker_id, mode]
+    script_keys = worker_keys
+    metrics = ""
+    if outcome is None:
+        args += [0, "", "", "", "", "", 0, "", 0]
+    else:
+        script_keys = [
+            *worker_keys[:3],
+            result_key(outcome.task_id),
+            stats_key(queue, hour),
+            *worker_keys[5:],
+        ]
+        if conf.METRICS:
+            metrics = f"{queue} {duration_bucket(outcome.seconds)}"
+        args += [
+            outcome.position,
+            outcome.payload,
+            outcome.task_id,
+            outcome.kind,
+            outcome.data,
+            outcome.again,
+            outcome.delay_ms,
+            outcome.dead_entry,
+            conf.TASK_DEAD_LETTER_MAX,
+        ]
+    micros = round(outcome.seconds * 1_000_000) if outcome else 0
+    first = 1 if outcome and outcome.first else 0
+    args += [result_ttl_ms(), metrics, micros, taken_ms or "", first]
+    flow = flow_of(outcome.payload) if outcome else None
+    if flow is None:
+        args += [0, 0]
+    else:
+        section = flow_section(flow)
+        script_keys = [*script_keys, *section]
+        args += [len(section), flow.step]
+    return scripts.load("queue_fetch"), script_keys, args
+
+
+def heartbeat_call(
+    *,
+    worker_id: str,
+    lease_ms: int,
+    info: str,
+    queues: Sequence[str],
+    lead: bool,
+    running_ids: Sequence[str],
+) -> scripts.Call:
+    """lua/queue_heartbeat.lua: renew a worker's lease (and the scheduler's)."""
+    return (
+        scripts.load("queue_heartbeat"),
+        [
+            leases_key(),
+            workers_key(),
+            queues_key(),
+            scheduler_key(),
+            *(terminate_key(task_id) for task_id in running_ids),
+        ],
+        [worker_id, lease_ms, info, 10, int(lead), len(running_ids), *running_ids, *queues],
+    )
+
+
+def renew_call(*, worker_ids: Sequence[str], lease_ms: int) -> scripts.Call:
+    """lua/queue_renew.lua: renew the leases that these workers hold."""
+    return scripts.load("queue_renew"), [leases_key()], [lease_ms, *worker_ids]
+
+
+def recover_call(
+    *,
+    worker_id: str,
+    queues: Sequence[str],
+    tasks: dict[str, FlowStep | None],
+    only_if_expired: bool,
+    max_crashes: int,
+) -> scripts.Call:
+    """lua/queue_recover.lua: put back the tasks a worker holds (``tasks``: their ids,
+    each with its workflow step or ``None``)."""
+    script_keys = [leases_key(), workers_key(), running_tasks_key()]
+    for queue in queues:
+        script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
+    script_keys += [result_key(task_id) for task_id in tasks]
+    args: list[scripts.Arg] = [
+        worker_id,
+        "expired" if only_if_expired else "now",
+        max_crashes,
+        conf.TASK_DEAD_LETTER_MAX,
+        result_ttl_ms(),
+        len(queues),
+        *queues,
+    ]
+    for task_id, flow in tasks.items():
+        args += [task_id, len(script_keys) + 1 if flow else 0, flow.step if flow else 0]
+        if flow:
+            script_keys += flow_section(flow)
+    return scripts.load("queue_recover"), script_keys, args
+
+
+def requeue_dead_call(*, queue: str, entries: Sequence[tuple[bytes, TaskMessage]]) -> scripts.Call:
+    """lua/queue_requeue_dead.lua: put dead letters (each with its task) back, fresh."""
+    script_keys = [dead_key(queue), ready_key(queue), counter_key()]
+    args: list[scripts.Arg] = [result_ttl_ms()]
+    for entry, message in entries:
+        fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
+        script_keys.append(result_key(message.id))
+        args += [entry, fresh.encode(), rank(fresh.priority), message.id]
+    return scripts.load("queue_requeue_dead"), script_keys, args
+
+
+def cancel_call(
+    *,
+    task_id: str,
+    queue: str,
+    payload: bytes,
+    unique: str,
+    terminate: bool,
+    flow: FlowStep | None = None,
+) -> scripts.Call:
+    """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it).
+
+    ``unique``: the key that made it unique, freed with it ("" for none); ``flow``: the
+    workflow step it is, whose later steps it fails.
+    """
+    script_keys = [
+        ready_key(queue),
+        delayed_key(queue),
+        result_key(task_id),
+        running_tasks_key(),
+        terminate_key(task_id),
+        unique or counter_key(),
+        *(flow_section(flow) if flow else ()),
+    ]
+    args: list[scripts.Arg] = [
+        task_id,
+        payload,
+        "terminate" if terminate else "",
+        result_ttl_ms(),
+        TERMINATE_WAIT_MS,
+        "unique" if unique else "",
+        flow.step if flow else 0,
+    ]
+    return scripts.load("queue_cancel"), script_keys, args
+
+
+def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:
+    """lua/queue_forget.lua: forget the idle queues among ``names`` (counts of ``hours``)."""
+    script_keys = [queues_key()]
+    for name in names:
+        script_keys += [ready_key(name), delayed_key(name), dead_key(name)]
+        script_keys += [stats_key(name, hour) for hour in hours]
+    return scripts.load("queue_forget"), script_keys, [3 + len(hours), *names]
+
+
+def entry_heads_call(
+    *, key: str, first: int, last: int, start_bytes: int, end_bytes: int
+) -> scripts.Call:
+    """lua/entry_heads.lua: a glimpse of the entries of ``key`` from ``first`` to ``last``."""
+    return scripts.load("entry_heads"), [key], [first, last, start_bytes, end_bytes]
+
+
+def flow_create_call(
+    *,
+    workflow_id: str,
+    fields: Sequence[scripts.Arg],
+    roots: Sequence[tuple[int, TaskMessage, str]],
+) -> scripts.Call:
+    """lua/flow_create.lua: write a workflow (``fields``: its HASH's, flat) and enqueue
+    its ``roots`` (each step's number, message and payload)."""
+    script_keys = [flow_key(workflow_id), counter_key(), flows_live_key(), flows_done_key()]
+    args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
+    for number, message, payload in roots:
+        script_keys += [ready_key(message.queue), result_key(message.id)]
+        args += [number, payload, rank(message.priority)]
+    return scripts.load("flow_create"), script_keys, args
+
+
+def flow_cancel_call(
+    *, workflow_id: str, steps: Sequence[tuple[str, str]], terminate: bool
+) -> scripts.Call:
+    """lua/flow_cancel.lua: cancel a workflow (``steps``: each step's task id and queue)."""
+    script_keys = [
+        flow_key(workflow_id),
+        counter_key(),
+        flows_live_key(),
+        flows_done_key(),
+        running_tasks_key(),
+    ]
+    for task_id, queue in steps:
+        script_keys += [
+            result_key(task_id),
+            ready_key(queue),
+            delayed_key(queue),
+            terminate_key(task_id),
+        ]
+    args: list[scripts.Arg] = [
+        "terminate" if terminate else "",
+        result_ttl_ms(),
+        TERMINATE_WAIT_MS,
+    ]
+    return scripts.load("flow_cancel"), script_keys, args
+
+
+def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
+    """lua/schedule_claim.lua: claim due ticks of schedules, enqueueing their tasks."""
+    script_keys = [schedule_next_key(), schedule_last_key(), counter_key()]
+    args: list[scripts.Arg] = [result_ttl_ms()]
+    for claim in claims:
+        script_keys += [ready_key(claim.message.queue), result_key(claim.message.id)]
+        args += [
+            claim.schedule,
+            claim.tick,
+            claim.following,
+            "run" if claim.run else "skip",
+            claim.payload,
+            rank(claim.message.priority),
+            claim.message.id,
+        ]
+    return scripts.load("schedule_claim"), script_keys, args

@@ -1,0 +1,197 @@
+"""The store's values: what its calls take and return (``TaskStore`` parses them from
+raw replies), and when an enqueued task is due."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from ... import keys
+from ...exceptions import InvalidInput
+from ..messages import TaskMessage
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A running attempt of a task as the running hash keeps it ("<start ms> <worker>",
+    see lua/lib/attempts.lua): when it started (the server's ms; ``None`` if that cannot
+    be read) and its worker."""
+
+    started_ms: int | None
+    worker_id: str
+
+    @classmethod
+    def all_of(cls, held: bytes) -> list[Attempt]:
+        """The attempts of a task running now, oldest first, from its entry in the
+        running hash: one, unless copies of it run at once."""
+        found = []
+        for attempt in held.split(b"|"):
+            begun, _, worker_id = attempt.decode("utf-8", "replace").partition(" ")
+            found.append(cls(int(begun) if begun.isdecimal() else None, worker_id))
+        return found
+
+
+@dataclass(frozen=True)
+class RunningEntry:
+    """A task running now: its id, one attempt of it, and its queued message (``None``
+    once its result expired)."""
+
+    task_id: str
+    attempt: Attempt
+    message: bytes | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Due:
+    """When an enqueued task is due: now (neither given), ``after_ms`` after its enqueue
+    by the Redis server's clock, or at ``at_ms`` (epoch ms)."""
+
+    after_ms: int | None = None
+    at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.after_ms is not None and self.at_ms is not None:
+            raise ValueError("a task is due after a delay or at a time, not both")
+
+    def argument(self) -> str:
+        """As the enqueue script takes it: "" now, "+<ms>" later, "@<epoch ms>" then."""
+        if self.at_ms is not None:
+            return f"@{self.at_ms}"
+        return "" if self.after_ms is None else f"+{self.after_ms}"
+
+    def run_after_ms(self, enqueued_at_ms: int) -> int | None:
+        """The epoch ms it is due at, given the server's time of the enqueue (None: now)."""
+        if self.at_ms is not None:
+            return self.at_ms
+        return None if self.after_ms is None else enqueued_at_ms + self.after_ms
+
+
+NOW = Due()
+
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
+
+
+def due_at(when: object, field: str = "when") -> Due:
+    """When a task is due at ``when`` (an aware datetime at most ten years from now, the
+    bound of every duration), or :class:`InvalidInput` naming ``field``."""
+    if not isinstance(when, datetime.datetime):
+        raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
+    if when.utcoffset() is None:
+        raise InvalidInput(field, "must be an aware datetime (with a time zone)")
+    # By this machine's clock: the server's is read only by the script that writes, and
+    # a bound of ten years does not need it. Beyond it, times may not fit a datetime.
+    if when - datetime.datetime.now(datetime.timezone.utc) > MAX_DELAY:
+        raise InvalidInput(
+            field,
+            f"must be at most {keys.MAX_SECONDS:,} seconds (ten years) from now, "
+            f"not {when.isoformat()}",
+        )
+    # Whole milliseconds, rounded up (in integers: floats can round), so that a task
+    # never runs before its time.
+    micros = (when - EPOCH) // datetime.timedelta(microseconds=1)
+    return Due(at_ms=-(-micros // 1000))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Enqueued:
+    at_ms: int  # the server's time of the enqueue
+    duplicate_of: str | None = None  # an equal task enqueued within its unique window
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How a task a worker took has ended, to record with the worker's next fetch."""
+
+    position: int  # 1-based index of its queue among the worker's queues
+    payload: bytes  # exactly as taken
+    task_id: str  # "" for a payload that is not a task (no result to write)
+    kind: Literal["ok", "retry", "defer", "bury", "cancel"]
+    data: str = ""  # "ok": the return value (JSON); "retry", "bury": the error (JSON)
+    again: str | bytes = ""  # "retry", "defer": the payload to run again
+    delay_ms: int = 0  # "retry", "defer": in how many ms
+    dead_entry: str = ""  # "bury": the dead-letter entry
+    seconds: float = 0.0  # how long it ran
+    first: bool = False  # its first attempt for sure (TaskMessage.first_attempt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetched:
+    payload: bytes | None  # the task taken, never decoded
+    position: int  # 1-based index into the worker's queues; -1: the worker is unregistered
+    wait_ms: int  # until the next delayed task is due; 0: more are due; -1: none
+    recorded: bool  # the outcome sent was recorded (False: the task had been recovered)
+    now_ms: int  # the server's time
+
+
+# The upper bounds (seconds) of the task duration histogram's buckets, for metrics.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def duration_bucket(seconds: float) -> str:
+    """The histogram bucket (its upper bound, as Prometheus writes it) of a duration."""
+    return next((f"{bound:g}" for bound in DURATION_BUCKETS if seconds <= bound), "+Inf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat:
+    expired: list[bytes]  # workers whose lease ran out (bytes: anything may be written there)
+    leader: bool  # this worker holds the scheduler's lease
+    terminate: list[str]  # the ids of its running tasks that are to be terminated
+
+
+def dead_entry(payload: str | bytes, queue: str, reason: str, error: str, traceback: str) -> str:
+    """A dead-letter entry: the payload as it was queued (as text), and why it stopped."""
+    if isinstance(payload, bytes):
+        payload = payload.decode("utf-8", "backslashreplace")
+    return json.dumps(
+        {
+            "task": payload,
+            "queue": queue,
+            "reason": reason,
+            "error": error,
+            "traceback": traceback,
+            "failed_at": round(time.time(), 3),
+        },
+        ensure_ascii=False,
+    )
+
+
+# A termination request waits this long for the worker running the task to act on it.
+TERMINATE_WAIT_MS = 3_600_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueCounts:
+    ready: int
+    delayed: int
+    dead: int
+    in_progress: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Glimpse:
+    """An entry of a queue or of its dead letters, read in part (see lua/entry_heads.lua)."""
+
+    start: bytes  # the whole entry when ``len(start) == size``
+    end: bytes
+    size: int
+    score: bytes  # b"" for a dead letter
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickClaim:
+    """A due tick of a schedule to claim, with the task it enqueues when ``run``."""
+
+    schedule: str
+    tick: int
+    following: int  # the tick after it
+    run: bool  # False: only move on (missed ticks the schedule skips)
+    message: TaskMessage
+    payload: str

@@ -1,0 +1,688 @@
+"""TaskStore: every command on the task system's keys."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import redis
+from redis import Redis
+from redis.client import NEVER_DECODE
+
+from ... import keys, scripts
+from ...conf import conf, user_settings
+from ...connection import text
+from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
+from ..messages import MalformedTask, TaskMessage, flow_of, task_id_of, validate_queue
+from .calls import (
+    cancel_call,
+    claim_call,
+    enqueue_call,
+    entry_heads_call,
+    fetch_call,
+    flow_cancel_call,
+    flow_create_call,
+    forget_call,
+    heartbeat_call,
+    recover_call,
+    renew_call,
+    requeue_dead_call,
+)
+from .layout import (
+    dead_key,
+    delayed_key,
+    flow_key,
+    flows_done_key,
+    flows_live_key,
+    leases_key,
+    queues_key,
+    ready_key,
+    result_key,
+    running_key,
+    running_tasks_key,
+    schedule_last_key,
+    schedule_next_key,
+    stats_key,
+    tasks_client,
+    totals_key,
+    unique_key,
+    workers_key,
+)
+from .records import (
+    NOW,
+    Attempt,
+    Due,
+    Enqueued,
+    Fetched,
+    Glimpse,
+    Heartbeat,
+    Outcome,
+    QueueCounts,
+    RunningEntry,
+    TickClaim,
+)
+
+logger = logging.getLogger("redis_components.tasks")
+
+
+def raw(client: Any, *command: Any, **options: Any) -> Any:
+    """Run a command whose reply holds payloads, which may not be UTF-8: never decoded.
+
+    ``options`` go to redis-py's reply parser (``withscores=True`` for ZRANGE ... WITHSCORES).
+    """
+    return client.execute_command(*command, **options, **{NEVER_DECODE: True})
+
+
+def queue_limit(queue: str) -> int:
+    """The maximum number of waiting tasks of ``queue`` (0: unbounded)."""
+    return _limit(user_settings(), queue)
+
+
+def _limit(options: dict[str, Any], queue: str) -> int:
+    limits = options.get("TASK_QUEUE_LIMITS")
+    return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
+
+
+def server_warnings(client: Redis) -> list[str]:
+    """What in the server's configuration may lose queued tasks, one sentence each."""
+    try:
+        config = client.config_get("maxmemory-policy")
+        config.update(client.config_get("save"))
+        config.update(client.config_get("appendonly"))
+    except redis.exceptions.ResponseError:  # CONFIG is disabled (managed services)
+        return []
+    values = {text(name): text(value) for name, value in config.items()}
+    found = []
+    policy = values.get("maxmemory-policy", "noeviction")
+    if policy != "noeviction":
+        found.append(
+            f"Redis may evict keys (maxmemory-policy is {policy!r}): queued tasks can "
+            "disappear when memory runs short. Set maxmemory-policy to 'noeviction'."
+        )
+    if not values.get("save") and values.get("appendonly") == "no":
+        found.append(
+            "Redis keeps nothing on disk (no 'save' rules, appendonly no): a restart "
+            "loses every queued task. Enable appendonly or RDB snapshots."
+        )
+    return found
+
+
+def _requeueable(entry: bytes) -> TaskMessage | None:
+    try:
+        data = json.loads(entry)
+        message = TaskMessage.decode(data["task"]) if isinstance(data, dict) else None
+    except (MalformedTask, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return message
+
+
+# A queue with no task finished in this many hours (those the admin pages chart) is idle.
+RECENT_HOURS = 6
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")  # shows what bytes are not UTF-8
+
+
+def _names(reply: dict[bytes, Any]) -> dict[str, Any]:
+    return {_text(name): value for name, value in reply.items()}
+
+
+def _ms(seconds: Any, micros: Any) -> int:
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+class TaskStore:
+    """The task system's keys in Redis, read and written for the rest of the app.
+
+    ``TaskStore()`` uses the task system's client (on a cluster, the node of its hash
+    tag); a worker gives its own (a pool no task shares, and for its loop a
+    :class:`~redis_components.connection.OneConnection`). A store holds no state of
+    its own: make one where it is needed.
+    """
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        """The given client, else the task system's (looked up each time: on a cluster
+        the node of its hash tag may move)."""
+        return tasks_client() if self._client is None else self._client
+
+    def enqueue(
+        self,
+        message: TaskMessage,
+        payload: str,
+        due: Due = NOW,
+        *,
+        unique_for: float | None = None,
+    ) -> Enqueued:
+        """Add a task to its queue, to run when it is ``due``.
+
+        Writes its READY result in the same script. With ``unique_for`` (seconds),
+        nothing is added when an equal task (:meth:`TaskMessage.digest`) was enqueued
+        within that time (:attr:`Enqueued.duplicate_of` names it). Raises
+        :class:`QueueFull` when the queue is at its limit, and :class:`TaskNotDurable`
+        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
+        """
+        options = user_settings()
+        limit = _limit(options, message.queue)
+        call = enqueue_call(
+            message=message,
+            payload=payload,
+            due=due,
+            limit=limit,
+            unique_key=unique_key(message.digest()) if unique_for else "",
+            unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
+        )
+        replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
+        reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
+        if int(reply[0]) == 0:
+            raise QueueFull(message.queue, limit)
+        if int(reply[0]) == 2:
+            return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
+        if problem:
+            raise TaskNotDurable(problem, message.id)
+        return Enqueued(at_ms=int(reply[1]))
+
+    def _run(self, call: scripts.Call, *, raw: bool = False) -> Any:
+        script, script_keys, args = call
+        return script(self.client, script_keys, args, raw=raw)
+
+    def _run_durable(
+        self, call: scripts.Call, done: str, replicas: int | None = None
+    ) -> tuple[Any, str]:
+        """Run a script that creates or re-queues tasks, then (with ``QUEUE_WAIT_REPLICAS``,
+        or ``replicas``) ``WAIT`` for that many replicas to have its writes: every such
+        write is as durable as an enqueue. Returns the script's reply and what went
+        wrong ("" when nothing did), a sentence that starts with ``done``."""
+        if replicas is None:
+            replicas = conf.QUEUE_WAIT_REPLICAS or 0
+        if not replicas:
+            return self._run(call), ""
+        timeout = conf.QUEUE_WAIT_TIMEOUT
+        reply, acknowledged = scripts.run_and_wait(self.client, call, replicas, timeout)
+        if acknowledged >= replicas:
+            return reply, ""
+        return reply, (
+            f"{done}, but {acknowledged} of {replicas} replicas acknowledged it within "
+            f"{timeout:g} s"
+        )
+
+    def fetch(
+        self,
+        worker_id: str,
+        worker_keys: list[str],
+        mode: str,
+        outcome: Outcome | None,
+        *,
+        queue: str = "",
+        hour: int = 0,
+        taken_ms: int = 0,
+    ) -> Fetched:
+        """Record ``outcome`` (if any), move due delayed tasks and take a task, in one script.
+
+        ``worker_keys``: :func:`fetch_keys`. ``mode``: "take+move", "take" (leave delayed
+        tasks to others) or "" (only record). ``queue`` is the outcome's queue, ``hour``
+        the hour (since the epoch) whose throughput counts it; with ``METRICS`` the totals
+        and durations count it too. ``taken_ms``: the ``now_ms`` of the fetch that took the
+        outcome's task, when the caller knows it (the script then need not read it back).
+        A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
+        and the hour; its loop's gives it a
+        :class:`~redis_components.connection.OneConnection`.
+        """
+        call = fetch_call(
+            worker_id=worker_id,
+            worker_keys=worker_keys,
+            mode=mode,
+            outcome=outcome,
+            queue=queue,
+            hour=hour,
+            taken_ms=taken_ms,
+        )
+        payload, position, wait, recorded, now = self._run(call, raw=True)
+        return Fetched(
+            payload=payload,
+            position=int(position),
+            wait_ms=int(wait),
+            recorded=bool(recorded),
+            now_ms=int(now),
+        )
+
+    def heartbeat(
+        self,
+        worker_id: str,
+        lease_ms: int,
+        info: str,
+        queues: Sequence[str],
+        *,
+        lead: bool = False,
+        running_ids: Sequence[str] = (),
+    ) -> Heartbeat:
+        """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
+        which workers' leases ran out and which of the tasks ``running_ids`` are to be
+        terminated."""
+        call = heartbeat_call(
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            info=info,
+            queues=queues,
+            lead=lead,
+            running_ids=running_ids,
+        )
+        expired, leader, terminate = self._run(call, raw=True)
+        return Heartbeat(
+            expired=expired, leader=bool(leader), terminate=[text(i) for i in terminate]
+        )
+
+    def recover_worker(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        *,
+        only_if_expired: bool,
+        max_crashes: int,
+    ) -> tuple[int, int] | None:
+        """Put a worker's in-progress tasks back in their queues; deregister it.
+
+        With ``only_if_expired``, nothing happens unless its lease has run out (``None`` is
+        returned). ``max_crashes`` > 0 counts a crash against each task (and in its result)
+        and dead-letters those that reach it. Returns ``(requeued, dead-lettered)``.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            raw(pipe, "ZRANGE", running_key(worker_id, queue), 0, -1)
+        held = pipe.execute()
+        found = {task_id: p for payloads in held for p in payloads if (task_id := task_id_of(p))}
+        tasks = {task_id: flow_of(found[task_id]) for task_id in sorted(found)}
+        call = recover_call(
+            worker_id=worker_id,
+            queues=queues,
+            tasks=tasks,
+            only_if_expired=only_if_expired,
+            max_crashes=max_crashes,
+        )
+        result = self._run(call)
+        if result is None:
+            return None
+        return int(result[0]), int(result[1])
+
+    def renew_leases(self, worker_ids: Sequence[str], lease_ms: int) -> int:
+        """Renew the leases that these workers hold (lua/queue_renew.lua); a worker with
+        none is left without. Returns how many were renewed."""
+        if not worker_ids:
+            return 0
+        renewed: int = self._run(renew_call(worker_ids=worker_ids, lease_ms=lease_ms))
+        return renewed
+
+    def drop_lease(self, raw_id: bytes) -> None:
+        """Forget a lease whose owner is not a worker of ours (it holds no task)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrem(leases_key(), raw_id)
+        pipe.hdel(workers_key(), raw_id)
+        pipe.execute()
+
+    def requeue_dead(self, queue: str, batch: int = 500) -> tuple[int, int]:
+        """Put the dead letters of ``queue`` back on it with fresh retries.
+
+        Returns ``(requeued, left)``: entries whose payload is not a task this version can
+        run are left in the dead-letter list. Each batch moves atomically; an entry removed
+        meanwhile (by another requeue) is skipped, so no task is requeued twice.
+        """
+        validate_queue(queue)
+        moved = left = start = 0
+        while True:
+            entries = raw(self.client, "LRANGE", dead_key(queue), start, start + batch - 1)
+            if not entries:
+                return moved, left
+            found = [(entry, _requeueable(entry)) for entry in entries]
+            tasks = [(entry, message) for entry, message in found if message is not None]
+            left += len(entries) - len(tasks)
+            done = self._requeue(queue, tasks)
+            moved += done
+            start += len(entries) - done  # what stayed is before the next batch now
+            if tasks and done == 0:  # another process is requeueing the same entries
+                return moved, left
+
+    def requeue_dead_entry(self, queue: str, entry: bytes) -> bool:
+        """Put one dead letter back on its queue with fresh retries; False if it is gone or
+        is not a task this app can run."""
+        validate_queue(queue)
+        message = _requeueable(entry)
+        if message is None:
+            return False
+        return bool(self._requeue(queue, [(entry, message)]))
+
+    def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]]) -> int:
+        """Requeue these dead letters (each with its task); how many were moved."""
+        if not tasks:
+            return 0
+        call = requeue_dead_call(queue=queue, entries=tasks)
+        done, problem = self._run_durable(
+            call, f"{len(tasks)} dead letters of {queue!r} were requeued"
+        )
+        if problem:
+            logger.warning("%s", problem)
+        return int(done)
+
+    def delete_dead_entry(self, queue: str, entry: bytes) -> bool:
+        """Delete one dead letter; False if it was gone."""
+        validate_queue(queue)
+        return bool(raw(self.client, "LREM", dead_key(queue), 1, entry))
+
+    def cancel(
+        self, task_id: str, *, terminate: bool = False
+    ) -> Literal["cancelled", "terminating"]:
+        """Cancel a task that has not started: it leaves its queue, its result is CANCELLED.
+
+        A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
+        then its worker stops it at its next heartbeat (the worker process is replaced), and
+        ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
+        A cancelled unique task frees its key: an equal task may be enqueued at once.
+        """
+        keys.validate_name(task_id, "task_id", 100)
+        fields = raw(self.client, "HMGET", result_key(task_id), "payload", "message", "unique")
+        payload = fields[0] or fields[1]
+        unique = (fields[2] or b"").decode("utf-8", "replace")
+        try:
+            message = TaskMessage.decode(fields[1]) if fields[1] else None
+        except MalformedTask:
+            message = None
+        queue = message.queue if message else None
+        if payload is None or queue is None:
+            raise TaskNotCancellable(
+                task_id, "no such task is kept (unknown, or its result expired)"
+            )
+        call = cancel_call(
+            task_id=task_id,
+            queue=queue,
+            payload=payload,
+            unique=unique if unique.startswith(unique_key("")) else "",  # only a key of ours
+            terminate=terminate,
+            flow=message.flow if message else None,
+        )
+        done = self._run(call)
+        if done == 1:
+            return "cancelled"
+        if done == 2:
+            return "terminating"
+        if done == 0:
+            raise TaskNotCancellable(
+                task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
+            )
+        if done == -2:
+            raise TaskNotCancellable(task_id, "it was already cancelled")
+        raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
+
+    def purge(self, queue: str) -> int:
+        """Delete the ready, delayed and dead tasks of ``queue`` (in one transaction); return
+        how many. Tasks in progress are left to finish; results expire by themselves."""
+        validate_queue(queue)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zcard(ready_key(queue))
+        pipe.zcard(delayed_key(queue))
+        pipe.llen(dead_key(queue))
+        pipe.delete(ready_key(queue), delayed_key(queue), dead_key(queue))
+        ready, delayed, dead, _ = pipe.execute()
+        return int(ready) + int(delayed) + int(dead)
+
+    def known_queue_names(self, extra: Iterable[str] = ()) -> set[str]:
+        """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
+        names = set(extra)
+        for name in raw(self.client, "SMEMBERS", queues_key()):
+            try:
+                names.add(validate_queue(name.decode()))
+            except ValueError:  # UnicodeDecodeError too
+                continue
+        return names
+
+    def forget_queues(self, names: Sequence[str]) -> int:
+        """Drop from the known queues those of ``names`` that hold no task or dead letter and
+        finished no task in the last RECENT_HOURS (one script: a task enqueued meanwhile
+        keeps its queue known). Pass only queues no registered worker serves. Returns how
+        many were forgotten."""
+        if not names:
+            return 0
+        hour = int(time.time()) // 3600  # the client's clock: an hour more on each side
+        hours = range(hour - RECENT_HOURS - 1, hour + 2)
+        return int(self._run(forget_call(names=names, hours=hours)))
+
+    def result_records(
+        self, task_ids: Sequence[str]
+    ) -> list[tuple[dict[bytes, bytes], Attempt | None]]:
+        """Each task's result hash and its newest attempt in the running hash (``None``
+        when it is not running), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            raw(pipe, "HGETALL", result_key(task_id))
+            raw(pipe, "HGET", running_tasks_key(), task_id)
+        replies = pipe.execute()
+        return [
+            (replies[2 * i], Attempt.all_of(replies[2 * i + 1])[-1] if replies[2 * i + 1] else None)
+            for i in range(len(task_ids))
+        ]
+
+    def worker_records(self) -> tuple[dict[str, bytes], dict[str, float], int]:
+        """Every registered worker's description (JSON, by id), each lease's expiry (ms, by
+        id), and the server's time (ms), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        raw(pipe, "HGETALL", workers_key())
+        raw(pipe, "ZRANGE", leases_key(), 0, -1, "WITHSCORES", withscores=True)
+        pipe.time()
+        described, leases, (seconds, micros) = pipe.execute()
+        expiry = {_text(member): float(score) for member, score in leases}
+        return _names(described), expiry, _ms(seconds, micros)
+
+    def worker_description(self, worker_id: str) -> bytes | None:
+        """The JSON description a worker registered (its queues, pid), if any."""
+        found: bytes | None = raw(self.client, "HGET", workers_key(), worker_id)
+        return found
+
+    def queue_counts(self, serving: dict[str, list[str]]) -> dict[str, QueueCounts]:
+        """The counts of each queue of ``serving`` (queue -> the workers serving it), in one
+        round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for name, worker_ids in serving.items():
+            pipe.zcard(ready_key(name))
+            pipe.zcard(delayed_key(name))
+            pipe.llen(dead_key(name))
+            for worker_id in worker_ids:
+                pipe.zcard(running_key(worker_id, name))
+        counts = iter(pipe.execute())
+        found = {}
+        for name, worker_ids in serving.items():
+            ready, delayed, dead = next(counts), next(counts), next(counts)
+            held = sum(next(counts) for _ in worker_ids)
+            found[name] = QueueCounts(ready=ready, delayed=delayed, dead=dead, in_progress=held)
+        return found
+
+    def held_payloads(self, worker_id: str, queue: str) -> list[bytes]:
+        """The payloads of the tasks that a worker has taken from ``queue``."""
+        found: list[bytes] = raw(self.client, "ZRANGE", running_key(worker_id, queue), 0, -1)
+        return found
+
+    def dead_letter_entries(self, queue: str, first: int, last: int) -> list[bytes]:
+        """Dead-letter entries of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the
+        newest is last)."""
+        found: list[bytes] = raw(self.client, "LRANGE", dead_key(queue), first, last)
+        return found
+
+    def dead_letter_at(self, queue: str, index: int) -> bytes | None:
+        """The dead-letter entry at ``index`` (0: the newest), or ``None``."""
+        found: bytes | None = raw(self.client, "LINDEX", dead_key(queue), -index - 1)
+        return found
+
+    def glimpses(
+        self,
+        queue: str,
+        state: Literal["ready", "delayed", "dead"],
+        first: int,
+        last: int,
+        **sizes: int,
+    ) -> tuple[int, list[Glimpse]]:
+        """How many entries the ``state`` set of ``queue`` holds, and a glimpse of those from
+        ``first`` to ``last`` (negative: from the end): their first ``start_bytes`` and last
+        ``end_bytes`` bytes, never a page of whole entries (one round trip)."""
+        call = entry_heads_call(
+            key={"ready": ready_key, "delayed": delayed_key, "dead": dead_key}[state](queue),
+            first=first,
+            last=last,
+            start_bytes=sizes.get("start_bytes", 4096),
+            end_bytes=sizes.get("end_bytes", 0),
+        )
+        total, *rest = self._run(call, raw=True)
+        found = [
+            Glimpse(start=rest[i], end=rest[i + 1], size=int(rest[i + 2]), score=rest[i + 3])
+            for i in range(0, len(rest), 4)
+        ]
+        return int(total), found
+
+    def running_records(self) -> list[RunningEntry]:
+        """Every attempt running now, in two round trips."""
+        attempts = _names(raw(self.client, "HGETALL", running_tasks_key()))
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in attempts:
+            raw(pipe, "HGET", result_key(task_id), "message")
+        messages = pipe.execute() if attempts else []
+        return [
+            RunningEntry(task_id, attempt, message)
+            for (task_id, held), message in zip(attempts.items(), messages, strict=True)
+            for attempt in Attempt.all_of(held)
+        ]
+
+    def minute_counts(
+        self, queues: Sequence[str], hours: int
+    ) -> tuple[int, dict[str, dict[str, bytes]]]:
+        """The server's minute (since the epoch) and, per queue, the per-minute counts of the
+        last ``hours`` hours and this one ("<minute>:<kind>" -> count), in two round trips."""
+        seconds, _ = self.client.time()
+        now_minute = int(seconds) // 60
+        hour = now_minute // 60
+        pipe = self.client.pipeline(transaction=False)
+        for name in queues:
+            for h in range(hour - hours, hour + 1):
+                raw(pipe, "HGETALL", stats_key(name, h))
+        replies = iter(pipe.execute())
+        found: dict[str, dict[str, bytes]] = {}
+        for name in queues:
+            merged: dict[str, bytes] = {}
+            for _ in range(hours + 1):
+                merged.update(_names(next(replies)))
+            found[name] = merged
+        return now_minute, found
+
+    def totals(self) -> dict[str, bytes]:
+        """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us")."""
+        return _names(raw(self.client, "HGETALL", totals_key()))
+
+    def schedule_ticks(self) -> tuple[dict[str, bytes], int]:
+        """Each schedule's next tick (epoch ms, as stored) and the server's time (ms)."""
+        pipe = self.client.pipeline(transaction=False)
+        raw(pipe, "HGETALL", schedule_next_key())
+        pipe.time()
+        stored, (seconds, micros) = pipe.execute()
+        return _names(stored), _ms(seconds, micros)
+
+    def start_schedule(self, name: str, first_tick: int) -> None:
+        """Record a new schedule's first tick, unless a scheduler already did."""
+        self.client.hsetnx(schedule_next_key(), name, first_tick)
+
+    def schedule_records(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """Each schedule's next tick, and its last run ("<tick ms> <task id>"), as stored."""
+        pipe = self.client.pipeline(transaction=False)
+        raw(pipe, "HGETALL", schedule_next_key())
+        raw(pipe, "HGETALL", schedule_last_key())
+        next_ticks, last_runs = pipe.execute()
+        return _names(next_ticks), _names(last_runs)
+
+    def create_workflow(
+        self,
+        workflow_id: str,
+        fields: Sequence[scripts.Arg],
+        roots: Sequence[tuple[int, TaskMessage, str]],
+    ) -> int | None:
+        """Write a workflow and enqueue its first steps in one script; the server's time
+        (ms) of the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
+        call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
+        created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
+        if created is None:
+            return None
+        if problem:
+            raise TaskNotDurable(problem, workflow_id)
+        return int(created)
+
+    def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
+        """These fields of a workflow's HASH (those it has), one HMGET per page of them,
+        in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for page in pages:
+            raw(pipe, "HMGET", flow_key(workflow_id), *page)
+        replies = pipe.execute() if pages else []
+        return {
+            name: value
+            for page, values in zip(pages, replies, strict=True)
+            for name, value in zip(page, values, strict=True)
+            if value is not None
+        }
+
+    def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
+        """The result (JSON) of a workflow's step or barrier, as stored (``None`` when it
+        has none, or the workflow is not kept)."""
+        value: bytes | None = raw(self.client, "HGET", flow_key(workflow_id), f"r:{node}")
+        return value
+
+    def cancel_workflow(
+        self, workflow_id: str, steps: Sequence[tuple[str, str]], *, terminate: bool
+    ) -> tuple[bool, str | None, int, int]:
+        """Cancel a workflow whose steps are ``steps`` (task id, queue): whether this call
+        cancelled it, its status before (``None``: no such workflow), how many steps
+        were dropped, and how many still run."""
+        call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
+        cancelled, status, dropped, running = self._run(call)
+        return bool(cancelled), (None if status is None else text(status)), dropped, running
+
+    def workflow_ids(self, limit: int) -> tuple[list[str], list[str]]:
+        """The ids of the oldest ``limit`` live workflows and of the latest ``limit``
+        finished ones still kept."""
+        pipe = self.client.pipeline(transaction=False)
+        raw(pipe, "ZRANGE", flows_live_key(), 0, limit - 1)
+        raw(pipe, "ZREVRANGE", flows_done_key(), 0, limit - 1)
+        live, done = pipe.execute()
+        return [_text(i) for i in live], [_text(i) for i in done]
+
+    def running_workflow_count(self) -> int:
+        return int(self.client.zcard(flows_live_key()))
+
+    def workflow_fields(
+        self, workflow_ids: Sequence[str], fields: Sequence[str]
+    ) -> list[dict[str, bytes]]:
+        """These ``fields`` of each workflow's HASH (those it has: none for a workflow that
+        is gone), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for workflow_id in workflow_ids:
+            raw(pipe, "HMGET", flow_key(workflow_id), *fields)
+        replies = pipe.execute() if workflow_ids else []
+        return [
+            {name: value for name, value in zip(fields, values, strict=True) if value is not None}
+            for values in replies
+        ]
+
+    def claim_ticks(self, claims: Sequence[TickClaim]) -> list[bool]:
+        """Claim due ticks in one script; for each, whether this call claimed it (and
+        enqueued its task if ``run``): another scheduler may have been first."""
+        claimed, problem = self._run_durable(
+            claim_call(claims=claims), "Schedules' ticks were enqueued"
+        )
+        if problem:
+            logger.warning("%s", problem)
+        return [bool(done) for done in claimed]
+
+
+def cancel(task_id: str, *, terminate: bool = False) -> Literal["cancelled", "terminating"]:
+    """Cancel a task that has not started (see :meth:`TaskStore.cancel`)."""
+    return TaskStore().cancel(task_id, terminate=terminate)

@@ -1,8 +1,8 @@
 """The task model: Django's ``Task``, on our queue, by either of two decorators.
 
-Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's ``Task`` carrying our
-options (retries, backoff, uniqueness, time limits), and every result is Django's
-``TaskResult``. There are two ways to make a task:
+Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's ``Task``
+carrying our options (retries, backoff, uniqueness, time limits), and every result is
+Django's ``TaskResult``. There are two ways to make a task:
 
 - our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered under
   a name (``name=``, by default its module path) that travels in the queue, so
@@ -42,11 +42,7 @@ import datetime
 import inspect
 import logging
 from collections.abc import Callable, Iterable
-from typing import (
-    Any,
-    cast,
-    overload,
-)
+from typing import Any, cast, overload
 
 from django.apps import apps
 from django.conf import settings

@@ -12,15 +12,10 @@ from ...connection import get_client, is_cluster, node_client
 from ..messages import MAX_PRIORITY, FlowStep
 
 COMPONENT = "queue"
-
-
 TAG = "tasks"
-
 
 # Room for 2**43 tasks (8.8e12) in each priority's band of ready scores.
 BAND = 2**44
-
-
 FIRST = 2**43
 
 

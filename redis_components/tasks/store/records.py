@@ -70,11 +70,7 @@ class Due:
 
 
 NOW = Due()
-
-
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-
-
 MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
 
 

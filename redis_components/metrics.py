@@ -135,11 +135,7 @@ class TaskCollector:
         # Fields "<queue>:<outcome>:<bucket>" (a count) and "<queue>:us" (total µs).
         counts: dict[tuple[str, str, str], float] = {}
         micros: dict[str, float] = {}
-        for name, value in store.totals().items():
-            try:
-                number = float(value)
-            except ValueError:
-                continue
+        for name, number in store.totals().items():
             if name.endswith(":us"):
                 micros[name[:-3]] = number
             elif name.count(":") >= 2:

@@ -26,7 +26,6 @@ from conftest import cancelled
 from redis_components import cancel, chain, get_result
 from redis_components.exceptions import InvalidInput
 from redis_components.tasks.framework import TaskResultStatus, task_finished
-from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, running_tasks, workers
 from redis_components.tasks.store import TaskStore, ready_key
 from redis_components.tasks.waker import Waker
@@ -535,7 +534,8 @@ def test_two_deliveries_of_one_task_at_once_are_each_recorded(
         handle = tasks.copies.enqueue("dup")
         wait_until(lambda: runs(r) == {"dup": 1})
         store = TaskStore()
-        message = TaskMessage.decode(store.result_records([handle.id])[0][0][b"message"])
+        message = store.queued_message(handle.id)
+        assert message is not None
         copy = dataclasses.replace(message, retries=1)
         store.enqueue(copy, copy.encode())
         wait_until(lambda: get_result(handle.id).is_finished)

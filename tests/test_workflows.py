@@ -31,7 +31,6 @@ from redis_components.exceptions import (
 )
 from redis_components.scripts import LUA_DIR
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, workers
 from redis_components.tasks.store import TaskStore, flow_key, result_key
 from redis_components.tasks.worker import Worker
@@ -77,7 +76,8 @@ def deliver_twice(steps: list[Step]) -> None:
     """Put a copy of each step's queued message back on its queue, as a redelivery would."""
     store = TaskStore()
     for step in steps:
-        message = TaskMessage.decode(store.result_records([step.task_id])[0][0][b"message"])
+        message = store.queued_message(step.task_id)
+        assert message is not None
         copy = dataclasses.replace(message, crashes=1)
         store.enqueue(copy, copy.encode())
 
@@ -866,7 +866,8 @@ def test_creating_a_workflow_twice_with_one_id_changes_nothing_the_second_time()
     workflow = chain(group([tasks.member.s("a"), tasks.member.s("b")]), tasks.total.s()).enqueue()
     store = TaskStore()
     before = workflow.steps()
-    message = TaskMessage.decode(store.result_records([before[0].task_id])[0][0][b"message"])
+    message = store.queued_message(before[0].task_id)
+    assert message is not None
     again = store.create_workflow(
         workflow.id, ["status", "RUNNING"], [(1, message, message.encode())]
     )

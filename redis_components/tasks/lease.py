@@ -31,7 +31,6 @@ import redis
 
 from ..conf import conf
 from ..exceptions import InvalidInput
-from .messages import validate_queue
 from .schedules import Schedule, Scheduler
 from .store import Heartbeat, TaskStore, WorkerStore
 
@@ -235,16 +234,10 @@ class Lease(Generic[Running]):
             store.drop_lease(raw_id)
             logger.warning("Dropped the expired lease of %r, which is not a worker id", raw_id)
             return
-        raw_info = store.worker_description(worker_id)
-        try:
-            described = json.loads(raw_info) if raw_info else {}
-            queues = [validate_queue(queue) for queue in described["queues"]]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            queues = []
         put_back_tasks(
             store,
             worker_id,
-            queues,
+            store.worker_queues(worker_id),
             f"Worker {worker_id} stopped renewing its lease",
             crashed=True,
             only_if_expired=True,

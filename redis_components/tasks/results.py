@@ -12,80 +12,33 @@ then Redis expires it: nothing grows forever.
 from __future__ import annotations
 
 import datetime
-import enum
 import json
 import traceback
-from dataclasses import dataclass, field
-from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
-from .messages import MalformedTask, TaskMessage
-from .store import Attempt, TaskStore
+from .store import AttemptError, TaskRecord, TaskStatus, TaskStore
+
+__all__ = [
+    "MAX_TASK_ID",
+    "MAX_TRACEBACK",
+    "AttemptError",
+    "TaskRecord",
+    "TaskStatus",
+    "describe",
+    "django_datetime",
+    "django_time",
+    "error_json",
+    "get_record",
+    "read_records",
+]
 
 MAX_TASK_ID = 100
 # The end of a traceback is kept in a result and a dead letter; the start is in the log.
 MAX_TRACEBACK = 20_000
-
-
-class TaskStatus(str, enum.Enum):
-    """Where a task is: the states of Django's ``TaskResultStatus`` (same values), and
-    CANCELLED, which Django's results show as FAILED with a ``TaskCancelled`` error."""
-
-    READY = "READY"  # enqueued, or waiting to run again after a failure or a crash
-    RUNNING = "RUNNING"
-    SUCCESSFUL = "SUCCESSFUL"
-    FAILED = "FAILED"  # its retries are spent, or it cannot run: it is a dead letter
-    CANCELLED = "CANCELLED"  # cancelled before it ran (or terminated while it ran)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class AttemptError:
-    """Why one attempt failed: the exception's class path and the traceback."""
-
-    exception_class_path: str
-    traceback: str
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    r"""What Redis keeps of one task.
-
-    ``task`` is the registered name of one of our ``@redis_task``\ s (``backend`` is then
-    ``None``), or the module path of a Django ``@task`` (``backend`` is its Tasks
-    backend alias). Times are aware UTC datetimes from the Redis server's clock.
-    ``worker_ids`` lists the worker of each attempt, ``errors`` the error of each
-    failed one (a worker that died counts as
-    :class:`~redis_components.exceptions.WorkerCrashed`); ``return_value`` is what a
-    SUCCESSFUL task returned (``None`` otherwise).
-    """
-
-    id: str
-    task: str
-    queue: str
-    priority: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    backend: str | None
-    status: TaskStatus
-    enqueued_at: datetime.datetime | None
-    run_after: datetime.datetime | None
-    started_at: datetime.datetime | None
-    last_attempted_at: datetime.datetime | None
-    finished_at: datetime.datetime | None
-    worker_ids: list[str]
-    errors: list[AttemptError]
-    return_value: Any = field(default=None, repr=False)
-
-    @property
-    def attempts(self) -> int:
-        return len(self.worker_ids)
 
 
 def describe(error: BaseException) -> tuple[str, str]:
@@ -116,85 +69,7 @@ def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
     """
     for task_id in task_ids:
         keys.validate_name(task_id, "task_id", MAX_TASK_ID)
-    records = TaskStore().result_records(task_ids)
-    return [
-        _parse(task_id, record, attempt)
-        for task_id, (record, attempt) in zip(task_ids, records, strict=True)
-    ]
-
-
-def _parse(task_id: str, record: Any, attempt: Attempt | None) -> TaskRecord | None:
-    fields = _as_fields(record)
-    try:
-        message = TaskMessage.decode(fields["message"])
-        status = TaskStatus(fields["status"].decode())
-    except (KeyError, MalformedTask, ValueError):
-        return None
-    workers = fields.get("workers", b"").decode("utf-8", "replace").split()
-    started = _time(fields.get("started_at"))
-    last = _time(fields.get("last_attempted_at"))
-    if status is TaskStatus.READY and attempt:
-        status = TaskStatus.RUNNING
-        last = keys.utc_from_ms(attempt.started_ms)
-        started = started or last
-        workers.append(attempt.worker_id)
-    value = None
-    if status is TaskStatus.SUCCESSFUL:
-        try:
-            value = json.loads(fields.get("return_value", b"null"))
-        except (ValueError, RecursionError):
-            value = fields["return_value"].decode("utf-8", "replace")
-    return TaskRecord(
-        id=task_id,
-        task=message.task,
-        queue=message.queue,
-        priority=message.priority,
-        args=message.args,
-        kwargs=message.kwargs,
-        backend=message.backend,
-        status=status,
-        enqueued_at=_time(fields.get("enqueued_at")),
-        run_after=_time(fields.get("run_after")),
-        started_at=started,
-        last_attempted_at=last,
-        finished_at=_time(fields.get("finished_at")) if status in _ENDED else None,
-        worker_ids=workers,
-        errors=_errors(fields.get("errors")),
-        return_value=value,
-    )
-
-
-_ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
-
-
-def _as_fields(record: Any) -> dict[str, bytes]:
-    """HGETALL's reply as a dict with str names (RESP2 gives a flat list, RESP3 a map)."""
-    if isinstance(record, list):
-        record = dict(zip(record[::2], record[1::2], strict=True))
-    return {name.decode("utf-8", "replace"): value for name, value in record.items()}
-
-
-def _time(value: bytes | None) -> datetime.datetime | None:
-    try:
-        return keys.utc_from_ms(int(value)) if value else None
-    except ValueError:
-        return None
-
-
-def _errors(value: bytes | None) -> list[AttemptError]:
-    if not value:
-        return []
-    try:
-        entries = json.loads(value)
-    except (ValueError, RecursionError):
-        return [AttemptError("", value.decode("utf-8", "replace"))]
-    if not isinstance(entries, list):
-        return []
-    return [
-        AttemptError(str(entry.get("exception_class_path", "")), str(entry.get("traceback", "")))
-        for entry in entries
-        if isinstance(entry, dict)
-    ]
+    return TaskStore().task_records(task_ids)
 
 
 def django_time(ms: int | None) -> datetime.datetime | None:

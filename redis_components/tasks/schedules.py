@@ -306,10 +306,7 @@ class Scheduler:
         upcoming = []
         due = []
         for schedule in self.schedules:
-            try:
-                tick = int(known[schedule.name])
-            except (KeyError, ValueError):
-                tick = None
+            tick = known.get(schedule.name)
             if tick is None:  # a new schedule starts with its next tick
                 first = schedule.next_after(now)
                 TaskStore().start_schedule(schedule.name, first)
@@ -394,19 +391,12 @@ class ScheduleState:
 def schedule_states() -> list[ScheduleState]:
     """Every schedule with its next and last run (three round trips at most)."""
     known = schedules()
-    next_ticks, last_runs = TaskStore().schedule_records()
-    lasts: dict[str, tuple[int, str]] = {}
-    for name, value in last_runs.items():
-        tick, _, task_id = value.decode("utf-8", "replace").partition(" ")
-        try:
-            lasts[name] = (int(tick), keys.validate_name(task_id, "task_id", 100))
-        except ValueError:
-            continue
+    next_ticks, lasts = TaskStore().schedule_records()
     ids = [lasts[s.name][1] for s in known if s.name in lasts]
     results = dict(zip(ids, read_records(ids), strict=True)) if ids else {}
     states = []
     for schedule in known:
-        next_tick = _int(next_ticks.get(schedule.name))
+        next_tick = next_ticks.get(schedule.name)
         last = lasts.get(schedule.name)
         states.append(
             ScheduleState(
@@ -417,10 +407,3 @@ def schedule_states() -> list[ScheduleState]:
             )
         )
     return states
-
-
-def _int(value: bytes | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None

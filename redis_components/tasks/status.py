@@ -19,7 +19,7 @@ from .. import keys
 from ..conf import conf
 from .backend import queues_in_use
 from .messages import MalformedTask, TaskMessage, validate_queue
-from .store import TaskStore, queue_limit
+from .store import TaskStore, WorkerInfo, queue_limit
 
 UNREADABLE = "(unreadable)"
 # A list page reads at most this much of the start of an entry (a payload, a dead
@@ -44,72 +44,13 @@ class QueueStats:
     limit: int
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
-    """A registered worker and the seconds until its lease runs out (negative: expired).
-
-    ``problem`` says what could not be read of its description ("" when all could).
-    """
-
-    id: str
-    host: str
-    pid: int | None
-    queues: list[str]
-    started_at: float | None
-    lease_left: float
-    problem: str = ""
-    threads: int = 1  # the tasks it runs at once (rc_worker --threads)
-
-
 def _text(value: bytes) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
 def workers() -> list[WorkerInfo]:
     """Every registered worker, live or not yet recovered, by id."""
-    described, expiry, now_ms = TaskStore().worker_records()
-    found = []
-    for worker_id, raw_info in described.items():
-        lease = expiry.get(worker_id)
-        lease_left = (lease - now_ms) / 1000 if lease is not None else -math.inf
-        found.append(_worker(worker_id, raw_info, lease_left))
-    return sorted(found, key=lambda worker: worker.id)
-
-
-def _worker(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInfo:
-    try:
-        info = json.loads(raw_info)
-    except (ValueError, RecursionError):
-        info = None
-    if not isinstance(info, dict):
-        return WorkerInfo(worker_id, "", None, [], None, lease_left, "unreadable description")
-    problems = []
-    queues = info.get("queues")
-    if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
-        queues, problems = [], ["queues"]
-    pid = info.get("pid")
-    if not keys.is_integer(pid):
-        pid = None
-        problems.append("pid")
-    started = info.get("started_at")
-    if not (keys.is_integer(started) or isinstance(started, float)):
-        started = None
-        problems.append("start time")
-    host = info.get("host")
-    threads = info.get("threads", 1)  # a worker of 0.1 does not say: it runs one
-    if not keys.is_integer(threads) or threads < 1:
-        threads = 1
-        problems.append("threads")
-    return WorkerInfo(
-        worker_id,
-        host if isinstance(host, str) else "",
-        pid,
-        queues,
-        float(started) if started is not None else None,
-        lease_left,
-        f"unreadable {', '.join(problems)}" if problems else "",
-        threads,
-    )
+    return TaskStore().workers()
 
 
 def queue_names(extra: Iterable[str] = ()) -> list[str]:
@@ -378,12 +319,8 @@ def running_tasks() -> list[TaskRun]:
     """Every task running now, by worker (two round trips)."""
     found = []
     for entry in TaskStore().running_records():
-        try:
-            name = TaskMessage.decode(entry.message).task if entry.message else ""
-        except MalformedTask:
-            name = ""
         started = keys.utc_from_ms(entry.attempt.started_ms)
-        found.append(TaskRun(entry.task_id, entry.attempt.worker_id, started, name))
+        found.append(TaskRun(entry.task_id, entry.attempt.worker_id, started, entry.task))
     return sorted(found, key=lambda running: running.worker_id)
 
 
@@ -404,12 +341,7 @@ def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]
     found = {}
     first = now_minute - hours * 60 + 1
     for name in names:
-        counts: dict[int, dict[str, int]] = {}
-        for field_name, value in recorded[name].items():
-            minute, _, kind = field_name.partition(":")
-            number = _int(minute)
-            if number is not None and number >= first:
-                counts.setdefault(number, {})[kind] = _int(value) or 0
+        counts = recorded[name]
         found[name] = [
             Minute(
                 keys.utc_from_ms(minute * 60_000) or datetime.datetime.min,
@@ -420,10 +352,3 @@ def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]
             for minute in range(first, now_minute + 1)
         ]
     return found
-
-
-def _int(value: bytes | str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None

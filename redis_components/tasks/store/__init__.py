@@ -1,10 +1,11 @@
 """The task store: the one place that sends commands on the task system's keys.
 
-A package of five modules, each read in one sitting: ``layout`` (the keys and a task's
-rank), ``records`` (the values the store takes and returns), ``calls`` (one builder per
-script), ``task_store`` (:class:`TaskStore`, which alone sends commands and parses their
-replies) and ``worker_store`` (:class:`WorkerStore`, what one worker says of its own
-tasks). Import from the package: the names it exports are its interface.
+A package of six modules, each read in one sitting: ``layout`` (the keys and a task's
+rank), ``records`` (the values the store takes and returns), ``replies`` (the parsers
+that make them of what Redis answers), ``calls`` (one builder per script),
+``task_store`` (:class:`TaskStore`, which alone sends commands) and ``worker_store``
+(:class:`WorkerStore`, what one worker says of its own tasks). Import from the package:
+the names it exports are its interface.
 
 :class:`TaskStore` owns every key, every script call and every parse of a raw reply,
 and returns the task system's types. Both front doors (our ``@redis_task`` and Django's
@@ -123,6 +124,7 @@ from .records import (
     DURATION_BUCKETS,
     NOW,
     Attempt,
+    AttemptError,
     Due,
     Enqueued,
     Fetched,
@@ -131,7 +133,10 @@ from .records import (
     Outcome,
     QueueCounts,
     RunningEntry,
+    TaskRecord,
+    TaskStatus,
     TickClaim,
+    WorkerInfo,
     dead_entry,
     due_at,
     duration_bucket,
@@ -145,6 +150,7 @@ __all__ = [
     "FIRST",
     "NOW",
     "Attempt",
+    "AttemptError",
     "Due",
     "Enqueued",
     "Fetched",
@@ -153,8 +159,11 @@ __all__ = [
     "Outcome",
     "QueueCounts",
     "RunningEntry",
+    "TaskRecord",
+    "TaskStatus",
     "TaskStore",
     "TickClaim",
+    "WorkerInfo",
     "WorkerStore",
     "cancel",
     "cancel_call",

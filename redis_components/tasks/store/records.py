@@ -4,10 +4,11 @@ raw replies), and when an enqueued task is due."""
 from __future__ import annotations
 
 import datetime
+import enum
 import json
 import time
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ... import keys
 from ...exceptions import InvalidInput
@@ -36,12 +37,86 @@ class Attempt:
 
 @dataclass(frozen=True)
 class RunningEntry:
-    """A task running now: its id, one attempt of it, and its queued message (``None``
-    once its result expired)."""
+    """A task running now: its id, one attempt of it, and its task's name ("" once its
+    result, which names it, expired)."""
 
     task_id: str
     attempt: Attempt
-    message: bytes | None
+    task: str
+
+
+class TaskStatus(str, enum.Enum):
+    """Where a task is: the states of Django's ``TaskResultStatus`` (same values), and
+    CANCELLED, which Django's results show as FAILED with a ``TaskCancelled`` error."""
+
+    READY = "READY"  # enqueued, or waiting to run again after a failure or a crash
+    RUNNING = "RUNNING"
+    SUCCESSFUL = "SUCCESSFUL"
+    FAILED = "FAILED"  # its retries are spent, or it cannot run: it is a dead letter
+    CANCELLED = "CANCELLED"  # cancelled before it ran (or terminated while it ran)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """Why one attempt failed: the exception's class path and the traceback."""
+
+    exception_class_path: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    r"""What Redis keeps of one task.
+
+    ``task`` is the registered name of one of our ``@redis_task``\ s (``backend`` is then
+    ``None``), or the module path of a Django ``@task`` (``backend`` is its Tasks
+    backend alias). Times are aware UTC datetimes from the Redis server's clock.
+    ``worker_ids`` lists the worker of each attempt, ``errors`` the error of each
+    failed one (a worker that died counts as
+    :class:`~redis_components.exceptions.WorkerCrashed`); ``return_value`` is what a
+    SUCCESSFUL task returned (``None`` otherwise).
+    """
+
+    id: str
+    task: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    backend: str | None
+    status: TaskStatus
+    enqueued_at: datetime.datetime | None
+    run_after: datetime.datetime | None
+    started_at: datetime.datetime | None
+    last_attempted_at: datetime.datetime | None
+    finished_at: datetime.datetime | None
+    worker_ids: list[str]
+    errors: list[AttemptError]
+    return_value: Any = field(default=None, repr=False)
+
+    @property
+    def attempts(self) -> int:
+        return len(self.worker_ids)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A registered worker and the seconds until its lease runs out (negative: expired).
+
+    ``problem`` says what could not be read of its description ("" when all could).
+    """
+
+    id: str
+    host: str
+    pid: int | None
+    queues: list[str]
+    started_at: float | None
+    lease_left: float
+    problem: str = ""
+    threads: int = 1  # the tasks it runs at once (rc_worker --threads)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from ...conf import conf, user_settings
 from ...connection import text
 from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
 from ..messages import MalformedTask, TaskMessage, flow_of, task_id_of, validate_queue
+from . import replies
 from .calls import (
     cancel_call,
     claim_call,
@@ -63,8 +64,11 @@ from .records import (
     Outcome,
     QueueCounts,
     RunningEntry,
+    TaskRecord,
     TickClaim,
+    WorkerInfo,
 )
+from .replies import fields_of
 
 logger = logging.getLogger("redis_components.tasks")
 
@@ -124,16 +128,14 @@ def _requeueable(entry: bytes) -> TaskMessage | None:
 RECENT_HOURS = 6
 
 
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", "backslashreplace")  # shows what bytes are not UTF-8
-
-
-def _names(reply: dict[bytes, Any]) -> dict[str, Any]:
-    return {_text(name): value for name, value in reply.items()}
-
-
 def _ms(seconds: Any, micros: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _ticks(stored: Any) -> dict[str, int]:
+    """Schedules' ticks by name, those that are integers."""
+    ticks = {name: replies.integer(value) for name, value in fields_of(stored).items()}
+    return {name: tick for name, tick in ticks.items() if tick is not None}
 
 
 class TaskStore:
@@ -452,36 +454,60 @@ class TaskStore:
         hours = range(hour - RECENT_HOURS - 1, hour + 2)
         return int(self._run(forget_call(names=names, hours=hours)))
 
-    def result_records(
-        self, task_ids: Sequence[str]
-    ) -> list[tuple[dict[bytes, bytes], Attempt | None]]:
-        """Each task's result hash and its newest attempt in the running hash (``None``
-        when it is not running), in one round trip."""
+    def task_records(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
+        """Each task's record (``None`` where none is kept, or it is not one of ours), from
+        its result hash and the running hash, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
             raw(pipe, "HGETALL", result_key(task_id))
             raw(pipe, "HGET", running_tasks_key(), task_id)
-        replies = pipe.execute()
+        found = pipe.execute()
         return [
-            (replies[2 * i], Attempt.all_of(replies[2 * i + 1])[-1] if replies[2 * i + 1] else None)
-            for i in range(len(task_ids))
+            replies.task_record(task_id, found[2 * i], found[2 * i + 1])
+            for i, task_id in enumerate(task_ids)
         ]
 
-    def worker_records(self) -> tuple[dict[str, bytes], dict[str, float], int]:
-        """Every registered worker's description (JSON, by id), each lease's expiry (ms, by
-        id), and the server's time (ms), in one round trip."""
+    def queued_message(self, task_id: str) -> TaskMessage | None:
+        """The message a task was queued with, while its result is kept (``None`` if it
+        is not, or is not one of ours)."""
+        found = raw(self.client, "HGET", result_key(task_id), "message")
+        try:
+            return TaskMessage.decode(found) if found else None
+        except MalformedTask:
+            return None
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every registered worker, live or not yet recovered, by id, with the seconds
+        until its lease runs out (by the server's clock), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         raw(pipe, "HGETALL", workers_key())
         raw(pipe, "ZRANGE", leases_key(), 0, -1, "WITHSCORES", withscores=True)
         pipe.time()
         described, leases, (seconds, micros) = pipe.execute()
-        expiry = {_text(member): float(score) for member, score in leases}
-        return _names(described), expiry, _ms(seconds, micros)
+        now_ms = _ms(seconds, micros)
+        expiry = {replies.text(member): float(score) for member, score in leases}
+        found = [
+            replies.worker_info(
+                worker_id,
+                info,
+                (expiry[worker_id] - now_ms) / 1000 if worker_id in expiry else -math.inf,
+            )
+            for worker_id, info in fields_of(described).items()
+        ]
+        return sorted(found, key=lambda worker: worker.id)
 
-    def worker_description(self, worker_id: str) -> bytes | None:
-        """The JSON description a worker registered (its queues, pid), if any."""
-        found: bytes | None = raw(self.client, "HGET", workers_key(), worker_id)
-        return found
+    def worker_queues(self, worker_id: str) -> list[str]:
+        """The queues a worker registered to serve ([] if it is gone, or they cannot be
+        read)."""
+        described = replies.worker_description(raw(self.client, "HGET", workers_key(), worker_id))
+        queues = replies.worker_queues(described or {}) or []
+        valid = []
+        for queue in queues:
+            try:
+                valid.append(validate_queue(queue))
+            except ValueError:
+                return []
+        return valid
 
     def queue_counts(self, serving: dict[str, list[str]]) -> dict[str, QueueCounts]:
         """The counts of each queue of ``serving`` (queue -> the workers serving it), in one
@@ -544,22 +570,23 @@ class TaskStore:
 
     def running_records(self) -> list[RunningEntry]:
         """Every attempt running now, in two round trips."""
-        attempts = _names(raw(self.client, "HGETALL", running_tasks_key()))
+        attempts = fields_of(raw(self.client, "HGETALL", running_tasks_key()))
         pipe = self.client.pipeline(transaction=False)
         for task_id in attempts:
             raw(pipe, "HGET", result_key(task_id), "message")
         messages = pipe.execute() if attempts else []
         return [
-            RunningEntry(task_id, attempt, message)
+            RunningEntry(task_id, attempt, replies.task_name(message))
             for (task_id, held), message in zip(attempts.items(), messages, strict=True)
             for attempt in Attempt.all_of(held)
         ]
 
     def minute_counts(
         self, queues: Sequence[str], hours: int
-    ) -> tuple[int, dict[str, dict[str, bytes]]]:
-        """The server's minute (since the epoch) and, per queue, the per-minute counts of the
-        last ``hours`` hours and this one ("<minute>:<kind>" -> count), in two round trips."""
+    ) -> tuple[int, dict[str, dict[int, dict[str, int]]]]:
+        """The server's minute (since the epoch) and, per queue, what its workers finished
+        in each minute of the last ``hours`` hours (by minute, then kind: "processed",
+        "failed", "retried"), in two round trips."""
         seconds, _ = self.client.time()
         now_minute = int(seconds) // 60
         hour = now_minute // 60
@@ -567,38 +594,54 @@ class TaskStore:
         for name in queues:
             for h in range(hour - hours, hour + 1):
                 raw(pipe, "HGETALL", stats_key(name, h))
-        replies = iter(pipe.execute())
-        found: dict[str, dict[str, bytes]] = {}
+        found_hours = iter(pipe.execute())
+        found: dict[str, dict[int, dict[str, int]]] = {}
         for name in queues:
             merged: dict[str, bytes] = {}
             for _ in range(hours + 1):
-                merged.update(_names(next(replies)))
-            found[name] = merged
+                merged.update(fields_of(next(found_hours)))
+            found[name] = replies.minute_counts(merged, now_minute - hours * 60 + 1)
         return now_minute, found
 
-    def totals(self) -> dict[str, bytes]:
-        """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us")."""
-        return _names(raw(self.client, "HGETALL", totals_key()))
+    def totals(self) -> dict[str, float]:
+        """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us"),
+        those that are numbers."""
+        found = {}
+        for name, value in fields_of(raw(self.client, "HGETALL", totals_key())).items():
+            try:
+                found[name] = float(value)
+            except ValueError:
+                continue
+        return found
 
-    def schedule_ticks(self) -> tuple[dict[str, bytes], int]:
-        """Each schedule's next tick (epoch ms, as stored) and the server's time (ms)."""
+    def schedule_ticks(self) -> tuple[dict[str, int], int]:
+        """Each schedule's next tick (epoch ms; those that are numbers) and the server's
+        time (ms)."""
         pipe = self.client.pipeline(transaction=False)
         raw(pipe, "HGETALL", schedule_next_key())
         pipe.time()
         stored, (seconds, micros) = pipe.execute()
-        return _names(stored), _ms(seconds, micros)
+        return _ticks(stored), _ms(seconds, micros)
 
     def start_schedule(self, name: str, first_tick: int) -> None:
         """Record a new schedule's first tick, unless a scheduler already did."""
         self.client.hsetnx(schedule_next_key(), name, first_tick)
 
-    def schedule_records(self) -> tuple[dict[str, bytes], dict[str, bytes]]:
-        """Each schedule's next tick, and its last run ("<tick ms> <task id>"), as stored."""
+    def schedule_records(self) -> tuple[dict[str, int], dict[str, tuple[int, str]]]:
+        """Each schedule's next tick (epoch ms), and its last run (its tick and the task it
+        enqueued); what cannot be read is left out."""
         pipe = self.client.pipeline(transaction=False)
         raw(pipe, "HGETALL", schedule_next_key())
         raw(pipe, "HGETALL", schedule_last_key())
         next_ticks, last_runs = pipe.execute()
-        return _names(next_ticks), _names(last_runs)
+        lasts = {}
+        for name, value in fields_of(last_runs).items():
+            tick, _, task_id = value.decode("utf-8", "replace").partition(" ")
+            try:
+                lasts[name] = (int(tick), keys.validate_name(task_id, "task_id", 100))
+            except ValueError:
+                continue
+        return _ticks(next_ticks), lasts
 
     def create_workflow(
         self,
@@ -653,7 +696,7 @@ class TaskStore:
         raw(pipe, "ZRANGE", flows_live_key(), 0, limit - 1)
         raw(pipe, "ZREVRANGE", flows_done_key(), 0, limit - 1)
         live, done = pipe.execute()
-        return [_text(i) for i in live], [_text(i) for i in done]
+        return [replies.text(i) for i in live], [replies.text(i) for i in done]
 
     def running_workflow_count(self) -> int:
         return int(self.client.zcard(flows_live_key()))

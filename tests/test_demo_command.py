@@ -7,6 +7,7 @@ temporary data directory, the development server and a task worker.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import urllib.request
@@ -28,11 +29,24 @@ pytestmark = [
 ]
 
 
+def server_port() -> int:
+    """A free port below the kernel's ephemeral range: the demo's embedded Redis takes a
+    free port from that range (as port 0 does), so the two can never be handed the same
+    one between its probe and its use."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(10_000, low), 100):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port from 10000 to {low}")
+
+
 class Demo(LoggedProcess):
     def __init__(self, tmp_path: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = server_port()
         env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
         env.update(DJANGO_SETTINGS_MODULE="demo_project.settings", DEMO_DATA_DIR=str(tmp_path))
         self.tree: list[int] = []

@@ -125,6 +125,7 @@ from .records import (
     NOW,
     Attempt,
     AttemptError,
+    DeadLetter,
     Due,
     Enqueued,
     Fetched,
@@ -136,11 +137,13 @@ from .records import (
     TaskRecord,
     TaskStatus,
     TickClaim,
+    WaitingTask,
     WorkerInfo,
     dead_entry,
     due_at,
     duration_bucket,
 )
+from .replies import read_dead_letter
 from .task_store import TaskStore, cancel, queue_limit, server_warnings
 from .worker_store import WorkerStore
 
@@ -151,6 +154,7 @@ __all__ = [
     "NOW",
     "Attempt",
     "AttemptError",
+    "DeadLetter",
     "Due",
     "Enqueued",
     "Fetched",
@@ -163,6 +167,7 @@ __all__ = [
     "TaskStatus",
     "TaskStore",
     "TickClaim",
+    "WaitingTask",
     "WorkerInfo",
     "WorkerStore",
     "cancel",
@@ -188,6 +193,7 @@ __all__ = [
     "queue_limit",
     "queues_key",
     "rank",
+    "read_dead_letter",
     "ready_key",
     "recover_call",
     "renew_call",

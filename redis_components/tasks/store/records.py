@@ -119,6 +119,50 @@ class WorkerInfo:
     threads: int = 1  # the tasks it runs at once (rc_worker --threads)
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """A task that will not run again unless requeued, and why.
+
+    ``readable`` is False for an entry that is not one this app wrote; ``raw`` then
+    holds what could be shown of it.
+    """
+
+    queue: str
+    task: str
+    reason: str
+    error: str
+    traceback: str
+    failed_at: float
+    raw: str
+    readable: bool = True
+    whole_size: int = 0  # read in part (a list page): the entry's length in bytes; else 0
+
+
+@dataclass(frozen=True)
+class WaitingTask:
+    """A task waiting in a queue: ready, or delayed until ``due``.
+
+    ``message`` is ``None`` for a payload that is not a task (``shown`` is what can be
+    shown of it, and ``task_id`` is ""), or that a list page read in part (``whole_size``
+    is then its length in bytes); ``task_id``, ``task``, ``priority`` and ``arguments``
+    (as JSON, cut to :data:`ARGUMENTS_SHOWN` characters) are read either way.
+
+    A delayed task's ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no
+    datetime can hold it (past the year 9999, as an older release could store it), both
+    are ``None`` for an infinite score (not one of ours).
+    """
+
+    message: TaskMessage | None
+    shown: str
+    due: datetime.datetime | None
+    due_ms: int | None = None
+    task_id: str = ""
+    task: str = ""
+    priority: int = 0
+    arguments: str = ""
+    whole_size: int = 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Due:
     """When an enqueued task is due: now (neither given), ``after_ms`` after its enqueue

@@ -7,15 +7,27 @@ can and marks or leaves out what it cannot: reading never fails on bad data.
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import json
 from typing import Any
 
 from ... import keys
 from ..messages import MalformedTask, TaskMessage
-from .records import Attempt, AttemptError, TaskRecord, TaskStatus, WorkerInfo
+from .records import (
+    Attempt,
+    AttemptError,
+    DeadLetter,
+    TaskRecord,
+    TaskStatus,
+    WaitingTask,
+    WorkerInfo,
+)
 
 _ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
+UNREADABLE = "(unreadable)"
+# The most characters of a task's arguments that a list page shows.
+ARGUMENTS_SHOWN = 300
 
 
 def text(value: bytes) -> str:
@@ -173,3 +185,124 @@ def minute_counts(fields: dict[str, bytes], first: int) -> dict[int, dict[str, i
         if number is not None and number >= first:
             counts.setdefault(number, {})[kind] = integer(value) or 0
     return counts
+
+
+def read_dead_letter(queue: str, entry: bytes) -> DeadLetter:
+    """What can be read of one dead-letter entry (an unreadable one is marked, never raised)."""
+    shown = text(entry)
+    try:
+        data: Any = json.loads(entry)
+        return DeadLetter(
+            queue=queue,
+            task=str(data["task"]),
+            reason=str(data.get("reason", "")),
+            error=str(data.get("error", "")),
+            traceback=str(data.get("traceback", "")),
+            failed_at=float(data.get("failed_at", 0)),
+            raw=shown,
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
+        return DeadLetter(queue, shown, UNREADABLE, "", "", 0.0, shown, readable=False)
+
+
+def glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> DeadLetter:
+    if len(head) == size:  # read whole
+        return read_dead_letter(queue, head)
+    start, end = _start_text(head), text(tail)
+    # Python writes the task first, a recovery script in any order: look at both ends.
+    fields = {
+        name: found if (found := _field(start, name)) is not None else _field(end, name)
+        for name in ("task", "reason", "error", "failed_at")
+    }
+    task, failed_at = fields["task"], fields["failed_at"]
+    if not isinstance(task, str):
+        return DeadLetter(queue, start, UNREADABLE, "", "", 0.0, start, False, size)
+    return DeadLetter(
+        queue=queue,
+        task=_cut(task),
+        reason=str(fields["reason"] or ""),
+        error=str(fields["error"] or ""),
+        traceback="",
+        failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else 0.0,
+        raw=start,
+        whole_size=size,
+    )
+
+
+def waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
+    due = keys.utc_from_ms(due_ms)
+    if len(head) == size:  # read whole
+        try:
+            message = TaskMessage.decode(head)
+        except MalformedTask:
+            return WaitingTask(None, text(head)[:2000], due, due_ms)
+        arguments = json.dumps(message.args, ensure_ascii=False)
+        if message.kwargs:
+            arguments += " " + json.dumps(message.kwargs, ensure_ascii=False)
+        return WaitingTask(
+            message,
+            text(head)[:2000],
+            due,
+            due_ms,
+            message.id,
+            message.task,
+            message.priority,
+            _cut(arguments, len(arguments) > ARGUMENTS_SHOWN),
+        )
+    # A payload's fields come in a fixed order (messages.py): its id, priority, task and
+    # queue, then its arguments.
+    start = _start_text(head)
+    task_id, task, priority = (_field(start, name) for name in ("id", "task", "priority"))
+    arguments_at = start.find('"args":')
+    if not (
+        isinstance(task_id, str)
+        and isinstance(task, str)
+        and isinstance(priority, int)
+        and arguments_at >= 0
+    ):
+        return WaitingTask(None, start, due, due_ms, whole_size=size)
+    arguments = _cut(start[arguments_at + len('"args":') :])
+    return WaitingTask(None, start, due, due_ms, task_id, task, priority, arguments, size)
+
+
+def _start_text(head: bytes) -> str:
+    """The start of an entry as text, without the character that the cut split."""
+    return codecs.getincrementaldecoder("utf-8")("backslashreplace").decode(head)
+
+
+def _field(piece: str, name: str) -> Any:
+    """The value of the field ``name`` in a piece of a JSON object; a string that the piece
+    cuts short comes cut, anything else missing or cut is ``None``.
+
+    The first ``"name":`` is the field's: inside a JSON string, quotes are escaped.
+    """
+    at = piece.find(f'"{name}":')
+    if at < 0:
+        return None
+    start = at + len(name) + 3
+    while piece[start : start + 1] == " ":  # Python's JSON puts a space after the colon
+        start += 1
+    try:
+        return json.JSONDecoder().raw_decode(piece, start)[0]
+    except ValueError:  # cut short
+        return _cut_string(piece[start:])
+
+
+def _cut_string(text: str) -> str | None:
+    """The start of the JSON string that ``text`` begins and does not end (None if it
+    does not begin one)."""
+    if not text.startswith('"'):
+        return None
+    for end in range(len(text), max(len(text) - 6, 0), -1):  # the cut may split an escape
+        try:
+            found = json.loads(text[:end] + '"')
+        except ValueError:
+            continue
+        return found if isinstance(found, str) else None
+    return None
+
+
+def _cut(text: str, cut: bool = True) -> str:
+    """``text`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
+    "…" when it goes on."""
+    return text[:ARGUMENTS_SHOWN] + "…" if cut else text

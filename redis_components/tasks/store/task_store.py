@@ -56,6 +56,7 @@ from .layout import (
 from .records import (
     NOW,
     Attempt,
+    DeadLetter,
     Due,
     Enqueued,
     Fetched,
@@ -66,6 +67,7 @@ from .records import (
     RunningEntry,
     TaskRecord,
     TickClaim,
+    WaitingTask,
     WorkerInfo,
 )
 from .replies import fields_of
@@ -123,6 +125,13 @@ def _requeueable(entry: bytes) -> TaskMessage | None:
         return None
     return message
 
+
+# A list page reads at most this much of the start of an entry (a payload, a dead
+# letter): enough for a task's names, never megabytes of arguments.
+GLIMPSE_BYTES = 4096
+# ... and of a dead letter's end: its traceback (at most MAX_TRACEBACK characters, mostly
+# ASCII), which follows its reason and error.
+DEAD_LETTER_END_BYTES = 32_768
 
 # A queue with no task finished in this many hours (those the admin pages chart) is idle.
 RECENT_HOURS = 6
@@ -532,34 +541,54 @@ class TaskStore:
         found: list[bytes] = raw(self.client, "ZRANGE", running_key(worker_id, queue), 0, -1)
         return found
 
-    def dead_letter_entries(self, queue: str, first: int, last: int) -> list[bytes]:
-        """Dead-letter entries of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the
-        newest is last)."""
-        found: list[bytes] = raw(self.client, "LRANGE", dead_key(queue), first, last)
-        return found
+    def dead_letters(self, queue: str, first: int, last: int) -> list[DeadLetter]:
+        """The dead letters of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the
+        newest is last), read whole."""
+        found = raw(self.client, "LRANGE", dead_key(queue), first, last)
+        return [replies.read_dead_letter(queue, entry) for entry in found]
+
+    def dead_letter_glimpses(
+        self, queue: str, first: int, last: int
+    ) -> tuple[int, list[DeadLetter]]:
+        """How many dead letters ``queue`` holds, and those from ``first`` to ``last``
+        (LRANGE's indexes), each read in part when it is long (see
+        :func:`replies.glimpsed_dead_letter`), in one round trip."""
+        total, found = self._glimpses(
+            dead_key(queue), first, last, start_bytes=GLIMPSE_BYTES, end_bytes=DEAD_LETTER_END_BYTES
+        )
+        return total, [
+            replies.glimpsed_dead_letter(queue, glimpse.start, glimpse.end, glimpse.size)
+            for glimpse in found
+        ]
+
+    def waiting(
+        self, queue: str, state: Literal["ready", "delayed"], offset: int, count: int
+    ) -> tuple[int, list[WaitingTask]]:
+        """How many tasks wait in the ``state`` set of ``queue``, and ``count`` of them from
+        ``offset`` in the order they will run, each read in part when it is long, in one
+        round trip."""
+        key = ready_key(queue) if state == "ready" else delayed_key(queue)
+        total, found = self._glimpses(key, offset, offset + count - 1, start_bytes=GLIMPSE_BYTES)
+        waiting = []
+        for glimpse in found:
+            score = float(glimpse.score)
+            due_ms = int(score) if state == "delayed" and math.isfinite(score) else None
+            waiting.append(replies.waiting_task(glimpse.start, glimpse.size, due_ms))
+        return total, waiting
 
     def dead_letter_at(self, queue: str, index: int) -> bytes | None:
         """The dead-letter entry at ``index`` (0: the newest), or ``None``."""
         found: bytes | None = raw(self.client, "LINDEX", dead_key(queue), -index - 1)
         return found
 
-    def glimpses(
-        self,
-        queue: str,
-        state: Literal["ready", "delayed", "dead"],
-        first: int,
-        last: int,
-        **sizes: int,
+    def _glimpses(
+        self, key: str, first: int, last: int, *, start_bytes: int, end_bytes: int = 0
     ) -> tuple[int, list[Glimpse]]:
-        """How many entries the ``state`` set of ``queue`` holds, and a glimpse of those from
+        """How many entries ``key`` (a ZSET or LIST) holds, and a glimpse of those from
         ``first`` to ``last`` (negative: from the end): their first ``start_bytes`` and last
         ``end_bytes`` bytes, never a page of whole entries (one round trip)."""
         call = entry_heads_call(
-            key={"ready": ready_key, "delayed": delayed_key, "dead": dead_key}[state](queue),
-            first=first,
-            last=last,
-            start_bytes=sizes.get("start_bytes", 4096),
-            end_bytes=sizes.get("end_bytes", 0),
+            key=key, first=first, last=last, start_bytes=start_bytes, end_bytes=end_bytes
         )
         total, *rest = self._run(call, raw=True)
         found = [

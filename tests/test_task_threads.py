@@ -75,6 +75,38 @@ def test_a_task_is_taken_only_when_a_thread_is_free(r: redis.Redis) -> None:
         r.set("test:b:open", 1)
 
 
+def test_one_slot_runs_its_tasks_as_many_do(r: redis.Redis) -> None:
+    """With one slot (the default) a task runs as with many: in a slot (the thread that
+    called run(), so it shares a test's database transaction), never in the loop's,
+    under the same soft and hard limits, with no supervisor to stop it."""
+    here = tasks.thread_ident.enqueue()
+    polite = tasks.slow_but_polite.enqueue("polite")
+    stuck = tasks.forever.enqueue("forever")  # time_limit 2 s, one retry
+    # Its retry is due 10 ms later: a burst worker may or may not take it.
+    assert Worker(["test"], burst=True).run() in (3, 4)
+    assert get_result(here.id).return_value == threading.get_ident()
+    assert get_result(polite.id).return_value == "stopped in time"
+    errors = get_result(stuck.id).errors
+    assert [e.exception_class_path for e in errors] == [
+        "redis_components.exceptions.TimeLimitExceeded"
+    ] * len(errors)
+    assert 1 <= len(errors) == runs(r)["forever"] <= 2
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("rc-")])
+
+
+def test_a_limit_is_kept_for_a_task_its_slot_took_while_the_loop_waited(
+    r: redis.Redis,
+) -> None:
+    """A slot whose task ended takes the next one itself; the loop, waiting a heartbeat
+    (3 s) for the first task, which has no limit, is woken for the next one's 0.3 s."""
+    tasks.record.enqueue("first", 0.2)
+    polite = tasks.slow_but_polite.enqueue("polite")
+    started = time.monotonic()
+    assert Worker(["test"], burst=True).run() == 2
+    assert get_result(polite.id).return_value == "stopped in time"
+    assert time.monotonic() - started < 2.5  # the soft limit came in time, not at a beat
+
+
 def test_a_soft_time_limit_is_raised_in_the_tasks_own_thread(r: redis.Redis) -> None:
     handle = tasks.slow_but_polite.enqueue("polite")
     tasks.together.enqueue("beside", 1)

@@ -1,14 +1,14 @@
 """Executing a task: a taken payload in, the :class:`~redis_components.tasks.store.Outcome`
 that the next fetch records out.
 
-:func:`execute` is the one path a worker runs a task by: decoding (a payload that is
-not a task is dead-lettered), finding what runs it (a :class:`Job`: the task, its
-options, its context and Django's signals; :func:`prepare`), the current task and
-database connections around the call, and how the run ends: done with its return value,
-deferred, retried after the backoff, or dead-lettered (:func:`run_job`, or
-:func:`arun_job` for an ``async def`` task on a worker's event loop). The worker gives
-only the call itself (its time limits, its guard against forked children); for a task
-stopped at its time limit, the worker or the supervisor records the failed attempt with
+The one path a worker runs a task by: the worker's loop decodes the payload (one that
+is not a task is dead-lettered) and finds what runs it (a :class:`Job`: the task, its
+options, its context and Django's signals; :func:`prepare`); its slot runs it with the
+current task and database connections around the call, and says how the run ended:
+done with its return value, deferred, retried after the backoff, or dead-lettered
+(:func:`run_job`, or :func:`arun_job` for an ``async def`` task on the event loop). The
+worker gives only the call itself (its time limits, its guard against forked children);
+for a task settled at its hard time limit, the worker records the failed attempt with
 :func:`over_time`.
 """
 
@@ -37,29 +37,6 @@ logger = logging.getLogger("redis_components.worker")
 class Abandoned(BaseException):
     """Raised out of a run whose end is not the task's to report: a worker's slot gave
     up on it (settled at its hard limit, or terminated) or its event loop closes."""
-
-
-def execute(
-    payload: bytes,
-    *,
-    position: int,
-    queue: str,
-    worker_id: str,
-    now_ms: int,
-    call: Callable[[Job], Any],
-    propagate: tuple[type[BaseException], ...] = (),
-) -> Outcome:
-    """Run the task of ``payload`` (taken from ``queue``, the worker's ``position``-th,
-    at ``now_ms``) by ``call(job)``, and say how it ended.
-
-    ``call`` runs the job (``Job.call`` at the least). Whatever it raises is how the
-    task ended (``SystemExit`` and every other ``BaseException`` included), never an
-    error of the worker, except :class:`Abandoned` and ``propagate``, which propagate.
-    """
-    job = prepare(payload, position=position, queue=queue, worker_id=worker_id, now_ms=now_ms)
-    if isinstance(job, Outcome):
-        return job
-    return run_job(job, payload, position=position, queue=queue, call=call, propagate=propagate)
 
 
 def prepare(
@@ -94,8 +71,13 @@ def run_job(
     call: Callable[[Job], Any],
     propagate: tuple[type[BaseException], ...] = (),
 ) -> Outcome:
-    """Run a prepared job by ``call(job)`` (as :func:`execute` does), between Django's
-    closing of old database connections, as around a request."""
+    """Run a prepared job by ``call(job)``, between Django's closing of old database
+    connections, as around a request, and say how it ended.
+
+    ``call`` runs the job (``Job.call`` at the least). Whatever it raises is how the
+    task ended (``SystemExit`` and every other ``BaseException`` included), never an
+    error of the worker, except :class:`Abandoned` and ``propagate``, which propagate.
+    """
     close_old_connections()
     running_task, token = running(job.message)
     started = time.perf_counter()

@@ -4,7 +4,7 @@ A message names its task by our ``@redis_task``'s registered name (found in the 
 or by a Django ``@task``'s module path and backend alias (imported once, then
 cached). Either way the job is the same: Django's task with its options, its
 ``TaskResult`` as the run goes, its context, and Django's ``task_started`` and
-``task_finished`` signals. :func:`~redis_components.tasks.execution.execute` runs it.
+``task_finished`` signals. :func:`~redis_components.tasks.execution.run_job` runs it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,26 @@
-"""Slots: one worker process running up to N sync tasks at once in threads (``--threads
-N``), and up to M ``async def`` tasks on one event loop (``--async-tasks M``).
+"""Slots: where a worker process runs its tasks, up to N sync tasks at once in threads
+(``--threads N``, 1 by default) and up to M ``async def`` tasks on one event loop
+(``--async-tasks M``). The one way a task runs, whatever N and M.
 
-The worker's loop (``worker.py``) stays the only thread that talks to the queues: it
-takes a task only when a slot of each kind is free (no prefetch, so priorities stay
-global and other processes get work; a task's kind is known once it is taken), hands
-it to a slot thread or to the event loop (:class:`LoopSlots`), and records each outcome
-with its next fetch. The process keeps one lease for all its tasks, renewed by the lease's thread
-(``lease.py``): a process that dies has all of them put back at once by the supervisor.
+No task code runs in the worker's loop (``worker.py``): it takes a task only when a
+slot of each kind is free (no prefetch, so priorities stay global and other processes
+get work; a task's kind is known once it is taken), and hands it to a slot thread or to
+the event loop (:class:`LoopSlots`). A slot thread whose task has ended records the
+outcome and takes its next task itself, in one round trip, under the worker's step
+lock (its code has ended: no limit can settle it any more), so a busy worker hands
+nothing between threads; what is out of the ordinary (no task ready, an async task,
+stopping) goes to the loop. The first slot thread is the one that called
+``Worker.run`` (:meth:`Slots.serve_here`). The process keeps one lease for all its
+tasks, renewed by the lease's thread (``lease.py``): a process that dies has all of
+them put back at once by the supervisor.
 
-Time limits are per task, enforced by the loop (no signals: they reach the main thread
-only):
+Time limits are per task, counted from when the task is handed out, and enforced under
+the step lock by the loop (woken when a limit falls due) or a slot thread taking its
+next task (no signals: they reach the main thread only):
 
 * the **soft limit** raises :class:`~redis_components.exceptions.SoftTimeLimitExceeded`
   in the task's thread when that thread is seen running the task's own code (the rule
-  of ``limits.py``): the loop reads the thread's innermost frame and asks again shortly
+  of :func:`task_frame`): the loop reads the thread's innermost frame and asks again shortly
   when it is in redis-py or this library. The read and the raise are two steps, so a
   thread switch between them can, rarely, land it a few bytecodes later (redis-py
   drops a connection that an exception interrupts);
@@ -23,7 +30,9 @@ only):
   ``TimeLimitExceeded`` the same way, to stop if its code ever runs again. Its late
   outcome is dropped (and the fenced acknowledgement would refuse it anyway). Once
   :data:`MAX_ABANDONED` abandoned threads are still running, the process takes no
-  more tasks, lets the others finish and exits to be replaced.
+  more tasks, lets the others finish and exits to be replaced. A loop that cannot run
+  at all (a C call holding the GIL) is replaced by ``rc_worker``'s supervisor, the last
+  resort (``worker.LAST_RESORT_GRACE``).
 
 A task cancelled with ``terminate=True`` ends the same way as one at its hard limit,
 recorded as cancelled. On the event loop, limits cancel the task's coroutine instead
@@ -42,14 +51,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import CodeType
+from types import CodeType, FrameType
 
 from django.db import connections
 
 from ..exceptions import SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
 from .execution import Abandoned
 from .jobs import Job
-from .limits import task_frame
 from .store import Outcome
 
 logger = logging.getLogger("redis_components.worker")
@@ -63,6 +71,31 @@ RETRY_STOP = 0.1
 # The event loop ticks this often; without a tick for BLOCKED_AFTER seconds it is blocked.
 TICK = 0.1
 BLOCKED_AFTER = 0.5
+
+
+# Code that a soft time limit never interrupts: an exception between a redis-py send
+# and its read would leave a reply on a pooled connection for the next command to read;
+# one inside this library could come between a grant (a lock, a permit) and the code
+# that releases it on error; hiredis calls back into Python from C.
+PROTECTED_PACKAGES = frozenset({"redis", "hiredis", "django_redis", "redis_components"})
+
+
+def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
+    """The innermost frame of a task's own code on the stack that ends in ``frame``.
+
+    The task's code is what the function whose code is ``entry`` (a job's ``call``)
+    calls, directly or not, outside the protected packages: the frame returned is the
+    first one outward of every protected frame. ``None`` when no task code is running
+    (the worker's own code, or a protected frame called right from ``entry``).
+    """
+    found = frame
+    while frame is not None:
+        if frame.f_code is entry:
+            return None if found is frame else found
+        if (frame.f_globals.get("__name__") or "").partition(".")[0] in PROTECTED_PACKAGES:
+            found = frame.f_back
+        frame = frame.f_back
+    return None
 
 
 @dataclass(eq=False)
@@ -87,16 +120,24 @@ class Execution:
     coroutine: asyncio.Task[None] | None = None  # an async task's, on the event loop
     cancelled_by: type[BaseException] | None = None  # why its coroutine was cancelled
     code_ended: bool = False  # its task's code returned or raised: its outcome is decided
+    last_resort: float = 0.0  # with a hard limit: when the supervisor replaces the process
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def start_limits(self, job: Job) -> None:
-        """Its job is about to run (in its thread): from now its limits count."""
+    def limit(self, job: Job, grace: float) -> None:
+        """It is handed out to run ``job``: from now its limits count (the last resort
+        ``grace`` seconds after the hard one)."""
         now = time.monotonic()
         if job.soft_time_limit is not None:
             self.soft_at = now + job.soft_time_limit
         if job.time_limit is not None:
             self.hard_at = now + job.time_limit
+            self.last_resort = self.hard_at + grace
+
+    def begin(self, job: Job) -> bool:
+        """Its job's call starts (in its thread); False if it was settled already (a
+        hard limit or a termination came before its thread did)."""
         self.entry = type(job).call.__code__
+        return not self.abandoned
 
     def end_code(self) -> bool:
         """Its task's code returned or raised (in the thread that ran it): from now no
@@ -154,6 +195,7 @@ class Pool:
         self._done: queue.SimpleQueue[Execution] = queue.SimpleQueue()
         self._abandoned: list[Execution] = []  # whose code still runs
         self._unstopped: list[Execution] = []  # abandoned, not yet sent their stop
+        self._stopped = False
 
     @property
     def free(self) -> int:
@@ -226,13 +268,23 @@ class Pool:
         self._unstopped.append(execution)
         return True
 
-    def _finished_with(self, execution: Execution) -> None:
-        """Called where the execution ran, once it has ended."""
+    def finished_with(self, execution: Execution) -> None:
+        """Called where the execution ran, once it has ended: the loop gathers it."""
+        self._end(execution)
+        self._done.put(execution)
+        self._wake()
+
+    def finished_here(self, execution: Execution) -> None:
+        """Called where the execution ran, once it has ended, by the one who records it
+        there and then (under the worker's step lock)."""
+        self._end(execution)
+        self.running.remove(execution)
+
+    @staticmethod
+    def _end(execution: Execution) -> None:
         with execution.lock:
             execution.done = True
             execution.entry = None
-        self._done.put(execution)
-        self._wake()
 
     def start(self) -> None:
         raise NotImplementedError
@@ -246,26 +298,51 @@ class Pool:
 
 
 class Slots(Pool):
-    """``count`` threads that run the sync tasks' executions by ``run``."""
+    """``count`` threads that run the sync tasks' executions by ``run``: the one that
+    calls :meth:`serve_here`, and ``count - 1`` of their own.
+
+    Once an execution's task has ended, its thread calls ``then`` with it, which
+    records it and returns the next execution for this same thread (claimed
+    by ``then``), or ``None`` to wait for one to be handed out (:meth:`submit`). So a
+    busy worker hands nothing from thread to thread (see ``worker.py``).
+    """
 
     def __init__(
-        self, count: int, run: Callable[[Execution], Outcome], wake: Callable[[], None]
+        self,
+        count: int,
+        run: Callable[[Execution], Outcome],
+        then: Callable[[Execution], Execution | None],
+        wake: Callable[[], None],
     ) -> None:
         super().__init__(count, wake)
         self._run = run
+        self._then = then
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._started = 0
 
     def start(self) -> None:
-        for _ in range(self.count):
+        for _ in range(self.count - 1):
             self._start_thread()
+
+    def serve_here(self) -> None:
+        """Be the first slot's thread until :meth:`stop`, or until the execution it runs
+        is abandoned (a new thread takes the slot). A ``KeyboardInterrupt`` in its task
+        propagates (the task's run gives it back: see ``worker.py``)."""
+        self._serve(own_thread=False)
 
     def submit(self, execution: Execution) -> None:
         super().submit(execution)
         self._work.put(execution)
 
+    def claim(self, execution: Execution) -> None:
+        """Count the execution as running in the thread whose ``then`` returns it."""
+        super().submit(execution)
+
     def stop(self) -> None:
         """End the threads once they are idle (the abandoned ones are left to themselves)."""
+        if self._stopped:
+            return
+        self._stopped = True
         for _ in range(self.count):
             self._work.put(None)
 
@@ -284,22 +361,29 @@ class Slots(Pool):
         name = f"rc-slot-{self._started}"
         threading.Thread(target=self._serve, name=name, daemon=True).start()
 
-    def _serve(self) -> None:
+    def _serve(self, own_thread: bool = True) -> None:
         """A slot's thread: run what it is handed until told to stop, or abandoned."""
         try:
-            while (execution := self._work.get()) is not None:
+            execution = self._work.get()
+            while execution is not None:
                 execution.thread = threading.get_ident()
                 try:
                     execution.outcome = self._run(execution)
                 except Abandoned:
                     pass
+                except KeyboardInterrupt:
+                    if not own_thread:
+                        raise
+                    logger.exception("The thread running task %s failed", execution.task_id)
                 except BaseException:  # a limit that came after the task's code, or a bug
                     logger.exception("The thread running task %s failed", execution.task_id)
-                self._finished_with(execution)
                 if execution.abandoned:
+                    self.finished_with(execution)
                     return
+                execution = self._then(execution) or self._work.get()
         finally:
-            connections.close_all()  # this thread's own database connections
+            if own_thread:
+                connections.close_all()  # this thread's own database connections
 
 
 class LoopSlots(Pool):
@@ -367,7 +451,8 @@ class LoopSlots(Pool):
 
     def stop(self) -> None:
         """Stop the loop once it is idle (a blocked one once its task lets it go)."""
-        if self._thread is not None:
+        if self._thread is not None and not self._stopped:
+            self._stopped = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             if not self.blocked:
                 self._thread.join(timeout=1.0)
@@ -418,4 +503,4 @@ class LoopSlots(Pool):
         except BaseException:  # a cancellation that came after the task's code, or a bug
             if not (execution.abandoned or self._closing):
                 logger.exception("The event loop's run of task %s failed", execution.task_id)
-        self._finished_with(execution)
+        self.finished_with(execution)

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,8 @@ from django.db import connections
 
 from ..conf import conf
 from ..exceptions import InvalidInput
-from .execution import over_time
 from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
-from .store import TaskStore, WorkerStore
+from .store import TaskStore
 from .worker import Worker, validate_queues, validate_threads
 
 logger = logging.getLogger("redis_components.worker")
@@ -44,10 +44,9 @@ class _Child:
     slot: int
     worker_id: str
     process: BaseProcess
-    deadline: Any  # a shared double: past this monotonic time, the running task is stopped
+    deadline: Any  # a shared double: past this monotonic time, the process is replaced
     finished: Any  # a shared flag the child sets when its worker's run() returned
     started: float = field(default_factory=time.monotonic)
-    over_time: bool = False  # it was stopped for its task's time limit
 
 
 def _child_main(
@@ -64,10 +63,7 @@ def _child_main(
     if os.getppid() != parent:  # the supervisor died before we asked to follow it
         return
 
-    def terminate() -> None:  # a running task was cancelled: this process is replaced
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    worker = Worker(worker_id=worker_id, deadline=deadline, terminate=terminate, **options)
+    worker = Worker(worker_id=worker_id, deadline=deadline, **options)
 
     def handle(signum: int, frame: FrameType | None) -> None:
         worker.request_stop()
@@ -76,20 +72,36 @@ def _child_main(
     signal.signal(signal.SIGINT, handle)
     signal.set_wakeup_fd(worker.wakeup_fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    worker.run()
+    # The main thread only handles signals: a task that its slot gave up on (stuck in a
+    # call past its hard limit) may still run in any slot thread when the worker stops.
+    threading.Thread(target=_serve, args=(worker,), name="rc-slot-1", daemon=True).start()
+    worker.stopped.wait()
     signal.set_wakeup_fd(-1)  # the worker closed its pipe: that fd may be reused
+    if worker.failure is not None:
+        raise worker.failure
     if worker.worn_out:
         sys.exit(WORN_OUT)
     finished.value = 1
+
+
+def _serve(worker: Worker) -> None:
+    """The worker's first slot (see ``Worker.run``): what it raises, the main thread
+    raises (``worker.failure``)."""
+    try:
+        worker.run()
+    except BaseException as error:
+        worker.failure = worker.failure or error
+        worker.stopped.set()
 
 
 class Supervisor:
     """Runs ``concurrency`` worker processes; restarts and recovers those that die.
 
     A child that dies (a crash, SIGKILL, the OOM killer) has its in-progress tasks put
-    back at once, counting a crash against each, and is replaced. A child whose task
-    runs past its ``time_limit`` is killed; the task counts a failed attempt (retried
-    or dead-lettered like a task that raised), and the child is replaced. One SIGTERM or
+    back at once, counting a crash against each, and is replaced. A child whose loop
+    did not settle a task ``LAST_RESORT_GRACE`` seconds past its ``time_limit`` (a C
+    call holding the GIL stops every thread of it) is killed and counts as such a
+    crash; a child settles its own tasks' limits otherwise (``slots.py``). One SIGTERM or
     SIGINT: the children finish their tasks and exit; those still running a task
     ``TASK_SHUTDOWN_GRACE`` seconds later are killed and their tasks put back (no crash
     counted). A second signal: that, at once. Children that exit by themselves (``burst``,
@@ -243,30 +255,18 @@ class Supervisor:
             logger.exception("Could not renew the worker processes' leases")
 
     def _stop_over_time(self) -> None:
-        """Kill each child whose task ran past its hard time limit."""
+        """Kill each child whose loop has not settled a task past its hard time limit."""
         now = time.monotonic()
         for child in self._children.values():
             deadline = child.deadline.value
             if deadline and now >= deadline and child.process.is_alive():
-                child.over_time = True
+                logger.error(
+                    "Worker process %d (pid %d) did not settle a task past its time limit "
+                    "(a call that holds the GIL?): killing it",
+                    *(child.slot, child.process.pid),
+                )
                 child.process.kill()
                 child.process.join()
-
-    def _fail_over_time(self, child: _Child) -> None:
-        """Record the task of a child stopped for its time limit as a failed attempt."""
-        tasks = WorkerStore(child.worker_id, self.queues)
-        stopped = f"stopped worker process {child.slot} (pid {child.process.pid})"
-        for position, payload in tasks.held():
-            outcome = over_time(
-                payload,
-                position=position,
-                queue=self.queues[position - 1],
-                worker_id=child.worker_id,
-                now_ms=tasks.now_ms,
-                stopped=stopped,
-            )
-            if outcome is not None:
-                tasks.record(outcome)
 
     def _exited(self, child: _Child, stopping: bool) -> bool:
         """Handle a child that exited; True if it died and should be replaced."""
@@ -285,11 +285,6 @@ class Supervisor:
                 then="" if stopping else "; replacing it",
             )
             return True
-        if child.over_time:
-            try:
-                self._fail_over_time(child)
-            except REDIS_DOWN as error:
-                logger.error("Could not record a task's time limit (%s); it counts a crash", error)
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         put_back_tasks(
             TaskStore(),

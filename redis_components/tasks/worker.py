@@ -26,7 +26,7 @@ waiting for one are separate:
   workers wait with a client-side ``select`` (no blocking command, so the server's
   ``hz`` does not delay them): until the next delayed task is due, a message, a
   signal, or at most one heartbeat interval, the last only as a safety net
-  (``waker.py``; the running task's time limits are in ``limits.py``).
+  (``waker.py``).
 
 Every idle worker of a queue wakes for the first task of an empty queue (Pub/Sub is a
 broadcast); they race for it with the take script, and each one that finds nothing
@@ -52,28 +52,40 @@ shape), or names a task this worker does not have, is dead-lettered with the rea
 on its first take, and the worker goes on: decoding catches everything a decoder can
 raise.
 
-Several tasks at once
----------------------
-With ``threads`` above 1, the loop hands each task it takes to a free slot thread and
-takes the next only while a slot is free; finished tasks' outcomes are recorded with
-the next fetch, several in a row when several finished (``slots.py``). Each outcome
+One execution path
+------------------
+The loop runs no task code: it hands each task it takes to a slot, a thread for a sync
+task and the event loop for an ``async def`` one, and takes the next only while a slot
+of each kind is free. A slot's thread whose sync task has ended records its outcome
+and takes its next task itself, in the same round trip, and runs it (:meth:`Worker._then`):
+a busy worker hands nothing between threads. Outcomes of async tasks, of abandoned
+threads and those a slot could not record go to the loop, which records them with its
+next fetch, several in a row when several finished. Recording, taking and handing out
+happen under one lock, so one thread at a time does them. With ``threads=1`` too: the
+loop then runs in a thread of its own, and the thread that called :meth:`Worker.run`
+is the one slot (so a test's database transaction is the task's). Every task's time
+limits and termination are the slots' (``slots.py``), whatever the count. Each outcome
 carries its attempt (the take's time), which the script checks: an execution whose
 task was recovered and taken again records nothing.
 
 Signals
 -------
 Signal handlers only set a flag; a wake-up fd makes the idle wait return at once.
-SIGTERM or SIGINT: the worker finishes its running tasks, records them and exits.
+SIGTERM or SIGINT: the worker finishes its running tasks, records them and exits. A
+``KeyboardInterrupt`` in the thread that called :meth:`Worker.run` (Ctrl-C outside
+``rc_worker``) stops it at once: its tasks go back on their queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -83,10 +95,9 @@ import redis
 
 from ..connection import OneConnection, private_client
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
-from .execution import Abandoned, arun_job, execute, over_time, prepare, run_job
+from .execution import Abandoned, arun_job, over_time, prepare, run_job
 from .jobs import Job
 from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
-from .limits import TimeLimits
 from .messages import validate_queue
 from .schedules import schedules
 from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots
@@ -98,6 +109,13 @@ logger = logging.getLogger("redis_components.worker")
 # A task whose worker died running it this many times runs alone (no other task beside
 # it in its process), so that a crash then is its own (see queue_recover.lua).
 ALONE_AFTER = 2
+# rc_worker's supervisor replaces a process whose loop has not settled a task this long
+# after its hard time limit: the loop could not run (a C call holding the GIL).
+LAST_RESORT_GRACE = 5.0
+
+
+def _go_on() -> None:
+    """The loop's next turn comes at once."""
 
 
 def _end_forked_child(error: BaseException | None) -> NoReturn:
@@ -140,13 +158,13 @@ class Worker:
 
     ``scheduler``: also move due delayed tasks of these queues to their ready sets, and
     claim the ticks of the schedules (see ``schedules.py``) when this worker holds the
-    scheduler's lease. ``deadline`` and ``terminate`` come from ``rc_worker``'s
-    supervisor: a shared value it watches for the hard time limit, and what stops this
-    process when a running task is to be terminated.
+    scheduler's lease. ``deadline`` comes from ``rc_worker``'s supervisor: a shared
+    value it watches, the last resort for a task past its hard time limit that the loop
+    could not settle (see :data:`LAST_RESORT_GRACE`).
     ``burst``: return when no task is ready. ``max_tasks``: return after running this
-    many. ``threads``: run up to this many sync tasks at once, each in its own thread,
-    and ``async_tasks`` (by default as many) ``async def`` tasks on one event loop (see
-    ``slots.py``); with 1 and 1, tasks run in the loop's own thread, one at a time. :meth:`run`
+    many. ``threads``: run up to this many sync tasks at once, each in a thread of its
+    own (the first in the thread that calls :meth:`run`), and ``async_tasks`` (by
+    default as many) ``async def`` tasks on one event loop (see ``slots.py``). :meth:`run`
     blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a signal handler, with
     :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it return after the tasks
     it is running.
@@ -161,7 +179,6 @@ class Worker:
         burst: bool = False,
         max_tasks: int | None = None,
         deadline: Any = None,
-        terminate: Callable[[], None] | None = None,
         threads: int = 1,
         async_tasks: int | None = None,
     ) -> None:
@@ -192,26 +209,33 @@ class Worker:
             schedules=schedules() if scheduler else [],
             threads=threads,
         )
+        # Held by whoever records, takes and hands out: the loop's thread, or a slot's
+        # thread whose task just ended (see _then). Never while waiting or running a task.
+        self._step_lock = threading.Lock()
+        # When the loop's current wait ends (-inf: it is not waiting).
+        self._loop_wakes_at = -math.inf
         # Finished executions whose outcomes the next fetch records (kept until recorded).
         self._outcomes: list[Execution] = []
-        # With several tasks at once: the thread slots for sync tasks and the event loop
-        # for async ones; else (none) tasks run here, one at a time, and the one running
-        # now is _running.
-        self._pools: list[Pool] = []
-        if threads > 1 or async_tasks > 1:
-            self._pools = [
-                Slots(threads, self._execute, self._waker.wake),
-                LoopSlots(async_tasks, self._aexecute, self._waker.wake),
-            ]
-        self._running: Execution | None = None
+        # The thread slots for sync tasks and the event loop for async ones.
+        self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
+        self._pools: list[Pool] = [
+            self._threads,
+            LoopSlots(async_tasks, self._aexecute, self._waker.wake),
+        ]
         # A task whose worker died running it ALONE_AFTER times runs alone: no other task
         # is taken until it ends, and it starts once the others have ended.
         self._alone: Execution | None = None
         # The slots' threads gave up on this many tasks: this process is to be replaced.
         self.worn_out = False
-        self._limits = TimeLimits(deadline)
-        self._terminate = terminate
+        self._deadline = deadline
         self._pid = os.getpid()
+        # How the loop's thread ended.
+        self._interrupted = False  # the caller was interrupted: stop at once
+        #: What ended the worker's loop with an error (run() raises it), if anything.
+        self.failure: BaseException | None = None
+        #: Set once the worker has deregistered and closed, even while a task it gave up
+        #: on still runs in the thread that called run().
+        self.stopped = threading.Event()
         self._own_client: tuple[redis.Redis, redis.Redis] | None = None
         self._held_connection: OneConnection | None = None
         # After a lost connection: a take's reply may have been lost with it.
@@ -266,32 +290,68 @@ class Worker:
         self._waker.wake()
 
     def run(self) -> int:
-        """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran."""
+        """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran.
+
+        The calling thread is the first thread slot: it returns once the loop has ended
+        and the task it runs (if any) returned.
+        """
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
         self._pid = os.getpid()  # a process forked by a task has another
-        self._limits.catch_soft_limits()
+        try:
+            registered = self._register()
+        except BaseException:
+            self._end(crashed=True)
+            raise
+        if not registered:
+            self._end(crashed=False)
+            return 0
+        self._lease.start()
+        for pool in self._pools:
+            pool.start()
+        loop = threading.Thread(target=self._run_loop, name="rc-worker-loop", daemon=True)
+        loop.start()
+        try:
+            self._threads.serve_here()  # until the loop ends, or this slot is abandoned
+            loop.join()
+        except BaseException:  # KeyboardInterrupt: the loop stops without waiting
+            self._interrupted = True
+            self._waker.wake()
+            loop.join()
+            raise
+        if self.failure is not None:
+            raise self.failure
+        return self.processed
+
+    def _run_loop(self) -> None:
+        """The loop's thread: it ends the worker (what it raises, :meth:`run` raises)."""
         crashed = True
         try:
-            if not self._register():
-                crashed = False
-                return 0
-            self._lease.start()
-            for pool in self._pools:
-                pool.start()
             self._loop()
-            crashed = False
+            crashed = self._interrupted
+        except BaseException as error:
+            self.failure = error
         finally:
+            try:
+                self._end(crashed)
+            except BaseException as error:
+                self.failure = self.failure or error
+
+    def _end(self, crashed: bool) -> None:
+        """Stop the slots and the lease, deregister (putting back what is still held) and
+        close; then :attr:`stopped` is set."""
+        try:
             for pool in self._pools:
                 pool.stop()
             self._lease.stop()
-            self._limits.release_signal()
             self._leave(crashed)
+        finally:
             self.close()
-        logger.info(
-            "Worker %s stopped after %d task%s",
-            *(self.id, self.processed, "" if self.processed == 1 else "s"),
-        )
-        return self.processed
+            self.stopped.set()
+        if not crashed:
+            logger.info(
+                "Worker %s stopped after %d task%s",
+                *(self.id, self.processed, "" if self.processed == 1 else "s"),
+            )
 
     def close(self) -> None:
         """Close the worker's connections and wake-up pipe (:meth:`run` does, on return)."""
@@ -304,41 +364,87 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stopping:
-            pause = self._collect()
-            self._start_alone()
-            take = self._may_take()
+        while not (self._stopping or self._interrupted):
+            with self._step_lock:
+                wait = self._step()
+            if wait is None:
+                break
             try:
-                self._reclaim_lost_take()
-                if not take and not self._outcomes:
-                    if not self._busy:
-                        break  # max_tasks reached, or worn out, and nothing runs
-                    self._waker.pause(min(pause, self.heartbeat_interval))
-                    continue
-                fetched = self._fetch(take)
-                if fetched.position < 0:
-                    logger.warning(
-                        "Worker %s was taken for dead (its lease ran out) and registers again",
-                        self.id,
-                    )
-                    self._lease.beat()
-                    continue
-                self._connected()
-                if fetched.payload is None:
-                    if not take or fetched.wait_ms == 0:
-                        continue
-                    if self.burst:
-                        if not self._busy:
-                            break
-                        self._waker.pause(min(pause, self.heartbeat_interval))
-                    else:
-                        self._idle(fetched.wait_ms, pause)
-                    continue
-            except REDIS_DOWN as error:
+                wait()
+            except REDIS_DOWN as error:  # the idle wait's subscription
+                with self._step_lock:
+                    self._reclaim = True
                 self._disconnected(error)
-                continue
-            self._start(fetched)
-        self._finish()
+        if not self._interrupted:
+            self._finish()
+
+    def _step(self) -> Callable[[], None] | None:
+        """One turn of the loop, under the step lock: gather, record, take and hand out.
+        Returns what to wait for before the next turn (without the lock), or ``None``
+        to end."""
+        self._loop_wakes_at = -math.inf  # awake: a slot need not wake it
+        pause = min(self._collect(), self.heartbeat_interval)
+        self._start_alone()
+        take = self._may_take()
+        try:
+            self._reclaim_lost_take()
+            if not take and not self._outcomes:
+                return self._pause(pause) if self._busy else None  # None: max_tasks, worn out
+            fetched = self._fetch(take)
+            if fetched.position < 0:
+                logger.warning(
+                    "Worker %s was taken for dead (its lease ran out) and registers again",
+                    self.id,
+                )
+                self._lease.beat()
+                return _go_on
+            self._connected()
+            if fetched.payload is None:
+                if not take or fetched.wait_ms == 0:
+                    return _go_on
+                if self.burst:
+                    return self._pause(pause) if self._busy else None
+                self._loop_wakes_at = time.monotonic() + pause
+                return functools.partial(self._idle, fetched.wait_ms, pause)
+        except REDIS_DOWN as error:
+            self._reclaim = True
+            return functools.partial(self._disconnected, error)
+        self._start(fetched)
+        return _go_on
+
+    def _pause(self, seconds: float) -> Callable[[], None]:
+        """Wait for a slot to wake the loop, or ``seconds`` (when a limit is due)."""
+        self._loop_wakes_at = time.monotonic() + seconds
+        return functools.partial(self._waker.pause, seconds)
+
+    def _then(self, execution: Execution) -> Execution | None:
+        """In a slot's thread whose sync task just ended: record its outcome and take the
+        next task in one round trip, and return it to run in this same thread, so that a
+        busy worker hands nothing between threads. Anything out of the ordinary (no task
+        ready, an async one, one to run alone, stopping, Redis lost) goes to the loop,
+        woken for it (``None``: the thread waits to be handed a task)."""
+        with self._step_lock:
+            if execution.abandoned or self._stopping or self._interrupted or self._reclaim:
+                self._threads.finished_with(execution)  # the loop gathers it
+                return None
+            self._threads.finished_here(execution)
+            self._ended(execution)
+            try:
+                while True:
+                    self._collect()
+                    if not (self._outcomes and self._may_take()):
+                        break  # nothing to record (no outcome: see _ended), or no room
+                    fetched = self._fetch(take=True)
+                    if fetched.position < 0 or fetched.payload is None:
+                        break  # the loop registers again, or waits
+                    self._connected()
+                    after = self._start(fetched, here=True)
+                    if after is not None:
+                        return after
+            except REDIS_DOWN:
+                self._reclaim = True  # the loop retries, and reclaims a take it lost
+            self._waker.wake()
+            return None
 
     @property
     def _busy(self) -> bool:
@@ -375,7 +481,16 @@ class Worker:
             for execution in abandoned:
                 self._settle(execution)
             pause = min(pause, until_due)
+        self._publish_deadline()
         return pause
+
+    def _publish_deadline(self) -> None:
+        """Tell rc_worker's supervisor when to replace this process as a last resort:
+        :data:`LAST_RESORT_GRACE` after the earliest hard limit of the tasks running."""
+        if self._deadline is None:
+            return
+        running = [e for pool in self._pools for e in pool.running]
+        self._deadline.value = min((e.last_resort for e in running if e.last_resort), default=0.0)
 
     def _start_alone(self) -> None:
         """Start the task that runs alone once nothing else runs."""
@@ -389,11 +504,23 @@ class Worker:
         )
         self._submit(alone)
 
-    def _submit(self, execution: Execution) -> None:
-        assert execution.job is not None
+    def _submit(self, execution: Execution, here: bool = False) -> bool:
+        """Hand the execution out; True if it is a sync one to run in this slot's thread
+        (``here``: the caller is one, whose task just ended)."""
+        job = execution.job
+        assert job is not None
         threads, loop = self._pools
         execution.submitted = True
-        (loop if execution.job.is_async else threads).submit(execution)
+        execution.limit(job, LAST_RESORT_GRACE)
+        here = here and not job.is_async
+        if here:
+            self._threads.claim(execution)
+        else:
+            (loop if job.is_async else threads).submit(execution)
+        self._publish_deadline()
+        if min(execution.soft_at, execution.hard_at) < self._loop_wakes_at:
+            self._waker.wake()  # its limit is due before the loop's wait ends
+        return here
 
     def _ended(self, execution: Execution) -> None:
         if execution is self._alone:
@@ -439,20 +566,26 @@ class Worker:
 
     def _finish(self) -> None:
         """Once stopped: let the running tasks finish, recording each as it ends."""
-        while self._busy or self._outcomes:
-            pause = self._collect()
-            try:
-                self._reclaim_lost_take()
-                if self._outcomes:
-                    self._fetch(take=False)
-                    continue
-            except REDIS_DOWN as error:
-                if not self._busy:
-                    logger.warning("Worker %s could not record its last task: %s", self.id, error)
+        while not self._interrupted:
+            with self._step_lock:
+                if not (self._busy or self._outcomes):
                     return
-                self._disconnected(error)
-                continue
-            self._waker.pause(min(pause, self.heartbeat_interval))
+                pause = self._collect()
+                try:
+                    self._reclaim_lost_take()
+                    if self._outcomes:
+                        self._fetch(take=False)
+                        continue
+                except REDIS_DOWN as error:
+                    if not self._busy:
+                        logger.warning(
+                            "Worker %s could not record its last task: %s", self.id, error
+                        )
+                        return
+                    wait: Callable[[], None] = functools.partial(self._disconnected, error)
+                else:
+                    wait = self._pause(min(pause, self.heartbeat_interval))
+            wait()
 
     def _reclaim_lost_take(self) -> None:
         """After an outage: record the outcomes, and put back a take we never saw."""
@@ -506,79 +639,59 @@ class Worker:
 
     # -- running one task ---------------------------------------------------------------
 
-    def _start(self, fetched: Fetched) -> None:
-        """Run the task taken: in a slot's thread or on the event loop, or here."""
+    def _start(self, fetched: Fetched, here: bool = False) -> Execution | None:
+        """Hand the task taken to a slot: a thread, or the event loop; the execution if
+        it is to run in the calling slot's thread (``here``: see :meth:`_submit`)."""
         assert fetched.payload is not None
         execution = Execution(fetched.position, fetched.payload, fetched.now_ms)
-        if self._pools:
-            prepared = prepare(
-                execution.payload,
-                position=execution.position,
-                queue=self.queues[execution.position - 1],
-                worker_id=self.id,
-                now_ms=execution.taken_ms,
-            )
-            if isinstance(prepared, Outcome):  # not a task it can run: dead-lettered
-                execution.outcome = prepared
-                self._ended(execution)
-                return
-            execution.job = prepared
-            if prepared.message.crashes >= ALONE_AFTER:
-                self._alone = execution
-                self._start_alone()
-            else:
-                self._submit(execution)
-            return
-        self._running = execution
-        try:
-            execution.outcome = self._execute(execution)
-        finally:
-            self._running = None
-        self._ended(execution)
+        prepared = prepare(
+            execution.payload,
+            position=execution.position,
+            queue=self.queues[execution.position - 1],
+            worker_id=self.id,
+            now_ms=execution.taken_ms,
+        )
+        if isinstance(prepared, Outcome):  # not a task it can run: dead-lettered
+            execution.outcome = prepared
+            self._ended(execution)
+            return None
+        execution.job = prepared
+        if prepared.message.crashes >= ALONE_AFTER:
+            self._alone = execution
+            self._start_alone()
+            return None
+        return execution if self._submit(execution, here) else None
 
     def _execute(self, execution: Execution) -> Outcome:
-        """Run one execution to its outcome (in the thread that runs it)."""
-        inline = not self._pools
+        """Run a sync task's execution to its outcome, in its slot's thread."""
+        assert execution.job is not None
 
         def call(job: Job) -> Any:
             execution.task_id = job.message.id
             execution.called = True
-            if inline:
-                self._limits.start(job)
-            else:
-                execution.start_limits(job)
+            if not execution.begin(job):
+                raise Abandoned
             try:
                 value = self._call(job)
             except BaseException:
                 if not execution.end_code():  # settled already: nothing more to say
                     raise Abandoned from None
                 raise
-            finally:
-                if inline:
-                    self._limits.stop()
             if not execution.end_code():
                 raise Abandoned
             return value
 
-        queue = self.queues[execution.position - 1]
-        if execution.job is not None:  # prepared by the loop
-            return run_job(
-                execution.job,
-                execution.payload,
-                position=execution.position,
-                queue=queue,
-                call=call,
-            )
-        # In the loop's own thread a KeyboardInterrupt is Ctrl-C (outside rc_worker, whose
-        # signal handlers only set a flag): it stops the worker, which puts the task back.
-        return execute(
+        # In the main thread, when it called run(), a KeyboardInterrupt is Ctrl-C (outside
+        # rc_worker, whose signal handlers only set a flag, and whose slots are never the
+        # main thread): it stops the worker, which puts the task back.
+        caller = threading.current_thread() is threading.main_thread()
+        return run_job(
+            execution.job,
             execution.payload,
             position=execution.position,
-            queue=queue,
-            worker_id=self.id,
-            now_ms=execution.taken_ms,
+            queue=self.queues[execution.position - 1],
             call=call,
-            propagate=(KeyboardInterrupt,),
+            propagate=(KeyboardInterrupt,) if caller else (),
         )
 
     async def _aexecute(self, execution: Execution) -> Outcome:
@@ -588,7 +701,8 @@ class Worker:
         async def call(job: Job) -> Any:
             execution.task_id = job.message.id
             execution.called = True
-            execution.start_limits(job)
+            if not execution.begin(job):
+                raise Abandoned
             try:
                 value = await job.acall()
             except asyncio.CancelledError:
@@ -641,40 +755,14 @@ class Worker:
 
     def _now_running(self) -> dict[str, Execution]:
         """The tasks running now by id (any thread: the lease's asks)."""
-        running = [e for pool in self._pools for e in pool.running]
-        inline = self._running  # read once: the loop's thread may change it
-        if inline is not None:
-            running.append(inline)
+        running = [e for pool in self._pools for e in list(pool.running)]
         return {e.task_id: e for e in running if e.task_id}
 
     def _terminate_running(self, execution: Execution) -> None:
         """Stop a running task that was cancelled with ``terminate=True`` (the lease's
-        thread asks): its slot abandons it, or, with one slot, it is recorded as
-        cancelled and this process stops."""
-        if self._pools:
-            execution.terminate = True
-            self._waker.wake()
-            return
-        if self._terminate is None:
-            logger.warning(
-                "Task %s is to be terminated, but this worker runs outside rc_worker's "
-                "supervisor, which alone can stop it; it runs on",
-                execution.task_id,
-            )
-            return
-        outcome = Outcome(
-            position=execution.position,
-            payload=execution.payload,
-            task_id=execution.task_id,
-            kind="cancel",
-        )
-        # (The lease's thread asks: through the lease's side of the store.)
-        fetched = self._lease.tasks.record(outcome, taken_ms=execution.taken_ms)
-        if fetched.recorded:  # still running it: it finished otherwise
-            logger.warning(
-                "Task %s was cancelled while running: stopping this process", execution.task_id
-            )
-            self._terminate()
+        thread asks): its slot abandons it."""
+        execution.terminate = True
+        self._waker.wake()
 
     def _leave(self, crashed: bool) -> None:
         """Deregister; a task still held (after an error) goes back on its queue."""

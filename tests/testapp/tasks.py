@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 from redis_components import RedisTask, Retry, current_task, redis_task
@@ -353,6 +354,12 @@ async def araise_base(label: str) -> None:
         asyncio.get_running_loop().call_later(0.01, inner.cancel)
         await inner
     raise BASE_EXCEPTIONS[label]
+
+
+@redis_task(queue="test")
+def thread_ident() -> int:
+    """The ident of the thread that runs it."""
+    return threading.get_ident()
 
 
 @redis_task(queue="test", time_limit=1, max_retries=0)

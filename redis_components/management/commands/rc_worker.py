@@ -91,7 +91,7 @@ class Command(RedisCommand):
             default=1,
             metavar="N",
             help="Tasks each worker process runs at once, each in its own thread (default "
-            "1: one at a time, in the process's main thread). Raise it for tasks that wait "
+            "1: one at a time). Raise it for tasks that wait "
             "(e-mail, HTTP, the database): each slot costs a thread and, once used, a "
             "database connection, not a process. Keep it at 1 for CPU-bound tasks and add "
             "processes (-c) instead.",

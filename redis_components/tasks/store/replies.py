@@ -206,9 +206,6 @@ def read_dead_letter(queue: str, entry: bytes) -> DeadLetter:
 
 
 def glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> DeadLetter:
-    """A dead letter of ``size`` bytes read in part, its ``head`` and ``tail``: its task cut
-    to :data:`ARGUMENTS_SHOWN` characters, no traceback, ``whole_size`` set (read whole
-    when it is short)."""
     if len(head) == size:  # read whole
         return read_dead_letter(queue, head)
     start, end = _start_text(head), text(tail)
@@ -233,8 +230,6 @@ def glimpsed_dead_letter(queue: str, head: bytes, tail: bytes, size: int) -> Dea
 
 
 def waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
-    """A queued payload of ``size`` bytes, read whole or only its ``head``, due at
-    ``due_ms`` (a delayed one's)."""
     due = keys.utc_from_ms(due_ms)
     if len(head) == size:  # read whole
         try:
@@ -293,21 +288,21 @@ def _field(piece: str, name: str) -> Any:
         return _cut_string(piece[start:])
 
 
-def _cut_string(piece: str) -> str | None:
-    """The start of the JSON string that ``piece`` begins and does not end (None if it
+def _cut_string(text: str) -> str | None:
+    """The start of the JSON string that ``text`` begins and does not end (None if it
     does not begin one)."""
-    if not piece.startswith('"'):
+    if not text.startswith('"'):
         return None
-    for end in range(len(piece), max(len(piece) - 6, 0), -1):  # the cut may split an escape
+    for end in range(len(text), max(len(text) - 6, 0), -1):  # the cut may split an escape
         try:
-            found = json.loads(piece[:end] + '"')
+            found = json.loads(text[:end] + '"')
         except ValueError:
             continue
         return found if isinstance(found, str) else None
     return None
 
 
-def _cut(shown: str, cut: bool = True) -> str:
-    """``shown`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
+def _cut(text: str, cut: bool = True) -> str:
+    """``text`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
     "…" when it goes on."""
-    return shown[:ARGUMENTS_SHOWN] + "…" if cut else shown
+    return text[:ARGUMENTS_SHOWN] + "…" if cut else text

@@ -111,13 +111,16 @@ postgres:
 # Lint, types and the docs, then four legs. Each leg runs what it alone tests, chosen by
 # each test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table), on a
 # single server and on a 3-master Redis Cluster. Leg 1 runs everything, with coverage.
+# Legs 2-4 run two at a time (leg 3 beside leg 2, then leg 4): the suite mostly waits on
+# its servers and processes, and each leg has servers and virtualenvs of its own. Each
+# leg's output is printed whole when it ends.
 test: lint docs browser gettext postgres
 	rm -f .coverage .coverage.*
 	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
 	RC_TEST_LONG=1 $(BIN)/pytest --cov
 	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append -m 'not static and not browser and not once'
 	$(BIN)/coverage report
-	@$(MAKE) --no-print-directory legacy-leg valkey-leg oldest-leg
+	@$(MAKE) --no-print-directory -j2 --output-sync=target legacy-leg valkey-leg oldest-leg
 
 # Leg 2: Django 5.2 LTS with the backport, the oldest Python, redis-py's pure-Python
 # parser: the Django and client tests, and a worker's smoke tests.

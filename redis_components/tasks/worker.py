@@ -299,7 +299,8 @@ class Worker:
         self._pid = os.getpid()  # a process forked by a task has another
         try:
             registered = self._register()
-        except BaseException:
+        except BaseException as error:
+            self.failure = error
             self._end(crashed=True)
             raise
         if not registered:
@@ -331,27 +332,29 @@ class Worker:
         except BaseException as error:
             self.failure = error
         finally:
-            try:
+            with contextlib.suppress(BaseException):  # it is the failure now
                 self._end(crashed)
-            except BaseException as error:
-                self.failure = self.failure or error
 
     def _end(self, crashed: bool) -> None:
         """Stop the slots and the lease, deregister (putting back what is still held) and
-        close; then :attr:`stopped` is set."""
+        close; then :attr:`stopped` is set, after :attr:`failure` and the last log line:
+        rc_worker's process reads the failure and may exit as soon as it is set."""
         try:
             for pool in self._pools:
                 pool.stop()
             self._lease.stop()
             self._leave(crashed)
+            if not crashed:
+                logger.info(
+                    "Worker %s stopped after %d task%s",
+                    *(self.id, self.processed, "" if self.processed == 1 else "s"),
+                )
+        except BaseException as error:
+            self.failure = self.failure or error
+            raise
         finally:
             self.close()
             self.stopped.set()
-        if not crashed:
-            logger.info(
-                "Worker %s stopped after %d task%s",
-                *(self.id, self.processed, "" if self.processed == 1 else "s"),
-            )
 
     def close(self) -> None:
         """Close the worker's connections and wake-up pipe (:meth:`run` does, on return)."""

@@ -41,7 +41,7 @@ from redis_components.locks import (
     redis_lock,
 )
 from redis_components.semaphores import RedisSemaphore
-from tests.processes import FORK, run_processes
+from tests.processes import FORK, run_processes, wait_until
 from tests.testapp.models import Document
 
 
@@ -612,15 +612,30 @@ def _wait_then_die(ready: Any, name: str, seconds: float) -> None:
     RedisLock(name).acquire(blocking_timeout=seconds)
 
 
+def _blocked_clients(name: str) -> int:
+    """How many clients are blocked on the server (or cluster node) that holds lock ``name``."""
+    client = get_client()
+    if CLUSTER:
+        node = client.get_node_from_key(f"rc:lock:{{{name}}}")  # type: ignore[attr-defined]
+        return int(client.info("clients", target_nodes=node)["blocked_clients"])
+    return int(client.info("clients")["blocked_clients"])
+
+
 def _kill_a_waiter(name: str, seconds: float) -> None:
-    """A process that registers as a waiter for ``seconds`` and blocks, killed meanwhile."""
+    """A process that registers as a waiter for ``seconds`` and blocks, killed meanwhile.
+
+    Returns once the server has seen the waiter's connection close: until then Redis could
+    still hand a grant to the dead connection's BLPOP (the lease then frees the lock).
+    """
+    before = _blocked_clients(name)
     parent, child = FORK.Pipe()
     waiter = FORK.Process(target=_wait_then_die, args=(child, name, seconds))
     waiter.start()
     parent.recv()
-    time.sleep(0.2)  # registered and blocked
+    wait_until(lambda: _blocked_clients(name) > before)  # registered and blocked
     os.kill(waiter.pid or 0, signal.SIGKILL)
     waiter.join()
+    wait_until(lambda: _blocked_clients(name) == before)
 
 
 def test_a_dead_waiter_does_not_swallow_the_lock() -> None:

@@ -73,12 +73,18 @@ def states(workflow: Workflow) -> list[str]:
 
 
 def deliver_twice(steps: list[Step]) -> None:
-    """Put a copy of each step's queued message back on its queue, as a redelivery would."""
+    """Put a copy of each step's queued message back on its queue, as a redelivery would.
+
+    The copy's bytes differ from the queued message and from what a crash puts back (the
+    message with ``"crashes":1``): a ready ZSET holds a payload once, so a copy equal to
+    a put-back task would be one entry with it, and run once.
+    """
     store = TaskStore()
     for step in steps:
         message = store.queued_message(step.task_id)
         assert message is not None
-        copy = dataclasses.replace(message, crashes=1)
+        assert message.enqueued_at is not None
+        copy = dataclasses.replace(message, crashes=1, enqueued_at=None)
         store.enqueue(copy, copy.encode())
 
 

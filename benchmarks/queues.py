@@ -268,13 +268,18 @@ class Throughput:
 
 
 def throughput(
-    enqueue: Callable[..., None], contender: Contender, r: redis.Redis, url: str, log: Path
+    enqueue: Callable[..., None],
+    contender: Contender,
+    r: redis.Redis,
+    url: str,
+    log: Path,
+    tasks: int = THROUGHPUT_TASKS,
 ) -> Throughput:
     enqueue("mark", "start")
     begin, cpu, redis_cpu = time.perf_counter(), time.process_time(), server_cpu(r)
-    for _ in range(THROUGHPUT_TASKS):
+    for _ in range(tasks):
         enqueue("noop")
-    enqueue_rate = THROUGHPUT_TASKS / (time.perf_counter() - begin)
+    enqueue_rate = tasks / (time.perf_counter() - begin)
     enqueue_cpu = time.process_time() - cpu + server_cpu(r) - redis_cpu
     enqueue("mark", "end")
     worker = Worker(contender, url, log)
@@ -287,10 +292,8 @@ def throughput(
     finally:
         worker.stop()
     elapsed = float(r.get("bench:end") or 0) - float(r.get("bench:start") or 0)
-    per_task = 1e6 / THROUGHPUT_TASKS
-    return Throughput(
-        enqueue_rate, enqueue_cpu * per_task, THROUGHPUT_TASKS / elapsed, process_cpu * per_task
-    )
+    per_task = 1e6 / tasks
+    return Throughput(enqueue_rate, enqueue_cpu * per_task, tasks / elapsed, process_cpu * per_task)
 
 
 def latency(

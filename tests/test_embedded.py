@@ -159,5 +159,8 @@ def test_a_sentinel_groups_replicas_have_their_copy_once_it_has_started() -> Non
         EmbeddedSentinelGroup(replicas=1, sentinels=1) as group,
         group.servers[0].client() as master,
     ):
+        replication = master.info("replication")
+        assert replication["connected_slaves"] == 1
+        assert replication["slave0"]["state"] == "online"  # in sync, not still loading
         master.set("written", "now")
-        assert master.wait(1, 100) == 1  # the replica acknowledges at once
+        assert master.wait(1, 5000) == 1  # (5 s: a bound for a loaded machine)

@@ -103,6 +103,19 @@ def test_delayed_tasks_run_at_their_time_not_before(r: redis.Redis) -> None:
     assert all(started[label] >= due[label] for label in labels), (started, due)
 
 
+def test_a_busy_worker_moves_a_delayed_task_when_it_falls_due(r: redis.Redis) -> None:
+    # Its takes look at the delayed tasks every 100 ms, not only once its queues are empty
+    # (it cannot know of a task delayed by another client after its last look).
+    for i in range(300):
+        tasks.record.enqueue(f"t{i}", 0.002)  # 300 tasks of 2 ms and more: 0.6 s at least
+    with running_worker(["high", "test"]):
+        wait_until(lambda: r.llen("{test}:order") >= 10)
+        high.enqueue_in(0.01, "delayed")
+        then = r.llen("{test}:order")
+        wait_until(lambda: r.llen("{test}:order") == 301)
+    assert order(r).index("delayed") - then < 150  # within 0.3 s, not after the queue
+
+
 def test_an_idle_worker_is_woken_for_each_task(r: redis.Redis) -> None:
     # A lost wake-up would leave a task waiting for the 60 s safety net.
     with (
@@ -432,19 +445,20 @@ def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None
 
 
 @single_server_only
-def test_a_finished_task_costs_the_server_twelve_commands(r: redis.Redis) -> None:
+def test_a_finished_task_costs_the_server_eleven_commands(r: redis.Redis) -> None:
     """One script call per task: its finish (result, counts) and the next take inside.
 
     The finish reads the task's current attempt once (the fence: an execution that was
     recovered and taken again records nothing); a first attempt's result holds no
     earlier attempt to read; a worker that has just recorded a task it held still has
-    its lease, so the take does not check it."""
+    its lease, so the take does not check it; a busy worker's take looks at the delayed
+    tasks every 100 ms, not each time."""
 
     def enqueue(count: int) -> None:
         for i in range(count):
             tasks.add.enqueue(i, 1)
 
-    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 12
+    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 11
 
 
 # -- queued arguments that do not fit the task's function -------------------------------

@@ -35,7 +35,10 @@ task: a queue that is not empty publishes nothing.
 
 Delayed tasks are moved by every worker that serves their queue, in the take script,
 so several workers (or ``rc_worker --no-scheduler`` ones that do not move) may run at
-once: a script is atomic, so each task moves exactly once and no lock is needed.
+once: a script is atomic, so each task moves exactly once and no lock is needed. A busy
+worker's takes look at the delayed tasks only when one may be due (the earliest due time
+it knows of, and every 100 ms, ``store.worker_store.MOVE_EVERY_MS``); a take that finds
+no ready task always does.
 
 Leases and recovery
 -------------------

@@ -128,7 +128,7 @@ class Command(RedisCommand):
         for name in DJANGO_TASK_LOGGERS:
             django_logger = logging.getLogger(name)
             if not django_logger.handlers:  # unless the project logs it on purpose
-                django_logger.addFilter(lambda record: False)
+                django_logger.disabled = True  # (its records are not even made)
         tasks = registered_tasks()
         queues = options["queues"] or sorted(queues_in_use() or {DEFAULT_QUEUE})
         try:

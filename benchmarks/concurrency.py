@@ -1,6 +1,6 @@
 """Concurrency per worker process: I/O-bound tasks in flight at once, and their memory.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/concurrency.py             # everything, 3 rounds
     .venv/bin/python benchmarks/concurrency.py --quick     # a smoke run of about a minute
     .venv/bin/python benchmarks/concurrency.py --only dramatiq-10 ours-1 --rounds 2

@@ -1,6 +1,6 @@
 """Load on the demo site: purchases and listings from many clients at once.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/demo_load.py [--clients 20] [--requests 3000] [--workers 4]
 
 Starts a private redis-server, seeds the demo into it (and into a temporary SQLite

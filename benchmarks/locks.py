@@ -1,6 +1,6 @@
 """Locks: redis_components' RedisLock against redis-py's Lock and python-redis-lock.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/locks.py [--duration 10] [--processes 8]
 
 Everything runs in one go against one private redis-server with Redis's default

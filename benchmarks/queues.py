@@ -1,6 +1,6 @@
 """Task queues: redis_components against RQ, Huey, Dramatiq and the book's BLPOP loop.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/queues.py            # all contenders, 3 rounds
     .venv/bin/python benchmarks/queues.py --only ours huey --rounds 1
     .venv/bin/python benchmarks/queues.py --scheduler-overhead 2   # idle schedulers

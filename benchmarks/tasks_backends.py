@@ -1,7 +1,7 @@
 """Django's Tasks framework: our RedisTaskBackend against django-tasks-rq, django-tasks-db
 and django-tasks-redis.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/tasks_backends.py                  # every contender, 3 rounds
     .venv/bin/python benchmarks/tasks_backends.py --only ours rq --rounds 1 --tasks 2000
 

@@ -1,6 +1,6 @@
 """Workflows under faults: a fan-out 1 -> 1,000 -> 1, with duplicated deliveries and kill -9.
 
-    .venv/bin/pip install --group bench
+    .venv/bin/pip install -e '.[embedded,hiredis]' --group bench
     .venv/bin/python benchmarks/workflows.py                  # everything, 1 round
     .venv/bin/python benchmarks/workflows.py --rounds 3 --only ours ours-independent
 

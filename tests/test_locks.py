@@ -20,7 +20,12 @@ from django.test import AsyncRequestFactory, RequestFactory, override_settings
 
 from conftest import CLUSTER, CommandCount, single_server_only
 from redis_components import locks, metrics
-from redis_components.connection import aclose_async_client, get_async_client, get_client
+from redis_components.connection import (
+    aclose_async_client,
+    get_async_client,
+    get_client,
+    node_client,
+)
 from redis_components.exceptions import (
     ConfigurationError,
     InvalidInput,
@@ -614,11 +619,8 @@ def _wait_then_die(ready: Any, name: str, seconds: float) -> None:
 
 def _blocked_clients(name: str) -> int:
     """How many clients are blocked on the server (or cluster node) that holds lock ``name``."""
-    client = get_client()
-    if CLUSTER:
-        node = client.get_node_from_key(f"rc:lock:{{{name}}}")  # type: ignore[attr-defined]
-        return int(client.info("clients", target_nodes=node)["blocked_clients"])
-    return int(client.info("clients")["blocked_clients"])
+    node = node_client(get_client(), f"rc:lock:{{{name}}}")
+    return int(node.info("clients")["blocked_clients"])
 
 
 def _kill_a_waiter(name: str, seconds: float) -> None:

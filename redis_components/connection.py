@@ -179,6 +179,10 @@ def private_client(client: Redis) -> Redis:
     return Redis(connection_pool=own)
 
 
+#: An option of :meth:`OneConnection.execute_command`: what to do while the server works.
+MEANWHILE = "meanwhile"
+
+
 class OneConnection:
     """Commands sent down one connection of ``client``'s pool, kept by one thread.
 
@@ -187,6 +191,8 @@ class OneConnection:
     instrumentation), about 20 µs per command. It has what
     :class:`~redis_components.scripts.Script` calls, ``execute_command`` and
     ``script_load``; replies are not passed through redis-py's response callbacks.
+    The option :data:`MEANWHILE` of ``execute_command`` is a function called once the
+    command is sent, before its reply is read: work done while the server runs it.
     A connection error closes the connection and propagates, never retried (a script
     may have run: the caller knows whether to repeat it); the next command takes a
     connection from the pool again. :meth:`close` gives the connection back.
@@ -200,8 +206,11 @@ class OneConnection:
         connection = self._connection
         if connection is None:
             connection = self._connection = self.client.connection_pool.get_connection()
+        meanwhile = options.get(MEANWHILE)
         try:
             connection.send_command(*args)
+            if meanwhile is not None:
+                meanwhile()
             return connection.read_response(disable_decoding=bool(options.get(NEVER_DECODE)))
         except ResponseError:  # the server answered: the connection is sound
             raise

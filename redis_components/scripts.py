@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -25,6 +25,8 @@ from typing import Any
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
+
+from .connection import MEANWHILE
 
 LUA_DIR = resources.files("redis_components") / "lua"
 HEADER_FIELDS = ("-- KEYS:", "-- ARGV:", "-- Returns:")
@@ -49,17 +51,28 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
     def __call__(
-        self, client: Any, keys: Sequence[str], args: Sequence[Arg] = (), *, raw: bool = False
+        self,
+        client: Any,
+        keys: Sequence[str],
+        args: Sequence[Arg] = (),
+        *,
+        raw: bool = False,
+        meanwhile: Callable[[], None] | None = None,
     ) -> Any:
         """Run the script on a (sync) redis-py client.
 
         ``raw``: return the reply's strings as bytes even on a decoding client (for
-        replies that may hold bytes that are not UTF-8).
+        replies that may hold bytes that are not UTF-8). ``meanwhile``: for a
+        :class:`~redis_components.connection.OneConnection` only, called while the
+        server runs the script (once the first try is sent).
         """
-        options = {NEVER_DECODE: True} if raw else {}
+        options: dict[str, Any] = {NEVER_DECODE: True} if raw else {}
+        if meanwhile is not None:
+            options[MEANWHILE] = meanwhile
         try:
             return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
         except NoScriptError:
+            options.pop(MEANWHILE, None)
             client.script_load(self.source)
             return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
 

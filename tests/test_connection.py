@@ -85,3 +85,18 @@ def test_one_connection_runs_scripts_the_server_forgot(r: redis.Redis) -> None:
     assert script(held, [], ["é"], raw=True) == "é".encode()
     assert held.execute_command("ECHO", "x", **{NEVER_DECODE: True}) == b"x"
     held.close()
+
+
+@single_server_only
+def test_one_connection_does_the_work_meanwhile_once(r: redis.Redis) -> None:
+    """A script's ``meanwhile`` runs once it is sent and before its reply is read, once,
+    even when the server had forgotten the script and it is sent again."""
+    held = OneConnection(get_client())
+    source = "-- KEYS: none\n-- ARGV: 1) any\n-- Returns: ARGV 1\nreturn ARGV[1]"
+    script = scripts.Script("probe", source)
+    done: list[str] = []
+    assert script(held, [], ["a"], raw=True, meanwhile=lambda: done.append("a")) == b"a"
+    r.script_flush()
+    assert script(held, [], ["b"], raw=True, meanwhile=lambda: done.append("b")) == b"b"
+    assert done == ["a", "b"]
+    held.close()

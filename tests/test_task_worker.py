@@ -318,6 +318,26 @@ def test_a_task_whose_lock_is_busy_is_deferred_then_runs_once(
     assert "retry" not in caplog.text
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_run_is_logged_once(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, threads: int
+) -> None:
+    """How a run ended is logged once (written while its outcome is recorded), for
+    sync and async tasks, ended done or retried."""
+    caplog.set_level(logging.INFO, "redis_components.worker")
+    handles = [tasks.add.enqueue(i, 1) for i in range(5)]
+    handles += [tasks.async_add.enqueue(i, 2) for i in range(3)]
+    handles.append(tasks.retry_once.enqueue("once"))
+    with running_worker(["test"], threads=threads):
+        wait_until(lambda: all(get_result(h.id).is_finished for h in handles))
+    ended = [m for m in caplog.messages if m.startswith("Task ")]
+    assert sum(" done in " in m for m in ended) == 9, ended
+    assert sum(" retry 1 of 5 " in m for m in ended) == 1, ended
+    for handle in handles:
+        assert f"[{handle.id}] done in" in caplog.text
+        assert caplog.text.count(f"[{handle.id}] done in") == 1
+
+
 def test_a_result_follows_a_task_to_its_return_value(redis_mode: str, r: redis.Redis) -> None:
     result = tasks.add.enqueue(2, 3)
     Worker(["test"], burst=True).run()

@@ -29,7 +29,7 @@ from .jobs import Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, backoff, running, stop_running
 from .results import TaskStatus, describe, error_json
-from .store import Outcome, TaskStore, dead_entry
+from .store import LogLine, Outcome, TaskStore, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -175,12 +175,10 @@ def success(
     """How a run that returned ends: done, deferred, or failed for its return value."""
     ms = seconds * 1000
     if deferred_for is not None:
-        logger.info(
+        said = LogLine(
+            logger.info,
             "Task %s[%s] deferred for %.3g s after %.1f ms",
-            message.task,
-            message.id,
-            deferred_for,
-            ms,
+            *(message.task, message.id, deferred_for, ms),
         )
         delay_ms = round(deferred_for * 1000)
         # Its next run is not a first attempt: without its enqueue time, the worker
@@ -195,6 +193,7 @@ def success(
             delay_ms=delay_ms,
             seconds=seconds,
             first=message.first_attempt,
+            said=said,
         )
     try:
         returned = job.encode(value)
@@ -205,7 +204,6 @@ def success(
             *(position, queue, payload, message.id, "failed", str(error), error, seconds),
             first=message.first_attempt,
         )
-    logger.info("Task %s[%s] done in %.1f ms", message.task, message.id, ms)
     job.finished(TaskStatus.SUCCESSFUL, None)
     return Outcome(
         position=position,
@@ -215,6 +213,7 @@ def success(
         data=returned,
         seconds=seconds,
         first=message.first_attempt,
+        said=LogLine(logger.info, "Task %s[%s] done in %.1f ms", message.task, message.id, ms),
     )
 
 
@@ -250,7 +249,8 @@ def failure(
         )
         # An expected failure: one line; its traceback at DEBUG (rc_worker -v 2), and
         # with the dead letter.
-        logger.warning(
+        said = LogLine(
+            logger.warning,
             "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
             *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
             exc_info=None
@@ -269,6 +269,7 @@ def failure(
             delay_ms=round(delay * 1000),
             seconds=seconds,
             first=message.first_attempt,
+            said=said,
         )
     logger.error(
         "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",

@@ -772,6 +772,9 @@ class Worker:
 
     def _leave(self, crashed: bool) -> None:
         """Deregister; a task still held (after an error) goes back on its queue."""
+        for execution in self._outcomes:  # not recorded: how they ended is still said
+            if execution.outcome is not None and execution.outcome.said is not None:
+                execution.outcome.said()
         put_back_tasks(
             self.store,
             self.id,

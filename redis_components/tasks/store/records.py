@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -220,6 +222,21 @@ class Enqueued:
     duplicate_of: str | None = None  # an equal task enqueued within its unique window
 
 
+class LogLine:
+    """A log record to write once: ``LogLine(logger.info, "Task %s done", name)()``
+    writes it; calling it again writes nothing."""
+
+    __slots__ = ("_write",)
+
+    def __init__(self, log: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        self._write: Callable[[], None] | None = functools.partial(log, *args, **kwargs)
+
+    def __call__(self) -> None:
+        write, self._write = self._write, None
+        if write is not None:
+            write()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     """How a task a worker took has ended, to record with the worker's next fetch."""
@@ -234,6 +251,9 @@ class Outcome:
     dead_entry: str = ""  # "bury": the dead-letter entry
     seconds: float = 0.0  # how long it ran
     first: bool = False  # its first attempt for sure (TaskMessage.first_attempt)
+    # The log line of how it ended: the worker writes it while the store records the
+    # outcome (WorkerStore.take), so that the line costs the loop no time.
+    said: LogLine | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)

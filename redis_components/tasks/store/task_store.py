@@ -6,7 +6,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import redis
@@ -15,7 +15,7 @@ from redis.client import NEVER_DECODE
 
 from ... import keys, scripts
 from ...conf import conf, user_settings
-from ...connection import text
+from ...connection import OneConnection, text
 from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
 from ..messages import MalformedTask, TaskMessage, flow_of, task_id_of, validate_queue
 from . import replies
@@ -62,6 +62,7 @@ from .records import (
     Fetched,
     Glimpse,
     Heartbeat,
+    LogLine,
     Outcome,
     QueueCounts,
     RunningEntry,
@@ -201,9 +202,11 @@ class TaskStore:
             raise TaskNotDurable(problem, message.id)
         return Enqueued(at_ms=int(reply[1]))
 
-    def _run(self, call: scripts.Call, *, raw: bool = False) -> Any:
+    def _run(
+        self, call: scripts.Call, *, raw: bool = False, meanwhile: Callable[[], None] | None = None
+    ) -> Any:
         script, script_keys, args = call
-        return script(self.client, script_keys, args, raw=raw)
+        return script(self.client, script_keys, args, raw=raw, meanwhile=meanwhile)
 
     def _run_durable(
         self, call: scripts.Call, done: str, replicas: int | None = None
@@ -235,6 +238,7 @@ class TaskStore:
         queue: str = "",
         hour: int = 0,
         taken_ms: int = 0,
+        meanwhile: LogLine | None = None,
     ) -> Fetched:
         """Record ``outcome`` (if any), move due delayed tasks and take a task, in one script.
 
@@ -245,7 +249,9 @@ class TaskStore:
         outcome's task, when the caller knows it (the script then need not read it back).
         A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
         and the hour; its loop's gives it a
-        :class:`~redis_components.connection.OneConnection`.
+        :class:`~redis_components.connection.OneConnection`. ``meanwhile``: a
+        :class:`LogLine` to write while the server runs the script (on such a
+        connection), or else after it.
         """
         call = fetch_call(
             worker_id=worker_id,
@@ -256,7 +262,13 @@ class TaskStore:
             hour=hour,
             taken_ms=taken_ms,
         )
-        payload, position, wait, recorded, now = self._run(call, raw=True)
+        held = isinstance(self.client, OneConnection)
+        try:
+            reply = self._run(call, raw=True, meanwhile=meanwhile if held else None)
+        finally:
+            if meanwhile is not None:
+                meanwhile()  # (written once: again, it writes nothing)
+        payload, position, wait, recorded, now = reply
         return Fetched(
             payload=payload,
             position=int(position),

@@ -56,7 +56,8 @@ class WorkerStore:
 
     def take(self, finished: Outcome | None = None, *, taken_ms: int = 0) -> Fetched:
         """Record ``finished`` (how a task it took ended), if given, and take the next
-        task, in one script. ``taken_ms``: the ``now_ms`` of the take of ``finished``."""
+        task, in one script. ``taken_ms``: the ``now_ms`` of the take of ``finished``.
+        Its log line (``Outcome.said``) is written while the server runs the script."""
         move = self.move_delayed and self.now_ms >= self._move_at
         fetched = self._fetch("take+move" if move else "take", finished, taken_ms)
         if self.move_delayed and not move and fetched.payload is None and fetched.position >= 0:
@@ -78,6 +79,7 @@ class WorkerStore:
             queue=self.queues[finished.position - 1] if finished is not None else "",
             hour=self.now_ms // 3_600_000,
             taken_ms=taken_ms,
+            meanwhile=finished.said if finished is not None else None,
         )
         now = self.now_ms = fetched.now_ms
         if mode == "take+move":  # wait: -1 when no delayed task is left, 0 if more are due

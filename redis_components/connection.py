@@ -203,14 +203,33 @@ class OneConnection:
         self._connection: Any = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.send(*args)
+        meanwhile = options.get(MEANWHILE)
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException:
+                self.close(broken=True)  # its reply is left unread
+                raise
+        return self.read(**options)
+
+    def send(self, *args: Any) -> None:
+        """Send a command; :meth:`read` reads its reply (the next command's comes after)."""
         connection = self._connection
         if connection is None:
             connection = self._connection = self.client.connection_pool.get_connection()
-        meanwhile = options.get(MEANWHILE)
         try:
             connection.send_command(*args)
-            if meanwhile is not None:
-                meanwhile()
+        except BaseException:
+            self.close(broken=True)
+            raise
+
+    def read(self, **options: Any) -> Any:
+        """The reply to the oldest command sent whose reply is unread."""
+        connection = self._connection
+        if connection is None:
+            raise redis.exceptions.ConnectionError("the connection was closed with a reply unread")
+        try:
             return connection.read_response(disable_decoding=bool(options.get(NEVER_DECODE)))
         except ResponseError:  # the server answered: the connection is sound
             raise

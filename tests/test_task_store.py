@@ -23,6 +23,7 @@ from redis_components.tasks.store import (
     FIRST,
     NOW,
     Attempt,
+    Fetched,
     Outcome,
     TaskStore,
     TickClaim,
@@ -39,6 +40,7 @@ from redis_components.tasks.store import (
     forget_call,
     heartbeat_call,
     leases_key,
+    put_back_call,
     rank,
     ready_key,
     recover_call,
@@ -458,6 +460,12 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         queue="q0",
         hour=1,
         taken_ms=5,
+    ),
+    "queue_put_back": lambda n: put_back_call(
+        worker_id="w",
+        queue="q",
+        held=Fetched(payload=b"{}", position=1, wait_ms=0, recorded=True, now_ms=1),
+        task_id="ab",
     ),
     "queue_heartbeat": lambda n: heartbeat_call(
         worker_id="w",

@@ -14,9 +14,11 @@ from redis.cluster import RedisCluster
 from conftest import single_server_only
 from redis_components import RedisLock, RedisTask, defer, get_result, redis_lock, redis_task
 from redis_components.conf import conf
+from redis_components.connection import OneConnection
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.messages import TaskMessage, new_task_id
+from redis_components.tasks.lease import description
+from redis_components.tasks.messages import TaskMessage, new_task_id, task_id_of
 from redis_components.tasks.status import (
     dead_letters,
     queue_stats,
@@ -24,7 +26,13 @@ from redis_components.tasks.status import (
     waiting_tasks,
     workers,
 )
-from redis_components.tasks.store import TaskStore, WorkerStore, leases_key, ready_key
+from redis_components.tasks.store import (
+    TaskStore,
+    WorkerStore,
+    leases_key,
+    ready_key,
+    tasks_client,
+)
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.commands import commands_per_task
@@ -338,6 +346,69 @@ def test_each_run_is_logged_once(
         assert caplog.text.count(f"[{handle.id}] done in") == 1
 
 
+@pytest.mark.parametrize("started", [False, True])
+def test_a_task_held_ahead_counts_a_crash_only_once_started(r: redis.Redis, started: bool) -> None:
+    """A worker that dies holding a task ahead (taken, not started) gives it back with no
+    crash counted, at its place in the queue; once a later call started it, its crash
+    counts as any running task's."""
+    first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
+    connection = OneConnection(tasks_client())
+    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda: connection)
+    worker.beat(60_000, description(["test"]))
+    assert worker.take().payload is not None
+    held = worker.receive(worker.take_ahead(None))
+    assert held.payload is not None
+    assert task_id_of(held.payload) == second.id
+    if started:
+        assert worker.record(None, start=held).recorded is False  # (nothing to record)
+    assert queue_stats(["test"])[0].in_progress == 2
+    assert TaskStore().recover_worker(
+        "ahead-w", ["test"], only_if_expired=False, max_crashes=3
+    ) == (2, 0)
+    connection.close()
+    assert len(get_result(first.id).errors) == 1
+    assert len(get_result(second.id).errors) == (1 if started else 0)
+    # Both are back in the order they were enqueued.
+    order = [task_id_of(p) for p in r.zrange(ready_key("test"), 0, -1)]
+    assert order == [first.id, second.id]
+
+
+def test_a_task_held_ahead_goes_back_by_itself() -> None:
+    """A worker gives back the task it holds ahead, not started: first in its queue
+    again, no longer running; once given back, giving it back again does nothing."""
+    first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
+    connection = OneConnection(tasks_client())
+    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda: connection)
+    worker.beat(60_000, description(["test"]))
+    worker.take()
+    held = worker.receive(worker.take_ahead(None))
+    assert {t.task_id for t in running_tasks()} == {first.id, second.id}
+    assert worker.put_back_ahead(held, second.id) is True
+    assert worker.put_back_ahead(held, second.id) is False
+    assert [t.task_id for t in running_tasks()] == [first.id]
+    [stats] = queue_stats(["test"])
+    assert (stats.ready, stats.in_progress) == (1, 1)
+    assert worker.take().payload == held.payload
+    connection.close()
+
+
+def test_a_long_task_does_not_hold_the_next_one_ahead(r: redis.Redis) -> None:
+    """Behind a task that runs for seconds, the task a worker took ahead goes back to its
+    queue at once, and another worker runs it meanwhile."""
+    quick = tasks.record.enqueue("quick")
+    long = tasks.slow.enqueue("long", 1.5)
+    after = tasks.record.enqueue("after")
+    with running_worker(["test"]) as first:
+        wait_until(lambda: get_result(long.id).status is TaskResultStatus.RUNNING)
+        with running_worker(["test"]) as second:
+            wait_until(lambda: get_result(after.id).is_finished)
+            assert not get_result(long.id).is_finished
+        wait_until(lambda: get_result(long.id).is_finished)
+    assert get_result(quick.id).worker_ids == get_result(long.id).worker_ids == [first.id]
+    assert get_result(after.id).worker_ids == [second.id]
+    assert runs(r) == {"quick": 1, "after": 1}
+
+
 def test_a_result_follows_a_task_to_its_return_value(redis_mode: str, r: redis.Redis) -> None:
     result = tasks.add.enqueue(2, 3)
     Worker(["test"], burst=True).run()
@@ -465,20 +536,22 @@ def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None
 
 
 @single_server_only
-def test_a_finished_task_costs_the_server_eleven_commands(r: redis.Redis) -> None:
-    """One script call per task: its finish (result, counts) and the next take inside.
+def test_a_finished_task_costs_the_server_twelve_commands(r: redis.Redis) -> None:
+    """One script call per task: its finish (result, counts), the start of the task held
+    ahead and the next take inside.
 
     The finish reads the task's current attempt once (the fence: an execution that was
     recovered and taken again records nothing); a first attempt's result holds no
     earlier attempt to read; a worker that has just recorded a task it held still has
     its lease, so the take does not check it; a busy worker's take looks at the delayed
-    tasks every 100 ms, not each time."""
+    tasks every 100 ms, not each time. Starting the task held ahead is one command (its
+    score in the in-progress set turns positive)."""
 
     def enqueue(count: int) -> None:
         for i in range(count):
             tasks.add.enqueue(i, 1)
 
-    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 11
+    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 12
 
 
 # -- queued arguments that do not fit the task's function -------------------------------

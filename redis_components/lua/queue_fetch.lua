@@ -24,13 +24,19 @@
 --       no earlier attempt to read
 --       17) how many keys at the end of KEYS are the finished task's workflow section
 --       (see lib/flow.lua), 0 when it is not a workflow's step  18) its step's number
--- Returns: {payload, position of its queue, wait, recorded, now}: payload is false when
+--       19) the position (1-based) of the queue of a task held ahead that starts now,
+--       0 for none  20) its payload  21) its score as the take returned it
+--       22) "ahead": the task taken is held ahead, not started: its score in the
+--       in-progress ZSET is negated until a later call starts it, and
+--       recovery counts no crash against it (see queue_recover.lua)
+-- Returns: {payload, position of its queue, wait, recorded, now, score}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
 --          recorded is 1 when the finished task was recorded, 0 when the worker no
 --          longer held it (it was recovered meanwhile, and nothing changed); now is the
---          server's time (epoch ms). Position -1: the worker has no lease (it was taken
---          for dead), so it gets nothing until it registers again.
+--          server's time (epoch ms); score is the taken task's score in its queue.
+--          Position -1: the worker has no lease (it was taken for dead), so it gets
+--          nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
 -- @include flow
 -- @include attempts
@@ -155,11 +161,18 @@ if done > 0 then
   end
 end
 
+-- A task held ahead starts: its score turns positive, if the worker still holds it (a
+-- worker taken for dead runs it anyway; its outcome is fenced as any other's).
+local start = tonumber(ARGV[19])
+if start > 0 then
+  redis.call('ZADD', KEYS[4 * start + 5], 'XX', ARGV[21], ARGV[20])
+end
+
 -- A worker that has just recorded a task it held still has its lease: recovery takes
 -- the lease and the worker's tasks together, atomically.
 local take = string.sub(ARGV[2], 1, 4) == 'take'
 if take and recorded == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return {false, -1, 0, recorded, now}
+  return {false, -1, 0, recorded, now, 0}
 end
 
 -- Due delayed tasks to their ready ZSETs, ranked by the priority at the start of their
@@ -193,13 +206,13 @@ end
 
 -- The first task of the first non-empty queue, into this worker's in-progress ZSET
 -- with its ready score, so that recovery puts it back where it was.
-local payload, position = false, 0
+local payload, position, score = false, 0, 0
 if take then
   for i = 1, queues do
     local popped = redis.call('ZPOPMIN', KEYS[4 * i + 3])
     if popped[1] then
-      payload, position = popped[1], i
-      redis.call('ZADD', KEYS[4 * i + 5], popped[2], payload)
+      payload, position, score = popped[1], i, popped[2]
+      redis.call('ZADD', KEYS[4 * i + 5], ARGV[22] == 'ahead' and -tonumber(score) or score, payload)
       local id = queue_id(payload)
       if id then
         attempts_add(KEYS[2], id, now .. ' ' .. ARGV[1])
@@ -215,4 +228,4 @@ for _, ready in ipairs(woken) do
     redis.call('PUBLISH', ready, 'ready')
   end
 end
-return {payload, position, wait, recorded, now}
+return {payload, position, wait, recorded, now, score}

@@ -45,13 +45,14 @@ for i = 7 + queues, #ARGV, 3 do
   end
 end
 
--- A worker that held several tasks (thread slots, async tasks) may have been killed by
+-- A worker that ran several tasks (thread slots, async tasks) may have been killed by
 -- any of them: the crash is counted against each, but charged to none (it never
 -- dead-letters a task); a task counting 2 crashes runs alone (worker.py), where the
--- next crash is its own.
+-- next crash is its own. A task held ahead (a negative score: see queue_fetch.lua) had
+-- not started: it goes back with no crash counted, and is not counted here.
 local held_total = 0
 for i = 1, queues do
-  held_total = held_total + redis.call('ZCARD', KEYS[3 * i + 1])
+  held_total = held_total + redis.call('ZCOUNT', KEYS[3 * i + 1], 0, '+inf')
 end
 local shared = held_total > 1
 
@@ -64,11 +65,16 @@ for i = 1, queues do
   redis.call('DEL', running)
   for j = 1, #held, 2 do
     local payload, score = held[j], held[j + 1]
+    local started = tonumber(score) >= 0
+    if not started then
+      score = -tonumber(score)
+    end
+    local counted = max_crashes > 0 and started
     local id = queue_id(payload)
     local attempt = id and attempts_remove(KEYS[3], id, redis.call('HGET', KEYS[3], id),
       attempt_of(false, ARGV[1]))
     local error, crashes, charged = nil, 0, true
-    if max_crashes > 0 then
+    if counted then
       local body, count = queue_crashes(payload)
       if body and shared then
         crashes, charged = count + 1, false
@@ -89,7 +95,7 @@ for i = 1, queues do
     local flow = id and flows[id]
     local cancelled = flow and flow_status(flow[1]) == 'CANCELLED'
     -- A crash in company is never the one that dead-letters a task.
-    local failed = max_crashes > 0 and crashes >= max_crashes and charged
+    local failed = counted and crashes >= max_crashes and charged
     if cancelled then  -- neither put back nor dead-lettered
     elseif failed then
       redis.call('RPUSH', dead, cjson.encode({
@@ -106,7 +112,7 @@ for i = 1, queues do
       end
     end
     local result = id and results[id]
-    if result and max_crashes > 0 then
+    if result and counted then
       if attempt then
         local started, worker = string.match(attempt, '^(%d+) (.*)$')
         local workers = redis.call('HGET', result, 'workers')

@@ -71,6 +71,17 @@ limits and termination are the slots' (``slots.py``), whatever the count. Each o
 carries its attempt (the take's time), which the script checks: an execution whose
 task was recovered and taken again records nothing.
 
+Taking ahead
+------------
+A slot whose short task ended while more were ready holds one task ahead: the script
+that records its outcome and starts the task held ahead also takes the next, and the
+slot runs the started task without waiting for that script's reply, which it reads
+when the task ends (:meth:`Worker._then`). So a busy worker never waits for Redis
+between two short tasks. A task held ahead is not started: its score in the worker's
+in-progress set is negative, recovery counts no crash against it, and it goes back to
+its queue (:meth:`Worker._put_back_ahead`) once the task before it has run
+:data:`AHEAD_FOR`, when the worker stops, or when nothing runs to start it after.
+
 Signals
 -------
 Signal handlers only set a flag; a wake-up fd makes the idle wait return at once.
@@ -101,10 +112,10 @@ from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from .execution import Abandoned, arun_job, over_time, prepare, run_job
 from .jobs import Job
 from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
-from .messages import validate_queue
+from .messages import task_id_of, validate_queue
 from .schedules import schedules
 from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots
-from .store import Fetched, Outcome, TaskStore, WorkerStore, ready_key, tasks_client
+from .store import Ahead, Fetched, Outcome, TaskStore, WorkerStore, ready_key, tasks_client
 from .waker import Waker
 
 logger = logging.getLogger("redis_components.worker")
@@ -112,6 +123,9 @@ logger = logging.getLogger("redis_components.worker")
 # A task whose worker died running it this many times runs alone (no other task beside
 # it in its process), so that a crash then is its own (see queue_recover.lua).
 ALONE_AFTER = 2
+# A slot takes a task ahead only after a task that ran less than this (seconds), and
+# gives it back once the task before it has run this long.
+AHEAD_FOR = 0.02
 # rc_worker's supervisor replaces a process whose loop has not settled a task this long
 # after its hard time limit: the loop could not run (a C call holding the GIL).
 LAST_RESORT_GRACE = 5.0
@@ -219,6 +233,11 @@ class Worker:
         self._loop_wakes_at = -math.inf
         # Finished executions whose outcomes the next fetch records (kept until recorded).
         self._outcomes: list[Execution] = []
+        # Taking ahead: the take sent whose reply is unread, with the execution whose
+        # outcome it records; the task it took, held ahead; when that goes back.
+        self._pending: tuple[Ahead, Execution | None] | None = None
+        self._ahead: Fetched | None = None
+        self._ahead_until = math.inf
         # The thread slots for sync tasks and the event loop for async ones.
         self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
         self._pools: list[Pool] = [
@@ -393,6 +412,17 @@ class Worker:
         self._start_alone()
         take = self._may_take()
         try:
+            if self._pending is not None or self._ahead is not None:
+                stale = time.monotonic() >= self._ahead_until
+                if take and not stale:  # a slot is free: the task held ahead runs there
+                    self._receive()
+                    if self._ahead is not None:
+                        self._start(self._ahead, held=True)
+                        return _go_on
+                elif stale or not self._threads.busy:
+                    self._put_back_ahead()
+                else:
+                    pause = min(pause, self._ahead_until - time.monotonic())
             self._reclaim_lost_take()
             if not take and not self._outcomes:
                 return self._pause(pause) if self._busy else None  # None: max_tasks, worn out
@@ -435,17 +465,26 @@ class Worker:
                 return None
             self._threads.finished_here(execution)
             self._ended(execution)
+            quick = execution.outcome is not None and execution.outcome.seconds < AHEAD_FOR
             try:
+                self._receive()
                 while True:
                     self._collect()
-                    if not (self._outcomes and self._may_take()):
-                        break  # nothing to record (no outcome: see _ended), or no room
-                    fetched = self._fetch(take=True)
-                    if fetched.position < 0 or fetched.payload is None:
-                        break  # the loop registers again, or waits
-                    self._connected()
-                    after = self._start(fetched, here=True)
+                    if not self._may_take():
+                        break
+                    if self._ahead is not None:  # started by the script that records
+                        after = self._start(self._ahead, here=True, held=True, quick=quick)
+                    elif self._outcomes:
+                        fetched = self._fetch(take=True)
+                        if fetched.position < 0 or fetched.payload is None:
+                            break  # the loop registers again, or waits
+                        self._connected()
+                        after = self._start(fetched, here=True, quick=quick)
+                    else:
+                        break  # nothing to record (no outcome: see _ended)
                     if after is not None:
+                        if self._pending is not None and self._ahead_until < self._loop_wakes_at:
+                            self._waker.wake()  # to give the task held ahead back in time
                         return after
             except REDIS_DOWN:
                 self._reclaim = True  # the loop retries, and reclaims a take it lost
@@ -474,6 +513,20 @@ class Worker:
         # A task's kind is known only once taken: take while each kind has room.
         return (
             not self.worn_out and self._alone is None and all(pool.free > 0 for pool in self._pools)
+        )
+
+    def _may_take_ahead(self, job: Job) -> bool:
+        """Whether a slot about to run ``job`` may take a task ahead (see :meth:`_start`)."""
+        if self.max_tasks is not None:
+            running = sum(len(pool.running) for pool in self._pools)
+            if self.processed + running + 2 > self.max_tasks:
+                return False
+        return (
+            job.message.crashes < ALONE_AFTER
+            and self._alone is None
+            and self._pending is None
+            and self._ahead is None
+            and not (self._stopping or self._interrupted or self.worn_out)
         )
 
     def _collect(self) -> float:
@@ -578,6 +631,7 @@ class Worker:
                     return
                 pause = self._collect()
                 try:
+                    self._put_back_ahead()
                     self._reclaim_lost_take()
                     if self._outcomes:
                         self._fetch(take=False)
@@ -597,6 +651,7 @@ class Worker:
         """After an outage: record the outcomes, and put back a take we never saw."""
         if not self._reclaim:
             return
+        self._receive()
         while self._outcomes:
             self._fetch(take=False)
         if self._busy:
@@ -606,28 +661,73 @@ class Worker:
         # A take whose reply was lost left a task in our in-progress set that we do not
         # know of: put it back (we run nothing now) and register again.
         self._lease.tasks.put_back()  # (a pipeline: not on the loop's one connection)
+        self._ahead = None  # (put back with the others)
         self._lease.beat()
         self._reclaim = False
 
-    def _fetch(self, take: bool) -> Fetched:
-        """Record the finished tasks' outcomes, the last with the take (if ``take``)."""
-        while True:
-            last = len(self._outcomes) <= 1
-            fetched = self._fetch_one(take and last)
-            if last:
-                return fetched
+    def _fetch(self, take: bool, start: Fetched | None = None) -> Fetched:
+        """Record the finished tasks' outcomes, the last with the take (if ``take``) and
+        the start of ``start`` (a task held ahead)."""
+        self._receive()
+        while len(self._outcomes) > 1:
+            self._fetch_one(take=False)
+        return self._fetch_one(take, start)
 
-    def _fetch_one(self, take: bool) -> Fetched:
+    def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
         execution = self._outcomes[0] if self._outcomes else None
         outcome = execution.outcome if execution is not None else None
         taken_ms = execution.taken_ms if execution is not None else 0
         if take:
-            fetched = self._tasks.take(outcome, taken_ms=taken_ms)
+            fetched = self._tasks.take(outcome, taken_ms=taken_ms, start=start)
         else:
-            assert outcome is not None  # (only a take is sent with nothing to record)
-            fetched = self._tasks.record(outcome, taken_ms=taken_ms)
+            fetched = self._tasks.record(outcome, taken_ms=taken_ms, start=start)
         if execution is not None:
             self._outcomes.pop(0)
+        self._check_recorded(outcome, fetched)
+        return fetched
+
+    def _take_ahead(self, start: Fetched | None) -> None:
+        """Record the finished tasks' outcomes and start ``start`` (if given), taking a
+        task to hold ahead in the same script, whose reply :meth:`_receive` reads."""
+        self._receive()
+        while len(self._outcomes) > 1:
+            self._fetch_one(take=False)
+        execution = self._outcomes[0] if self._outcomes else None
+        outcome = execution.outcome if execution is not None else None
+        taken_ms = execution.taken_ms if execution is not None else 0
+        ahead = self._tasks.take_ahead(outcome, taken_ms=taken_ms, start=start)
+        if execution is not None:
+            self._outcomes.pop(0)
+        self._pending = (ahead, execution)
+        self._ahead_until = time.monotonic() + AHEAD_FOR
+
+    def _receive(self) -> None:
+        """Read the reply of the take sent ahead, if any: the task it took is held ahead."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        ahead, execution = pending
+        try:
+            fetched = self._tasks.receive(ahead)
+        except REDIS_DOWN:
+            if execution is not None:  # recorded again (fenced: at most once)
+                self._outcomes.insert(0, execution)
+            self._reclaim = True  # and the task it may have taken goes back
+            raise
+        self._check_recorded(ahead.finished, fetched)
+        if fetched.position > 0 and fetched.payload is not None:
+            self._ahead = fetched
+
+    def _put_back_ahead(self) -> None:
+        """Give the task held ahead back to its queue: the task before it lasts, or the
+        worker stops. It goes back where it was, and wakes idle workers."""
+        self._receive()
+        held, self._ahead = self._ahead, None
+        self._ahead_until = math.inf
+        if held is not None and held.payload is not None:
+            self._tasks.put_back_ahead(held, task_id_of(held.payload))
+
+    def _check_recorded(self, outcome: Outcome | None, fetched: Fetched) -> None:
         # After an outage the outcome may have been recorded by a call whose reply was lost.
         if outcome is not None and not fetched.recorded and not self._reclaim:
             logger.warning(
@@ -635,7 +735,6 @@ class Worker:
                 "lease had run out); it will run again",
                 outcome.task_id or "(not a task)",
             )
-        return fetched
 
     def _idle(self, wait_ms: int, pause: float) -> None:
         """Wait for a wake-up message, the next due time, a signal, a finished task, or
@@ -645,10 +744,20 @@ class Worker:
 
     # -- running one task ---------------------------------------------------------------
 
-    def _start(self, fetched: Fetched, here: bool = False) -> Execution | None:
+    def _start(
+        self, fetched: Fetched, here: bool = False, *, held: bool = False, quick: bool = False
+    ) -> Execution | None:
         """Hand the task taken to a slot: a thread, or the event loop; the execution if
-        it is to run in the calling slot's thread (``here``: see :meth:`_submit`)."""
+        it is to run in the calling slot's thread (``here``: see :meth:`_submit`).
+
+        ``held``: the task held ahead, started by the script that records the finished
+        outcomes. ``quick``: the slot's last task was short: if this one runs here too,
+        the slot takes one more ahead, in that same script (or, after a take that waited,
+        in one of its own).
+        """
         assert fetched.payload is not None
+        if held:
+            self._ahead = None
         execution = Execution(fetched.position, fetched.payload, fetched.now_ms)
         prepared = prepare(
             execution.payload,
@@ -662,6 +771,11 @@ class Worker:
             self._ended(execution)
             return None
         execution.job = prepared
+        ahead = quick and here and not prepared.is_async and self._may_take_ahead(prepared)
+        if ahead:
+            self._take_ahead(fetched if held else None)
+        elif held:
+            self._fetch(take=False, start=fetched)
         if prepared.message.crashes >= ALONE_AFTER:
             self._alone = execution
             self._start_alone()

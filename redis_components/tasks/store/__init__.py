@@ -88,6 +88,7 @@ from .calls import (
     fetch_keys,
     forget_call,
     heartbeat_call,
+    put_back_call,
     recover_call,
     renew_call,
     requeue_dead_call,
@@ -146,13 +147,14 @@ from .records import (
 )
 from .replies import read_dead_letter
 from .task_store import TaskStore, cancel, queue_limit, server_warnings
-from .worker_store import WorkerStore
+from .worker_store import Ahead, WorkerStore
 
 __all__ = [
     "BAND",
     "DURATION_BUCKETS",
     "FIRST",
     "NOW",
+    "Ahead",
     "Attempt",
     "AttemptError",
     "DeadLetter",
@@ -192,6 +194,7 @@ __all__ = [
     "forget_call",
     "heartbeat_call",
     "leases_key",
+    "put_back_call",
     "queue_limit",
     "queues_key",
     "rank",

@@ -33,7 +33,7 @@ from .layout import (
     totals_key,
     workers_key,
 )
-from .records import TERMINATE_WAIT_MS, Due, Outcome, TickClaim, duration_bucket
+from .records import TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, duration_bucket
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
@@ -84,9 +84,12 @@ def fetch_call(
     queue: str,
     hour: int,
     taken_ms: int,
+    start: Fetched | None = None,
+    ahead: bool = False,
 ) -> scripts.Call:
     """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
-    ``taken_ms`` when known), move due delayed tasks, take the next task.
+    ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
+    tasks, take the next task (``ahead``: to hold it ahead).
 
     ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
     """
@@ -125,7 +128,21 @@ def fetch_call(
         section = flow_section(flow)
         script_keys = [*script_keys, *section]
         args += [len(section), flow.step]
+    if start is None:
+        args += [0, "", 0]
+    else:
+        args += [start.position, start.payload or b"", start.score]
+    args.append("ahead" if ahead else "")
     return scripts.load("queue_fetch"), script_keys, args
+
+
+def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) -> scripts.Call:
+    """lua/queue_put_back.lua: give back a task held ahead, unstarted."""
+    return (
+        scripts.load("queue_put_back"),
+        [running_tasks_key(), running_key(worker_id, queue), ready_key(queue)],
+        [worker_id, held.payload or b"", task_id, held.now_ms],
+    )
 
 
 def heartbeat_call(

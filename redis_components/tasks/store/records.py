@@ -263,6 +263,7 @@ class Fetched:
     wait_ms: int  # until the next delayed task is due; 0: more are due; -1: none
     recorded: bool  # the outcome sent was recorded (False: the task had been recovered)
     now_ms: int  # the server's time
+    score: bytes = b"0"  # the task's score (its rank) in its queue
 
 
 # The upper bounds (seconds) of the task duration histogram's buckets, for metrics.

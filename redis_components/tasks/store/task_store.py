@@ -12,6 +12,7 @@ from typing import Any, Literal
 import redis
 from redis import Redis
 from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError
 
 from ... import keys, scripts
 from ...conf import conf, user_settings
@@ -24,7 +25,6 @@ from .calls import (
     claim_call,
     enqueue_call,
     entry_heads_call,
-    fetch_call,
     flow_cancel_call,
     flow_create_call,
     forget_call,
@@ -63,7 +63,6 @@ from .records import (
     Glimpse,
     Heartbeat,
     LogLine,
-    Outcome,
     QueueCounts,
     RunningEntry,
     TaskRecord,
@@ -148,6 +147,18 @@ def _ticks(stored: Any) -> dict[str, int]:
     return {name: tick for name, tick in ticks.items() if tick is not None}
 
 
+def _fetched(reply: list[Any]) -> Fetched:
+    payload, position, wait, recorded, now, score = reply
+    return Fetched(
+        payload=payload,
+        position=int(position),
+        wait_ms=int(wait),
+        recorded=bool(recorded),
+        now_ms=int(now),
+        score=score if isinstance(score, bytes) else str(score).encode(),
+    )
+
+
 class TaskStore:
     """The task system's keys in Redis, read and written for the rest of the app.
 
@@ -228,54 +239,49 @@ class TaskStore:
             f"{timeout:g} s"
         )
 
-    def fetch(
-        self,
-        worker_id: str,
-        worker_keys: list[str],
-        mode: str,
-        outcome: Outcome | None,
-        *,
-        queue: str = "",
-        hour: int = 0,
-        taken_ms: int = 0,
-        meanwhile: LogLine | None = None,
-    ) -> Fetched:
-        """Record ``outcome`` (if any), move due delayed tasks and take a task, in one script.
+    def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:
+        """Run a :func:`fetch_call`: record an outcome, start a task held ahead, move due
+        delayed tasks and take a task, in one script.
 
-        ``worker_keys``: :func:`fetch_keys`. ``mode``: "take+move", "take" (leave delayed
-        tasks to others) or "" (only record). ``queue`` is the outcome's queue, ``hour``
-        the hour (since the epoch) whose throughput counts it; with ``METRICS`` the totals
-        and durations count it too. ``taken_ms``: the ``now_ms`` of the fetch that took the
-        outcome's task, when the caller knows it (the script then need not read it back).
         A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
         and the hour; its loop's gives it a
         :class:`~redis_components.connection.OneConnection`. ``meanwhile``: a
         :class:`LogLine` to write while the server runs the script (on such a
         connection), or else after it.
         """
-        call = fetch_call(
-            worker_id=worker_id,
-            worker_keys=worker_keys,
-            mode=mode,
-            outcome=outcome,
-            queue=queue,
-            hour=hour,
-            taken_ms=taken_ms,
-        )
         held = isinstance(self.client, OneConnection)
         try:
             reply = self._run(call, raw=True, meanwhile=meanwhile if held else None)
         finally:
             if meanwhile is not None:
                 meanwhile()  # (written once: again, it writes nothing)
-        payload, position, wait, recorded, now = reply
-        return Fetched(
-            payload=payload,
-            position=int(position),
-            wait_ms=int(wait),
-            recorded=bool(recorded),
-            now_ms=int(now),
-        )
+        return _fetched(reply)
+
+    def send_fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> None:
+        """Send a :func:`fetch_call` down the store's
+        :class:`~redis_components.connection.OneConnection` without waiting for its
+        reply, which :meth:`receive_fetch` reads (before any other command on it)."""
+        script, script_keys, args = call
+        client: Any = self.client
+        try:
+            client.send("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+        finally:
+            if meanwhile is not None:
+                meanwhile()
+
+    def receive_fetch(self, call: scripts.Call) -> Fetched:
+        """The reply to :meth:`send_fetch` of ``call`` (run again if the server had
+        forgotten the script: then it had not run)."""
+        client: Any = self.client
+        try:
+            reply = client.read(**{NEVER_DECODE: True})
+        except NoScriptError:
+            reply = self._run(call, raw=True)
+        return _fetched(reply)
+
+    def put_back_ahead(self, call: scripts.Call) -> bool:
+        """Run a :func:`put_back_call`: whether the task went back to its queue."""
+        return bool(self._run(call))
 
     def heartbeat(
         self,

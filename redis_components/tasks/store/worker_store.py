@@ -5,16 +5,31 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .calls import fetch_keys
+from ...scripts import Call
+from .calls import fetch_call, fetch_keys, put_back_call
 from .layout import tasks_client
-from .records import Fetched, Heartbeat, Outcome
+from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
 # How often (server ms) the takes of a busy worker that moves delayed tasks look for due
 # ones (others may have delayed tasks meanwhile).
 MOVE_EVERY_MS = 100
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A take sent by :meth:`WorkerStore.take_ahead`, whose reply is unread."""
+
+    call: Call
+    mode: str
+    finished: Outcome | None
+
+
+def _said(finished: Outcome | None) -> LogLine | None:
+    return finished.said if finished is not None else None
 
 
 class WorkerStore:
@@ -54,33 +69,75 @@ class WorkerStore:
     def store(self) -> TaskStore:
         return TaskStore(self._client())
 
-    def take(self, finished: Outcome | None = None, *, taken_ms: int = 0) -> Fetched:
-        """Record ``finished`` (how a task it took ended), if given, and take the next
-        task, in one script. ``taken_ms``: the ``now_ms`` of the take of ``finished``.
-        Its log line (``Outcome.said``) is written while the server runs the script."""
+    def take(
+        self, finished: Outcome | None = None, *, taken_ms: int = 0, start: Fetched | None = None
+    ) -> Fetched:
+        """Record ``finished`` (how a task it took ended), if given, start ``start`` (a
+        task it held ahead), if given, and take the next task, in one script.
+        ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
+        (``Outcome.said``) is written while the server runs the script."""
         move = self.move_delayed and self.now_ms >= self._move_at
-        fetched = self._fetch("take+move" if move else "take", finished, taken_ms)
+        mode = "take+move" if move else "take"
+        call = self._call(mode, finished, taken_ms, start)
+        fetched = self._received(self.store.fetch(call, meanwhile=_said(finished)), mode, finished)
         if self.move_delayed and not move and fetched.payload is None and fetched.position >= 0:
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
-            again = self._fetch("take+move", None, 0)
+            again = self._received(self.store.fetch(self._call("take+move")), "take+move")
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
         return fetched
 
-    def record(self, finished: Outcome, *, taken_ms: int = 0) -> Fetched:
-        """Record how a task it took ended, and take nothing."""
-        return self._fetch("", finished, taken_ms)
+    def record(
+        self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
+    ) -> Fetched:
+        """Record how a task it took ended (and start ``start``), and take nothing."""
+        call = self._call("", finished, taken_ms, start)
+        return self._received(self.store.fetch(call, meanwhile=_said(finished)), "", finished)
 
-    def _fetch(self, mode: str, finished: Outcome | None, taken_ms: int) -> Fetched:
-        fetched = self.store.fetch(
-            self.worker_id,
-            self._keys,
-            mode,
-            finished,
+    def take_ahead(
+        self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
+    ) -> Ahead:
+        """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
+        :meth:`receive` reads its reply. The task taken is held, not started, until a
+        later call starts it, or :meth:`put_back_ahead` gives it back."""
+        move = self.move_delayed and self.now_ms >= self._move_at
+        mode = "take+move" if move else "take"
+        call = self._call(mode, finished, taken_ms, start, ahead=True)
+        self.store.send_fetch(call, meanwhile=_said(finished))
+        return Ahead(call, mode, finished)
+
+    def receive(self, ahead: Ahead) -> Fetched:
+        """The reply to :meth:`take_ahead`."""
+        return self._received(self.store.receive_fetch(ahead.call), ahead.mode, ahead.finished)
+
+    def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
+        """Give back a task it took ahead and has not started; whether it still held it."""
+        assert held.payload is not None
+        queue = self.queues[held.position - 1]
+        call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
+        return self.store.put_back_ahead(call)
+
+    def _call(
+        self,
+        mode: str,
+        finished: Outcome | None = None,
+        taken_ms: int = 0,
+        start: Fetched | None = None,
+        *,
+        ahead: bool = False,
+    ) -> Call:
+        return fetch_call(
+            worker_id=self.worker_id,
+            worker_keys=self._keys,
+            mode=mode,
+            outcome=finished,
             queue=self.queues[finished.position - 1] if finished is not None else "",
             hour=self.now_ms // 3_600_000,
             taken_ms=taken_ms,
-            meanwhile=finished.said if finished is not None else None,
+            start=start,
+            ahead=ahead,
         )
+
+    def _received(self, fetched: Fetched, mode: str, finished: Outcome | None = None) -> Fetched:
         now = self.now_ms = fetched.now_ms
         if mode == "take+move":  # wait: -1 when no delayed task is left, 0 if more are due
             wait = fetched.wait_ms

@@ -162,16 +162,25 @@ if done > 0 then
 end
 
 -- A task held ahead starts: its score turns positive, if the worker still holds it (a
--- worker taken for dead runs it anyway; its outcome is fenced as any other's).
+-- worker taken for dead runs it anyway; its outcome is fenced as any other's). When
+-- the fenced outcome recorded above was still held, so is the task to start: recovery
+-- takes a worker's tasks all at once, and a worker takes no task while one is held
+-- ahead, so every task whose outcome it records then was taken before. The take below
+-- then writes both scores in one ZADD.
 local start = tonumber(ARGV[19])
-if start > 0 then
-  redis.call('ZADD', KEYS[4 * start + 5], 'XX', ARGV[21], ARGV[20])
+local surely_held = recorded == 1 and ARGV[5] ~= ''
+local function start_held()
+  if start > 0 then
+    redis.call('ZADD', KEYS[4 * start + 5], 'XX', ARGV[21], ARGV[20])
+    start = 0
+  end
 end
 
 -- A worker that has just recorded a task it held still has its lease: recovery takes
 -- the lease and the worker's tasks together, atomically.
 local take = string.sub(ARGV[2], 1, 4) == 'take'
 if take and recorded == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  start_held()
   return {false, -1, 0, recorded, now, 0}
 end
 
@@ -212,7 +221,13 @@ if take then
     local popped = redis.call('ZPOPMIN', KEYS[4 * i + 3])
     if popped[1] then
       payload, position, score = popped[1], i, popped[2]
-      redis.call('ZADD', KEYS[4 * i + 5], ARGV[22] == 'ahead' and -tonumber(score) or score, payload)
+      local held = ARGV[22] == 'ahead' and -tonumber(score) or score
+      if start == i and surely_held then
+        redis.call('ZADD', KEYS[4 * i + 5], ARGV[21], ARGV[20], held, payload)
+        start = 0
+      else
+        redis.call('ZADD', KEYS[4 * i + 5], held, payload)
+      end
       local id = queue_id(payload)
       if id then
         attempts_add(KEYS[2], id, now .. ' ' .. ARGV[1])
@@ -228,4 +243,5 @@ for _, ready in ipairs(woken) do
     redis.call('PUBLISH', ready, 'ready')
   end
 end
+start_held()
 return {payload, position, wait, recorded, now, score}

@@ -413,7 +413,8 @@ class Worker:
         take = self._may_take()
         try:
             if self._pending is not None or self._ahead is not None:
-                stale = time.monotonic() >= self._ahead_until
+                left = self._ahead_until - time.monotonic()
+                stale = left <= 0
                 if take and not stale:  # a slot is free: the task held ahead runs there
                     self._receive()
                     if self._ahead is not None:
@@ -422,7 +423,7 @@ class Worker:
                 elif stale or not self._threads.busy:
                     self._put_back_ahead()
                 else:
-                    pause = min(pause, self._ahead_until - time.monotonic())
+                    pause = min(pause, left)
             self._reclaim_lost_take()
             if not take and not self._outcomes:
                 return self._pause(pause) if self._busy else None  # None: max_tasks, worn out

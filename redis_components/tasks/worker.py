@@ -669,10 +669,15 @@ class Worker:
     def _fetch(self, take: bool, start: Fetched | None = None) -> Fetched:
         """Record the finished tasks' outcomes, the last with the take (if ``take``) and
         the start of ``start`` (a task held ahead)."""
+        self._record_all_but_last()
+        return self._fetch_one(take, start)
+
+    def _record_all_but_last(self) -> None:
+        """Read the take sent ahead, and record every finished outcome but the last, a
+        call each: the last goes with what the caller sends next."""
         self._receive()
         while len(self._outcomes) > 1:
             self._fetch_one(take=False)
-        return self._fetch_one(take, start)
 
     def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
         execution = self._outcomes[0] if self._outcomes else None
@@ -690,9 +695,7 @@ class Worker:
     def _take_ahead(self, start: Fetched | None) -> None:
         """Record the finished tasks' outcomes and start ``start`` (if given), taking a
         task to hold ahead in the same script, whose reply :meth:`_receive` reads."""
-        self._receive()
-        while len(self._outcomes) > 1:
-            self._fetch_one(take=False)
+        self._record_all_but_last()
         execution = self._outcomes[0] if self._outcomes else None
         outcome = execution.outcome if execution is not None else None
         taken_ms = execution.taken_ms if execution is not None else 0

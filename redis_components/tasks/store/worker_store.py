@@ -76,11 +76,15 @@ class WorkerStore:
         task it held ahead), if given, and take the next task, in one script.
         ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
-        move = self.move_delayed and self.now_ms >= self._move_at
-        mode = "take+move" if move else "take"
+        mode = self._take_mode()
         call = self._call(mode, finished, taken_ms, start)
         fetched = self._received(self.store.fetch(call, meanwhile=_said(finished)), mode, finished)
-        if self.move_delayed and not move and fetched.payload is None and fetched.position >= 0:
+        if (
+            mode == "take"
+            and self.move_delayed
+            and fetched.payload is None
+            and fetched.position >= 0
+        ):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
             again = self._received(self.store.fetch(self._call("take+move")), "take+move")
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
@@ -99,8 +103,7 @@ class WorkerStore:
         """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
         :meth:`receive` reads its reply. The task taken is held, not started, until a
         later call starts it, or :meth:`put_back_ahead` gives it back."""
-        move = self.move_delayed and self.now_ms >= self._move_at
-        mode = "take+move" if move else "take"
+        mode = self._take_mode()
         call = self._call(mode, finished, taken_ms, start, ahead=True)
         self.store.send_fetch(call, meanwhile=_said(finished))
         return Ahead(call, mode, finished)
@@ -115,6 +118,10 @@ class WorkerStore:
         queue = self.queues[held.position - 1]
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
+
+    def _take_mode(self) -> str:
+        """A take moves due delayed tasks only when one may be due (see the class)."""
+        return "take+move" if self.move_delayed and self.now_ms >= self._move_at else "take"
 
     def _call(
         self,

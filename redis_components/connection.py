@@ -8,6 +8,9 @@ component reads through :func:`text` so both work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import threading
 import time
 import weakref
 from collections.abc import Collection
@@ -18,7 +21,7 @@ import redis.asyncio.sentinel
 from django.conf import settings
 from django_redis.client import DefaultClient
 from redis import ConnectionPool, Redis
-from redis.client import NEVER_DECODE, PubSub
+from redis.client import NEVER_DECODE, Pipeline, PubSub
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from redis.sentinel import SentinelConnectionPool
@@ -201,6 +204,25 @@ class OneConnection:
     def __init__(self, client: Redis) -> None:
         self.client = client
         self._connection: Any = None
+        self._retries = 0  # what the last connection's retry policy allows
+
+    def check(self) -> None:
+        """Let go of a connection that went stale while it was idle (the server closed
+        it, or it holds data nobody asked for), as the pool checks one it lends: the
+        next command connects again instead of failing."""
+        connection = self._connection
+        if connection is not None:
+            try:
+                stale = connection.can_read()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+                stale = True
+            if stale:
+                self.close(broken=True)
+
+    def retries(self) -> bool:
+        """Whether the connection's own retry policy repeats a command that failed on a
+        lost connection (redis-py's client does so on a new connection)."""
+        return self._retries != 0
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         self.send(*args)
@@ -218,6 +240,7 @@ class OneConnection:
         connection = self._connection
         if connection is None:
             connection = self._connection = self.client.connection_pool.get_connection()
+            self._retries = connection.retry.get_retries()
         try:
             connection.send_command(*args)
         except BaseException:
@@ -249,6 +272,96 @@ class OneConnection:
             if broken:
                 connection.disconnect()
             self.client.connection_pool.release(connection)
+
+
+class _Kept:
+    """A thread's kept connections (see :func:`kept`), one per client, for the last
+    :data:`KEPT_CLIENTS` clients it used: the thread's local data holds them, so they
+    are given back when the thread ends and the data is dropped."""
+
+    def __init__(self) -> None:
+        self.ones: dict[int, OneConnection] = {}  # by id(client): each holds its client
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # also while the interpreter stops
+            for client_id in list(self.ones):
+                self.drop(client_id)
+
+    def drop(self, client_id: int) -> None:
+        one = self.ones.pop(client_id)
+        if self.pid == os.getpid():
+            one.close()
+            with _keeping:
+                _kept_per_pool[one.client.connection_pool] -= 1
+
+
+class _ThreadKept(threading.local):
+    def __init__(self) -> None:
+        self.kept = _Kept()
+
+
+_thread = _ThreadKept()
+_keeping = threading.Lock()
+# How many threads of this process keep a connection of each pool.
+_kept_per_pool: weakref.WeakKeyDictionary[ConnectionPool, int] = weakref.WeakKeyDictionary()
+_kept_pid = 0
+KEPT_SHARE = 10  # threads keep at most 1 / KEPT_SHARE of a pool's max_connections
+KEPT_CLIENTS = 3  # a thread keeps a connection for at most this many clients
+
+
+def kept(client: Any) -> OneConnection | None:
+    """One connection of ``client``'s pool that this thread keeps for single commands,
+    or ``None`` when the client cannot lend one so (a cluster, a pipeline, a
+    single-connection client, client-side caching, a pool whose share of kept
+    connections is taken).
+
+    A command on a pooled client checks a connection out and back in (a lock, a
+    ``select`` to find a stale reply, redis-py's instrumentation: about 30 µs, as much
+    as the round trip itself); a kept connection skips all of it. It goes back to the
+    pool when the thread ends, or when the thread has used :data:`KEPT_CLIENTS` other
+    clients since; a forked child forgets its parent's. Threads keep at most a tenth
+    of a pool's ``max_connections`` (redis-py's default is 100): the rest is lent per
+    call as before. A thread that keeps one still borrows another for its other
+    commands, so a pool that more threads than nine tenths of ``max_connections`` use
+    at once may refuse one ("Too many connections") a little sooner than before: raise
+    ``max_connections`` then.
+    """
+    global _kept_pid
+    holder = _thread.kept
+    pid = os.getpid()
+    if holder.pid != pid:  # a forked child's copy of its parent's thread data
+        holder.ones.clear()
+        holder.pid = pid
+    one = holder.ones.get(id(client))
+    if one is not None:
+        one.check()
+        return one
+    if not _can_keep(client):
+        return None
+    pool = client.connection_pool
+    with _keeping:
+        if _kept_pid != pid:  # a forked child: its parent's threads keep nothing here
+            _kept_per_pool.clear()
+            _kept_pid = pid
+        if _kept_per_pool.get(pool, 0) >= pool.max_connections // KEPT_SHARE:
+            return None
+        _kept_per_pool[pool] = _kept_per_pool.get(pool, 0) + 1
+    if len(holder.ones) >= KEPT_CLIENTS:
+        holder.drop(next(iter(holder.ones)))  # the one kept longest
+    one = holder.ones[id(client)] = OneConnection(client)
+    return one
+
+
+def _can_keep(client: Any) -> bool:
+    if not isinstance(client, Redis) or isinstance(client, Pipeline):
+        return False
+    pool = client.connection_pool
+    return (
+        client.connection is None
+        and type(pool) in (ConnectionPool, SentinelConnectionPool)
+        and getattr(pool, "cache", None) is None
+    )
 
 
 def pubsub(client: Any) -> PubSub:

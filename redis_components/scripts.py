@@ -24,9 +24,11 @@ from typing import Any
 
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as LostConnection
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as LostReply
 
-from .connection import MEANWHILE
+from .connection import MEANWHILE, kept
 
 LUA_DIR = resources.files("redis_components") / "lua"
 HEADER_FIELDS = ("-- KEYS:", "-- ARGV:", "-- Returns:")
@@ -69,6 +71,22 @@ class Script:
         options: dict[str, Any] = {NEVER_DECODE: True} if raw else {}
         if meanwhile is not None:
             options[MEANWHILE] = meanwhile
+            return self._run(client, keys, args, options)
+        one = kept(client)
+        if one is None:
+            return self._run(client, keys, args, options)
+        try:
+            return self._run(one, keys, args, options)
+        except (LostConnection, LostReply):
+            if not one.retries():
+                raise
+        # The kept connection broke (and was closed): the client's own path repeats the
+        # call on another, as the connection's retry policy would have.
+        return self._run(client, keys, args, options)
+
+    def _run(
+        self, client: Any, keys: Sequence[str], args: Sequence[Arg], options: dict[str, Any]
+    ) -> Any:
         try:
             return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
         except NoScriptError:

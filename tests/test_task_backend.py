@@ -419,13 +419,13 @@ def test_a_deferred_task_sees_its_earlier_attempts(r: redis.Redis) -> None:
 @single_server_only
 def test_a_django_task_costs_the_server_what_our_task_does(r: redis.Redis) -> None:
     """No read of the result record before a first attempt: a finished Django task costs
-    the same 11 commands as one of our @task's (see test_task_worker.py)."""
+    the same 10 commands as one of our @task's (see test_task_worker.py)."""
 
     def enqueue(count: int) -> None:
         for i in range(count):
             framework_tasks.multiply.enqueue(i, 2)
 
-    assert commands_per_task(r, enqueue, run_worker) == 11
+    assert commands_per_task(r, enqueue, run_worker) == 10
 
 
 class SubclassedBackend(RedisTaskBackend):

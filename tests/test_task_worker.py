@@ -536,7 +536,7 @@ def test_expired_leases_that_are_not_workers_are_dropped(r: redis.Redis) -> None
 
 
 @single_server_only
-def test_a_finished_task_costs_the_server_eleven_commands(r: redis.Redis) -> None:
+def test_a_finished_task_costs_the_server_ten_commands(r: redis.Redis) -> None:
     """One script call per task: its finish (result, counts), the start of the task held
     ahead and the next take inside.
 
@@ -544,14 +544,45 @@ def test_a_finished_task_costs_the_server_eleven_commands(r: redis.Redis) -> Non
     recovered and taken again records nothing); a first attempt's result holds no
     earlier attempt to read; a worker that has just recorded a task it held still has
     its lease, so the take does not check it; a busy worker's take looks at the delayed
-    tasks every 100 ms, not each time; the start of the task held ahead (its score
-    turns positive) and the next take ahead are one ZADD."""
+    tasks every 100 ms, not each time, and reads the server's clock then (the fetches
+    between reckon it); the start of the task held ahead (its score turns positive)
+    and the next take ahead are one ZADD."""
 
     def enqueue(count: int) -> None:
         for i in range(count):
             tasks.add.enqueue(i, 1)
 
-    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 11
+    assert commands_per_task(r, enqueue, lambda: Worker(["test"], burst=True).run()) == 10
+
+
+def _server_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_busy_worker_writes_the_servers_time_as_it_reckons_it(r: redis.Redis) -> None:
+    """Between two readings of the server's clock, a worker's fetches write the time it
+    reckons from the last one: each task's start and end lie within the run, as the
+    server's clock saw it, a start never after its end, and the starts go forward."""
+    handles = [tasks.add.enqueue(i, 1) for i in range(300)]
+    before = _server_ms(r)
+    assert Worker(["test"], burst=True).run() == 300
+    after = _server_ms(r)
+    found = [get_result(handle.id) for handle in handles]
+    starts = [_ms(result.started_at) for result in found]
+    ends = [_ms(result.finished_at) for result in found]
+    wrong = [
+        (before, start, end, after)
+        for start, end in zip(starts, ends, strict=True)
+        if not before <= start <= end <= after
+    ]
+    assert wrong == []
+    assert starts == sorted(starts)
+
+
+def _ms(moment: datetime.datetime | None) -> int:
+    assert moment is not None
+    return round(moment.timestamp() * 1000)
 
 
 # -- queued arguments that do not fit the task's function -------------------------------

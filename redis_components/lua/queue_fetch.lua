@@ -29,12 +29,17 @@
 --       22) "ahead": the task taken is held ahead, not started: its score in the
 --       in-progress ZSET is negated until a later call starts it, and
 --       recovery counts no crash against it (see queue_recover.lua)
--- Returns: {payload, position of its queue, wait, recorded, now, score}: payload is false when
+--       23) the server's time as the worker reckons it (epoch ms, from the server's
+--       clock read by one of its earlier calls): "=<ms>" to take it as the time, so
+--       that the script reads no clock; ">=<ms>" to read the clock, but never go
+--       below it (the worker's times never step back); "" to read the clock
+-- Returns: {payload, position of its queue, wait, recorded, now, score, read}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved);
 --          recorded is 1 when the finished task was recorded, 0 when the worker no
 --          longer held it (it was recovered meanwhile, and nothing changed); now is the
---          server's time (epoch ms); score is the taken task's score in its queue.
+--          server's time (epoch ms), as ARGV 23 says; score is the taken task's score in
+--          its queue; read is the server's clock as this call read it, 0 if it did not.
 --          Position -1: the worker has no lease (it was taken for dead), so it gets
 --          nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
@@ -42,7 +47,12 @@ local BATCH = 100  -- at most this many delayed tasks move per queue and call
 -- @include attempts
 local flow_keys = tonumber(ARGV[17])
 local queues = (#KEYS - 6 - flow_keys) / 4
-local now = queue_now()
+local reckoned, read = tonumber(string.match(ARGV[23], '%d+$')), 0
+local now = reckoned
+if not (reckoned and string.sub(ARGV[23], 1, 1) == '=') then
+  read = queue_now()
+  now = math.max(read, reckoned or 0)
+end
 
 -- The task this worker finished: out of its in-progress ZSET, its outcome recorded.
 local recorded = 0
@@ -181,7 +191,7 @@ end
 local take = string.sub(ARGV[2], 1, 4) == 'take'
 if take and recorded == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   start_held()
-  return {false, -1, 0, recorded, now, 0}
+  return {false, -1, 0, recorded, now, 0, read}
 end
 
 -- Due delayed tasks to their ready ZSETs, ranked by the priority at the start of their
@@ -244,4 +254,4 @@ for _, ready in ipairs(woken) do
   end
 end
 start_held()
-return {payload, position, wait, recorded, now, score}
+return {payload, position, wait, recorded, now, score, read}

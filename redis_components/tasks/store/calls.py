@@ -86,10 +86,12 @@ def fetch_call(
     taken_ms: int,
     start: Fetched | None = None,
     ahead: bool = False,
+    clock: str = "",
 ) -> scripts.Call:
     """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
     ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
-    tasks, take the next task (``ahead``: to hold it ahead).
+    tasks, take the next task (``ahead``: to hold it ahead). ``clock``: the server's
+    time as the worker reckons it, "=<ms>" or ">=<ms>" (see the script), "" for none.
 
     ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
     """
@@ -132,7 +134,7 @@ def fetch_call(
         args += [0, "", 0]
     else:
         args += [start.position, start.payload or b"", start.score]
-    args.append("ahead" if ahead else "")
+    args += ["ahead" if ahead else "", clock]
     return scripts.load("queue_fetch"), script_keys, args
 
 

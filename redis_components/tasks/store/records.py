@@ -262,8 +262,9 @@ class Fetched:
     position: int  # 1-based index into the worker's queues; -1: the worker is unregistered
     wait_ms: int  # until the next delayed task is due; 0: more are due; -1: none
     recorded: bool  # the outcome sent was recorded (False: the task had been recovered)
-    now_ms: int  # the server's time
+    now_ms: int  # the server's time (as the worker reckoned it, or read)
     score: bytes = b"0"  # the task's score (its rank) in its queue
+    read_ms: int = 0  # the server's clock as the call read it (0: it read none)
 
 
 # The upper bounds (seconds) of the task duration histogram's buckets, for metrics.

@@ -148,7 +148,7 @@ def _ticks(stored: Any) -> dict[str, int]:
 
 
 def _fetched(reply: list[Any]) -> Fetched:
-    payload, position, wait, recorded, now, score = reply
+    payload, position, wait, recorded, now, score, read = reply
     return Fetched(
         payload=payload,
         position=int(position),
@@ -156,6 +156,7 @@ def _fetched(reply: list[Any]) -> Fetched:
         recorded=bool(recorded),
         now_ms=int(now),
         score=score if isinstance(score, bytes) else str(score).encode(),
+        read_ms=int(read),
     )
 
 

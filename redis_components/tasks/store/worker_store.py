@@ -17,6 +17,10 @@ from .task_store import TaskStore
 # How often (server ms) the takes of a busy worker that moves delayed tasks look for due
 # ones (others may have delayed tasks meanwhile).
 MOVE_EVERY_MS = 100
+# For how long (seconds) a worker reckons the server's time from its clock's last
+# reading, instead of having each fetch read the clock (a TIME per task). Takes that
+# move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
+RECKON_FOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,10 @@ class Ahead:
     call: Call
     mode: str
     finished: Outcome | None
+    read_at: float | None  # when it was sent, if its script reads the server's clock
+
+
+_now = time.monotonic
 
 
 def _said(finished: Outcome | None) -> LogLine | None:
@@ -42,7 +50,12 @@ class WorkerStore:
     the last move said one falls due by now, when a retry or deferral it recorded falls
     due, every ``MOVE_EVERY_MS``, and whenever no ready task is left. So a busy worker
     does not look at the delayed tasks on each take, and a due one waits at most that
-    long for a busy worker. ``client`` gives the client each call uses (on a cluster the
+    long for a busy worker. The server's time is read by the fetch that moves delayed
+    tasks (or once a second, ``RECKON_FOR``); the fetches between take the time the
+    worker reckons from that reading and its own monotonic clock, which spares the
+    server a ``TIME`` per task: the times they write (a task's start and end, its
+    attempt, the minute it is counted in) are the server's within a millisecond or
+    so, and never step back. ``client`` gives the client each call uses (on a cluster the
     keys' node may move; a worker's loop holds one connection of its own, which runs
     :meth:`take` and :meth:`record`, not the pipelines of :meth:`put_back` and
     :meth:`held`): one object per thread that talks to Redis. The worker's loop, its
@@ -62,6 +75,9 @@ class WorkerStore:
         self.move_delayed = move_delayed
         self.now_ms = int(time.time() * 1000)  # until the server says
         self._move_at = 0  # (server ms) when a take next moves due delayed tasks
+        # The server's clock as a fetch read it, and time.monotonic() when its reply
+        # came (for a take ahead, whose reply is read after a task ran: when it was sent).
+        self._clock_read: tuple[int, float] | None = None
         self._client = client
         self._keys = fetch_keys(worker_id, self.queues)
 
@@ -77,8 +93,9 @@ class WorkerStore:
         ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
         mode = self._take_mode()
-        call = self._call(mode, finished, taken_ms, start)
-        fetched = self._received(self.store.fetch(call, meanwhile=_said(finished)), mode, finished)
+        call, reads = self._call(mode, finished, taken_ms, start)
+        reply = self.store.fetch(call, meanwhile=_said(finished))
+        fetched = self._received(reply, mode, _now() if reads else None, finished)
         if (
             mode == "take"
             and self.move_delayed
@@ -86,7 +103,8 @@ class WorkerStore:
             and fetched.position >= 0
         ):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
-            again = self._received(self.store.fetch(self._call("take+move")), "take+move")
+            call, reads = self._call("take+move")
+            again = self._received(self.store.fetch(call), "take+move", _now() if reads else None)
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
         return fetched
 
@@ -94,8 +112,9 @@ class WorkerStore:
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
     ) -> Fetched:
         """Record how a task it took ended (and start ``start``), and take nothing."""
-        call = self._call("", finished, taken_ms, start)
-        return self._received(self.store.fetch(call, meanwhile=_said(finished)), "", finished)
+        call, reads = self._call("", finished, taken_ms, start)
+        reply = self.store.fetch(call, meanwhile=_said(finished))
+        return self._received(reply, "", _now() if reads else None, finished)
 
     def take_ahead(
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
@@ -104,13 +123,15 @@ class WorkerStore:
         :meth:`receive` reads its reply. The task taken is held, not started, until a
         later call starts it, or :meth:`put_back_ahead` gives it back."""
         mode = self._take_mode()
-        call = self._call(mode, finished, taken_ms, start, ahead=True)
+        call, reads = self._call(mode, finished, taken_ms, start, ahead=True)
+        sent_at = _now()  # its reply is read after a task ran: the send is nearer
         self.store.send_fetch(call, meanwhile=_said(finished))
-        return Ahead(call, mode, finished)
+        return Ahead(call, mode, finished, sent_at if reads else None)
 
     def receive(self, ahead: Ahead) -> Fetched:
         """The reply to :meth:`take_ahead`."""
-        return self._received(self.store.receive_fetch(ahead.call), ahead.mode, ahead.finished)
+        reply = self.store.receive_fetch(ahead.call)
+        return self._received(reply, ahead.mode, ahead.read_at, ahead.finished)
 
     def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
         """Give back a task it took ahead and has not started; whether it still held it."""
@@ -131,8 +152,20 @@ class WorkerStore:
         start: Fetched | None = None,
         *,
         ahead: bool = False,
-    ) -> Call:
-        return fetch_call(
+    ) -> tuple[Call, bool]:
+        """The call, and whether its script reads the server's clock: a take that moves
+        delayed tasks does, and any fetch once the last reading is ``RECKON_FOR`` old.
+        The time it is given never steps back from the last one the server replied."""
+        clock, reads = "", True
+        if self._clock_read is not None:
+            server_ms, at = self._clock_read
+            elapsed = _now() - at
+            reckoned = max(server_ms + int(elapsed * 1000), self.now_ms)
+            if mode == "take+move" or elapsed > RECKON_FOR:
+                clock = f">={reckoned}"
+            else:
+                clock, reads = f"={reckoned}", False
+        call = fetch_call(
             worker_id=self.worker_id,
             worker_keys=self._keys,
             mode=mode,
@@ -142,10 +175,18 @@ class WorkerStore:
             taken_ms=taken_ms,
             start=start,
             ahead=ahead,
+            clock=clock,
         )
+        return call, reads
 
-    def _received(self, fetched: Fetched, mode: str, finished: Outcome | None = None) -> Fetched:
+    def _received(
+        self, fetched: Fetched, mode: str, read_at: float | None, finished: Outcome | None = None
+    ) -> Fetched:
         now = self.now_ms = fetched.now_ms
+        if read_at is not None and fetched.read_ms:
+            # Read between the call's send and its reply: the time reckoned from it is
+            # the server's within that round trip (and never steps back: see _call).
+            self._clock_read = (fetched.read_ms, read_at)
         if mode == "take+move":  # wait: -1 when no delayed task is left, 0 if more are due
             wait = fetched.wait_ms
             self._move_at = now + (MOVE_EVERY_MS if wait < 0 else min(wait, MOVE_EVERY_MS))

@@ -680,9 +680,7 @@ class Worker:
             self._fetch_one(take=False)
 
     def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
-        execution = self._outcomes[0] if self._outcomes else None
-        outcome = execution.outcome if execution is not None else None
-        taken_ms = execution.taken_ms if execution is not None else 0
+        execution, outcome, taken_ms = self._first_outcome()
         if take:
             fetched = self._tasks.take(outcome, taken_ms=taken_ms, start=start)
         else:
@@ -692,13 +690,18 @@ class Worker:
         self._check_recorded(outcome, fetched)
         return fetched
 
+    def _first_outcome(self) -> tuple[Execution | None, Outcome | None, int]:
+        """The oldest finished execution to record, its outcome and its take's time."""
+        if not self._outcomes:
+            return None, None, 0
+        execution = self._outcomes[0]
+        return execution, execution.outcome, execution.taken_ms
+
     def _take_ahead(self, start: Fetched | None) -> None:
         """Record the finished tasks' outcomes and start ``start`` (if given), taking a
         task to hold ahead in the same script, whose reply :meth:`_receive` reads."""
         self._record_all_but_last()
-        execution = self._outcomes[0] if self._outcomes else None
-        outcome = execution.outcome if execution is not None else None
-        taken_ms = execution.taken_ms if execution is not None else 0
+        execution, outcome, taken_ms = self._first_outcome()
         ahead = self._tasks.take_ahead(outcome, taken_ms=taken_ms, start=start)
         if execution is not None:
             self._outcomes.pop(0)

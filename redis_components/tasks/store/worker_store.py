@@ -93,9 +93,7 @@ class WorkerStore:
         ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
         mode = self._take_mode()
-        call, reads = self._call(mode, finished, taken_ms, start)
-        reply = self.store.fetch(call, meanwhile=_said(finished))
-        fetched = self._received(reply, mode, _now() if reads else None, finished)
+        fetched = self._fetch(mode, finished, taken_ms, start)
         if (
             mode == "take"
             and self.move_delayed
@@ -103,8 +101,7 @@ class WorkerStore:
             and fetched.position >= 0
         ):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
-            call, reads = self._call("take+move")
-            again = self._received(self.store.fetch(call), "take+move", _now() if reads else None)
+            again = self._fetch("take+move")
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
         return fetched
 
@@ -112,9 +109,7 @@ class WorkerStore:
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
     ) -> Fetched:
         """Record how a task it took ended (and start ``start``), and take nothing."""
-        call, reads = self._call("", finished, taken_ms, start)
-        reply = self.store.fetch(call, meanwhile=_said(finished))
-        return self._received(reply, "", _now() if reads else None, finished)
+        return self._fetch("", finished, taken_ms, start)
 
     def take_ahead(
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
@@ -139,6 +134,18 @@ class WorkerStore:
         queue = self.queues[held.position - 1]
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
+
+    def _fetch(
+        self,
+        mode: str,
+        finished: Outcome | None = None,
+        taken_ms: int = 0,
+        start: Fetched | None = None,
+    ) -> Fetched:
+        """Run a fetch and wait for its reply (``finished``'s line is written meanwhile)."""
+        call, reads = self._call(mode, finished, taken_ms, start)
+        reply = self.store.fetch(call, meanwhile=_said(finished))
+        return self._received(reply, mode, _now() if reads else None, finished)
 
     def _take_mode(self) -> str:
         """A take moves due delayed tasks only when one may be due (see the class)."""

@@ -48,6 +48,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_files_commands.py": ("django", "processes"),
     "test_import.py": ("static",),
     "test_keys.py": ("static",),
+    "test_limits.py": ("server", "processes"),
     "test_locks.py": ("server",),
     "test_market.py": ("server", "processes"),
     "test_market_browser.py": ("browser",),

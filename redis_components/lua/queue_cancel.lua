@@ -9,7 +9,7 @@
 --       4) how long to keep the result after its last change, in ms
 --       5) how long a termination request waits for the worker to act on it, in ms
 --       6) the unique key's kind: "unique", or "" when KEYS 6 is not one  7) its step's
---       number in its workflow (0: it is no workflow's step)
+--       number in its workflow (0: it is no workflow's step)  8) its queue's name
 -- Returns: 1 when the waiting task was removed (its result is CANCELLED),
 --          2 when it is running and its worker was asked to terminate it,
 --          0 when it is running and ARGV 3 is "" (nothing changed),
@@ -18,12 +18,22 @@
 -- Removal is atomic against a worker taking the task: it is either taken or cancelled.
 -- A cancelled step fails the steps after it in its workflow (as a failure would).
 -- @include flow
+-- @include limits
 local function free_unique()
   if ARGV[6] == 'unique' and redis.call('GET', KEYS[6]) == ARGV[1] then
     redis.call('DEL', KEYS[6])
   end
 end
-if redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2]) > 0 then
+local limits = limits_of(ARGV[2])
+local base = limits and limits_base(KEYS[1], 'ready:' .. ARGV[8])
+local removed = redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2])
+if limits and removed == 0 then  -- it may wait for a permit
+  removed = limits_unwait(base, limits, ARGV[8], ARGV[2])
+end
+if removed > 0 then
+  if limits then
+    limits_cancel(base, limits, ARGV[1])
+  end
   free_unique()
   local now = queue_now()
   redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)

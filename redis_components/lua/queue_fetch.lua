@@ -35,7 +35,9 @@
 --       below it (the worker's times never step back); "" to read the clock
 -- Returns: {payload, position of its queue, wait, recorded, now, score, read}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
---          due (0 when more are due now, -1 when none is or nothing was moved);
+--          due (0 when more are due now, -1 when none is or nothing was moved), or
+--          when the take set tasks aside on their limits (lib/limits.lua), until the
+--          first start one of them booked (0: call again at once);
 --          recorded is 1 when the finished task was recorded, 0 when the worker no
 --          longer held it (it was recovered meanwhile, and nothing changed); now is the
 --          server's time (epoch ms), as ARGV 23 says; score is the taken task's score in
@@ -43,10 +45,13 @@
 --          Position -1: the worker has no lease (it was taken for dead), so it gets
 --          nothing until it registers again.
 local BATCH = 100  -- at most this many delayed tasks move per queue and call
+local REFUSALS = 50  -- at most this many tasks over their limits are set aside per call
 -- @include flow
 -- @include attempts
+-- @include limits
 local flow_keys = tonumber(ARGV[17])
 local queues = (#KEYS - 6 - flow_keys) / 4
+local base = limits_base(KEYS[3], 'counter')
 local reckoned, read = tonumber(string.match(ARGV[23], '%d+$')), 0
 local now = reckoned
 if not (reckoned and string.sub(ARGV[23], 1, 1) == '=') then
@@ -79,6 +84,10 @@ if done > 0 then
     recorded = 1
     if held then
       attempt = attempts_remove(KEYS[2], id, held, mine)
+    end
+    local limits = id ~= '' and limits_of(ARGV[4])
+    if limits then  -- its permits go to the tasks waiting for them
+      limits_release(base, limits, id)
     end
     local keep = tonumber(ARGV[12])
     if outcome == 'bury' then
@@ -223,12 +232,36 @@ if string.sub(ARGV[2], -4) == 'move' then
   end
 end
 
--- The first task of the first non-empty queue, into this worker's in-progress ZSET
--- with its ready score, so that recovery puts it back where it was.
+-- The first task of the first non-empty queue that its limits let start, into this
+-- worker's in-progress ZSET with its ready score, so that recovery puts it back where
+-- it was. A task over a limit is set aside (lib/limits.lua) and the next one is tried:
+-- after REFUSALS of them, the worker is told to call again at once (wait 0).
 local payload, position, score = false, 0, 0
+local refused = 0
 if take then
   for i = 1, queues do
-    local popped = redis.call('ZPOPMIN', KEYS[4 * i + 3])
+    local ready = KEYS[4 * i + 3]
+    local popped = redis.call('ZPOPMIN', ready)
+    while popped[1] and refused < REFUSALS do
+      local limits, id = limits_of(popped[1]), queue_id(popped[1])
+      if not (limits and id) then
+        break
+      end
+      local queue = string.sub(ready, #base + 7)  -- after 'ready:'
+      local taken, at = limits_take(base, limits, id, queue, popped[2], popped[1], now)
+      if taken then
+        break
+      end
+      refused = refused + 1
+      if at and (wait < 0 or at - now < wait) then
+        wait = at - now
+      end
+      popped = refused < REFUSALS and redis.call('ZPOPMIN', ready) or {}
+    end
+    if refused >= REFUSALS then
+      wait = 0
+      break
+    end
     if popped[1] then
       payload, position, score = popped[1], i, popped[2]
       local held = ARGV[22] == 'ahead' and -tonumber(score) or score

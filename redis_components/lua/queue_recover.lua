@@ -24,6 +24,7 @@
 -- workflow is not put back; a step dead-lettered here fails its workflow's later steps.
 -- @include flow
 -- @include attempts
+-- @include limits
 local now = queue_now()
 if ARGV[2] == 'expired' then
   local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -63,6 +64,7 @@ for i = 1, queues do
   local was_empty = redis.call('ZCARD', ready) == 0
   local held = redis.call('ZRANGE', running, 0, -1, 'WITHSCORES')
   redis.call('DEL', running)
+  local base = limits_base(ready, 'ready:' .. queue)
   for j = 1, #held, 2 do
     local payload, score = held[j], held[j + 1]
     local started = tonumber(score) >= 0
@@ -71,6 +73,10 @@ for i = 1, queues do
     end
     local counted = max_crashes > 0 and started
     local id = queue_id(payload)
+    local limits = id and limits_of(payload)
+    if limits then  -- its permits go to the tasks waiting for them
+      limits_release(base, limits, id)
+    end
     local attempt = id and attempts_remove(KEYS[3], id, redis.call('HGET', KEYS[3], id),
       attempt_of(false, ARGV[1]))
     local error, crashes, charged = nil, 0, true

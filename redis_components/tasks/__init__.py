@@ -7,7 +7,8 @@ One store (``store/``) sends every command on the task keys: the queue scripts o
 task messages (``messages.py``), the result records (``results.py``), the workflows
 (``workflows.py``: chains, groups and fan-ins; their records in
 ``workflow_records.py``) and schedules (``schedules.py``); our ``@redis_task``
-registers tasks by name (``registry.py``).
+registers tasks by name (``registry.py``); a task's rate and concurrency limits are
+``limits.py``.
 Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
 without polling (``waker.py``), run each (``jobs.py``, ``execution.py``) in a slot, a
 thread or the event loop, under its time limits (``slots.py``), keep
@@ -21,6 +22,7 @@ from typing import Any
 
 from ..deprecation import deprecated
 from .backend import RedisTask, RedisTaskBackend, get_result, redis_task
+from .limits import concurrency_limit, rate_limit
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer, get_task
 from .schedules import periodic
@@ -37,6 +39,7 @@ __all__ = [
     "Workflow",
     "cancel",
     "chain",
+    "concurrency_limit",
     "current_task",
     "defer",
     "get_result",
@@ -44,6 +47,7 @@ __all__ = [
     "get_workflow",
     "group",
     "periodic",
+    "rate_limit",
     "redis_task",
     "signature",
 ]

@@ -41,7 +41,7 @@ import dataclasses
 import datetime
 import inspect
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast, overload
 
 from django.apps import apps
@@ -78,6 +78,8 @@ from .framework import (
 )
 from .framework import TaskError as DjangoTaskError
 from .framework import TaskResultDoesNotExist as DjangoResultDoesNotExist
+from .limits import Limit, validate_limits
+from .limits import fill as fill_limits
 from .messages import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
@@ -245,6 +247,11 @@ class RedisTaskBackend(QueueBackend):
             dict(result.kwargs),
             _priority(task),
             None if registered else task.backend,
+            limits=fill_limits(
+                task.limits, name, task.func, args, kwargs, task.takes_context + piped
+            )
+            if isinstance(task, RedisTask)
+            else None,
         )
         return Prepared(result, message, message.encode())
 
@@ -430,6 +437,7 @@ def redis_task(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     takes_context: bool = False,
+    limits: Sequence[Limit] = (),
 ) -> Callable[[Callable[P, R]], RedisTask[P, R]]: ...
 
 
@@ -446,6 +454,7 @@ def redis_task(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     takes_context: bool = False,
+    limits: Sequence[Limit] = (),
 ) -> RedisTask[P, R] | Callable[[Callable[P, R]], RedisTask[P, R]]:
     """Make a function a task that workers run; use as ``@redis_task`` or ``@redis_task(...)``.
 
@@ -466,6 +475,10 @@ def redis_task(
     it may catch. ``time_limit``: its worker process is stopped and replaced (by
     ``rc_worker``'s supervisor), and the run counts as a failed attempt. Bad values
     raise :class:`~redis_components.exceptions.InvalidInput`.
+
+    ``limits``: a list of :func:`~redis_components.concurrency_limit` and
+    :func:`~redis_components.rate_limit`, enforced where a worker takes the task: one
+    over a limit stays queued, and the worker takes another (see the Limits page).
     """
 
     def register(function: Callable[P, R]) -> RedisTask[P, R]:
@@ -491,6 +504,7 @@ def redis_task(
                 else keys.seconds(unique_for, "unique_for", positive=True),
                 time_limit=hard,
                 soft_time_limit=soft,
+                limits=validate_limits(limits, function, task_name),
             )
         except InvalidTask as error:  # Django's own checks (a nested function, ...)
             raise InvalidInput("task", str(error)) from None
@@ -581,6 +595,7 @@ def _checked_options(task: RedisTask[..., Any]) -> None:
         if value is not None:
             keys.seconds(value, name, positive=True)
     time_limits(task.time_limit, task.soft_time_limit)
+    validate_limits(task.limits, task.func, task.name)
 
 
 def _first_argument(func: Callable[..., Any]) -> str | None:

@@ -33,6 +33,7 @@ from .. import keys
 from ..deprecation import deprecated
 from ..exceptions import InvalidInput, InvalidTaskArguments
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
+from .limits import Limit
 from .messages import TaskMessage, new_task_id
 from .store import Due, TaskStore, due_at
 from .workflow_records import Barrier, PlannedStep, Workflow, record_fields
@@ -107,7 +108,7 @@ def own_backend() -> QueueBackend:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RedisTask(_DjangoTask, Generic[P, R]):
-    """Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
+    r"""Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
     ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
 
         @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
@@ -116,7 +117,9 @@ class RedisTask(_DjangoTask, Generic[P, R]):
     ``None`` (the default) takes the backend's ``OPTIONS`` (``MAX_RETRIES`` and so
     on); ``unique_for`` (seconds) has no backend-wide setting: an enqueue equal to one
     made within that time (same task, same arguments) enqueues nothing and returns the
-    first one's result. Bad values raise ``InvalidTask`` when the task is made. They
+    first one's result. ``limits``: its :func:`~redis_components.concurrency_limit`\ s
+    and :func:`~redis_components.rate_limit`\ s, enforced where a worker takes it.
+    Bad values raise ``InvalidTask`` when the task is made. They
     belong to the task's definition: a worker looks the task up by its name or module
     path, so ``using()`` keeps them and does not change them.
 
@@ -130,6 +133,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
     time_limit: float | None = None
     soft_time_limit: float | None = None
     registered_name: str | None = None
+    limits: tuple[Limit, ...] = ()
 
     @property
     def name(self) -> str:

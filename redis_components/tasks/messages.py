@@ -2,7 +2,7 @@
 
 Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
-    {"id":"<32 hex>","priority":0,"task":"<name>","queue":"<queue>","args":[...],
+    {"id":"<32 hex>","priority":0[,"limits":[...]],"task":"<name>","queue":"<queue>","args":[...],
      "kwargs":{...}[,"flow":[...]][,"backend":"<alias>"][,"scheduled_for":<ms>]
      [,"enqueued_at":<ms>],"retries":0}
 
@@ -18,6 +18,8 @@ task's module path. ``scheduled_for`` is the tick (epoch ms) of a scheduled run.
 <step>,[["<task id>","<queue>"],...][,<input>]]``, with the steps after it, whose keys
 the script recording its outcome needs, and the node whose result is its first argument
 when it is not in ``args``.
+``limits`` are the task's rate and concurrency limits, filled from its arguments
+(limits.py), which the scripts that take and record it read.
 ``enqueued_at`` (the server's time of the enqueue, epoch ms) lets a worker build a
 first attempt's result without reading it back; payloads written before it existed,
 by schedules, or run again after a deferral or a dead letter's requeue do not carry it.
@@ -33,6 +35,7 @@ from typing import Any
 
 from .. import keys
 from ..exceptions import InvalidInput, TaskSerializationError
+from .limits import to_json as limits_json
 
 DEFAULT_QUEUE = "default"
 MAX_QUEUE_NAME = 200
@@ -101,6 +104,7 @@ class TaskMessage:
     retries: int = 0
     crashes: int = 0  # how many workers died running it
     flow: FlowStep | None = None  # its place in a workflow
+    limits: list[list[Any]] | None = None  # its limits, filled (see limits.py)
 
     def encode(self) -> str:
         """The payload; :class:`TaskSerializationError` if the arguments are not JSON."""
@@ -122,6 +126,9 @@ class TaskMessage:
             body["enqueued_at"] = self.enqueued_at
         body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
         payload = to_json(body, f"the arguments of task {self.task!r}")
+        if self.limits:  # right after the priority, where the scripts look for them
+            head = f'{{"id":"{self.id}","priority":{self.priority},'
+            payload = f'{head}"limits":{limits_json(self.limits)},{payload[len(head) :]}'
         return f'{payload[:-1]},"crashes":{self.crashes}}}' if self.crashes else payload
 
     @property
@@ -180,6 +187,18 @@ class TaskMessage:
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
         flow = data.get("flow")
+        limits = data.get("limits")
+        if limits is not None and not (
+            isinstance(limits, list)
+            and all(
+                isinstance(limit, list)
+                and len(limit) >= 3
+                and limit[0] in ("c", "r")
+                and isinstance(limit[1], str)
+                for limit in limits
+            )
+        ):
+            raise MalformedTask("not a task: its 'limits' must be [[kind, key, limit, ...]]")
         return cls(
             data["id"],
             data["task"],
@@ -190,6 +209,7 @@ class TaskMessage:
             scheduled_for=times["scheduled_for"],
             enqueued_at=times["enqueued_at"],
             flow=None if flow is None else FlowStep.decode(flow),
+            limits=limits or None,
             **numbers,
         )
 

@@ -34,7 +34,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -46,6 +46,7 @@ from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
 from .definition import RedisTask, bind_arguments
 from .framework import Task
+from .limits import fill as fill_limits
 from .messages import TaskMessage, new_task_id, to_json
 from .registry import Registry, find_task
 from .results import TaskRecord, read_records
@@ -75,6 +76,7 @@ class Schedule:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     missed: Missed = "run_once"
+    limits: list[list[Any]] | None = None  # the task's, filled from args and kwargs
 
     def next_after(self, ms: int) -> int:
         """The first tick strictly after ``ms`` (epoch ms)."""
@@ -103,6 +105,7 @@ class Schedule:
             self.priority,
             self.backend,
             scheduled_for=tick,
+            limits=self.limits,
         )
         return message, message.encode()
 
@@ -217,6 +220,16 @@ def build(
             raise InvalidInput(field_name, str(error)) from None
     if task is not None:  # refused now, not dead-lettered at the first tick
         bind_arguments(task, schedule.args, schedule.kwargs)
+        if isinstance(task, RedisTask) and task.limits:
+            limits = fill_limits(
+                task.limits,
+                task_name,
+                task.func,
+                schedule.args,
+                schedule.kwargs,
+                task.takes_context,
+            )
+            schedule = replace(schedule, limits=limits)
     return schedule
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import django
 
-from redis_components import Retry, current_task
+from redis_components import Retry, concurrency_limit, current_task
 from redis_components.connection import get_client
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
@@ -118,6 +118,12 @@ def explode_with_one_retry(label: str) -> None:
 
 @with_options(unique_for=60)
 def record_once(label: str) -> None:
+    record.call(label)
+
+
+@with_options(limits=[concurrency_limit(1, key="order:{order}")])
+def ship(order: int, label: str) -> None:
+    """One at a time per order: a limit on Django's @task."""
     record.call(label)
 
 

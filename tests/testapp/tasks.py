@@ -14,7 +14,14 @@ import sys
 import threading
 import time
 
-from redis_components import RedisTask, Retry, current_task, redis_task
+from redis_components import (
+    RedisTask,
+    Retry,
+    concurrency_limit,
+    current_task,
+    rate_limit,
+    redis_task,
+)
 from redis_components.connection import get_client
 from redis_components.exceptions import SoftTimeLimitExceeded
 
@@ -393,3 +400,50 @@ def copies(label: str) -> int:
     if running.message.retries:
         time.sleep(0.3)
     return running.message.retries
+
+
+# -- limits: each run counts how many of its key run at once, as it starts ------------
+
+_AT_ONCE = """
+local now = redis.call('HINCRBY', KEYS[1], ARGV[1], tonumber(ARGV[2]))
+if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or 0) < now then
+  redis.call('HSET', KEYS[2], ARGV[1], now)
+end
+"""
+
+
+def _at_once(key: str, pause: float) -> None:
+    """Count ``key`` as running ("{test}:now") and its most at once ("{test}:most") while
+    sleeping ``pause`` seconds."""
+    client = get_client()
+    client.eval(_AT_ONCE, 2, "{test}:now", "{test}:most", key, 1)
+    try:
+        time.sleep(pause)
+    finally:
+        client.eval(_AT_ONCE, 2, "{test}:now", "{test}:most", key, -1)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(3, key="customer:{customer}")])
+def per_customer(customer: str, label: str, pause: float = 0.0) -> None:
+    """At most 3 at once per customer."""
+    _at_once(customer, pause)
+    record.call(label)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(2, key="account:{account}")])
+def per_account(account: str, label: str) -> None:
+    """At most 2 at once per account; counts its run."""
+    _at_once(account, 0.005)
+    record.call(label)
+
+
+@redis_task(queue="test", limits=[rate_limit(20, per=1.0, burst=5, key="api")])
+def rated(label: str) -> None:
+    """At most 20 starts a second, 5 more in a burst."""
+    record.call(label)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(1)])
+def one_at_a_time(label: str) -> None:
+    """Its own limit: one at a time; waits for "test:<label>:open" as gated does."""
+    gated.call(label)

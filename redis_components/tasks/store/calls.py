@@ -143,7 +143,7 @@ def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) ->
     return (
         scripts.load("queue_put_back"),
         [running_tasks_key(), running_key(worker_id, queue), ready_key(queue)],
-        [worker_id, held.payload or b"", task_id, held.now_ms],
+        [worker_id, held.payload or b"", task_id, held.now_ms, queue],
     )
 
 
@@ -247,6 +247,7 @@ def cancel_call(
         TERMINATE_WAIT_MS,
         "unique" if unique else "",
         flow.step if flow else 0,
+        queue,
     ]
     return scripts.load("queue_cancel"), script_keys, args
 

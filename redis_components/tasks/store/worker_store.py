@@ -194,9 +194,11 @@ class WorkerStore:
             # Read between the call's send and its reply: the time reckoned from it is
             # the server's within that round trip (and never steps back: see _call).
             self._clock_read = (fetched.read_ms, read_at)
-        if mode == "take+move":  # wait: -1 when no delayed task is left, 0 if more are due
-            wait = fetched.wait_ms
+        wait = fetched.wait_ms  # -1 when no delayed task is left, 0 if more are due
+        if mode == "take+move":
             self._move_at = now + (MOVE_EVERY_MS if wait < 0 else min(wait, MOVE_EVERY_MS))
+        elif wait >= 0:  # a take set a task over its rate aside until then
+            self._move_at = min(self._move_at, now + wait)
         if finished is not None and finished.kind in ("retry", "defer"):
             self._move_at = min(self._move_at, now + finished.delay_ms)
         return fetched

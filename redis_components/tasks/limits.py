@@ -1,0 +1,202 @@
+"""Rate and concurrency limits of tasks, enforced where a worker takes a task.
+
+A task's limits travel in its payload, filled from its call's arguments when it is
+enqueued (``"limits":[["c","customer:42",3],["r","stripe",20,1000,5]]``, right after its
+priority: see messages.py), and the scripts that take, record, recover and cancel tasks
+keep them (``lua/lib/limits.lua``):
+
+* a **concurrency limit** is a SET of the ids of the tasks holding one of its permits: a
+  task takes one when it is taken, and gives it back in the script that records its
+  outcome, puts it back (a held-ahead task given back, a dead worker's tasks) or
+  cancels it. A task over the limit is not taken: it waits in the limit's ZSET, with
+  its queue and its score in that queue, and the script that frees a permit hands it to
+  the first one waiting, which goes back to its queue holding it;
+* a **rate limit** is GCRA (the generic cell rate algorithm, a leaky bucket's exact
+  form): its key holds the theoretical arrival time. A task over the rate books the
+  next free start: it goes to its queue's delayed tasks, due then, and its take then
+  spends the booking; so no window ever sees more starts than ``limit + burst``, and
+  the tasks waiting on a rate start one per interval, never all at once.
+
+Nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import string
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import keys
+from ..exceptions import InvalidInput
+
+# The longest key a filled template may make.
+MAX_KEY = 200
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What ``concurrency_limit`` and ``rate_limit`` return: put them in ``limits=[...]``."""
+
+    limit: int
+    key: str | None
+
+    def fields(self) -> list[str]:
+        """The names the key's template fills from the call's arguments."""
+        if self.key is None:
+            return []
+        return [name for _, name, _, _ in string.Formatter().parse(self.key) if name is not None]
+
+    def encode(self, key: str) -> list[Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimit(Limit):
+    """At most ``limit`` tasks with the same key run at once."""
+
+    def encode(self, key: str) -> list[Any]:
+        return ["c", key, self.limit]
+
+    def __str__(self) -> str:
+        return f"at most {self.limit} at once"
+
+
+@dataclass(frozen=True)
+class RateLimit(Limit):
+    """At most ``limit`` starts per ``per`` seconds, ``burst`` more at once after a pause."""
+
+    per: float = 1.0
+    burst: int = 0
+
+    def encode(self, key: str) -> list[Any]:
+        return ["r", key, self.limit, round(self.per * 1000), self.burst]
+
+    def __str__(self) -> str:
+        burst = f", burst {self.burst}" if self.burst else ""
+        return f"at most {self.limit} per {self.per:g} s{burst}"
+
+
+def concurrency_limit(limit: int, *, key: str | None = None) -> ConcurrencyLimit:
+    """At most ``limit`` tasks with this ``key`` run at once, across every worker.
+
+    ``key`` is a template filled from the task's arguments (``"customer:{customer_id}"``);
+    without one, the limit is the task's own. Tasks naming the same key share the limit.
+    """
+    return ConcurrencyLimit(keys.integer(limit, "limit"), _template(key))
+
+
+def rate_limit(
+    limit: int, *, per: float = 1.0, burst: int | None = None, key: str | None = None
+) -> RateLimit:
+    """At most ``limit`` tasks with this ``key`` start per ``per`` seconds, across every
+    worker; after a quiet spell, ``burst`` more may start at once (default 0). No window of
+    ``per`` seconds ever sees more than ``limit + burst`` starts."""
+    per = keys.seconds(per, "per", positive=True)
+    if per < 0.001:
+        raise InvalidInput("per", f"must be at least a millisecond, not {per!r}")
+    return RateLimit(
+        keys.integer(limit, "limit"),
+        _template(key),
+        per,
+        0 if burst is None else keys.integer(burst, "burst", minimum=0),
+    )
+
+
+def _template(key: object) -> str | None:
+    if key is None:
+        return None
+    template = keys.validate_name(key, "key", MAX_KEY)
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(template)]
+    except ValueError as error:
+        raise InvalidInput("key", f"is not a valid template: {error}") from None
+    for name in fields:
+        if name is not None and not name.isidentifier():
+            raise InvalidInput("key", f"{{{name}}} must name an argument of the task")
+    return template
+
+
+def validate_limits(limits: object, func: Callable[..., Any], task: str) -> tuple[Limit, ...]:
+    """``limits`` as a tuple, or :class:`InvalidInput` naming what is wrong: not a list of
+    limits, or a key naming a field that ``func`` has no parameter for."""
+    if limits is None:
+        return ()
+    if isinstance(limits, Limit) or not isinstance(limits, Iterable):
+        raise InvalidInput("limits", "must be a list of concurrency_limit() and rate_limit()")
+    found = tuple(limits)
+    try:
+        parameters = set(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        parameters = None
+    for limit in found:
+        if not isinstance(limit, Limit):
+            raise InvalidInput(
+                "limits", f"must hold concurrency_limit() and rate_limit(), not {limit!r}"
+            )
+        for name in limit.fields():
+            if parameters is not None and name not in parameters:
+                raise InvalidInput(
+                    "limits",
+                    f"the key {limit.key!r} names {{{name}}}, which is no argument of task "
+                    f"{task!r}",
+                )
+    return found
+
+
+def fill(
+    limits: Sequence[Limit],
+    task: str,
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    leading: int = 0,
+) -> list[list[Any]] | None:
+    """The payload's ``limits`` for a call, ``None`` without limits. ``leading``:
+    how many arguments come before ``args`` that are not known yet (a context, a workflow
+    step's input); a key may not name them."""
+    if not limits:
+        return None
+    values: dict[str, Any] = {}
+    if any(limit.fields() for limit in limits):
+        signature = inspect.signature(func)
+        bound = signature.bind_partial(*(_UNKNOWN,) * leading, *args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+    encoded = []
+    for limit in limits:
+        if limit.key is None:
+            key = f"task:{task}"
+        else:
+            if any(values.get(name) is _UNKNOWN for name in limit.fields()):
+                raise InvalidInput(
+                    "limits",
+                    f"the key {limit.key!r} names an argument that is not known when the "
+                    "task is enqueued (its context, or a workflow step's input)",
+                )
+            key = keys.validate_name(limit.key.format_map(values), "limits", MAX_KEY)
+        encoded.append(limit.encode(key))
+    return encoded
+
+
+def to_json(limits: Sequence[Sequence[Any]]) -> str:
+    """A payload's ``limits`` as JSON with no bracket inside a string (escaped as
+    ``\\u005b``): the scripts find the list's end by balancing brackets."""
+
+    def item(value: Any) -> str:
+        if isinstance(value, str):
+            text = json.dumps(value, ensure_ascii=False)
+            return text.replace("[", "\\u005b").replace("]", "\\u005d")
+        return json.dumps(value)
+
+    return "[" + ",".join("[" + ",".join(map(item, limit)) + "]" for limit in limits) + "]"
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "<not known at enqueue>"
+
+
+_UNKNOWN = _Unknown()

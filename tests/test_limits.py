@@ -1,0 +1,280 @@
+"""Rate and concurrency limits, enforced where a worker takes a task (tasks/limits.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from conftest import cancelled
+from redis_components import (
+    cancel,
+    concurrency_limit,
+    get_result,
+    get_workflow,
+    group,
+    rate_limit,
+    redis_task,
+)
+from redis_components.exceptions import InvalidInput
+from redis_components.tasks.messages import TaskMessage
+from redis_components.tasks.status import workers
+from redis_components.tasks.store import ready_key
+from redis_components.tasks.worker import Worker
+from tests.processes import WorkerProcess, running_worker, wait_until
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
+LIMIT_KEYS = "rc:queue:{tasks}:limit:*"
+
+
+def runs(r: redis.Redis) -> dict[str, int]:
+    return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
+
+
+def most(r: redis.Redis) -> dict[str, int]:
+    """The most tasks of each key that ran at once, as the tasks counted them."""
+    return {key.decode(): int(count) for key, count in r.hgetall("{test}:most").items()}
+
+
+def held(r: redis.Redis, key: str) -> set[bytes]:
+    return r.smembers(f"rc:queue:{{tasks}}:limit:held:{key}")
+
+
+# -- definition and payload ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: concurrency_limit(0), "limit"),
+        (lambda: concurrency_limit(-1), "limit"),
+        (lambda: concurrency_limit(True), "limit"),
+        (lambda: rate_limit(5, per=0), "per"),
+        (lambda: rate_limit(5, per=-1.0), "per"),
+        (lambda: rate_limit(5, burst=-1), "burst"),
+        (lambda: rate_limit(0), "limit"),
+        (lambda: concurrency_limit(3, key=""), "key"),
+        (lambda: concurrency_limit(3, key="a:{"), "key"),
+        (lambda: concurrency_limit(3, key="a:{0}"), "key"),
+    ],
+)
+def test_a_bad_limit_is_refused_naming_its_argument(make: Callable[[], object], field: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        make()
+    assert refused.value.field == field
+
+
+def test_a_key_naming_no_argument_of_the_function_is_refused_when_the_task_is_defined() -> None:
+    with pytest.raises(InvalidInput, match=r"names \{customer\}, which is no argument"):
+
+        @redis_task(name="tests.limits.bad", limits=[concurrency_limit(2, key="c:{customer}")])
+        def bad(client: str) -> None: ...
+
+    with pytest.raises(InvalidInput, match="limits: must hold"):
+
+        @redis_task(name="tests.limits.bad2", limits=[3])  # type: ignore[list-item]
+        def bad2() -> None: ...
+
+
+def test_a_limited_payload_carries_its_filled_limits_and_reads_back(r: redis.Redis) -> None:
+    handle = tasks.per_customer.enqueue("acme [EU]", "one")
+    payload = r.zrange(ready_key("test"), 0, 0)[0]
+    head = f'{{"id":"{handle.id}","priority":0,"limits":'
+    assert payload.decode().startswith(head)
+    # No bracket inside a key: the scripts find the list's end by balancing brackets.
+    assert payload.decode()[len(head) :].startswith('[["c","customer:acme \\u005bEU\\u005d",3]]')
+    message = TaskMessage.decode(payload)
+    assert message.limits == [["c", "customer:acme [EU]", 3]]
+    assert message.encode().encode() == payload
+    assert json.loads(payload)["kwargs"] == {}
+
+
+def test_djangos_task_takes_limits_as_our_own_does(r: redis.Redis) -> None:
+    from tests.testapp import framework_tasks
+
+    handle = framework_tasks.ship.enqueue(7, "shipped")
+    message = TaskMessage.decode(r.zrange(ready_key("test"), 0, 0)[0])
+    assert message.limits == [["c", "order:7", 1]]
+    assert Worker(["test"], burst=True).run() == 1
+    assert get_result(handle.id).status == "SUCCESSFUL"
+    assert held(r, "order:7") == set()
+
+
+def test_a_schedule_of_a_limited_task_carries_its_limits() -> None:
+    from redis_components.tasks.schedules import build
+
+    schedule = build(
+        "tests.limits.every",
+        task_name="tests.testapp.tasks.per_customer",
+        queue="test",
+        priority=0,
+        backend=None,
+        task=tasks.per_customer,
+        every=60,
+        args=["acme", "tick"],
+    )
+    message, _ = schedule.message(0)
+    assert message.limits == [["c", "customer:acme", 3]]
+
+
+# -- enforced where a task is taken --------------------------------------------------
+
+
+def test_a_task_over_its_limit_waits_unattempted_and_the_next_task_runs(r: redis.Redis) -> None:
+    """One worker, two threads, a limit of one: the second task of the limit is not
+    taken (no attempt, no slot) while the first runs; an unlimited task behind it is."""
+    first = tasks.one_at_a_time.enqueue("a")
+    second = tasks.one_at_a_time.enqueue("b")
+    tasks.record.enqueue("free")
+    with running_worker(["test"], threads=2):
+        wait_until(lambda: r.exists("test:a:started") and runs(r) == {"free": 1})
+        assert get_result(second.id).status == "READY"
+        assert get_result(second.id).worker_ids == []
+        assert r.zcard(ready_key("test")) == 0  # it waits on its limit, not in the queue
+        assert not r.exists("test:b:started")
+        r.set("test:a:open", 1)
+        r.set("test:b:open", 1)
+        wait_until(lambda: get_result(second.id).status == "SUCCESSFUL")
+    assert get_result(first.id).status == "SUCCESSFUL"
+    assert len(get_result(second.id).worker_ids) == 1  # one attempt, no retry
+    assert held(r, "task:tests.testapp.tasks.one_at_a_time") == set()
+
+
+def test_a_workflows_step_over_its_limit_waits_and_its_workflow_succeeds(r: redis.Redis) -> None:
+    for label in ("a", "b", "c"):
+        r.set(f"test:{label}:open", 1)
+    flow = group(tasks.one_at_a_time.si(label) for label in ("a", "b", "c")).enqueue()
+    with running_worker(["test"], threads=3):
+        wait_until(lambda: get_workflow(flow.id).status == "SUCCESSFUL")
+    assert held(r, "task:tests.testapp.tasks.one_at_a_time") == set()
+    assert r.keys(LIMIT_KEYS) == []
+
+
+def test_a_task_waiting_on_its_limit_can_be_cancelled(r: redis.Redis) -> None:
+    tasks.one_at_a_time.enqueue("a")
+    waiting = tasks.one_at_a_time.enqueue("b")
+    third = tasks.one_at_a_time.enqueue("c")
+    with running_worker(["test"], threads=2):
+        wait_until(lambda: r.exists("test:a:started"))
+        wait_until(lambda: r.zcard(ready_key("test")) == 0)
+        assert cancel(waiting.id) == "cancelled"
+        assert cancelled(get_result(waiting.id))
+        r.set("test:a:open", 1)
+        r.set("test:c:open", 1)
+        wait_until(lambda: get_result(third.id).status == "SUCCESSFUL")
+    assert not r.exists("test:b:started")
+    assert r.keys(LIMIT_KEYS) == []
+
+
+def test_two_processes_never_run_more_than_a_keys_limit_and_other_tasks_go_by(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """Two worker processes with 8 threads each: 60 tasks of 0.2 s for customer A and
+    60 for B under a limit of 3 per customer, and 60 unlimited tasks enqueued after
+    them. No more than 3 of A (or B) run at once; each limit is reached; the unlimited
+    tasks do not wait for the limited ones."""
+    for i in range(60):
+        tasks.per_customer.enqueue("A", f"a{i}", pause=0.2)
+    for i in range(60):
+        tasks.per_customer.enqueue("B", f"b{i}", pause=0.2)
+    for i in range(60):
+        tasks.record.enqueue(f"u{i}", pause=0.05)
+    first = start_worker("test", "--threads", "8")
+    second = start_worker("test", "--threads", "8")
+    wait_until(lambda: len(runs(r)) == 180, lambda: first.output() + second.output(), 120)
+    for worker in (first, second):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    assert set(runs(r).values()) == {1}
+    assert most(r) == {"A": 3, "B": 3}
+    order = [label.decode() for label in r.lrange("{test}:order", 0, -1)]
+    # 60 x 0.2 s at 3 at once is 4 s per customer; the unlimited tasks take 0.3 s on ten
+    # free threads: they all ran before half of A's did.
+    assert order.index("u59") < order.index("a29"), order
+    assert held(r, "customer:A") == held(r, "customer:B") == set()
+    assert r.keys(LIMIT_KEYS) == []
+
+
+def test_a_killed_workers_permits_come_back_and_its_tasks_run_again(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    settings = {"TASK_HEARTBEAT_INTERVAL": 1.0, "TASK_MAX_CRASHES": 100}
+    labels = [f"a{i}" for i in range(12)]
+    for label in labels:
+        tasks.per_customer.enqueue("A", label, pause=0.5)
+    worker = start_worker("test", "--threads", "6", **settings)
+    wait_until(lambda: r.hget("{test}:now", "A") == b"3", worker.output)
+    killed = {w.id for w in workers()}
+    worker.kill_all()
+    assert len(held(r, "customer:A")) == 3  # held by the dead worker's tasks
+    # Those three died with it: the count of those running starts again from none.
+    r.delete("{test}:now", "{test}:most")
+    worker = start_worker("test", "--threads", "6", **settings)
+
+    def done() -> bool:
+        return not killed & {w.id for w in workers()} and set(runs(r)) == set(labels)
+
+    wait_until(done, worker.output, 60)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    counts = runs(r)
+    assert sum(counts.values()) - len(labels) <= 3  # only the killed ones ran twice
+    assert most(r) == {"A": 3}
+    assert held(r, "customer:A") == set()
+    assert r.keys(LIMIT_KEYS) == []
+
+
+def test_a_rate_limit_spreads_starts_exactly_and_charges_no_retry(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """100 tasks under 20 a second with a burst of 5, on two processes: no window of a
+    second holds more than 25 starts (by the server's clock, where the limit is kept),
+    and every task ran on its first attempt."""
+    handles = [tasks.rated.enqueue(f"r{i}") for i in range(100)]
+    first = start_worker("test", "--threads", "4")
+    second = start_worker("test", "--threads", "4")
+    wait_until(lambda: len(runs(r)) == 100, lambda: first.output() + second.output(), 60)
+    for worker in (first, second):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    results = [get_result(handle.id) for handle in handles]
+    assert all(len(result.worker_ids) == 1 and not result.errors for result in results)
+    starts = sorted(result.started_at.timestamp() for result in results)
+    for i, start in enumerate(starts):
+        in_window = sum(1 for later in starts[i:] if later < start + 1.0)
+        assert in_window <= 25, (i, starts)
+    # 6 at once (the burst and the first), then one every 50 ms.
+    assert starts[-1] - starts[0] >= 94 * 0.05 - 0.005, starts
+    assert set(runs(r).values()) == {1}
+
+
+def test_a_key_with_few_tasks_is_not_starved_by_one_with_many(r: redis.Redis) -> None:
+    """1,000 waiting tasks of one account and 10 of another, enqueued after them, under
+    the same limit (2 per account): the 10 finish among the first runs, not after the
+    1,000."""
+    for i in range(1000):
+        tasks.per_account.enqueue("big", f"big{i}")
+    for i in range(10):
+        tasks.per_account.enqueue("small", f"small{i}")
+    with running_worker(["test"], threads=4):
+        wait_until(lambda: all(f"small{i}" in runs(r) for i in range(10)), timeout=60)
+    order = [label.decode() for label in r.lrange("{test}:order", 0, -1)]
+    assert max(order.index(f"small{i}") for i in range(10)) < 100, order[:120]
+    assert most(r)["small"] <= 2
+    assert most(r)["big"] <= 2
+
+
+def test_a_burst_worker_leaves_tasks_waiting_on_a_rate_for_later(r: redis.Redis) -> None:
+    """A worker in burst mode stops when nothing may start now; the tasks set aside on
+    the rate wait in their queue's delayed tasks, due at the starts they booked."""
+    for i in range(10):
+        tasks.rated.enqueue(f"r{i}")
+    ran = Worker(["test"], burst=True).run()
+    assert 6 <= ran < 10  # the burst and the first run at once; the rest are spaced out
+    assert r.zcard("rc:queue:{tasks}:delayed:test") == 10 - ran
+    assert len(runs(r)) == ran

@@ -9,10 +9,11 @@
 Task metrics come from Redis, so any web process reports the whole task system: queue
 depths (gauges), tasks processed, failed and retried (counters, kept by the workers
 in the script they run for each task anyway), task durations (a histogram) and the
-workers alive. Lock and semaphore metrics are counted in each process, at no cost in
-Redis: under several processes (gunicorn), use prometheus-client's multiprocess mode
-(``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums them. Needs the ``[metrics]`` extra
-(``prometheus-client``).
+workers alive, and the tasks set aside on their rate or concurrency limits (a
+counter per queue and kind of limit). Lock and semaphore metrics are counted in each
+process, at no cost in Redis: under several processes (gunicorn), use
+prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums
+them. Needs the ``[metrics]`` extra (``prometheus-client``).
 """
 
 from __future__ import annotations
@@ -159,6 +160,17 @@ class TaskCollector:
                 total = sum(counts.get((queue.name, kind, bound), 0) for bound in bounds)
                 counter.add_metric([queue.name], total)
             yield counter
+        limited = CounterMetricFamily(
+            "redis_components_tasks_limited",
+            "Tasks a worker set aside because a limit did not let them start (they wait)",
+            labels=["queue", "limit"],
+        )
+        for queue in stats:
+            for limit in ("concurrency", "rate"):
+                limited.add_metric(
+                    [queue.name, limit], counts.get((queue.name, "limited", limit), 0)
+                )
+        yield limited
         histogram = HistogramMetricFamily(
             "redis_components_task_duration_seconds",
             "How long task attempts ran",

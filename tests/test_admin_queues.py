@@ -20,6 +20,7 @@ from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, queue_stats, waiting_tasks
 from redis_components.tasks.store import dead_entry, dead_key, ready_key
 from redis_components.tasks.worker import Worker
+from redis_components.testing import ScriptedWorker
 from tests.processes import running_worker, wait_until
 from tests.testapp import tasks
 
@@ -131,6 +132,20 @@ def test_the_overview_shows_queues_workers_running_tasks_schedules_and_throughpu
     assert re.search(swatch + r" processed: 3</span>", page)
     assert "No worker is running" in page  # the burst worker has gone
     assert "Schedules (" in page
+
+
+def test_the_overview_shows_the_concurrency_limits_in_use(viewer: Client) -> None:
+    assert "Concurrency limits in use" not in viewer.get(ADMIN).content.decode()
+    worker = ScriptedWorker(["test"])
+    for i in range(4):
+        tasks.per_customer.enqueue("X", f"t{i}")
+    while worker.take() is not None:
+        pass
+    page = viewer.get(ADMIN).content.decode()
+    assert "Concurrency limits in use (1)" in page
+    row = re.search(r"<tr><td>customer:X</td>(.*?)</tr>", page, re.S)
+    assert row, page
+    assert re.findall(r'<td class="n">(\d+)</td>', row.group(1)) == ["3", "3", "1"]
 
 
 def test_a_running_task_shows_with_its_worker_and_for_how_long(

@@ -16,6 +16,7 @@ from redis_components.tasks.messages import TaskMessage, new_task_id
 from redis_components.tasks.status import queue_names
 from redis_components.tasks.store import TaskStore
 from redis_components.tasks.worker import Worker
+from redis_components.testing import ScriptedWorker
 from tests.testapp import tasks
 
 URL = "/rc/metrics/"
@@ -61,7 +62,30 @@ def test_task_metrics_come_from_redis(client: Client, r: redis.Redis) -> None:
     assert "redis_components_workers 0.0" in text
 
 
+def test_tasks_set_aside_on_their_limits_are_counted(client: Client) -> None:
+    with override_settings(REDIS_COMPONENTS=ON):
+        for i in range(2):
+            tasks.one_at_a_time.enqueue(f"g{i}")
+        worker = ScriptedWorker(["test"])
+        assert worker.take() is not None
+        assert worker.take() is None  # the second waits on the limit
+        for i in range(10):
+            tasks.rated.enqueue(f"r{i}")
+        ran = 0
+        while worker.take() is not None:  # six start at once, the rest are spaced out
+            ran += 1
+        text = scrape(client)
+    assert 'redis_components_tasks_limited_total{limit="concurrency",queue="test"} 1.0' in text
+    # Each task the rate did not let start was set aside once (fewer than four if the
+    # takes took longer than the rate's 50 ms interval).
+    assert f'redis_components_tasks_limited_total{{limit="rate",queue="test"}} {10 - ran}.0' in text
+    assert ran < 10
+
+
 def test_metrics_off_keeps_no_totals(r: redis.Redis) -> None:
+    tasks.one_at_a_time.enqueue("a")
+    tasks.one_at_a_time.enqueue("b")
+    assert ScriptedWorker(["test"]).take() is not None
     tasks.add.enqueue(1, 2)
     Worker(["test"], burst=True).run()
     assert r.exists("rc:queue:{tasks}:totals") == 0

@@ -40,6 +40,7 @@ from redis_components.tasks.store import (
     forget_call,
     heartbeat_call,
     leases_key,
+    purge_call,
     put_back_call,
     rank,
     ready_key,
@@ -489,6 +490,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
     "queue_cancel": lambda n: cancel_call(
         task_id="ab", queue="q", payload=b"{}", unique=unique_key("d"), terminate=True
     ),
+    "queue_purge": lambda n: purge_call(queue="q"),
     "queue_forget": lambda n: forget_call(names=[f"q{i}" for i in range(n)], hours=[1, 2]),
     "entry_heads": lambda n: entry_heads_call(key="k", first=0, last=1, start_bytes=1, end_bytes=1),
     "schedule_claim": lambda n: claim_call(claims=_claims(n)),

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from redis_components import redis_task
+from redis_components import concurrency_limit, rate_limit, redis_task
 
 from . import work
 
 noop = redis_task(name="bench.noop", queue=work.QUEUE)(work.noop)
+# A no-op under a concurrency limit that never binds (benchmarks/limits.py).
+limited = redis_task(
+    name="bench.limited", queue=work.QUEUE, limits=[concurrency_limit(1000, key="bench")]
+)(work.noop)
 mark = redis_task(name="bench.mark", queue=work.QUEUE)(work.mark)
 started = redis_task(name="bench.started", queue=work.QUEUE)(work.started)
 record = redis_task(name="bench.record", queue=work.QUEUE)(work.record)
 late = redis_task(name="bench.late", queue=work.QUEUE)(work.late)
 scheduled = redis_task(name="bench.scheduled", queue="bench-scheduled")(work.noop)
+# The API call under 3 at once and 20 a second (benchmarks/limit_peers.py).
+limited_api = redis_task(
+    name="bench.limited_api",
+    queue=work.QUEUE,
+    limits=[concurrency_limit(3, key="bench-api"), rate_limit(20, per=1.0, key="bench-api")],
+)(work.limited_api)

@@ -48,6 +48,7 @@ from ..tasks.status import (
     WaitingTask,
     dead_letter_entry,
     dead_letter_page,
+    limits_in_use,
     queue_stats,
     read_dead_letter,
     running_tasks,
@@ -433,6 +434,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found_workers = [
             {"worker": worker, "running": by_worker.pop(worker.id, [])} for worker in workers()
         ]
+        limits_total, limits = limits_in_use()
         minutes = throughput([s.name for s in stats], CHART_HOURS)
         charts = [c for s in stats if (c := chart(s.name, minutes[s.name])) is not None]
         context = self._context(
@@ -454,6 +456,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             workers=found_workers,
             orphans=[entry for entries in by_worker.values() for entry in entries],
             schedules=schedule_states(),
+            limits_total=limits_total,
+            limits=limits,
             running_workflows=TaskStore().running_workflow_count(),
             workflows_url=self.url("workflows"),
             charts=charts,

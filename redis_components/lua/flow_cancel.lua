@@ -12,12 +12,13 @@
 --          out of their queue); running: the steps still running (asked to stop with
 --          "terminate")
 -- Atomic against a worker taking a step: each queued step is either taken (and then
--- running) or removed. No step starts after this script; a running one may still end,
+-- running) or removed (from its queue, or from the concurrency limit it waits on). No step starts after this script; a running one may still end,
 -- and its outcome then releases nothing. A queued step is found in its queue by the
 -- payload it waits as (the workflow keeps it, whatever its result hash holds).
 -- Every read comes before the first write: an error (a key of another type) changes
 -- nothing, as a script's writes are not undone by an error after them.
 -- @include flow
+-- @include limits
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status or status == 'CANCELLED' or redis.call('HGET', KEYS[1], 'finished_at') then
   return {0, status, 0, 0}
@@ -53,7 +54,7 @@ for n = 1, (#KEYS - 5) / 4 do
       plan[#plan + 1] = {n, st, id, false}
     else  -- taken out of its queue (or gone from it: it will not run either)
       dropped = dropped + 1
-      plan[#plan + 1] = {n, st, id, queued}
+      plan[#plan + 1] = {n, st, id, queued, known}
     end
   end
 end
@@ -70,6 +71,16 @@ for _, step in ipairs(plan) do
     if st == 'Q' then
       for _, entry in ipairs(queued) do
         redis.call('ZREM', entry[1], entry[2])
+      end
+      -- Or out of the concurrency limit it waits on; its permits go on (lib/limits.lua).
+      local base = limits_base(KEYS[2], 'counter')
+      local queue = string.sub(KEYS[4 * n + 3], #base + 7)  -- its ready ZSET's, after 'ready:'
+      for i = 1, 3 do
+        local limits = step[5][i] and limits_of(step[5][i])
+        if limits then
+          limits_unwait(base, limits, queue, step[5][i])
+          limits_cancel(base, limits, id)
+        end
       end
       local result = KEYS[4 * n + 2]
       redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)

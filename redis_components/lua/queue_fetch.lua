@@ -16,7 +16,7 @@
 --       10) "bury": the dead-letter entry  11) the most entries a dead-letter list keeps
 --       12) how long to keep a result after its last change, in ms
 --       13) "" without metrics, else the finished task's queue then, after a space,
---       the upper bound of its duration's histogram bucket  14) its duration in µs
+--       the upper bound of its duration's histogram bucket ("on" with no finished task)  14) its duration in µs
 --       15) when the worker took it (the server's ms, as this script returned it): the
 --       outcome is recorded only if that take is still the task's current attempt; ""
 --       to record it whatever its attempt (a supervisor for its killed child)  16) 1 when it was the task's first attempt for
@@ -248,9 +248,12 @@ if take then
         break
       end
       local queue = string.sub(ready, #base + 7)  -- after 'ready:'
-      local taken, at = limits_take(base, limits, id, queue, popped[2], popped[1], now)
+      local taken, at, kind = limits_take(base, limits, id, queue, popped[2], popped[1], now)
       if taken then
         break
+      end
+      if ARGV[13] ~= '' then  -- metrics.py's count of the tasks set aside
+        redis.call('HINCRBY', KEYS[6], queue .. ':limited:' .. kind, 1)
       end
       refused = refused + 1
       if at and (wait < 0 or at - now < wait) then

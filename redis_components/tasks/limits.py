@@ -12,10 +12,11 @@ keep them (``lua/lib/limits.lua``):
   its queue and its score in that queue, and the script that frees a permit hands it to
   the first one waiting, which goes back to its queue holding it;
 * a **rate limit** is GCRA (the generic cell rate algorithm, a leaky bucket's exact
-  form): its key holds the theoretical arrival time. A task over the rate books the
-  next free start: it goes to its queue's delayed tasks, due then, and its take then
-  spends the booking; so no window ever sees more starts than ``limit + burst``, and
-  the tasks waiting on a rate start one per interval, never all at once.
+  form): its key holds the theoretical arrival time, and a start counts when the task
+  is taken. A task over the rate waits in its queue's delayed tasks for its turn, the
+  rate's next free start after those of the tasks set aside before it; so no window
+  ever sees more starts than ``limit + burst``, and the tasks waiting on a rate come
+  due one per interval, never all at once.
 
 Nothing here talks to Redis.
 """

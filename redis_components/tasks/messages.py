@@ -189,16 +189,12 @@ class TaskMessage:
         flow = data.get("flow")
         limits = data.get("limits")
         if limits is not None and not (
-            isinstance(limits, list)
-            and all(
-                isinstance(limit, list)
-                and len(limit) >= 3
-                and limit[0] in ("c", "r")
-                and isinstance(limit[1], str)
-                for limit in limits
-            )
+            isinstance(limits, list) and all(_is_limit(limit) for limit in limits)
         ):
-            raise MalformedTask("not a task: its 'limits' must be [[kind, key, limit, ...]]")
+            raise MalformedTask(
+                "not a task: its 'limits' must be a list of ['c', key, limit] and "
+                "['r', key, limit, per ms, burst]"
+            )
         return cls(
             data["id"],
             data["task"],
@@ -212,6 +208,18 @@ class TaskMessage:
             limits=limits or None,
             **numbers,
         )
+
+
+def _is_limit(limit: object) -> bool:
+    """Whether ``limit`` is a filled limit as lua/lib/limits.lua reads one."""
+    if not (isinstance(limit, list) and len(limit) >= 3 and isinstance(limit[1], str)):
+        return False
+    numbers = limit[2:]
+    if not all(keys.is_integer(number) for number in numbers):
+        return False
+    if limit[0] == "c":
+        return len(numbers) == 1 and numbers[0] >= 1
+    return limit[0] == "r" and len(numbers) == 3 and min(numbers[:2]) >= 1 and numbers[2] >= 0
 
 
 def to_json(value: Any, what: str) -> str:

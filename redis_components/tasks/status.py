@@ -17,6 +17,7 @@ from .backend import queues_in_use
 from .messages import validate_queue
 from .store import (
     DeadLetter,
+    LimitUse,
     TaskStore,
     WaitingTask,
     WorkerInfo,
@@ -26,6 +27,7 @@ from .store import (
 
 __all__ = [
     "DeadLetter",
+    "LimitUse",
     "Minute",
     "QueueStats",
     "TaskRun",
@@ -34,6 +36,7 @@ __all__ = [
     "dead_letter_entry",
     "dead_letter_page",
     "dead_letters",
+    "limits_in_use",
     "queue_names",
     "queue_stats",
     "read_dead_letter",
@@ -92,6 +95,11 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
         )
         for name in names
     ]
+
+
+def limits_in_use(count: int = 100) -> tuple[int, list[LimitUse]]:
+    """How many concurrency limits tasks hold or wait on now, and the first ``count``."""
+    return TaskStore().limits_in_use(count)
 
 
 def dead_letters(queue: str, count: int = 100) -> list[DeadLetter]:

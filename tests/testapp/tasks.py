@@ -447,3 +447,14 @@ def rated(label: str) -> None:
 def one_at_a_time(label: str) -> None:
     """Its own limit: one at a time; waits for "test:<label>:open" as gated does."""
     gated.call(label)
+
+
+@redis_task(
+    queue="test",
+    limits=[concurrency_limit(5, key="both"), rate_limit(5, per=1.0, key="both")],
+)
+def both_limits(label: str, gate: bool = False) -> None:
+    """At most 5 at once and 5 starts a second; ``gate``: waits as gated does."""
+    if gate:
+        gated.call(label)
+    record.call(label)

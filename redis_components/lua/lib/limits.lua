@@ -7,16 +7,39 @@
 --   limit:held:<key>    SET: the ids of the tasks holding one of its permits
 --   limit:wait:<key>    ZSET: the tasks waiting for a permit, "<queue>\n<payload>",
 --                       scored as they were in their queue
---   limit:tat:<key>     its rate's theoretical arrival time (epoch ms)
---   limit:booked:<key>  HASH: task id -> the start it booked (epoch ms)
+--   limit:tat:<key>     its rate's theoretical arrival time (GCRA, epoch ms)
+--   limit:next:<key>    the turn of the next task set aside on its rate (epoch ms)
+--   limit:booked:<key>  HASH: task id -> its turn, for the tasks set aside on its rate
+--   limits              HASH: each concurrency key held or waited on -> its limit (what
+--                       operations read, and what a purge looks through)
 -- @include queue
 
 local LIMITS_HEAD = '^{"id":"%x+","priority":%-?%d+,"limits":(%b[])'
 
--- The limits of a payload, or nil.
+local function limits_number(value, least)
+  return type(value) == 'number' and value >= least
+end
+
+-- The limits of a payload, or nil (also for limits this version cannot read: the task
+-- is then taken as any other, and the worker finds what is wrong with it).
 local function limits_of(payload)
   local found = string.match(payload, LIMITS_HEAD)
-  return found and cjson.decode(found)
+  if not found then  -- most tasks: one match, nothing decoded
+    return nil
+  end
+  local ok, limits = pcall(cjson.decode, found)
+  if not (ok and type(limits) == 'table') then
+    return nil
+  end
+  for _, limit in ipairs(limits) do
+    local kind = type(limit) == 'table' and type(limit[2]) == 'string' and limit[1]
+    if not ((kind == 'c' and limits_number(limit[3], 1))
+        or (kind == 'r' and limits_number(limit[3], 1) and limits_number(limit[4], 1)
+          and limits_number(limit[5], 0))) then
+      return nil
+    end
+  end
+  return limits
 end
 
 -- The head of every task key, from a key of the task system and its name after that head.
@@ -29,10 +52,11 @@ end
 -- permit (its take spends it).
 local function limits_hand_over(base, key, limit)
   local held, wait = base .. 'limit:held:' .. key, base .. 'limit:wait:' .. key
-  while redis.call('SCARD', held) < limit do
+  local count = redis.call('SCARD', held)
+  while count < limit do
     local first = redis.call('ZPOPMIN', wait)
     if not first[1] then
-      return
+      break
     end
     local queue, payload = string.match(first[1], '^([^\n]*)\n(.*)$')
     local id = queue_id(payload)
@@ -44,6 +68,10 @@ local function limits_hand_over(base, key, limit)
     if redis.call('ZCARD', ready) == 1 then
       redis.call('PUBLISH', ready, 'ready')
     end
+    count = redis.call('SCARD', held)
+  end
+  if count == 0 then  -- none holds it, none waits: out of use
+    redis.call('HDEL', base .. 'limits', key)
   end
 end
 
@@ -66,62 +94,71 @@ end
 -- limits at ``now``: true, with its permits taken and its rates spent, if every limit
 -- lets it start. If one does not, it is not taken, and the permits it held are handed
 -- on: over a concurrency limit, it waits in that limit's ZSET until a permit is handed
--- to it; over a rate, it books the rate's next free start and waits in its queue's
--- delayed ZSET until then. Returns false and that start (epoch ms), or false and nil.
+-- to it; over a rate, it waits in its queue's delayed ZSET for its turn. Returns false, that start (epoch ms) or nil, and which kind
+-- of limit set it aside: 'concurrency' or 'rate'.
 local function limits_take(base, limits, id, queue, score, payload, now)
+  local unused = {}  -- the concurrency limits no task holds
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
       local held = base .. 'limit:held:' .. limit[2]
-      if redis.call('SISMEMBER', held, id) == 0 and redis.call('SCARD', held) >= limit[3] then
+      local count = redis.call('SISMEMBER', held, id) == 0 and redis.call('SCARD', held)
+      unused[limit[2]] = count == 0
+      if count and count >= limit[3] then
         limits_release(base, limits, id)
         redis.call('ZADD', base .. 'limit:wait:' .. limit[2], score, limits_entry(queue, payload))
-        return false, nil
+        return false, nil, 'concurrency'
       end
     end
   end
-  -- Each rate: a booking of this task, or the earliest start GCRA allows.
-  local rates, book = {}, nil
+  -- Each rate: the earliest start GCRA allows it now (exact: a start is counted when
+  -- it is taken, never before). The one allowing it latest sets it aside.
+  local rates, refusing = {}, nil
   for _, limit in ipairs(limits) do
     if limit[1] == 'r' then
-      local key = limit[2]
-      local booked = redis.call('HEXISTS', base .. 'limit:booked:' .. key, id) == 1
       local interval = limit[4] / limit[3]
-      local tat = math.max(tonumber(redis.call('GET', base .. 'limit:tat:' .. key) or 0), now)
+      local tat = math.max(tonumber(redis.call('GET', base .. 'limit:tat:' .. limit[2]) or 0), now)
       local allowed = tat - interval * limit[5]
-      rates[#rates + 1] = {key, booked, tat, interval}
-      if not booked and allowed > now and (not book or allowed > book[2]) then
-        book = {#rates, allowed}
+      rates[#rates + 1] = {limit[2], tat, interval, allowed}
+      if allowed > now and (not refusing or allowed > refusing[4]) then
+        refusing = rates[#rates]
       end
     end
   end
-  local function spend(rate)
-    local key, tat = base .. 'limit:tat:' .. rate[1], rate[3] + rate[4]
-    redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
-  end
-  if book then
-    local rate, at = rates[book[1]], math.ceil(book[2])
-    spend(rate)
-    local bookings = base .. 'limit:booked:' .. rate[1]
-    redis.call('HSET', bookings, id, at)
-    redis.call('PEXPIRE', bookings, at - now + 86400000)
+  if refusing then
+    -- A task set aside on a rate for the first time gets its turn: the rate's next free
+    -- start after those of the tasks set aside before it, so that they come due one
+    -- per interval, in order, never all at once. One whose turn came and that is still
+    -- too early (another start came first) waits only until the rate allows it.
+    local key, interval = refusing[1], refusing[3]
+    local turns = base .. 'limit:booked:' .. key
+    local at = math.ceil(refusing[4])
+    if redis.call('HEXISTS', turns, id) == 0 then
+      local last = base .. 'limit:next:' .. key
+      at = math.max(at, tonumber(redis.call('GET', last) or 0))
+      redis.call('SET', last, at + interval, 'PX', math.ceil(at + interval - now) + 1000)
+      redis.call('HSET', turns, id, at)
+      redis.call('PEXPIRE', turns, at - now + 86400000)
+    end
     limits_release(base, limits, id)
     local delayed = base .. 'delayed:' .. queue
-    redis.call('ZADD', delayed, at, payload)
+    redis.call('ZADD', delayed, math.ceil(at), payload)
     if redis.call('ZRANGE', delayed, 0, 0)[1] == payload then
       redis.call('PUBLISH', base .. 'ready:' .. queue, 'delayed')
     end
-    return false, at
+    return false, math.ceil(at), 'rate'
   end
   for _, rate in ipairs(rates) do
-    if rate[2] then
-      redis.call('HDEL', base .. 'limit:booked:' .. rate[1], id)
-    else
-      spend(rate)
-    end
+    local tat = rate[2] + rate[3]
+    redis.call('SET', base .. 'limit:tat:' .. rate[1], string.format('%.3f', tat),
+      'PX', math.ceil(tat - now) + 1000)
+    redis.call('HDEL', base .. 'limit:booked:' .. rate[1], id)
   end
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
       redis.call('SADD', base .. 'limit:held:' .. limit[2], id)
+      if unused[limit[2]] then
+        redis.call('HSET', base .. 'limits', limit[2], limit[3])
+      end
     end
   end
   return true

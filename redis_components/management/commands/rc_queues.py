@@ -12,7 +12,7 @@ from django.core.management.base import CommandError, CommandParser
 from ...exceptions import InvalidInput, TaskNotCancellable, WorkflowDoesNotExist
 from ...tasks.messages import validate_queue
 from ...tasks.schedules import schedule_states
-from ...tasks.status import queue_names, queue_stats, workers
+from ...tasks.status import limits_in_use, queue_names, queue_stats, workers
 from ...tasks.store import TaskStore, cancel
 from ...tasks.workflows import Summary, get_workflow, workflows
 from ..base import RedisCommand
@@ -24,9 +24,10 @@ def _time(when: datetime.datetime | None) -> str:
 
 class Command(RedisCommand):
     help = (
-        "Show each task queue's ready, delayed, in-progress and dead task counts and the "
-        "registered workers and running workflows; or the schedules, or the workflows; or "
-        "requeue dead letters, purge a queue, cancel a task or a workflow."
+        "Show each task queue's ready, delayed, in-progress and dead task counts, the "
+        "registered workers, the concurrency limits in use and the running workflows; or "
+        "the schedules, or the workflows; or requeue dead letters, purge a queue, cancel a "
+        "task or a workflow."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -42,7 +43,8 @@ class Command(RedisCommand):
         action.add_argument(
             "--purge",
             metavar="QUEUE",
-            help="Delete the ready, delayed and dead tasks of QUEUE (tasks in progress finish).",
+            help="Delete the ready, delayed and dead tasks of QUEUE, and those waiting on a "
+            "concurrency limit (tasks in progress finish).",
         )
         action.add_argument(
             "--schedules",
@@ -141,6 +143,13 @@ class Command(RedisCommand):
                 if worker.problem:
                     queues += f" ({worker.problem})"
                 table.append((worker.id, pid, str(worker.threads), queues, up, lease))
+            self.write_table(table)
+        total, uses = limits_in_use()
+        if total:  # most projects have none: no line for them
+            shown = f" (the first {len(uses)})" if len(uses) < total else ""
+            self.stdout.write(f"\nConcurrency limits in use: {total}{shown}")
+            table = [("key", "limit", "holding", "waiting")]
+            table += [(u.key, str(u.limit), str(u.held), str(u.waiting)) for u in uses]
             self.write_table(table)
         running, _ = workflows()
         if running:  # most projects have none: no line for them

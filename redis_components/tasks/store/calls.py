@@ -18,6 +18,7 @@ from .layout import (
     flows_done_key,
     flows_live_key,
     leases_key,
+    limits_key,
     queues_key,
     rank,
     ready_key,
@@ -97,7 +98,7 @@ def fetch_call(
     """
     args: list[scripts.Arg] = [worker_id, mode]
     script_keys = worker_keys
-    metrics = ""
+    metrics = "on" if conf.METRICS else ""
     if outcome is None:
         args += [0, "", "", "", "", "", 0, "", 0]
     else:
@@ -250,6 +251,15 @@ def cancel_call(
         queue,
     ]
     return scripts.load("queue_cancel"), script_keys, args
+
+
+def purge_call(*, queue: str) -> scripts.Call:
+    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters."""
+    return (
+        scripts.load("queue_purge"),
+        [ready_key(queue), delayed_key(queue), dead_key(queue), limits_key()],
+        [queue],
+    )
 
 
 def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:

@@ -85,6 +85,19 @@ def flow_section(flow: FlowStep) -> list[str]:
     return section
 
 
+def limits_key() -> str:
+    """The concurrency limits in use: key -> limit (see lua/lib/limits.lua)."""
+    return _key("limits")
+
+
+def limit_held_key(key: str) -> str:
+    return _key("limit", "held", key)
+
+
+def limit_wait_key(key: str) -> str:
+    return _key("limit", "wait", key)
+
+
 def scheduler_key() -> str:
     return _key("scheduler")
 

@@ -304,6 +304,17 @@ def dead_entry(payload: str | bytes, queue: str, reason: str, error: str, traceb
 TERMINATE_WAIT_MS = 3_600_000
 
 
+@dataclass(frozen=True)
+class LimitUse:
+    """A concurrency limit in use: its key, its limit, how many tasks hold one of its
+    permits (running, or handed one while they wait in their queue) and how many wait."""
+
+    key: str
+    limit: int
+    held: int
+    waiting: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueueCounts:
     ready: int

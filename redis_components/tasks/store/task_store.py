@@ -29,6 +29,7 @@ from .calls import (
     flow_create_call,
     forget_call,
     heartbeat_call,
+    purge_call,
     recover_call,
     renew_call,
     requeue_dead_call,
@@ -40,6 +41,9 @@ from .layout import (
     flows_done_key,
     flows_live_key,
     leases_key,
+    limit_held_key,
+    limit_wait_key,
+    limits_key,
     queues_key,
     ready_key,
     result_key,
@@ -62,6 +66,7 @@ from .records import (
     Fetched,
     Glimpse,
     Heartbeat,
+    LimitUse,
     LogLine,
     QueueCounts,
     RunningEntry,
@@ -450,16 +455,11 @@ class TaskStore:
         raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
 
     def purge(self, queue: str) -> int:
-        """Delete the ready, delayed and dead tasks of ``queue`` (in one transaction); return
-        how many. Tasks in progress are left to finish; results expire by themselves."""
+        """Delete the ready, delayed and dead tasks of ``queue``, and those waiting on a
+        concurrency limit (in one script); return how many. Tasks in progress are left to
+        finish; results expire by themselves."""
         validate_queue(queue)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.zcard(ready_key(queue))
-        pipe.zcard(delayed_key(queue))
-        pipe.llen(dead_key(queue))
-        pipe.delete(ready_key(queue), delayed_key(queue), dead_key(queue))
-        ready, delayed, dead, _ = pipe.execute()
-        return int(ready) + int(delayed) + int(dead)
+        return int(self._run(purge_call(queue=queue)))
 
     def known_queue_names(self, extra: Iterable[str] = ()) -> set[str]:
         """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
@@ -736,6 +736,29 @@ class TaskStore:
         call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
         cancelled, status, dropped, running = self._run(call)
         return bool(cancelled), (None if status is None else text(status)), dropped, running
+
+    def limits_in_use(self, count: int = 100) -> tuple[int, list[LimitUse]]:
+        """How many concurrency limits are in use, and the first ``count`` of them, by key."""
+        total = int(self.client.hlen(limits_key()))
+        found: dict[bytes, bytes] = {}
+        cursor = 0
+        while True:
+            cursor, page = raw(self.client, "HSCAN", limits_key(), cursor, "COUNT", count)
+            found.update(page)
+            if int(cursor) == 0 or len(found) >= count:
+                break
+        found = dict(list(found.items())[:count])
+        pipe = self.client.pipeline(transaction=False)
+        for key in found:
+            name = text(key)
+            pipe.scard(limit_held_key(name))
+            pipe.zcard(limit_wait_key(name))
+        counts = pipe.execute()
+        uses = [
+            LimitUse(text(key), int(limit), int(counts[2 * i]), int(counts[2 * i + 1]))
+            for i, (key, limit) in enumerate(found.items())
+        ]
+        return total, sorted(uses, key=lambda use: use.key)
 
     def workflow_ids(self, limit: int) -> tuple[list[str], list[str]]:
         """The ids of the oldest ``limit`` live workflows and of the latest ``limit``

@@ -30,7 +30,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine, start_redis, table
-from queues import CONTENDERS, Throughput, throughput, versions
+from queues import CONTENDERS, Contender, Throughput, throughput, versions
+
+
+def alternate(
+    contenders: list[Contender], tasks: int, rounds: int
+) -> tuple[str, dict[str, list[Throughput]], Path]:
+    """Run each contender's first-to-last ``rounds`` times on one private redis-server,
+    taking turns (each round starts one later in the list): the machine's line, each
+    contender's runs by name, and the folder of the workers' logs."""
+    logs = Path(tempfile.mkdtemp(prefix="rc-bench-"))
+    server = start_redis()
+    runs: dict[str, list[Throughput]] = {c.name: [] for c in contenders}
+    try:
+        os.environ["BENCH_REDIS_URL"] = server.url
+        r = server.client()
+        info = machine(r)
+        senders = {c.name: c.setup()[0] for c in contenders}
+        for enqueue in senders.values():  # connections, scripts, caches: warm for all
+            for _ in range(2000):
+                enqueue("noop")
+            r.flushall()
+        for round_ in range(rounds):
+            shift = round_ % len(contenders)
+            for contender in contenders[shift:] + contenders[:shift]:
+                r.flushall()
+                log = logs / f"{contender.name}.log"
+                run = throughput(senders[contender.name], contender, r, server.url, log, tasks)
+                runs[contender.name].append(run)
+                print(
+                    f"round {round_ + 1} {contender.name}: {run.process_rate:,.0f}/s "
+                    f"({run.process_cpu:.0f} us CPU), enqueue {run.enqueue_rate:,.0f}/s, "
+                    f"load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+    finally:
+        server.stop()
+    return info, runs, logs
 
 
 def main() -> None:
@@ -48,35 +84,8 @@ def main() -> None:
         env={"DJANGO_SETTINGS_MODULE": "benchmarks.queue_apps.project_settings"},
     )
     contenders = [by_name["ours"], project, by_name["huey"]]
-    logs = Path(tempfile.mkdtemp(prefix="rc-bench-"))
     load_before = os.getloadavg()
-    server = start_redis()
-    runs: dict[str, list[Throughput]] = {c.name: [] for c in contenders}
-    try:
-        os.environ["BENCH_REDIS_URL"] = server.url
-        r = server.client()
-        info = machine(r)
-        senders = {c.name: c.setup()[0] for c in contenders}
-        for enqueue in senders.values():  # connections, scripts, caches: warm for all
-            for _ in range(2000):
-                enqueue("noop")
-            r.flushall()
-        for round_ in range(options.rounds):
-            shift = round_ % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
-                r.flushall()
-                log = logs / f"{contender.name}.log"
-                run = throughput(
-                    senders[contender.name], contender, r, server.url, log, options.tasks
-                )
-                runs[contender.name].append(run)
-                print(
-                    f"round {round_ + 1} {contender.name}: {run.process_rate:,.0f}/s "
-                    f"({run.process_cpu:.0f} us CPU), load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
-    finally:
-        server.stop()
+    info, runs, logs = alternate(contenders, options.tasks, options.rounds)
     huey = statistics.median(run.process_rate for run in runs["huey"])
     rows = []
     for contender in contenders:

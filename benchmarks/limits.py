@@ -20,13 +20,13 @@ import dataclasses
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, start_redis, table
-from queues import CONTENDERS, Senders, Throughput, ours, throughput
+from common import table
+from first_to_last import alternate
+from queues import CONTENDERS, Senders, ours
 
 
 def limited() -> Senders:
@@ -52,36 +52,8 @@ def main() -> None:
             setup=limited,
         ),
     ]
-    logs = Path(tempfile.mkdtemp(prefix="rc-bench-"))
     load_before = os.getloadavg()
-    server = start_redis()
-    runs: dict[str, list[Throughput]] = {c.name: [] for c in contenders}
-    try:
-        os.environ["BENCH_REDIS_URL"] = server.url
-        r = server.client()
-        info = machine(r)
-        senders = {c.name: c.setup()[0] for c in contenders}
-        for enqueue in senders.values():  # connections, scripts, caches: warm for all
-            for _ in range(2000):
-                enqueue("noop")
-            r.flushall()
-        for round_ in range(options.rounds):
-            shift = round_ % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
-                r.flushall()
-                log = logs / f"{contender.name}.log"
-                run = throughput(
-                    senders[contender.name], contender, r, server.url, log, options.tasks
-                )
-                runs[contender.name].append(run)
-                print(
-                    f"round {round_ + 1} {contender.name}: {run.process_rate:,.0f}/s "
-                    f"({run.process_cpu:.0f} us CPU), enqueue {run.enqueue_rate:,.0f}/s, "
-                    f"load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
-    finally:
-        server.stop()
+    info, runs, logs = alternate(contenders, options.tasks, options.rounds)
     base = statistics.median(run.process_rate for run in runs["ours"])
     rows = []
     for contender in contenders:

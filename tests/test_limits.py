@@ -53,6 +53,22 @@ def left_over(r: redis.Redis) -> list[bytes]:
     return [key for key in found if key not in rates]
 
 
+def run_on_two_workers(
+    r: redis.Redis,
+    start_worker: Callable[..., WorkerProcess],
+    threads: int,
+    count: int,
+    timeout: float,
+) -> None:
+    """Two worker processes of ``threads`` threads, until ``count`` labels ran; then
+    both stop with SIGTERM, cleanly."""
+    started = [start_worker("test", "--threads", str(threads)) for _ in range(2)]
+    wait_until(lambda: len(runs(r)) == count, lambda: "".join(w.output() for w in workers), timeout)
+    for worker in started:
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+
+
 def held(r: redis.Redis, key: str) -> set[bytes]:
     return r.smembers(f"rc:queue:{{tasks}}:limit:held:{key}")
 
@@ -258,12 +274,7 @@ def test_two_processes_never_run_more_than_a_keys_limit_and_other_tasks_go_by(
         tasks.per_customer.enqueue("B", f"b{i}", pause=0.2)
     for i in range(60):
         tasks.record.enqueue(f"u{i}", pause=0.05)
-    first = start_worker("test", "--threads", "8")
-    second = start_worker("test", "--threads", "8")
-    wait_until(lambda: len(runs(r)) == 180, lambda: first.output() + second.output(), 120)
-    for worker in (first, second):
-        worker.signal(signal.SIGTERM)
-        assert worker.wait() == 0
+    run_on_two_workers(r, start_worker, 8, 180, timeout=120)
     assert set(runs(r).values()) == {1}
     assert most(r) == {"A": 3, "B": 3}
     order = [label.decode() for label in r.lrange("{test}:order", 0, -1)]
@@ -310,12 +321,7 @@ def test_a_rate_limit_spreads_starts_exactly_and_charges_no_retry(
     second holds more than 25 starts (by the server's clock, where the limit is kept),
     and every task ran on its first attempt."""
     handles = [tasks.rated.enqueue(f"r{i}") for i in range(100)]
-    first = start_worker("test", "--threads", "4")
-    second = start_worker("test", "--threads", "4")
-    wait_until(lambda: len(runs(r)) == 100, lambda: first.output() + second.output(), 60)
-    for worker in (first, second):
-        worker.signal(signal.SIGTERM)
-        assert worker.wait() == 0
+    run_on_two_workers(r, start_worker, 4, 100, timeout=60)
     results = [get_result(handle.id) for handle in handles]
     assert all(len(result.worker_ids) == 1 and not result.errors for result in results)
     assert starts_in_a_second(handles) <= 25

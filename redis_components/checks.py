@@ -54,6 +54,7 @@ def check_settings(
     errors += _check_cache(merged["CACHE_ALIAS"])
     errors += _check_numbers(value)
     errors += _check_queue_limits(merged["TASK_QUEUE_LIMITS"])
+    errors += _check_task_limits(merged["TASK_LIMITS"])
     errors += _check_schedules()
     errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
     errors += _check_user_key(merged["MESSAGING_USER_KEY"])
@@ -249,6 +250,25 @@ def _check_user_key(value: object) -> list[CheckMessage]:
             id="redis_components.E017",
         )
     ]
+
+
+def _check_task_limits(value: object) -> list[CheckMessage]:
+    """TASK_LIMITS maps limit keys (or prefixes) to keyless limits."""
+    from .exceptions import InvalidInput
+    from .tasks.limits import from_settings
+
+    try:
+        from_settings(value)
+    except InvalidInput as error:
+        return [
+            Error(
+                f"{SETTING_NAME}['TASK_LIMITS'] is invalid: {error.problem}.",
+                hint="For example: {'stripe': {'rate': 40, 'per': 1.0, 'burst': 5}, "
+                "'customer:*': {'concurrency': 5}}.",
+                id="redis_components.E018",
+            )
+        ]
+    return []
 
 
 def _check_queue_limits(limits: object) -> list[CheckMessage]:

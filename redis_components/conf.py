@@ -82,6 +82,10 @@ DEFAULTS: dict[str, Any] = {
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
     "TASK_QUEUE_LIMITS": {},
+    # Limits that replace those of the tasks a worker takes, from its next start (queued
+    # tasks too): {limit key, or a prefix ending in "*": {"concurrency": n} or
+    # {"rate": n, "per": seconds, "burst": n}}; see docs/limits.md.
+    "TASK_LIMITS": {},
     # Schedules of tasks declared elsewhere: {name: {"task": name or Django task path,
     # "cron": "*/5 * * * *" or "every": seconds, "tz", "args", "kwargs", "missed"}}.
     "TASK_SCHEDULES": {},
@@ -254,6 +258,10 @@ class Settings:
     def TASK_QUEUE_LIMITS(self) -> dict[str, int]:
         value = self.get("TASK_QUEUE_LIMITS")
         return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def TASK_LIMITS(self) -> Any:
+        return self.get("TASK_LIMITS")
 
     @property
     def TASK_SCHEDULES(self) -> dict[str, Any]:

@@ -111,8 +111,9 @@ class TaskCollector:
             labels=["queue", "state"],
         )
         stats = queue_stats()
+        states = ("ready", "delayed", "on_limits", "in_progress", "dead")
         for queue in stats:
-            for state in ("ready", "delayed", "in_progress", "dead"):
+            for state in states:
                 depth.add_metric([queue.name, state], getattr(queue, state))
         yield depth
         registered = workers()
@@ -128,8 +129,7 @@ class TaskCollector:
             [
                 queue.name
                 for queue in stats
-                if not (queue.ready or queue.delayed or queue.in_progress or queue.dead)
-                and queue.name not in kept
+                if not any(getattr(queue, state) for state in states) and queue.name not in kept
             ]
         )
 

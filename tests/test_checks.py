@@ -166,6 +166,30 @@ def test_e008_bad_queue_limits(limits: object) -> None:
     assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": limits}) == ["redis_components.E008"]
 
 
+@pytest.mark.parametrize(
+    ("limits", "problem"),
+    [
+        ([], "must be a dict of limit keys"),
+        ({"api": 5}, "'api' must map to {'concurrency': n} or {'rate': n"),
+        ({"api": {"concurrency": 0}}, "'api': limit: must be a positive integer"),
+        ({"api": {"rate": 5, "per": 0}}, "'api': per: must be a positive number"),
+        ({"api": {"rate": 5, "burst": -1}}, "'api': burst: must be"),
+        ({"api": {"concurrency": 2, "per": 1}}, "'api' must map to"),
+        ({"a*b": {"concurrency": 2}}, "'*' may only end a key"),
+    ],
+)
+def test_e018_bad_task_limits(limits: object, problem: str) -> None:
+    with override_settings(REDIS_COMPONENTS={"TASK_LIMITS": limits}):
+        found = check_settings()
+    assert [message.id for message in found] == ["redis_components.E018"]
+    assert problem in found[0].msg
+
+
+def test_task_limits_pass() -> None:
+    limits = {"stripe": {"rate": 40, "per": 1.0, "burst": 5}, "customer:*": {"concurrency": 5}}
+    assert ids(REDIS_COMPONENTS={"TASK_LIMITS": limits}) == []
+
+
 def test_queue_limits_pass() -> None:
     assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": {"emails": 10, "é": 1}}) == []
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 from django.core.management import call_command
+from django.test import override_settings
 
 from conftest import cancelled
 from redis_components import (
@@ -22,9 +24,9 @@ from redis_components import (
     rate_limit,
     redis_task,
 )
-from redis_components.exceptions import InvalidInput
+from redis_components.exceptions import InvalidInput, QueueFull
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.status import workers
+from redis_components.tasks.status import queue_stats, workers
 from redis_components.tasks.store import TaskStore, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
@@ -71,6 +73,11 @@ def run_on_two_workers(
 
 def held(r: redis.Redis, key: str) -> set[bytes]:
     return r.smembers(f"rc:queue:{{tasks}}:limit:held:{key}")
+
+
+def with_settings(**changes: Any) -> Any:
+    """The suite's REDIS_COMPONENTS with ``changes``."""
+    return override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, **changes})
 
 
 # -- definition and payload ----------------------------------------------------------
@@ -259,6 +266,106 @@ def test_rc_queues_shows_each_concurrency_limit_in_use(r: redis.Redis) -> None:
         "customer:X      3        3        1",
         "customer:Y      3        1        0",
     ]
+
+
+def test_tasks_waiting_on_a_limit_count_in_their_queue(r: redis.Redis) -> None:
+    """Out of the ready ones, but counted: in the queue's stats and rc_queues, against
+    TASK_QUEUE_LIMITS, and so the queue is not forgotten; a cancel and a purge count them
+    out."""
+    worker = ScriptedWorker(["test"])
+    for i in range(3):
+        tasks.per_customer.enqueue("X", f"run{i}")
+    waiting = [tasks.per_customer.enqueue("X", f"waits{i}") for i in range(2)]
+    assert sum(worker.take() is not None for _ in range(4)) == 3
+    stats = queue_stats(["test"])[0]
+    assert (stats.ready, stats.on_limits, stats.in_progress) == (0, 2, 3)
+    out = io.StringIO()
+    call_command("rc_queues", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == [
+        "queue",
+        "ready",
+        "delayed",
+        "on",
+        "limits",
+        "in",
+        "progress",
+        "dead",
+        "limit",
+    ]
+    assert [line.split() for line in lines if line.startswith("test ")] == [
+        ["test", "0", "0", "2", "3", "0", "-"]
+    ]
+    with with_settings(TASK_QUEUE_LIMITS={"test": 2}), pytest.raises(QueueFull):
+        tasks.record.enqueue("full")
+    assert TaskStore().forget_queues(["test"]) == 0
+    assert cancel(waiting[0].id) == "cancelled"
+    assert queue_stats(["test"])[0].on_limits == 1
+    assert TaskStore().purge("test") == 1
+    assert queue_stats(["test"])[0].on_limits == 0
+    assert not r.exists("rc:queue:{tasks}:limit:waiting")
+
+
+def test_settings_replace_a_limit_for_the_next_worker(r: redis.Redis) -> None:
+    """TASK_LIMITS, read when a worker starts, replaces the limits of the tasks it takes
+    (already queued ones too): an exact key before a prefix, a rate as a concurrency."""
+    exact_and_prefix = {"customer:A": {"concurrency": 5}, "customer:*": {"concurrency": 1}}
+    with with_settings(TASK_LIMITS=exact_and_prefix):
+        worker = ScriptedWorker(["test"])
+    for customer in "AB":
+        for i in range(6):
+            tasks.per_customer.enqueue(customer, f"{customer}{i}")
+    taken = [worker.take() for _ in range(12)]
+    assert sum(message is not None for message in taken) == 6  # A: 5 (not 3), B: 1
+    assert (len(held(r, "customer:A")), len(held(r, "customer:B"))) == (5, 1)
+    assert r.hgetall("rc:queue:{tasks}:limits") == {b"customer:A": b"5", b"customer:B": b"1"}
+    with with_settings(TASK_LIMITS={"api": {"rate": 1, "per": 60}}):
+        rated = ScriptedWorker(["test"])
+    for i in range(3):
+        tasks.rated.enqueue(f"r{i}")  # its own rate would let 6 start at once
+    assert [rated.take() is not None for _ in range(3)] == [True, False, False]
+    assert r.zcard("rc:queue:{tasks}:delayed:test") == 2
+
+
+def test_rc_worker_applies_and_logs_the_limits_of_its_settings(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    for i in range(6):
+        tasks.per_customer.enqueue("A", f"a{i}", pause=0.1)
+    limits = {"customer:*": {"concurrency": 1}}
+    worker = start_worker("test", "--threads", "4", TASK_LIMITS=limits)
+    wait_until(lambda: len(runs(r)) == 6, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert most(r) == {"A": 1}  # not the task's own 3
+    assert "replacing the tasks' own: customer:*: at most 1 at once" in worker.output()
+
+
+def test_a_lowered_limit_holds_its_permits_back_until_under_it(r: redis.Redis) -> None:
+    """A worker started with a lower limit than the running tasks took: the permits they
+    give back go to no waiting task until fewer than the new limit run."""
+    old = ScriptedWorker(["test"])
+    running = [tasks.per_customer.enqueue("X", f"run{i}").id for i in range(3)]
+    assert [old.take().id for _ in running] == running  # type: ignore[union-attr]
+    with with_settings(TASK_LIMITS={"customer:X": {"concurrency": 1}}):
+        new = ScriptedWorker(["test"])
+    tasks.per_customer.enqueue("X", "waits1")
+    tasks.per_customer.enqueue("X", "waits2")
+    assert new.take() is None
+    assert r.hget("rc:queue:{tasks}:limits", "customer:X") == b"1"
+    old.succeed(running[0])
+    old.succeed(running[1])
+    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 2  # 1 runs: none handed
+    old.succeed(running[2])
+    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 1  # one handed on
+    taken = new.take()
+    assert taken is not None
+    assert new.take() is None
+    new.succeed(taken.id)
+    last = new.take()
+    assert last is not None
+    new.succeed(last.id)
+    assert left_over(r) == []
 
 
 def test_two_processes_never_run_more_than_a_keys_limit_and_other_tasks_go_by(

@@ -42,11 +42,21 @@ def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Re
     bury(r, "mail", "m")
     worker = crashed_worker(["test", "mail"], take=0)
     lines = run().splitlines()
-    assert lines[0].split() == ["queue", "ready", "delayed", "in", "progress", "dead", "limit"]
+    assert lines[0].split() == [
+        "queue",
+        "ready",
+        "delayed",
+        "on",
+        "limits",
+        "in",
+        "progress",
+        "dead",
+        "limit",
+    ]
     table = lines[1 : lines.index("")]
     rows = {line.split()[0]: line.split()[1:] for line in table}
-    assert rows["test"] == ["1", "1", "0", "0", "-"]
-    assert rows["mail"] == ["0", "0", "0", "1", "-"]
+    assert rows["test"] == ["1", "1", "0", "0", "0", "-"]
+    assert rows["mail"] == ["0", "0", "0", "0", "1", "-"]
     assert "Workers: 1" in lines
     assert any(worker.id in line and "test, mail" in line and "s left" in line for line in lines)
 

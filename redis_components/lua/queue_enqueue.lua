@@ -6,7 +6,8 @@
 --          stamps its enqueue time (see lib/queue.lua)
 --       2) its rank (store.rank: its score in the ready ZSET before the counter is added)
 --       3) when it is due: "" now, "+<ms>" after ms by the server's clock, "@<ms>" at epoch ms
---       4) the queue's most waiting (ready + delayed) tasks, 0 for unbounded
+--       4) the queue's most waiting tasks (ready, delayed, and waiting for a permit of a
+--       concurrency limit: see lib/limits.lua), 0 for unbounded
 --       5) how long to keep the result after its last change, in ms
 --       6) its id  7) for how many ms an equal task is not enqueued again, 0 for no limit
 -- Returns: {1, the server's time (epoch ms) of the enqueue}; {0} when the queue is full;
@@ -20,8 +21,13 @@ if unique > 0 then
     return {2, first}
   end
 end
-if limit > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= limit then
-  return {0}
+if limit > 0 then
+  local base = string.sub(KEYS[3], 1, #KEYS[3] - #'counter')
+  local on_limits = redis.call('HGET', base .. 'limit:waiting', string.sub(KEYS[1], #base + 7))
+  if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(on_limits) or 0)
+      >= limit then
+    return {0}
+  end
 end
 if unique > 0 then
   redis.call('SET', KEYS[5], ARGV[6], 'PX', unique)

@@ -33,6 +33,8 @@
 --       clock read by one of its earlier calls): "=<ms>" to take it as the time, so
 --       that the script reads no clock; ">=<ms>" to read the clock, but never go
 --       below it (the worker's times never step back); "" to read the clock
+--       24) the limits set in the worker's settings, which replace those of the same
+--       kind and key in the payloads it takes (see limits_settings in lib/limits.lua)
 -- Returns: {payload, position of its queue, wait, recorded, now, score, read}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved), or
@@ -52,6 +54,7 @@ local REFUSALS = 50  -- at most this many tasks over their limits are set aside 
 local flow_keys = tonumber(ARGV[17])
 local queues = (#KEYS - 6 - flow_keys) / 4
 local base = limits_base(KEYS[3], 'counter')
+local settings = limits_settings(ARGV[24])
 local reckoned, read = tonumber(string.match(ARGV[23], '%d+$')), 0
 local now = reckoned
 if not (reckoned and string.sub(ARGV[23], 1, 1) == '=') then
@@ -246,6 +249,9 @@ if take then
       local limits, id = limits_of(popped[1]), queue_id(popped[1])
       if not (limits and id) then
         break
+      end
+      if settings then
+        limits_set(limits, settings)
       end
       local queue = string.sub(ready, #base + 7)  -- after 'ready:'
       local taken, at, kind = limits_take(base, limits, id, queue, popped[2], popped[1], now)

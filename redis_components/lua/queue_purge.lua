@@ -31,6 +31,7 @@ for _, key in ipairs(redis.call('HKEYS', KEYS[4])) do
   end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('HDEL', base .. 'limit:waiting', ARGV[1])
 for _, payload in ipairs(limited) do
   local id = queue_id(payload)
   if id then

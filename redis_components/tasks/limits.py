@@ -195,6 +195,46 @@ def to_json(limits: Sequence[Sequence[Any]]) -> str:
     return "[" + ",".join("[" + ",".join(map(item, limit)) + "]" for limit in limits) + "]"
 
 
+def from_settings(value: object) -> dict[str, Limit]:
+    """The ``TASK_LIMITS`` setting (``{"stripe": {"rate": 40, "per": 1.0, "burst": 5},
+    "customer:*": {"concurrency": 5}}``) as limits by key, or :class:`InvalidInput`
+    naming the setting and what is wrong with it."""
+    if not isinstance(value, dict):
+        raise InvalidInput("TASK_LIMITS", f"must be a dict of limit keys, not {value!r}")
+    found: dict[str, Limit] = {}
+    for key, spec in value.items():
+        name = keys.validate_name(key, "TASK_LIMITS", MAX_KEY)
+        if "*" in name[:-1]:
+            raise InvalidInput("TASK_LIMITS", f"{name!r}: '*' may only end a key (a prefix)")
+        try:
+            if isinstance(spec, dict) and set(spec) == {"concurrency"}:
+                found[name] = concurrency_limit(spec["concurrency"])
+                continue
+            if isinstance(spec, dict) and "rate" in spec and set(spec) <= {"rate", "per", "burst"}:
+                per, burst = spec.get("per", 1.0), spec.get("burst")
+                found[name] = rate_limit(spec["rate"], per=per, burst=burst)
+                continue
+        except InvalidInput as error:
+            raise InvalidInput("TASK_LIMITS", f"{name!r}: {error}") from None
+        raise InvalidInput(
+            "TASK_LIMITS",
+            f"{name!r} must map to {{'concurrency': n}} or {{'rate': n, 'per': seconds, "
+            f"'burst': n}}, not {spec!r}",
+        )
+    return found
+
+
+def settings_json(value: object) -> str:
+    """The ``TASK_LIMITS`` setting as a worker's takes read it ("" for none): the limits
+    as in a payload, the exact keys first, then the prefixes (keys ending in ``*``), the
+    longest first, so that the first that matches a key is the one that applies."""
+    found = from_settings(value)
+    if not found:
+        return ""
+    ordered = sorted(found, key=lambda key: (key.endswith("*"), -len(key)))
+    return to_json([found[key].encode(key) for key in ordered])
+
+
 class _Unknown:
     def __repr__(self) -> str:
         return "<not known at enqueue>"

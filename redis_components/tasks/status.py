@@ -57,6 +57,8 @@ class QueueStats:
     in_progress: int
     dead: int
     limit: int
+    # Waiting for a permit of a concurrency limit, out of the ready ones (docs/limits.md).
+    on_limits: int = 0
 
 
 def workers() -> list[WorkerInfo]:
@@ -79,7 +81,8 @@ def _known_queues(registered: list[WorkerInfo], extra: Iterable[str] = ()) -> li
 
 
 def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
-    """Ready, delayed, in-progress and dead counts of each queue (default: all known)."""
+    """Ready, delayed, in-progress, dead and waiting-on-limits counts of each queue
+    (default: all known)."""
     registered = workers()
     names = list(_known_queues(registered) if queues is None else queues)
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
@@ -92,6 +95,7 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
             counts[name].in_progress,
             counts[name].dead,
             queue_limit(name),
+            counts[name].on_limits,
         )
         for name in names
     ]

@@ -10,8 +10,10 @@
 --   limit:tat:<key>     its rate's theoretical arrival time (GCRA, epoch ms)
 --   limit:next:<key>    the turn of the next task set aside on its rate (epoch ms)
 --   limit:booked:<key>  HASH: task id -> its turn, for the tasks set aside on its rate
---   limits              HASH: each concurrency key held or waited on -> its limit (what
---                       operations read, and what a purge looks through)
+--   limits              HASH: each concurrency key held or waited on -> its limit, as the
+--                       last take set it (what hands permits on, what operations read,
+--                       and what a purge looks through)
+--   limit:waiting       HASH: each queue -> how many of its tasks wait for a permit
 -- @include queue
 
 local LIMITS_HEAD = '^{"id":"%x+","priority":%-?%d+,"limits":(%b[])'
@@ -47,11 +49,50 @@ local function limits_base(key, tail)
   return string.sub(key, 1, #key - #tail)
 end
 
+-- The limits set in the settings (TASK_LIMITS), as the worker passes them to its takes:
+-- a JSON list of limits as in a payload, whose key ends in '*' where it is a prefix, the
+-- exact keys first, then the longest prefixes (tasks/limits.py), or ''. nil for none.
+local function limits_settings(text)
+  if text == '' then
+    return nil
+  end
+  local set = cjson.decode(text)
+  for _, limit in ipairs(set) do
+    limit.prefix = string.match(limit[2], '^(.*)%*$')
+  end
+  return set
+end
+
+-- Each of ``limits`` (a payload's) that the settings ``set`` name takes the settings'
+-- numbers (the first match: an exact key, else the longest prefix), and is marked.
+local function limits_set(limits, set)
+  for _, limit in ipairs(limits) do
+    for _, setting in ipairs(set) do
+      local prefix = setting.prefix
+      if setting[1] == limit[1] and (setting[2] == limit[2]
+          or (prefix and string.sub(limit[2], 1, #prefix) == prefix)) then
+        limit[3], limit[4], limit[5], limit.set = setting[3], setting[4], setting[5], true
+        break
+      end
+    end
+  end
+end
+
+-- One more (or, with ``by`` -1, one less) of ``queue``'s tasks waits for a permit.
+local function limits_count_waiting(base, queue, by)
+  local counts = base .. 'limit:waiting'
+  if redis.call('HINCRBY', counts, queue, by) <= 0 then
+    redis.call('HDEL', counts, queue)
+  end
+end
+
 -- Hand the free permits of concurrency key ``key`` to the tasks waiting for one, the
 -- first first: each goes back to its queue's ready ZSET with its score, holding its
--- permit (its take spends it).
+-- permit (its take spends it). The limit is the one the last take set (the settings
+-- may have changed the payload's ``limit``).
 local function limits_hand_over(base, key, limit)
   local held, wait = base .. 'limit:held:' .. key, base .. 'limit:wait:' .. key
+  limit = tonumber(redis.call('HGET', base .. 'limits', key)) or limit
   local count = redis.call('SCARD', held)
   while count < limit do
     local first = redis.call('ZPOPMIN', wait)
@@ -63,6 +104,7 @@ local function limits_hand_over(base, key, limit)
     if id then
       redis.call('SADD', held, id)
     end
+    limits_count_waiting(base, queue, -1)
     local ready = base .. 'ready:' .. queue
     redis.call('ZADD', ready, first[2], payload)
     if redis.call('ZCARD', ready) == 1 then
@@ -94,8 +136,10 @@ end
 -- limits at ``now``: true, with its permits taken and its rates spent, if every limit
 -- lets it start. If one does not, it is not taken, and the permits it held are handed
 -- on: over a concurrency limit, it waits in that limit's ZSET until a permit is handed
--- to it; over a rate, it waits in its queue's delayed ZSET for its turn. Returns false, that start (epoch ms) or nil, and which kind
--- of limit set it aside: 'concurrency' or 'rate'.
+-- to it; over a rate, it waits in its queue's delayed ZSET for its turn. Returns false,
+-- that start (epoch ms) or nil, and which kind of limit set it aside: 'concurrency' or
+-- 'rate'. A concurrency limit the settings set (limits_set) is written to the index
+-- at each take, so that the scripts handing its permits on follow it.
 local function limits_take(base, limits, id, queue, score, payload, now)
   local unused = {}  -- the concurrency limits no task holds
   for _, limit in ipairs(limits) do
@@ -103,9 +147,15 @@ local function limits_take(base, limits, id, queue, score, payload, now)
       local held = base .. 'limit:held:' .. limit[2]
       local count = redis.call('SISMEMBER', held, id) == 0 and redis.call('SCARD', held)
       unused[limit[2]] = count == 0
+      if limit.set and count ~= 0 then  -- in use (unused, it is written when taken)
+        redis.call('HSET', base .. 'limits', limit[2], limit[3])
+      end
       if count and count >= limit[3] then
         limits_release(base, limits, id)
-        redis.call('ZADD', base .. 'limit:wait:' .. limit[2], score, limits_entry(queue, payload))
+        local wait = base .. 'limit:wait:' .. limit[2]
+        if redis.call('ZADD', wait, score, limits_entry(queue, payload)) == 1 then
+          limits_count_waiting(base, queue, 1)
+        end
         return false, nil, 'concurrency'
       end
     end
@@ -170,6 +220,7 @@ local function limits_unwait(base, limits, queue, payload)
     if limit[1] == 'c' then
       local wait = base .. 'limit:wait:' .. limit[2]
       if redis.call('ZREM', wait, limits_entry(queue, payload)) == 1 then
+        limits_count_waiting(base, queue, -1)
         return 1
       end
     end

@@ -110,7 +110,7 @@ class Command(RedisCommand):
 
     def show(self) -> None:
         rows: list[tuple[str, ...]] = [
-            ("queue", "ready", "delayed", "in progress", "dead", "limit")
+            ("queue", "ready", "delayed", "on limits", "in progress", "dead", "limit")
         ]
         for stats in queue_stats():
             rows.append(
@@ -118,6 +118,7 @@ class Command(RedisCommand):
                     stats.name,
                     str(stats.ready),
                     str(stats.delayed),
+                    str(stats.on_limits),
                     str(stats.in_progress),
                     str(stats.dead),
                     str(stats.limit) if stats.limit else "-",

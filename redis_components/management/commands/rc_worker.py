@@ -14,6 +14,7 @@ from ...conf import conf
 from ...connection import get_client
 from ...exceptions import InvalidInput
 from ...tasks.backend import django_backends, queues_in_use
+from ...tasks.limits import from_settings
 from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import registered_tasks
 from ...tasks.store import server_warnings
@@ -132,6 +133,7 @@ class Command(RedisCommand):
         tasks = registered_tasks()
         queues = options["queues"] or sorted(queues_in_use() or {DEFAULT_QUEUE})
         try:
+            limits = from_settings(conf.TASK_LIMITS)
             supervisor = Supervisor(
                 queues,
                 concurrency=options["concurrency"],
@@ -166,6 +168,11 @@ class Command(RedisCommand):
                     ", ".join(sorted(known)) or "none",
                 )
         logger.info("Our @redis_tasks: %s", ", ".join(sorted(tasks)) or "none registered")
+        if limits:
+            logger.info(
+                "Limits from settings (TASK_LIMITS), replacing the tasks' own: %s",
+                "; ".join(f"{key}: {limit}" for key, limit in limits.items()),
+            )
         for alias, backend_queues in django_backends().items():
             logger.info(
                 "Django's tasks of TASKS[%r] (RedisTaskBackend, queues: %s): found by module "

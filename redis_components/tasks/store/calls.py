@@ -19,6 +19,7 @@ from .layout import (
     flows_live_key,
     leases_key,
     limits_key,
+    limits_waiting_key,
     queues_key,
     rank,
     ready_key,
@@ -88,11 +89,13 @@ def fetch_call(
     start: Fetched | None = None,
     ahead: bool = False,
     clock: str = "",
+    limits: str = "",
 ) -> scripts.Call:
     """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
     ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
     tasks, take the next task (``ahead``: to hold it ahead). ``clock``: the server's
     time as the worker reckons it, "=<ms>" or ">=<ms>" (see the script), "" for none.
+    ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.from_settings), "" for none.
 
     ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
     """
@@ -135,7 +138,7 @@ def fetch_call(
         args += [0, "", 0]
     else:
         args += [start.position, start.payload or b"", start.score]
-    args += ["ahead" if ahead else "", clock]
+    args += ["ahead" if ahead else "", clock, limits]
     return scripts.load("queue_fetch"), script_keys, args
 
 
@@ -264,7 +267,7 @@ def purge_call(*, queue: str) -> scripts.Call:
 
 def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:
     """lua/queue_forget.lua: forget the idle queues among ``names`` (counts of ``hours``)."""
-    script_keys = [queues_key()]
+    script_keys = [queues_key(), limits_waiting_key()]
     for name in names:
         script_keys += [ready_key(name), delayed_key(name), dead_key(name)]
         script_keys += [stats_key(name, hour) for hour in hours]

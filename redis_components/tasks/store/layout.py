@@ -90,6 +90,11 @@ def limits_key() -> str:
     return _key("limits")
 
 
+def limits_waiting_key() -> str:
+    """Each queue -> how many of its tasks wait for a permit (see lua/lib/limits.lua)."""
+    return _key("limit", "waiting")
+
+
 def limit_held_key(key: str) -> str:
     return _key("limit", "held", key)
 

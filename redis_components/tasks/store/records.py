@@ -321,6 +321,7 @@ class QueueCounts:
     delayed: int
     dead: int
     in_progress: int
+    on_limits: int  # waiting for a permit of a concurrency limit (not in ready)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,7 @@ from .layout import (
     limit_held_key,
     limit_wait_key,
     limits_key,
+    limits_waiting_key,
     queues_key,
     ready_key,
     result_key,
@@ -545,14 +546,21 @@ class TaskStore:
             pipe.zcard(ready_key(name))
             pipe.zcard(delayed_key(name))
             pipe.llen(dead_key(name))
+            pipe.hget(limits_waiting_key(), name)
             for worker_id in worker_ids:
                 pipe.zcard(running_key(worker_id, name))
         counts = iter(pipe.execute())
         found = {}
         for name, worker_ids in serving.items():
-            ready, delayed, dead = next(counts), next(counts), next(counts)
+            ready, delayed, dead, on_limits = next(counts), next(counts), next(counts), next(counts)
             held = sum(next(counts) for _ in worker_ids)
-            found[name] = QueueCounts(ready=ready, delayed=delayed, dead=dead, in_progress=held)
+            found[name] = QueueCounts(
+                ready=ready,
+                delayed=delayed,
+                dead=dead,
+                in_progress=held,
+                on_limits=int(on_limits or 0),
+            )
         return found
 
     def held_payloads(self, worker_id: str, queue: str) -> list[bytes]:

@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...conf import conf
 from ...scripts import Call
+from ..limits import settings_json
 from .calls import fetch_call, fetch_keys, put_back_call
 from .layout import tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
@@ -60,6 +62,7 @@ class WorkerStore:
     :meth:`take` and :meth:`record`, not the pipelines of :meth:`put_back` and
     :meth:`held`): one object per thread that talks to Redis. The worker's loop, its
     lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` all use it.
+    Its takes apply the limits of the ``TASK_LIMITS`` setting as it was when it was made.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class WorkerStore:
         self._clock_read: tuple[int, float] | None = None
         self._client = client
         self._keys = fetch_keys(worker_id, self.queues)
+        self._limits = settings_json(conf.TASK_LIMITS)
 
     @property
     def store(self) -> TaskStore:
@@ -183,6 +187,7 @@ class WorkerStore:
             start=start,
             ahead=ahead,
             clock=clock,
+            limits=self._limits,
         )
         return call, reads
 

@@ -153,7 +153,12 @@ def test_purchase_refusals_change_nothing(users: dict[str, int]) -> None:
     assert says(f"/market/buy/{item}/{users['carol']}/", {"price": price}) == [
         f"{item} is no longer for sale: someone bought it first."
     ]
-    assert "missing the price" in says(f"/market/buy/{item}/{bob}/", {"price": "cheap"})[0]
+    assert says(f"/market/buy/{item}/{bob}/", {"price": "cheap"}) == [
+        "The price you saw, 'cheap', is not a whole number; have another look."
+    ]
+    assert says(f"/market/buy/{item}/{bob}/", {}) == [
+        "The price you saw was missing; have another look."
+    ]
     mine, my_price = listing_of(alice_id)
     assert says(f"/market/buy/{mine}/{alice_id}/", {"price": my_price}) == [
         f"{mine} is your own item."

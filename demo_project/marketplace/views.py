@@ -196,10 +196,12 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
     The lock names are the market's templates, filled from the URL's ``item`` and
     ``seller`` and the request's ``{user}``: a withdraw of this listing takes the same.
     """
+    seen = request.POST.get("price", "").strip()
     try:
-        price = int(request.POST.get("price", ""))
+        price = int(seen)
     except ValueError:
-        messages.error(request, "The form was missing the price you saw; have another look.")
+        problem = f", {seen!r}, is not a whole number" if seen else " was missing"
+        messages.error(request, f"The price you saw{problem}; have another look.")
         return redirect("market")
     purchase = MARKET.purchase_under_lock(me(request), item, seller, price)
     if not purchase.ok:

@@ -110,9 +110,9 @@ else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = DATA_DIR / "emails"
 DEFAULT_FROM_EMAIL = "market@example.com"
-# On Django 6 a sale's tasks (recording it, the sold notice) are Django @tasks, run on our
-# queues through its Tasks backend (demo_project/marketplace/tasks.py); on Django 5.2 they
-# are our own @redis_task.
+# On Django 6.1 a sale's tasks (recording it, the sold notice) are Django @tasks, run on our
+# queues through its Tasks backend (demo_project/marketplace/tasks.py); before, they
+# are our own @redis_task (Django 6.0 cannot pass their limits on to the backend).
 if django.VERSION >= (6, 0):
     TASKS = {
         "default": {

@@ -2,10 +2,14 @@
 
 A sale runs a workflow, a chain of two steps: ``record_sale`` counts it in both users'
 trade stats, then ``send_sold_email`` tells the seller (the book's example task). On
-Django 6 they are declared with Django's own ``@task`` (``django.tasks``) and run on our
-queues through ``RedisTaskBackend`` (``TASKS`` in the settings, 3 retries); on Django 5.2
+Django 6.1 they are declared with Django's own ``@task`` (``django.tasks``) and run on our
+queues through ``RedisTaskBackend`` (``TASKS`` in the settings, 3 retries); before it
 with ``redis_components.redis_task``. Either way ``.si(...)`` makes each a step, and the
 buyer's notices page shows the workflow's state, read back with ``get_workflow``.
+
+The emails go through one mail relay, which takes at most 5 a second: the limit is the
+task's (``limits=[rate_limit(...)]``), kept by the worker where it takes a task, so a
+burst of sales queues its emails instead of failing or retrying them.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.http import HttpRequest
 
-from redis_components import Mailbox, chain, get_workflow, redis_task
+from redis_components import Mailbox, chain, get_workflow, rate_limit, redis_task
 from redis_components.exceptions import WorkflowDoesNotExist
 
 from .market import Market
 
 SENT_KEPT = 10  # the buyer's latest sales whose workflow the notices page shows
+MAIL_RELAY = [rate_limit(5, per=1.0, burst=5, key="mail-relay")]
 
 
 def record_sale(sale: str, seller_id: int, buyer_id: int, price: int) -> bool:
@@ -54,14 +59,14 @@ def send_sold_email(seller_id: int, item_id: str, price: int, buyer_id: int) -> 
     )
 
 
-if django.VERSION >= (6, 0):
+if django.VERSION >= (6, 1):  # Django 6.1 passes the limits on to our backend's tasks
     from django.tasks import task as django_task
 
     record_sale = django_task(queue_name="market")(record_sale)  # type: ignore[assignment]
-    send_sold_email = django_task(queue_name="email")(send_sold_email)  # type: ignore[assignment]
+    send_sold_email = django_task(queue_name="email", limits=MAIL_RELAY)(send_sold_email)  # type: ignore[assignment]
 else:
     record_sale = redis_task(queue="market", max_retries=3)(record_sale)  # type: ignore[assignment]
-    send_sold_email = redis_task(queue="email", max_retries=3)(send_sold_email)  # type: ignore[assignment]
+    send_sold_email = redis_task(queue="email", max_retries=3, limits=MAIL_RELAY)(send_sold_email)  # type: ignore[assignment]
 
 
 def after_sale(request: HttpRequest, seller_id: int, item: str, price: int, seller: str) -> None:

@@ -308,7 +308,8 @@ def test_tasks_waiting_on_a_limit_count_in_their_queue(r: redis.Redis) -> None:
 
 def test_settings_replace_a_limit_for_the_next_worker(r: redis.Redis) -> None:
     """TASK_LIMITS, read when a worker starts, replaces the limits of the tasks it takes
-    (already queued ones too): an exact key before a prefix, a rate as a concurrency."""
+    (already queued ones too): an exact key before a prefix, a concurrency limit's and a
+    rate's numbers."""
     exact_and_prefix = {"customer:A": {"concurrency": 5}, "customer:*": {"concurrency": 1}}
     with with_settings(TASK_LIMITS=exact_and_prefix):
         worker = ScriptedWorker(["test"])
@@ -365,6 +366,34 @@ def test_a_lowered_limit_holds_its_permits_back_until_under_it(r: redis.Redis) -
     last = new.take()
     assert last is not None
     new.succeed(last.id)
+    assert left_over(r) == []
+
+
+def test_a_limit_raised_by_settings_falls_back_once_a_worker_without_them_takes(
+    r: redis.Redis,
+) -> None:
+    """Workers restarted without the setting apply the task's own limit again, and the
+    permits handed on follow it: not the raised number the last setting wrote."""
+    with with_settings(TASK_LIMITS={"customer:X": {"concurrency": 5}}):
+        raised = ScriptedWorker(["test"])
+    running = [tasks.per_customer.enqueue("X", f"run{i}").id for i in range(5)]
+    assert [raised.take().id for _ in running] == running  # type: ignore[union-attr]
+    plain = ScriptedWorker(["test"])
+    tasks.per_customer.enqueue("X", "waits1")
+    tasks.per_customer.enqueue("X", "waits2")
+    assert plain.take() is None
+    assert r.hget("rc:queue:{tasks}:limits", "customer:X") == b"3"
+    for task_id in running[:2]:
+        raised.succeed(task_id)
+    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 2  # 3 run: none handed
+    raised.succeed(running[2])
+    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 1
+    for task_id in running[3:]:
+        raised.succeed(task_id)
+    for _ in range(2):
+        taken = plain.take()
+        assert taken is not None
+        plain.succeed(taken.id)
     assert left_over(r) == []
 
 

@@ -90,7 +90,9 @@ def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> No
     asked: list[str] = []
     monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "y")
     assert run("--purge", "test") == "test: deleted 1 tasks (there were 1 a moment ago)\n"
-    assert asked == ["Delete 1 ready, 0 delayed and 0 dead tasks of queue 'test'? [y/N] "]
+    assert asked == [
+        "Delete 1 ready, 0 delayed, 0 on limits and 0 dead tasks of queue 'test'? [y/N] "
+    ]
     tasks.record.enqueue("b")
     assert "deleted 1 tasks" in run("--purge", "test", "--yes")
     assert queue_stats(["test"])[0].ready == 0

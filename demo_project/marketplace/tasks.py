@@ -29,7 +29,7 @@ from redis_components.exceptions import WorkflowDoesNotExist
 from .market import Market
 
 SENT_KEPT = 10  # the buyer's latest sales whose workflow the notices page shows
-MAIL_RELAY = [rate_limit(5, per=1.0, burst=5, key="mail-relay")]
+MAIL_RELAY = [rate_limit(5, per=1.0, key="mail-relay")]
 
 
 def record_sale(sale: str, seller_id: int, buyer_id: int, price: int) -> bool:

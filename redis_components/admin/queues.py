@@ -303,7 +303,8 @@ ACTIONS = {
     "purge": Action(
         gettext_lazy("Purge a queue"),
         gettext_lazy(
-            "Every ready, delayed and dead task of the queue is deleted; running ones finish."
+            "Every ready, delayed, dead task of the queue, and every one waiting on a limit, "
+            "is deleted; running ones finish."
         ),
         gettext_lazy("Yes, purge a queue"),
         _purge,

@@ -138,8 +138,9 @@ end
 -- on: over a concurrency limit, it waits in that limit's ZSET until a permit is handed
 -- to it; over a rate, it waits in its queue's delayed ZSET for its turn. Returns false,
 -- that start (epoch ms) or nil, and which kind of limit set it aside: 'concurrency' or
--- 'rate'. A concurrency limit the settings set (limits_set) is written to the index
--- at each take, so that the scripts handing its permits on follow it.
+-- 'rate'. Each concurrency limit is written to the index at each take, so that the
+-- scripts handing its permits on follow the number the last take applied (the
+-- settings may change it: limits_set).
 local function limits_take(base, limits, id, queue, score, payload, now)
   local unused = {}  -- the concurrency limits no task holds
   for _, limit in ipairs(limits) do
@@ -147,7 +148,7 @@ local function limits_take(base, limits, id, queue, score, payload, now)
       local held = base .. 'limit:held:' .. limit[2]
       local count = redis.call('SISMEMBER', held, id) == 0 and redis.call('SCARD', held)
       unused[limit[2]] = count == 0
-      if limit.set and count ~= 0 then  -- in use (unused, it is written when taken)
+      if count ~= 0 then  -- in use (unused, it is written when taken)
         redis.call('HSET', base .. 'limits', limit[2], limit[3])
       end
       if count and count >= limit[3] then

@@ -215,11 +215,11 @@ class Command(RedisCommand):
 
     def purge(self, queue: str, yes: bool) -> None:
         [stats] = queue_stats([validate_queue(queue)])
-        waiting = stats.ready + stats.delayed + stats.dead
+        waiting = stats.ready + stats.delayed + stats.on_limits + stats.dead
         if not yes:
             question = (
-                f"Delete {stats.ready} ready, {stats.delayed} delayed and {stats.dead} dead "
-                f"tasks of queue {queue!r}? [y/N] "
+                f"Delete {stats.ready} ready, {stats.delayed} delayed, {stats.on_limits} on "
+                f"limits and {stats.dead} dead tasks of queue {queue!r}? [y/N] "
             )
             try:
                 answer = input(question)

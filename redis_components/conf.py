@@ -80,7 +80,8 @@ DEFAULTS: dict[str, Any] = {
     "TASK_SHUTDOWN_GRACE": 25.0,
     # Each queue's dead-letter list keeps at most this many (the newest) entries.
     "TASK_DEAD_LETTER_MAX": 10_000,
-    # {queue name: maximum number of waiting (ready + delayed) tasks}; others are unbounded.
+    # {queue name: maximum number of waiting tasks (ready, delayed, on limits)}; others are
+    # unbounded.
     "TASK_QUEUE_LIMITS": {},
     # Limits that replace those of the tasks a worker takes, from its next start (queued
     # tasks too): {limit key, or a prefix ending in "*": {"concurrency": n} or

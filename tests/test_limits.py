@@ -31,6 +31,7 @@ from redis_components.tasks.store import TaskStore, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.processes import WorkerProcess, running_worker, wait_until
+from tests.test_rc_queues import QUEUES_HEADER
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -282,17 +283,7 @@ def test_tasks_waiting_on_a_limit_count_in_their_queue(r: redis.Redis) -> None:
     out = io.StringIO()
     call_command("rc_queues", stdout=out)
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == [
-        "queue",
-        "ready",
-        "delayed",
-        "on",
-        "limits",
-        "in",
-        "progress",
-        "dead",
-        "limit",
-    ]
+    assert lines[0].split() == QUEUES_HEADER
     assert [line.split() for line in lines if line.startswith("test ")] == [
         ["test", "0", "0", "2", "3", "0", "-"]
     ]

@@ -36,23 +36,17 @@ def bury(r: redis.Redis, queue: str, label: str) -> None:
     r.rpush(dead_key(queue), json.dumps({"task": payload, "queue": queue, "reason": "failed"}))
 
 
+# The head of rc_queues' table of queues, split at spaces.
+QUEUES_HEADER = ["queue", "ready", "delayed", "on", "limits", "in", "progress", "dead", "limit"]
+
+
 def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Redis) -> None:
     tasks.record.enqueue("a")
     tasks.record.enqueue_in(60, "b")
     bury(r, "mail", "m")
     worker = crashed_worker(["test", "mail"], take=0)
     lines = run().splitlines()
-    assert lines[0].split() == [
-        "queue",
-        "ready",
-        "delayed",
-        "on",
-        "limits",
-        "in",
-        "progress",
-        "dead",
-        "limit",
-    ]
+    assert lines[0].split() == QUEUES_HEADER
     table = lines[1 : lines.index("")]
     rows = {line.split()[0]: line.split()[1:] for line in table}
     assert rows["test"] == ["1", "1", "0", "0", "0", "-"]

@@ -95,7 +95,7 @@ def fetch_call(
     ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
     tasks, take the next task (``ahead``: to hold it ahead). ``clock``: the server's
     time as the worker reckons it, "=<ms>" or ">=<ms>" (see the script), "" for none.
-    ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.from_settings), "" for none.
+    ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.settings_json), "" for none.
 
     ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
     """

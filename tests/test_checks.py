@@ -171,7 +171,8 @@ def test_e008_bad_queue_limits(limits: object) -> None:
     [
         ([], "must be a dict of limit keys"),
         ({"api": 5}, "'api' must map to {'concurrency': n} or {'rate': n"),
-        ({"api": {"concurrency": 0}}, "'api': limit: must be a positive integer"),
+        ({"api": {"concurrency": 0}}, "'api': concurrency: must be a positive integer"),
+        ({"api": {"rate": 0}}, "'api': rate: must be a positive integer"),
         ({"api": {"rate": 5, "per": 0}}, "'api': per: must be a positive number"),
         ({"api": {"rate": 5, "burst": -1}}, "'api': burst: must be"),
         ({"api": {"concurrency": 2, "per": 1}}, "'api' must map to"),

@@ -206,6 +206,7 @@ def from_settings(value: object) -> dict[str, Limit]:
         name = keys.validate_name(key, "TASK_LIMITS", MAX_KEY)
         if "*" in name[:-1]:
             raise InvalidInput("TASK_LIMITS", f"{name!r}: '*' may only end a key (a prefix)")
+        kind = "concurrency" if isinstance(spec, dict) and "concurrency" in spec else "rate"
         try:
             if isinstance(spec, dict) and set(spec) == {"concurrency"}:
                 found[name] = concurrency_limit(spec["concurrency"])
@@ -214,8 +215,9 @@ def from_settings(value: object) -> dict[str, Limit]:
                 per, burst = spec.get("per", 1.0), spec.get("burst")
                 found[name] = rate_limit(spec["rate"], per=per, burst=burst)
                 continue
-        except InvalidInput as error:
-            raise InvalidInput("TASK_LIMITS", f"{name!r}: {error}") from None
+        except InvalidInput as error:  # named as the setting names it
+            field = kind if error.field == "limit" else error.field
+            raise InvalidInput("TASK_LIMITS", f"{name!r}: {field}: {error.problem}") from None
         raise InvalidInput(
             "TASK_LIMITS",
             f"{name!r} must map to {{'concurrency': n}} or {{'rate': n, 'per': seconds, "

@@ -39,6 +39,7 @@ from redis_components.tasks.store import (
     fetch_keys,
     forget_call,
     heartbeat_call,
+    home,
     leases_key,
     purge_call,
     put_back_call,
@@ -73,7 +74,7 @@ def test_the_running_hash_attempts_are_read_in_one_place() -> None:
 def test_keys_share_one_hash_tag() -> None:
     for key in (ready_key("a:b"), delayed_key("x"), dead_key("{odd}"), result_key("ab")):
         assert key.startswith("rc:queue:{tasks}:")
-    assert counter_key() == "rc:queue:{tasks}:counter"
+    assert counter_key(home("x")) == "rc:queue:{tasks}:counter"
 
 
 def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> None:
@@ -136,7 +137,7 @@ def test_enqueue_ranks_by_priority_then_order(r: redis.Redis) -> None:
     tasks.record.enqueue("second")
     order = [TaskMessage.decode(raw).args[0] for raw in r.zrange(ready_key("test"), 0, -1)]
     assert order == ["urgent", "first", "second"]
-    assert int(r.get(counter_key()) or 0) == 3
+    assert int(r.get(counter_key(home("test"))) or 0) == 3
 
 
 def take(worker_id: str, queues: list[str]) -> bytes | None:
@@ -177,7 +178,7 @@ def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) 
     assert get_result(handle.id).status is TaskResultStatus.RUNNING
     assert finish(again, second_take, "current")
     assert get_result(handle.id).return_value == "current"
-    assert r.zcard(running_key(worker, "test")) == r.hlen(running_tasks_key()) == 0
+    assert r.zcard(running_key(worker, "test")) == r.hlen(running_tasks_key(home("test"))) == 0
 
 
 def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.Redis) -> None:
@@ -200,7 +201,7 @@ def test_recovery_puts_a_task_back_where_it_was_and_records_the_crash(r: redis.R
     [error] = result.errors
     assert error.exception_class_path == "redis_components.exceptions.WorkerCrashed"
     assert "died while running it (1 of 3)" in error.traceback
-    assert r.hlen(running_tasks_key()) == 0
+    assert r.hlen(running_tasks_key(home("test"))) == 0
 
 
 def test_a_task_found_after_too_many_crashes_is_dead_lettered_and_failed(r: redis.Redis) -> None:
@@ -488,7 +489,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         queue="q", entries=[(b"{}", _message(i)) for i in range(n)]
     ),
     "queue_cancel": lambda n: cancel_call(
-        task_id="ab", queue="q", payload=b"{}", unique=unique_key("d"), terminate=True
+        task_id="ab", queue="q", payload=b"{}", unique=unique_key("q", "d"), terminate=True
     ),
     "queue_purge": lambda n: purge_call(queue="q"),
     "queue_forget": lambda n: forget_call(names=[f"q{i}" for i in range(n)], hours=[1, 2]),

@@ -73,7 +73,7 @@ for _, step in ipairs(plan) do
         redis.call('ZREM', entry[1], entry[2])
       end
       -- Or out of the concurrency limit it waits on; its permits go on (lib/limits.lua).
-      local base = limits_base(KEYS[2], 'counter')
+      local base = limits_base(KEYS[2], 'counter')  -- the registry's: every queue's home today
       local queue = string.sub(KEYS[4 * n + 3], #base + 7)  -- its ready ZSET's, after 'ready:'
       for i = 1, 3 do
         local limits = step[5][i] and limits_of(step[5][i])

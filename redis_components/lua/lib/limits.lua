@@ -2,8 +2,8 @@
 -- record, put back, recover and cancel tasks. A limited task's payload starts
 -- '{"id":"<hex>","priority":<int>,"limits":[...],' where each limit is ["c", key, limit]
 -- or ["r", key, limit, per ms, burst] (no string holds a bracket: limits.to_json). Its
--- keys are the task system's, named from ``base`` (the head of every task key, so on a
--- cluster they share the task system's slot):
+-- keys are the task system's, named from ``base`` (the head of the keys of the queue's
+-- home, so on a cluster they share its slot; see tasks/store/__init__.py):
 --   limit:held:<key>    SET: the ids of the tasks holding one of its permits
 --   limit:wait:<key>    ZSET: the tasks waiting for a permit, "<queue>\n<payload>",
 --                       scored as they were in their queue

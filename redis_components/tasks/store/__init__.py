@@ -20,23 +20,36 @@ and nothing here knows about workers' loops, Django's API or pages.
 
 Keys
 ----
-Every key of the task system shares one hash tag, ``{tasks}``, so that one script,
-transaction or move may touch any of them on Redis Cluster (a worker serving several
-queues moves a task from whichever is first non-empty into its own in-progress set;
-recovery moves tasks between keys of different queues). On a cluster the task system
-therefore lives on one shard, as it must for atomic multi-queue moves. With the
-default prefix::
+Each key belongs to a *home*: a head that ends in a hash tag, so that one script may
+touch any key of one home on Redis Cluster. A queue's keys and its tasks' keys are in
+the queue's home (``layout.home``); the keys that no queue owns (the workers' leases
+and descriptions, the queues served, the schedules, the workflows) are in the
+registry's (``layout.registry``); each home has its own running hash, enqueue counter,
+metrics totals and limit keys. Every home is ``{tasks}`` today, so that one script may
+still touch any task key (a worker serving several queues moves a task from whichever
+is first non-empty into its own in-progress set; recovery moves tasks between keys of
+different queues), and on a cluster the task system lives on one shard. The layout
+names each key's home so that queues can be given homes of their own. A script is
+given the keys of one home (``layout.one_home`` refuses queues of different homes).
+With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)
     rc:queue:{tasks}:dead:<queue>               LIST  dead letters: JSON {task, reason, error, ...}
     rc:queue:{tasks}:running:<worker>:<queue>   ZSET  the tasks a worker has taken, with their score
-    rc:queue:{tasks}:running                    HASH  task id -> "<start ms> <worker>" while it runs
+    rc:queue:{tasks}:stats:<hour>:<queue>       HASH  the queue's counts per minute in that hour
+    rc:queue:{tasks}:unique:<digest>            STR   the id of a unique task while it is unique
     rc:queue:{tasks}:result:<task id>           HASH  the task's result record (see results.py)
-    rc:queue:{tasks}:counter                    STR   the enqueue counter (FIFO among equals)
+    rc:queue:{tasks}:terminate:<task id>        STR   a request to stop the running task
+    rc:queue:{tasks}:running                    HASH  per home: task id -> its running attempts
+    rc:queue:{tasks}:counter                    STR   per home: the enqueue counter (FIFO)
+    rc:queue:{tasks}:totals                     HASH  per home: the metrics' running totals
+    rc:queue:{tasks}:limits, limit:...          per home: the limits in use (lua/lib/limits.lua)
     rc:queue:{tasks}:leases                     ZSET  worker id -> lease expiry (ms)
     rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
     rc:queue:{tasks}:queues                     SET   every queue a worker has served
+    rc:queue:{tasks}:scheduler                  STR   the worker that claims the schedules' ticks
+    rc:queue:{tasks}:schedule:next, :last       HASH  each schedule's next tick, last claimed one
     rc:queue:{tasks}:flow:<workflow id>         HASH  a workflow: its steps and their states
     rc:queue:{tasks}:flows:live                 ZSET  running workflows, by creation (ms)
     rc:queue:{tasks}:flows:done                 ZSET  finished workflows kept, by end (ms)
@@ -104,6 +117,7 @@ from .layout import (
     flow_section,
     flows_done_key,
     flows_live_key,
+    home,
     leases_key,
     queues_key,
     rank,
@@ -196,6 +210,7 @@ __all__ = [
     "flows_live_key",
     "forget_call",
     "heartbeat_call",
+    "home",
     "leases_key",
     "purge_call",
     "put_back_call",

@@ -17,12 +17,15 @@ from .layout import (
     flow_section,
     flows_done_key,
     flows_live_key,
+    home,
     leases_key,
     limits_key,
     limits_waiting_key,
+    one_home,
     queues_key,
     rank,
     ready_key,
+    registry,
     result_key,
     result_ttl_ms,
     running_key,
@@ -39,9 +42,12 @@ from .records import TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, durati
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
-    """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it)."""
-    script_keys = [leases_key(), running_tasks_key(), counter_key(), leases_key(), leases_key()]
-    script_keys.append(totals_key())
+    """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it):
+    those of ``queues``' one home."""
+    head = one_home(queues)
+    leases = leases_key()
+    script_keys = [leases, running_tasks_key(head), counter_key(head), leases, leases]
+    script_keys.append(totals_key(head))
     for queue in queues:
         script_keys += [
             ready_key(queue),
@@ -61,9 +67,9 @@ def enqueue_call(
         [
             ready_key(message.queue),
             delayed_key(message.queue),
-            counter_key(),
+            counter_key(home(message.queue)),
             result_key(message.id),
-            unique_key or counter_key(),
+            unique_key or counter_key(home(message.queue)),
         ],
         [
             payload,
@@ -146,7 +152,7 @@ def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) ->
     """lua/queue_put_back.lua: give back a task held ahead, unstarted."""
     return (
         scripts.load("queue_put_back"),
-        [running_tasks_key(), running_key(worker_id, queue), ready_key(queue)],
+        [running_tasks_key(home(queue)), running_key(worker_id, queue), ready_key(queue)],
         [worker_id, held.payload or b"", task_id, held.now_ms, queue],
     )
 
@@ -189,7 +195,8 @@ def recover_call(
 ) -> scripts.Call:
     """lua/queue_recover.lua: put back the tasks a worker holds (``tasks``: their ids,
     each with its workflow step or ``None``)."""
-    script_keys = [leases_key(), workers_key(), running_tasks_key()]
+    head = one_home(queues)
+    script_keys = [leases_key(), workers_key(), running_tasks_key(head)]
     for queue in queues:
         script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
     script_keys += [result_key(task_id) for task_id in tasks]
@@ -211,7 +218,7 @@ def recover_call(
 
 def requeue_dead_call(*, queue: str, entries: Sequence[tuple[bytes, TaskMessage]]) -> scripts.Call:
     """lua/queue_requeue_dead.lua: put dead letters (each with its task) back, fresh."""
-    script_keys = [dead_key(queue), ready_key(queue), counter_key()]
+    script_keys = [dead_key(queue), ready_key(queue), counter_key(home(queue))]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for entry, message in entries:
         fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
@@ -238,9 +245,9 @@ def cancel_call(
         ready_key(queue),
         delayed_key(queue),
         result_key(task_id),
-        running_tasks_key(),
+        running_tasks_key(home(queue)),
         terminate_key(task_id),
-        unique or counter_key(),
+        unique or counter_key(home(queue)),
         *(flow_section(flow) if flow else ()),
     ]
     args: list[scripts.Arg] = [
@@ -260,14 +267,15 @@ def purge_call(*, queue: str) -> scripts.Call:
     """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters."""
     return (
         scripts.load("queue_purge"),
-        [ready_key(queue), delayed_key(queue), dead_key(queue), limits_key()],
+        [ready_key(queue), delayed_key(queue), dead_key(queue), limits_key(home(queue))],
         [queue],
     )
 
 
 def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:
     """lua/queue_forget.lua: forget the idle queues among ``names`` (counts of ``hours``)."""
-    script_keys = [queues_key(), limits_waiting_key()]
+    head = one_home(names)
+    script_keys = [queues_key(), limits_waiting_key(head)]
     for name in names:
         script_keys += [ready_key(name), delayed_key(name), dead_key(name)]
         script_keys += [stats_key(name, hour) for hour in hours]
@@ -289,7 +297,8 @@ def flow_create_call(
 ) -> scripts.Call:
     """lua/flow_create.lua: write a workflow (``fields``: its HASH's, flat) and enqueue
     its ``roots`` (each step's number, message and payload)."""
-    script_keys = [flow_key(workflow_id), counter_key(), flows_live_key(), flows_done_key()]
+    script_keys = [flow_key(workflow_id), counter_key(registry()), flows_live_key()]
+    script_keys.append(flows_done_key())
     args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
     for number, message, payload in roots:
         script_keys += [ready_key(message.queue), result_key(message.id)]
@@ -303,10 +312,10 @@ def flow_cancel_call(
     """lua/flow_cancel.lua: cancel a workflow (``steps``: each step's task id and queue)."""
     script_keys = [
         flow_key(workflow_id),
-        counter_key(),
+        counter_key(registry()),
         flows_live_key(),
         flows_done_key(),
-        running_tasks_key(),
+        running_tasks_key(registry()),
     ]
     for task_id, queue in steps:
         script_keys += [
@@ -325,7 +334,7 @@ def flow_cancel_call(
 
 def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
     """lua/schedule_claim.lua: claim due ticks of schedules, enqueueing their tasks."""
-    script_keys = [schedule_next_key(), schedule_last_key(), counter_key()]
+    script_keys = [schedule_next_key(), schedule_last_key(), counter_key(registry())]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for claim in claims:
         script_keys += [ready_key(claim.message.queue), result_key(claim.message.id)]

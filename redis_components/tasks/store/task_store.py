@@ -40,6 +40,8 @@ from .layout import (
     flow_key,
     flows_done_key,
     flows_live_key,
+    home,
+    homes,
     leases_key,
     limit_held_key,
     limit_wait_key,
@@ -53,6 +55,7 @@ from .layout import (
     schedule_last_key,
     schedule_next_key,
     stats_key,
+    task_home,
     tasks_client,
     totals_key,
     unique_key,
@@ -207,7 +210,7 @@ class TaskStore:
             payload=payload,
             due=due,
             limit=limit,
-            unique_key=unique_key(message.digest()) if unique_for else "",
+            unique_key=unique_key(message.queue, message.digest()) if unique_for else "",
             unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
         )
         replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
@@ -438,7 +441,7 @@ class TaskStore:
             task_id=task_id,
             queue=queue,
             payload=payload,
-            unique=unique if unique.startswith(unique_key("")) else "",  # only a key of ours
+            unique=unique if unique.startswith(unique_key(queue, "")) else "",  # only a key of ours
             terminate=terminate,
             flow=message.flow if message else None,
         )
@@ -489,7 +492,7 @@ class TaskStore:
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
             raw(pipe, "HGETALL", result_key(task_id))
-            raw(pipe, "HGET", running_tasks_key(), task_id)
+            raw(pipe, "HGET", running_tasks_key(task_home(task_id)), task_id)
         found = pipe.execute()
         return [
             replies.task_record(task_id, found[2 * i], found[2 * i + 1])
@@ -546,7 +549,7 @@ class TaskStore:
             pipe.zcard(ready_key(name))
             pipe.zcard(delayed_key(name))
             pipe.llen(dead_key(name))
-            pipe.hget(limits_waiting_key(), name)
+            pipe.hget(limits_waiting_key(home(name)), name)
             for worker_id in worker_ids:
                 pipe.zcard(running_key(worker_id, name))
         counts = iter(pipe.execute())
@@ -625,8 +628,11 @@ class TaskStore:
         return int(total), found
 
     def running_records(self) -> list[RunningEntry]:
-        """Every attempt running now, in two round trips."""
-        attempts = fields_of(raw(self.client, "HGETALL", running_tasks_key()))
+        """Every attempt running now, in two round trips (one per home, then one)."""
+        pipe = self.client.pipeline(transaction=False)
+        for head in homes():
+            raw(pipe, "HGETALL", running_tasks_key(head))
+        attempts = {k: v for found in pipe.execute() for k, v in fields_of(found).items()}
         pipe = self.client.pipeline(transaction=False)
         for task_id in attempts:
             raw(pipe, "HGET", result_key(task_id), "message")
@@ -662,12 +668,13 @@ class TaskStore:
     def totals(self) -> dict[str, float]:
         """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us"),
         those that are numbers."""
-        found = {}
-        for name, value in fields_of(raw(self.client, "HGETALL", totals_key())).items():
-            try:
-                found[name] = float(value)
-            except ValueError:
-                continue
+        found: dict[str, float] = {}
+        for head in homes():
+            for name, value in fields_of(raw(self.client, "HGETALL", totals_key(head))).items():
+                try:
+                    found[name] = found.get(name, 0.0) + float(value)
+                except ValueError:
+                    continue
         return found
 
     def schedule_ticks(self) -> tuple[dict[str, int], int]:
@@ -746,26 +753,29 @@ class TaskStore:
         return bool(cancelled), (None if status is None else text(status)), dropped, running
 
     def limits_in_use(self, count: int = 100) -> tuple[int, list[LimitUse]]:
-        """How many concurrency limits are in use, and the first ``count`` of them, by key."""
-        total = int(self.client.hlen(limits_key()))
-        found: dict[bytes, bytes] = {}
-        cursor = 0
-        while True:
-            cursor, page = raw(self.client, "HSCAN", limits_key(), cursor, "COUNT", count)
-            found.update(page)
-            if int(cursor) == 0 or len(found) >= count:
-                break
-        found = dict(list(found.items())[:count])
-        pipe = self.client.pipeline(transaction=False)
-        for key in found:
-            name = text(key)
-            pipe.scard(limit_held_key(name))
-            pipe.zcard(limit_wait_key(name))
-        counts = pipe.execute()
-        uses = [
-            LimitUse(text(key), int(limit), int(counts[2 * i]), int(counts[2 * i + 1]))
-            for i, (key, limit) in enumerate(found.items())
-        ]
+        """How many concurrency limits are in use, and the first ``count`` of them, by key
+        (a limit in use in several homes once per home)."""
+        total, uses = 0, list[LimitUse]()
+        for head in homes():
+            total += int(self.client.hlen(limits_key(head)))
+            found: dict[bytes, bytes] = {}
+            cursor = 0
+            while len(uses) + len(found) < count:
+                cursor, page = raw(self.client, "HSCAN", limits_key(head), cursor, "COUNT", count)
+                found.update(page)
+                if int(cursor) == 0:
+                    break
+            found = dict(list(found.items())[: count - len(uses)])
+            pipe = self.client.pipeline(transaction=False)
+            for key in found:
+                name = text(key)
+                pipe.scard(limit_held_key(head, name))
+                pipe.zcard(limit_wait_key(head, name))
+            counts = pipe.execute()
+            uses += [
+                LimitUse(text(key), int(limit), int(counts[2 * i]), int(counts[2 * i + 1]))
+                for i, (key, limit) in enumerate(found.items())
+            ]
         return total, sorted(uses, key=lambda use: use.key)
 
     def workflow_ids(self, limit: int) -> tuple[list[str], list[str]]:

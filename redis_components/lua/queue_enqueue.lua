@@ -1,5 +1,5 @@
 -- KEYS: 1) the queue's ready ZSET (also the name of its wake-up channel)
---       2) the queue's delayed ZSET  3) the task system's enqueue counter
+--       2) the queue's delayed ZSET  3) the enqueue counter of the queue's home
 --       4) the task's result hash  5) the key that makes it unique (any key of the task
 --       system when it is not)
 -- ARGV: 1) the task payload, ending in '"retries":0}' (see messages.py): the script

@@ -1,6 +1,7 @@
 -- KEYS: 1) the ZSET of worker leases  2) the HASH of running tasks (task id -> its
---       attempts, see lib/attempts.lua)  3) the task system's enqueue counter  4) the result hash of
---       the finished task (ARGV 3), or any key of the task system when there is none
+--       attempts, see lib/attempts.lua)  3) the enqueue counter of the queues' home
+--       4) the result hash of the finished task (ARGV 3), or any key of the task system
+--       when there is none
 --       5) the per-minute counts (HASH) of the finished task's queue for this hour
 --       6) the HASH of running totals for metrics; then for each queue the worker
 --       serves, in priority order: its ready ZSET (also the name of its wake-up

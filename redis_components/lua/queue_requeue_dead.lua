@@ -1,5 +1,5 @@
 -- KEYS: 1) the queue's dead-letter list  2) the queue's ready ZSET (also the name of its
---       wake-up channel)  3) the task system's enqueue counter, then the result hash of
+--       wake-up channel)  3) the enqueue counter of the queue's home, then the result hash of
 --       each entry's task (any key of the task system for an entry without one)
 -- ARGV: 1) how long to keep a result after its last change, in ms, then for each entry:
 --       the dead-letter entry, the payload to enqueue in its place, its rank (see

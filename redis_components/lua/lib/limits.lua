@@ -44,7 +44,7 @@ local function limits_of(payload)
   return limits
 end
 
--- The head of every task key, from a key of the task system and its name after that head.
+-- The head of a home's keys, from a key of that home and its name after that head.
 local function limits_base(key, tail)
   return string.sub(key, 1, #key - #tail)
 end

@@ -30,8 +30,10 @@ still touch any task key (a worker serving several queues moves a task from whic
 is first non-empty into its own in-progress set; recovery moves tasks between keys of
 different queues), and on a cluster the task system lives on one shard. The layout
 names each key's home so that queues can be given homes of their own. A script is
-given the keys of one home (``layout.one_home`` refuses queues of different homes).
-With the default prefix::
+given the keys of one queue home (``layout.one_home`` refuses queues of different
+homes) and, where it needs them, the registry's: the scripts that need both, and those
+that put tasks in the queues of a workflow or a schedule (which take the registry's
+counter), must be split before homes can differ. With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)

@@ -66,7 +66,8 @@ def one_home(queues: Iterable[str]) -> str:
 
 
 def tasks_client() -> Redis:
-    """The client for the task system's keys: on a cluster, the node of their one hash tag."""
+    """The client for the task system's keys: on a cluster, the node of the registry's
+    hash tag, which is every home's today."""
     client = get_client()
     return node_client(client, leases_key()) if is_cluster(client) else client
 

@@ -628,7 +628,7 @@ class TaskStore:
         return int(total), found
 
     def running_records(self) -> list[RunningEntry]:
-        """Every attempt running now, in two round trips (one per home, then one)."""
+        """Every attempt running now, in two round trips."""
         pipe = self.client.pipeline(transaction=False)
         for head in homes():
             raw(pipe, "HGETALL", running_tasks_key(head))

@@ -14,6 +14,8 @@ CACHES = {
         "LOCATION": os.environ.get("BENCH_REDIS_URL", "unix:///nonexistent.sock"),
     }
 }
+if os.environ.get("BENCH_CLUSTER"):  # BENCH_REDIS_URL names a node of a Redis Cluster
+    CACHES["default"]["OPTIONS"] = {"CLIENT_CLASS": "redis_components.connection.ClusterClient"}
 
 REDIS_COMPONENTS: dict[str, object] = {}
 # The cost of metrics: the workers keep the totals and histograms that rc/metrics/ reports.

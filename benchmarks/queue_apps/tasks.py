@@ -22,3 +22,8 @@ limited_api = redis_task(
     queue=work.QUEUE,
     limits=[concurrency_limit(3, key="bench-api"), rate_limit(20, per=1.0, key="bench-api")],
 )(work.limited_api)
+# No-ops on three queues of their own (benchmarks/cluster_queues.py).
+spread = {
+    queue: redis_task(name=f"bench.noop.{queue}", queue=queue)(work.noop)
+    for queue in work.SPREAD_QUEUES
+}

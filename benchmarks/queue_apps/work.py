@@ -12,6 +12,7 @@ from functools import cache
 import redis
 
 QUEUE = "bench"
+SPREAD_QUEUES = ("bench-a", "bench-b", "bench-c")
 
 
 @cache

@@ -188,6 +188,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=3000, help="no-op tasks per setup")
     parser.add_argument("--workers", type=int, default=2, help="rc_worker -c 1 processes")
     options = parser.parse_args()
+    for name in ("tasks", "workers"):
+        if getattr(options, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(options, name)}")
     probe = EmbeddedRedis().start()
     try:
         print(f"Machine: {machine(probe.client())}")

@@ -68,6 +68,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_task_registry.py": ("server",),
     "test_task_schedules.py": ("server", "django"),
     "test_task_status.py": ("server",),
+    "test_task_homes.py": ("server",),
     "test_task_store.py": ("server",),
     "test_task_threads.py": ("processes",),
     "test_task_worker.py": ("processes",),

@@ -353,7 +353,7 @@ def test_a_task_held_ahead_counts_a_crash_only_once_started(r: redis.Redis, star
     counts as any running task's."""
     first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
     connection = OneConnection(tasks_client())
-    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda: connection)
+    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda head: connection)
     worker.beat(60_000, description(["test"]))
     assert worker.take().payload is not None
     held = worker.receive(worker.take_ahead(None))
@@ -378,7 +378,7 @@ def test_a_task_held_ahead_goes_back_by_itself() -> None:
     again, no longer running; once given back, giving it back again does nothing."""
     first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
     connection = OneConnection(tasks_client())
-    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda: connection)
+    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda head: connection)
     worker.beat(60_000, description(["test"]))
     worker.take()
     held = worker.receive(worker.take_ahead(None))

@@ -8,7 +8,8 @@
 --       channel), its delayed ZSET, the worker's in-progress ZSET for it, its
 --       dead-letter list
 -- ARGV: 1) the worker's id
---       2) "take+move", "take" or "": take a task; move due delayed tasks to their queues
+--       2) "take+move", "take", "move" or "": take a task; move due delayed tasks to
+--       their queues
 --       3) the position (1-based) of the queue of a finished task to record, 0 for none
 --       4) its payload as taken  5) its id ("" when unknown: no result is written)
 --       6) how it ended: "ok", "retry", "defer", "bury" or "cancel" (terminated)

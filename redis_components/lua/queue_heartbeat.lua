@@ -1,15 +1,17 @@
 -- KEYS: 1) the ZSET of worker leases (member: worker id, score: expiry in epoch ms)
 --       2) the hash of worker descriptions (worker id -> JSON)  3) the set of queue names
 --       4) the scheduler's lease (the id of the one worker whose scheduler claims ticks)
---       5...) the termination request keys of the tasks the worker is running
+--       5...) the termination request keys of the tasks the worker is running whose
+--       home is the registry's (those of other homes are read there)
 -- ARGV: 1) the worker's id  2) the lease in ms  3) the worker's description (JSON)
 --       4) at most this many expired workers are returned
 --       5) 1 when this worker runs a scheduler and may take the scheduler's lease, else 0
---       6) the number of tasks the worker is running
+--       6) the number of those tasks
 --       7...) their ids, then the worker's queues
 -- Returns: {ids of workers whose lease has run out (never the caller's own),
 --           1 when this worker holds the scheduler's lease, else 0,
---           the ids of its running tasks that are to be terminated}
+--           the ids of its running tasks that are to be terminated,
+--           the lease's new expiry (epoch ms)}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Registration; a worker that was taken for dead (its tasks recovered) registers again.
@@ -38,4 +40,4 @@ for i = 1, tonumber(ARGV[6]) do
   end
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[4]))
-return {expired, leader, terminate}
+return {expired, leader, terminate, now + tonumber(ARGV[2])}

@@ -1,5 +1,7 @@
--- KEYS: 1) the ZSET of worker leases  2) the hash of worker descriptions  3) the HASH of
---       running tasks (task id -> its attempts, see lib/attempts.lua), then for each queue the
+-- KEYS: 1) the ZSET of worker leases (in another home than the registry's: its copy
+--       there)  2) the hash of worker descriptions (in another home: its key of
+--       that name, which is never written)  3) the HASH of running tasks (task id -> its attempts, see
+--       lib/attempts.lua), then for each of the home's queues the
 --       worker served: the worker's in-progress ZSET for it, the queue's ready ZSET
 --       (also the name of its wake-up channel), its dead-letter list; then the result
 --       hash of each task id given in ARGV; then the workflow sections (lib/flow.lua)
@@ -10,7 +12,9 @@
 --       stopped them: no attempt is recorded)
 --       4) the most entries a dead-letter list keeps  5) how long to keep a result
 --       after its last change, in ms  6) the number of queues
---       7...) the name of each queue, in the order of KEYS, then for each task seen in
+--       7) how many tasks the worker had started in its other homes (a crash in their
+--       company is shared too)
+--       8...) the name of each queue, in the order of KEYS, then for each task seen in
 --       the in-progress ZSETs before this call: its id (its result hash is in KEYS),
 --       where its workflow section starts in KEYS (0: it is no workflow's step), its
 --       step's number
@@ -38,8 +42,8 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 local max_crashes, keep = tonumber(ARGV[3]), tonumber(ARGV[5])
 local queues = tonumber(ARGV[6])
 local results, flows = {}, {}
-for i = 7 + queues, #ARGV, 3 do
-  local nth = (i - 7 - queues) / 3 + 1
+for i = 8 + queues, #ARGV, 3 do
+  local nth = (i - 8 - queues) / 3 + 1
   results[ARGV[i]] = KEYS[3 + 3 * queues + nth]
   if ARGV[i + 1] ~= '0' then
     flows[ARGV[i]] = {flow_open(tonumber(ARGV[i + 1])), tonumber(ARGV[i + 2])}
@@ -51,7 +55,7 @@ end
 -- dead-letters a task); a task counting 2 crashes runs alone (worker.py), where the
 -- next crash is its own. A task held ahead (a negative score: see queue_fetch.lua) had
 -- not started: it goes back with no crash counted, and is not counted here.
-local held_total = 0
+local held_total = tonumber(ARGV[7])
 for i = 1, queues do
   held_total = held_total + redis.call('ZCOUNT', KEYS[3 * i + 1], 0, '+inf')
 end
@@ -60,7 +64,7 @@ local shared = held_total > 1
 local requeued, buried = 0, 0
 for i = 1, queues do
   local running, ready, dead = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local queue = ARGV[6 + i]
+  local queue = ARGV[7 + i]
   local was_empty = redis.call('ZCARD', ready) == 0
   local held = redis.call('ZRANGE', running, 0, -1, 'WITHSCORES')
   redis.call('DEL', running)

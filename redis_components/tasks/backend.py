@@ -85,13 +85,12 @@ from .messages import (
     DEFAULT_QUEUE,
     MAX_TASK_NAME,
     TaskMessage,
-    new_task_id,
     validate_priority,
     validate_queue,
 )
 from .registry import task_registry, time_limits, validate_retries
 from .results import TaskStatus, django_datetime, django_time
-from .store import NOW, Due, TaskStore, due_at
+from .store import NOW, Due, TaskStore, due_at, new_task_id
 
 __all__ = [
     "InvalidTask",
@@ -219,7 +218,7 @@ class RedisTaskBackend(QueueBackend):
         try:
             result: TaskResult[..., Any] = TaskResult(
                 task=task,
-                id=new_task_id(),
+                id=new_task_id(task.queue_name),
                 status=TaskResultStatus("READY"),
                 enqueued_at=None,
                 started_at=None,

@@ -248,7 +248,8 @@ class Supervisor:
         Their lease then covers only the death of the machine (and of this process)."""
         alive = [c.worker_id for c in self._children.values() if c.process.is_alive()]
         try:
-            TaskStore().renew_leases(alive, round(conf.TASK_HEARTBEAT_INTERVAL * 1500))
+            lease_ms = round(conf.TASK_HEARTBEAT_INTERVAL * 1500)
+            TaskStore().renew_leases(alive, lease_ms, self.queues)
         except REDIS_DOWN as error:
             logger.debug("Could not renew the worker processes' leases: %s", error)
         except Exception:

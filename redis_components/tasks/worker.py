@@ -115,7 +115,16 @@ from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_wo
 from .messages import task_id_of, validate_queue
 from .schedules import schedules
 from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots
-from .store import Ahead, Fetched, Outcome, TaskStore, WorkerStore, ready_key, tasks_client
+from .store import (
+    Ahead,
+    Fetched,
+    Outcome,
+    TaskStore,
+    WorkerStore,
+    ready_key,
+    registry,
+    tasks_client,
+)
 from .waker import Waker
 
 logger = logging.getLogger("redis_components.worker")
@@ -220,7 +229,7 @@ class Worker:
         # Each queue's wake-up channel is named like its ready set.
         self._waker = Waker([ready_key(queue) for queue in self.queues])
         self._lease: Lease[Execution] = Lease(
-            WorkerStore(self.id, self.queues, move_delayed=scheduler, client=lambda: self.client),
+            WorkerStore(self.id, self.queues, move_delayed=scheduler, client=self.client_at),
             running=self._now_running,
             terminate=self._terminate_running,
             schedules=schedules() if scheduler else [],
@@ -258,8 +267,9 @@ class Worker:
         #: Set once the worker has deregistered and closed, even while a task it gave up
         #: on still runs in the thread that called run().
         self.stopped = threading.Event()
-        self._own_client: tuple[redis.Redis, redis.Redis] | None = None
-        self._held_connection: OneConnection | None = None
+        # Per home (its head): the shared client it was made for, and its own.
+        self._own_clients: dict[str, tuple[redis.Redis, redis.Redis]] = {}
+        self._held_connections: dict[str, OneConnection] = {}
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
@@ -271,14 +281,16 @@ class Worker:
 
     @property
     def client(self) -> redis.Redis:
-        """The worker's own client for the task system's keys, on a pool no task uses.
+        """The worker's own client for the task system's registry, on a pool no task
+        uses. Looked up each time: on a cluster the keys' node may move."""
+        return self.client_at(registry())
 
-        Looked up each time: on a cluster the keys' node may move.
-        """
-        shared = tasks_client()
-        own = self._own_client
+    def client_at(self, head: str) -> redis.Redis:
+        """The worker's own client for the keys of the home ``head``."""
+        shared = tasks_client(head)
+        own = self._own_clients.get(head)
         if own is None or own[0] is not shared:
-            own = self._own_client = (shared, private_client(shared))
+            own = self._own_clients[head] = (shared, private_client(shared))
         return own[1]
 
     @property
@@ -286,15 +298,16 @@ class Worker:
         """The task store on this worker's own client."""
         return TaskStore(self.client)
 
-    def _loop_connection(self) -> OneConnection:
-        """The connection of the loop's fetches, held: one script call per task, so it
-        skips the client's layers (see OneConnection). Only the loop's thread uses it."""
-        client = self.client
-        held = self._held_connection
+    def _loop_connection(self, head: str) -> OneConnection:
+        """The connection of the loop's fetches in the home ``head``, held: one script
+        call per task, so it skips the client's layers (see OneConnection). Only the
+        loop's thread uses it."""
+        client = self.client_at(head)
+        held = self._held_connections.get(head)
         if held is None or held.client is not client:
             if held is not None:
                 held.close()
-            held = self._held_connection = OneConnection(client)
+            held = self._held_connections[head] = OneConnection(client)
         return held
 
     @property
@@ -380,10 +393,10 @@ class Worker:
 
     def close(self) -> None:
         """Close the worker's connections and wake-up pipe (:meth:`run` does, on return)."""
-        if self._held_connection is not None:
-            self._held_connection.close()
-        if self._own_client is not None:
-            self._own_client[1].connection_pool.disconnect()
+        for held in self._held_connections.values():
+            held.close()
+        for _, own in self._own_clients.values():
+            own.connection_pool.disconnect()
         self._waker.close()
 
     # -- the loop ---------------------------------------------------------------------
@@ -527,6 +540,7 @@ class Worker:
             and self._alone is None
             and self._pending is None
             and self._ahead is None
+            and self._tasks.may_take_ahead
             and not (self._stopping or self._interrupted or self.worn_out)
         )
 

@@ -25,15 +25,22 @@ touch any key of one home on Redis Cluster. A queue's keys and its tasks' keys a
 the queue's home (``layout.home``); the keys that no queue owns (the workers' leases
 and descriptions, the queues served, the schedules, the workflows) are in the
 registry's (``layout.registry``); each home has its own running hash, enqueue counter,
-metrics totals and limit keys. Every home is ``{tasks}`` today, so that one script may
-still touch any task key (a worker serving several queues moves a task from whichever
-is first non-empty into its own in-progress set; recovery moves tasks between keys of
-different queues), and on a cluster the task system lives on one shard. The layout
-names each key's home so that queues can be given homes of their own. A script is
+metrics totals, limit keys and copy of the workers' leases (the registry's leases are
+the copy of the registry's home), which fences the fetches and recoveries there. A
+task's id names its home (``layout.task_home``: 36 hex digits start with the home's tag;
+32 are the registry's), so that a reader given only the id finds its result.
+
+Every home is ``{tasks}`` today, and on a cluster the task system lives on one shard;
+``layout.split_homes`` gives each queue a home of its own (for the tests, until every
+part works across homes). What already works across homes: enqueue, a worker's takes
+(:class:`WorkerStore` cuts its queues into runs of one home each, a script per run),
+its heartbeat (the lease, then each home's copy and its terminate flags, a pipeline
+per home), recovery (a script per home, fenced by the home's copy, the registry's
+last), and the readers (a pipeline per home, ``TaskStore._each_home``). A script is
 given the keys of one queue home (``layout.one_home`` refuses queues of different
 homes) and, where it needs them, the registry's: the scripts that need both, and those
 that put tasks in the queues of a workflow or a schedule (which take the registry's
-counter), must be split before homes can differ. With the default prefix::
+counter), must still be split before homes can differ. With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)
@@ -47,7 +54,7 @@ counter), must be split before homes can differ. With the default prefix::
     rc:queue:{tasks}:counter                    STR   per home: the enqueue counter (FIFO)
     rc:queue:{tasks}:totals                     HASH  per home: the metrics' running totals
     rc:queue:{tasks}:limits, limit:...          per home: the limits in use (lua/lib/limits.lua)
-    rc:queue:{tasks}:leases                     ZSET  worker id -> lease expiry (ms)
+    rc:queue:{tasks}:leases                     ZSET  per home: worker id -> lease expiry (ms)
     rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
     rc:queue:{tasks}:queues                     SET   every queue a worker has served
     rc:queue:{tasks}:scheduler                  STR   the worker that claims the schedules' ticks
@@ -120,10 +127,13 @@ from .layout import (
     flows_done_key,
     flows_live_key,
     home,
+    lease_copy_key,
     leases_key,
+    new_task_id,
     queues_key,
     rank,
     ready_key,
+    registry,
     result_key,
     result_ttl_ms,
     running_key,
@@ -213,7 +223,9 @@ __all__ = [
     "forget_call",
     "heartbeat_call",
     "home",
+    "lease_copy_key",
     "leases_key",
+    "new_task_id",
     "purge_call",
     "put_back_call",
     "queue_limit",
@@ -222,6 +234,7 @@ __all__ = [
     "read_dead_letter",
     "ready_key",
     "recover_call",
+    "registry",
     "renew_call",
     "requeue_dead_call",
     "result_key",

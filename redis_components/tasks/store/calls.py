@@ -18,6 +18,7 @@ from .layout import (
     flows_done_key,
     flows_live_key,
     home,
+    lease_copy_key,
     leases_key,
     limits_key,
     limits_waiting_key,
@@ -45,7 +46,7 @@ def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
     """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it):
     those of ``queues``' one home."""
     head = one_home(queues)
-    leases = leases_key()
+    leases = lease_copy_key(head)
     script_keys = [leases, running_tasks_key(head), counter_key(head), leases, leases]
     script_keys.append(totals_key(head))
     for queue in queues:
@@ -180,9 +181,14 @@ def heartbeat_call(
     )
 
 
-def renew_call(*, worker_ids: Sequence[str], lease_ms: int) -> scripts.Call:
-    """lua/queue_renew.lua: renew the leases that these workers hold."""
-    return scripts.load("queue_renew"), [leases_key()], [lease_ms, *worker_ids]
+def renew_call(*, worker_ids: Sequence[str], lease_ms: int, head: str = "") -> scripts.Call:
+    """lua/queue_renew.lua: renew the leases that these workers hold (in the home
+    ``head``: the copies there; by default the registry's leases)."""
+    return (
+        scripts.load("queue_renew"),
+        [lease_copy_key(head or registry())],
+        [lease_ms, *worker_ids],
+    )
 
 
 def recover_call(
@@ -192,11 +198,15 @@ def recover_call(
     tasks: dict[str, FlowStep | None],
     only_if_expired: bool,
     max_crashes: int,
+    head: str = "",
+    started_elsewhere: int = 0,
 ) -> scripts.Call:
-    """lua/queue_recover.lua: put back the tasks a worker holds (``tasks``: their ids,
-    each with its workflow step or ``None``)."""
-    head = one_home(queues)
-    script_keys = [leases_key(), workers_key(), running_tasks_key(head)]
+    """lua/queue_recover.lua: put back the tasks a worker holds in ``queues`` of the
+    home ``head`` (``tasks``: their ids, each with its workflow step or ``None``),
+    fenced by the copy of its lease there; on the registry's home, deregister it.
+    ``started_elsewhere``: how many tasks it had started in its other homes."""
+    head = head or one_home(queues)
+    script_keys = [lease_copy_key(head), workers_key(head), running_tasks_key(head)]
     for queue in queues:
         script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
     script_keys += [result_key(task_id) for task_id in tasks]
@@ -207,6 +217,7 @@ def recover_call(
         conf.TASK_DEAD_LETTER_MAX,
         result_ttl_ms(),
         len(queues),
+        started_elsewhere,
         *queues,
     ]
     for task_id, flow in tasks.items():

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable
+import os
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 
 from redis import Redis
 
@@ -30,19 +33,58 @@ def _head() -> str:
     return _tagged(conf.KEY_PREFIX)
 
 
+# Whether each queue has a home of its own (see home()). Off: every queue's home is the
+# registry's, as on a single server. Only the tests turn it on (split_homes()) until
+# every part of the task system works across homes.
+_split = False
+
+
+@contextlib.contextmanager
+def split_homes() -> Iterator[None]:
+    """Give each queue a home of its own while in the block (for the tests)."""
+    global _split
+    _split = True
+    try:
+        yield
+    finally:
+        _split = False
+
+
+def _tag(queue: str) -> str:
+    """The 4 hex digits that name ``queue``'s own home."""
+    return f"{zlib.crc32(queue.encode()) & 0xFFFF:04x}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _own(prefix: str, tag: str) -> str:
+    """The head of the home tagged ``tag`` while ``KEY_PREFIX`` is ``prefix``."""
+    return keys.key(COMPONENT, f"{TAG}:{tag}") + ":"
+
+
 def home(queue: str) -> str:
     """The head of the keys of ``queue`` and of its tasks: the queue's home.
 
     A home's keys share one hash tag, so a script may touch any of them on a cluster
-    (see the package's doc). Every queue's home is the task system's one head today.
+    (see the package's doc). Every queue's home is the registry's (``{tasks}``) unless
+    homes are split, when each queue has its own, ``{tasks:<4 hex digits>}``.
     """
-    return _head()
+    return _own(conf.KEY_PREFIX, _tag(queue)) if _split else _head()
 
 
 def task_home(task_id: str) -> str:
     """The home of the keys of the task ``task_id`` (its result, its terminate flag):
-    its queue's, which its id must name so that a reader given only the id finds them."""
+    its queue's, which its id names (see :func:`new_task_id`) so that a reader given
+    only the id finds them. An id of 32 digits names the registry's home."""
+    if len(task_id) == 36:
+        return _own(conf.KEY_PREFIX, task_id[:4])
     return _head()
+
+
+def new_task_id(queue: str) -> str:
+    """A new id for a task of ``queue``: 32 random hex digits, after the 4 of the
+    queue's tag when the queue has a home of its own."""
+    random = os.urandom(16).hex()
+    return _tag(queue) + random if _split else random
 
 
 def registry() -> str:
@@ -51,9 +93,26 @@ def registry() -> str:
     return _head()
 
 
-def homes() -> list[str]:
-    """Every home, for the readers that look at the whole task system."""
-    return [_head()]
+def lease_copy_key(head: str) -> str:
+    """The copy, in the home ``head``, of the leases of the workers that serve its queues
+    (the registry's leases when ``head`` is the registry's): the fence of the fetches
+    and recoveries there, which a script in that home reads."""
+    return f"{head}leases"
+
+
+def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
+    """Every home, for the readers that look at the whole task system: the registry's,
+    then, when queues have homes of their own, those of ``queues()`` (only called then:
+    the queues that the readers know of)."""
+    found = [_head()]
+    if _split:
+        found += sorted({home(queue) for queue in queues()} - {_head()})
+    return found
+
+
+def head_of(key: str) -> str:
+    """The head of the home of a key of the task system: up to its hash tag's end."""
+    return key[: key.index("}", key.index("{")) + 2]
 
 
 def one_home(queues: Iterable[str]) -> str:
@@ -65,11 +124,11 @@ def one_home(queues: Iterable[str]) -> str:
     return heads.pop()
 
 
-def tasks_client() -> Redis:
-    """The client for the task system's keys: on a cluster, the node of the registry's
-    hash tag, which is every home's today."""
+def tasks_client(head: str = "") -> Redis:
+    """The client for the keys of the home ``head`` (the registry's by default): on a
+    cluster, the node of its hash tag."""
     client = get_client()
-    return node_client(client, leases_key()) if is_cluster(client) else client
+    return node_client(client, lease_copy_key(head or registry())) if is_cluster(client) else client
 
 
 # A queue's keys, in its home.
@@ -153,8 +212,10 @@ def leases_key() -> str:
     return f"{registry()}leases"
 
 
-def workers_key() -> str:
-    return f"{registry()}workers"
+def workers_key(head: str = "") -> str:
+    """The workers' descriptions: the registry's (a key of this name in another home
+    ``head`` is never written)."""
+    return f"{head or registry()}workers"
 
 
 def queues_key() -> str:

@@ -40,8 +40,10 @@ from .layout import (
     flow_key,
     flows_done_key,
     flows_live_key,
+    head_of,
     home,
     homes,
+    lease_copy_key,
     leases_key,
     limit_held_key,
     limit_wait_key,
@@ -49,6 +51,7 @@ from .layout import (
     limits_waiting_key,
     queues_key,
     ready_key,
+    registry,
     result_key,
     running_key,
     running_tasks_key,
@@ -57,6 +60,7 @@ from .layout import (
     stats_key,
     task_home,
     tasks_client,
+    terminate_key,
     totals_key,
     unique_key,
     workers_key,
@@ -172,20 +176,54 @@ def _fetched(reply: list[Any]) -> Fetched:
 class TaskStore:
     """The task system's keys in Redis, read and written for the rest of the app.
 
-    ``TaskStore()`` uses the task system's client (on a cluster, the node of its hash
-    tag); a worker gives its own (a pool no task shares, and for its loop a
-    :class:`~redis_components.connection.OneConnection`). A store holds no state of
-    its own: make one where it is needed.
+    ``TaskStore()`` uses the task system's client (on a cluster, the node of the
+    registry's hash tag); a worker gives its own (a pool no task shares, and for its
+    loop a :class:`~redis_components.connection.OneConnection`), and ``at``, which
+    gives its client for any other home. A store holds no state of its own: make one
+    where it is needed.
     """
 
-    def __init__(self, client: Any = None) -> None:
+    def __init__(self, client: Any = None, at: Callable[[str], Any] | None = None) -> None:
         self._client = client
+        self._at = at
 
     @property
     def client(self) -> Any:
-        """The given client, else the task system's (looked up each time: on a cluster
-        the node of its hash tag may move)."""
-        return tasks_client() if self._client is None else self._client
+        """The client for the registry's home: the given one, else ``at``'s, else the
+        task system's (looked up each time: on a cluster the node of its hash tag may
+        move)."""
+        if self._client is not None:
+            return self._client
+        return tasks_client() if self._at is None else self._at(registry())
+
+    def at(self, head: str) -> Any:
+        """The client for the home ``head`` (:attr:`client` for the registry's, unless
+        ``at`` was given)."""
+        if self._at is not None:
+            return self._at(head)
+        return self.client if head == registry() else tasks_client(head)
+
+    def _on(self, script_keys: Sequence[str]) -> Any:
+        """The client for a script whose keys are ``script_keys`` (all of one home)."""
+        return self.at(head_of(script_keys[0])) if script_keys else self.client
+
+    def _homes(self) -> list[str]:
+        return homes(self.known_queue_names)
+
+    def _each_home(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Run ``commands`` (each: the head of the home of its keys, then the command),
+        never decoded, in one pipeline per home: their replies, in order."""
+        by_home: dict[str, list[int]] = {}
+        for i, (head, _) in enumerate(commands):
+            by_home.setdefault(head, []).append(i)
+        found: list[Any] = [None] * len(commands)
+        for head, indexes in by_home.items():
+            pipe = self.at(head).pipeline(transaction=False)
+            for i in indexes:
+                raw(pipe, *commands[i][1])
+            for i, reply in zip(indexes, pipe.execute(), strict=True):
+                found[i] = reply
+        return found
 
     def enqueue(
         self,
@@ -227,7 +265,7 @@ class TaskStore:
         self, call: scripts.Call, *, raw: bool = False, meanwhile: Callable[[], None] | None = None
     ) -> Any:
         script, script_keys, args = call
-        return script(self.client, script_keys, args, raw=raw, meanwhile=meanwhile)
+        return script(self._on(script_keys), script_keys, args, raw=raw, meanwhile=meanwhile)
 
     def _run_durable(
         self, call: scripts.Call, done: str, replicas: int | None = None
@@ -241,7 +279,7 @@ class TaskStore:
         if not replicas:
             return self._run(call), ""
         timeout = conf.QUEUE_WAIT_TIMEOUT
-        reply, acknowledged = scripts.run_and_wait(self.client, call, replicas, timeout)
+        reply, acknowledged = scripts.run_and_wait(self._on(call[1]), call, replicas, timeout)
         if acknowledged >= replicas:
             return reply, ""
         return reply, (
@@ -259,9 +297,13 @@ class TaskStore:
         :class:`LogLine` to write while the server runs the script (on such a
         connection), or else after it.
         """
-        held = isinstance(self.client, OneConnection)
+        script, script_keys, args = call
+        client = self._on(script_keys)
+        held = isinstance(client, OneConnection)
         try:
-            reply = self._run(call, raw=True, meanwhile=meanwhile if held else None)
+            reply = script(
+                client, script_keys, args, raw=True, meanwhile=meanwhile if held else None
+            )
         finally:
             if meanwhile is not None:
                 meanwhile()  # (written once: again, it writes nothing)
@@ -272,7 +314,7 @@ class TaskStore:
         :class:`~redis_components.connection.OneConnection` without waiting for its
         reply, which :meth:`receive_fetch` reads (before any other command on it)."""
         script, script_keys, args = call
-        client: Any = self.client
+        client: Any = self._on(script_keys)
         try:
             client.send("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
         finally:
@@ -305,19 +347,34 @@ class TaskStore:
     ) -> Heartbeat:
         """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
         which workers' leases ran out and which of the tasks ``running_ids`` are to be
-        terminated."""
+        terminated.
+
+        The lease is the registry's; the copy in each other home of ``queues`` (the fence
+        of the fetches there) gets its expiry, in a pipeline per home that also reads the
+        termination requests of the running tasks of that home."""
+        here = registry()
+        by_home: dict[str, list[str]] = {home(queue): [] for queue in queues}
+        by_home.pop(here, None)
+        for task_id in running_ids:
+            by_home.setdefault(task_home(task_id), []).append(task_id)
         call = heartbeat_call(
             worker_id=worker_id,
             lease_ms=lease_ms,
             info=info,
             queues=queues,
             lead=lead,
-            running_ids=running_ids,
+            running_ids=by_home.pop(here, []),
         )
-        expired, leader, terminate = self._run(call, raw=True)
-        return Heartbeat(
-            expired=expired, leader=bool(leader), terminate=[text(i) for i in terminate]
-        )
+        expired, leader, terminate, expiry = self._run(call, raw=True)
+        stop = [text(i) for i in terminate]
+        for head, ids in by_home.items():
+            pipe = self.at(head).pipeline(transaction=False)
+            raw(pipe, "ZADD", lease_copy_key(head), expiry, worker_id)
+            for task_id in ids:
+                raw(pipe, "DEL", terminate_key(task_id))
+            deleted = pipe.execute()[1:]
+            stop += [task_id for task_id, gone in zip(ids, deleted, strict=True) if gone]
+        return Heartbeat(expired=expired, leader=bool(leader), terminate=stop)
 
     def recover_worker(
         self,
@@ -332,31 +389,60 @@ class TaskStore:
         With ``only_if_expired``, nothing happens unless its lease has run out (``None`` is
         returned). ``max_crashes`` > 0 counts a crash against each task (and in its result)
         and dead-letters those that reach it. Returns ``(requeued, dead-lettered)``.
-        """
-        pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            raw(pipe, "ZRANGE", running_key(worker_id, queue), 0, -1)
-        held = pipe.execute()
-        found = {task_id: p for payloads in held for p in payloads if (task_id := task_id_of(p))}
-        tasks = {task_id: flow_of(found[task_id]) for task_id in sorted(found)}
-        call = recover_call(
-            worker_id=worker_id,
-            queues=queues,
-            tasks=tasks,
-            only_if_expired=only_if_expired,
-            max_crashes=max_crashes,
-        )
-        result = self._run(call)
-        if result is None:
-            return None
-        return int(result[0]), int(result[1])
 
-    def renew_leases(self, worker_ids: Sequence[str], lease_ms: int) -> int:
-        """Renew the leases that these workers hold (lua/queue_renew.lua); a worker with
-        none is left without. Returns how many were renewed."""
+        Each home of ``queues`` is recovered by a script of its own, fenced by the copy of
+        the lease there (so with ``only_if_expired``, a home whose copy is alive is left
+        as it is); the registry's last, where the lease and the description go.
+        """
+        here = registry()
+        by_home: dict[str, list[str]] = {}
+        for queue in queues:
+            by_home.setdefault(home(queue), []).append(queue)
+        held: dict[str, list[bytes]] = {}
+        started: dict[str, int] = {}  # in each home: a crash with others is shared
+        for head, served in by_home.items():
+            pipe = self.at(head).pipeline(transaction=False)
+            for queue in served:
+                key = running_key(worker_id, queue)
+                raw(pipe, "ZRANGE", key, 0, -1, "WITHSCORES", withscores=True)
+            pairs = [pair for reply in pipe.execute() for pair in reply]
+            held[head] = [payload for payload, _ in pairs]
+            started[head] = sum(float(score) >= 0 for _, score in pairs)
+        total = sum(started.values())
+        order = sorted(by_home, key=lambda head: head == here)
+        if here not in by_home:
+            order.append(here)  # (no queue: the lease and the description only)
+        found_any, requeued, buried = False, 0, 0
+        for head in order:
+            payloads = {task_id_of(p): p for p in held.get(head, ())}
+            payloads.pop("", None)
+            call = recover_call(
+                worker_id=worker_id,
+                queues=by_home.get(head, []),
+                head=head,
+                tasks={task_id: flow_of(payloads[task_id]) for task_id in sorted(payloads)},
+                only_if_expired=only_if_expired,
+                max_crashes=max_crashes,
+                started_elsewhere=total - started.get(head, 0),
+            )
+            result = self._run(call)
+            if result is not None:
+                found_any = True
+                requeued, buried = requeued + int(result[0]), buried + int(result[1])
+        return (requeued, buried) if found_any else None
+
+    def renew_leases(
+        self, worker_ids: Sequence[str], lease_ms: int, queues: Sequence[str] = ()
+    ) -> int:
+        """Renew the leases that these workers (serving ``queues``) hold, and their
+        copies in the queues' homes (lua/queue_renew.lua); a worker with none is left
+        without. Returns how many of the registry's leases were renewed."""
         if not worker_ids:
             return 0
+        here = registry()
         renewed: int = self._run(renew_call(worker_ids=worker_ids, lease_ms=lease_ms))
+        for head in {home(queue) for queue in queues} - {here}:
+            self._run(renew_call(head=head, worker_ids=worker_ids, lease_ms=lease_ms))
         return renewed
 
     def drop_lease(self, raw_id: bytes) -> None:
@@ -376,7 +462,7 @@ class TaskStore:
         validate_queue(queue)
         moved = left = start = 0
         while True:
-            entries = raw(self.client, "LRANGE", dead_key(queue), start, start + batch - 1)
+            entries = raw(self.at(home(queue)), "LRANGE", dead_key(queue), start, start + batch - 1)
             if not entries:
                 return moved, left
             found = [(entry, _requeueable(entry)) for entry in entries]
@@ -412,7 +498,7 @@ class TaskStore:
     def delete_dead_entry(self, queue: str, entry: bytes) -> bool:
         """Delete one dead letter; False if it was gone."""
         validate_queue(queue)
-        return bool(raw(self.client, "LREM", dead_key(queue), 1, entry))
+        return bool(raw(self.at(home(queue)), "LREM", dead_key(queue), 1, entry))
 
     def cancel(
         self, task_id: str, *, terminate: bool = False
@@ -425,7 +511,8 @@ class TaskStore:
         A cancelled unique task frees its key: an equal task may be enqueued at once.
         """
         keys.validate_name(task_id, "task_id", 100)
-        fields = raw(self.client, "HMGET", result_key(task_id), "payload", "message", "unique")
+        client = self.at(task_home(task_id))
+        fields = raw(client, "HMGET", result_key(task_id), "payload", "message", "unique")
         payload = fields[0] or fields[1]
         unique = (fields[2] or b"").decode("utf-8", "replace")
         try:
@@ -488,12 +575,15 @@ class TaskStore:
 
     def task_records(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
         """Each task's record (``None`` where none is kept, or it is not one of ours), from
-        its result hash and the running hash, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
+        its result hash and the running hash, in one round trip per home."""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
         for task_id in task_ids:
-            raw(pipe, "HGETALL", result_key(task_id))
-            raw(pipe, "HGET", running_tasks_key(task_home(task_id)), task_id)
-        found = pipe.execute()
+            head = task_home(task_id)
+            commands += [
+                (head, ("HGETALL", result_key(task_id))),
+                (head, ("HGET", running_tasks_key(head), task_id)),
+            ]
+        found = self._each_home(commands)
         return [
             replies.task_record(task_id, found[2 * i], found[2 * i + 1])
             for i, task_id in enumerate(task_ids)
@@ -502,7 +592,7 @@ class TaskStore:
     def queued_message(self, task_id: str) -> TaskMessage | None:
         """The message a task was queued with, while its result is kept (``None`` if it
         is not, or is not one of ours)."""
-        found = raw(self.client, "HGET", result_key(task_id), "message")
+        found = raw(self.at(task_home(task_id)), "HGET", result_key(task_id), "message")
         try:
             return TaskMessage.decode(found) if found else None
         except MalformedTask:
@@ -543,16 +633,18 @@ class TaskStore:
 
     def queue_counts(self, serving: dict[str, list[str]]) -> dict[str, QueueCounts]:
         """The counts of each queue of ``serving`` (queue -> the workers serving it), in one
-        round trip."""
-        pipe = self.client.pipeline(transaction=False)
+        round trip per home."""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
         for name, worker_ids in serving.items():
-            pipe.zcard(ready_key(name))
-            pipe.zcard(delayed_key(name))
-            pipe.llen(dead_key(name))
-            pipe.hget(limits_waiting_key(home(name)), name)
-            for worker_id in worker_ids:
-                pipe.zcard(running_key(worker_id, name))
-        counts = iter(pipe.execute())
+            head = home(name)
+            commands += [
+                (head, ("ZCARD", ready_key(name))),
+                (head, ("ZCARD", delayed_key(name))),
+                (head, ("LLEN", dead_key(name))),
+                (head, ("HGET", limits_waiting_key(head), name)),
+                *((head, ("ZCARD", running_key(worker_id, name))) for worker_id in worker_ids),
+            ]
+        counts = iter(self._each_home(commands))
         found = {}
         for name, worker_ids in serving.items():
             ready, delayed, dead, on_limits = next(counts), next(counts), next(counts), next(counts)
@@ -568,13 +660,15 @@ class TaskStore:
 
     def held_payloads(self, worker_id: str, queue: str) -> list[bytes]:
         """The payloads of the tasks that a worker has taken from ``queue``."""
-        found: list[bytes] = raw(self.client, "ZRANGE", running_key(worker_id, queue), 0, -1)
+        found: list[bytes] = raw(
+            self.at(home(queue)), "ZRANGE", running_key(worker_id, queue), 0, -1
+        )
         return found
 
     def dead_letters(self, queue: str, first: int, last: int) -> list[DeadLetter]:
         """The dead letters of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the
         newest is last), read whole."""
-        found = raw(self.client, "LRANGE", dead_key(queue), first, last)
+        found = raw(self.at(home(queue)), "LRANGE", dead_key(queue), first, last)
         return [replies.read_dead_letter(queue, entry) for entry in found]
 
     def dead_letter_glimpses(
@@ -608,7 +702,7 @@ class TaskStore:
 
     def dead_letter_at(self, queue: str, index: int) -> bytes | None:
         """The dead-letter entry at ``index`` (0: the newest), or ``None``."""
-        found: bytes | None = raw(self.client, "LINDEX", dead_key(queue), -index - 1)
+        found: bytes | None = raw(self.at(home(queue)), "LINDEX", dead_key(queue), -index - 1)
         return found
 
     def _glimpses(
@@ -628,15 +722,14 @@ class TaskStore:
         return int(total), found
 
     def running_records(self) -> list[RunningEntry]:
-        """Every attempt running now, in two round trips."""
-        pipe = self.client.pipeline(transaction=False)
-        for head in homes():
-            raw(pipe, "HGETALL", running_tasks_key(head))
-        attempts = {k: v for found in pipe.execute() for k, v in fields_of(found).items()}
-        pipe = self.client.pipeline(transaction=False)
-        for task_id in attempts:
-            raw(pipe, "HGET", result_key(task_id), "message")
-        messages = pipe.execute() if attempts else []
+        """Every attempt running now, in two round trips per home."""
+        running = self._each_home(
+            [(head, ("HGETALL", running_tasks_key(head))) for head in self._homes()]
+        )
+        attempts = {k: v for found in running for k, v in fields_of(found).items()}
+        messages = self._each_home(
+            [(task_home(i), ("HGET", result_key(i), "message")) for i in attempts]
+        )
         return [
             RunningEntry(task_id, attempt, replies.task_name(message))
             for (task_id, held), message in zip(attempts.items(), messages, strict=True)
@@ -652,11 +745,15 @@ class TaskStore:
         seconds, _ = self.client.time()
         now_minute = int(seconds) // 60
         hour = now_minute // 60
-        pipe = self.client.pipeline(transaction=False)
-        for name in queues:
-            for h in range(hour - hours, hour + 1):
-                raw(pipe, "HGETALL", stats_key(name, h))
-        found_hours = iter(pipe.execute())
+        found_hours = iter(
+            self._each_home(
+                [
+                    (home(name), ("HGETALL", stats_key(name, h)))
+                    for name in queues
+                    for h in range(hour - hours, hour + 1)
+                ]
+            )
+        )
         found: dict[str, dict[int, dict[str, int]]] = {}
         for name in queues:
             merged: dict[str, bytes] = {}
@@ -669,8 +766,8 @@ class TaskStore:
         """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us"),
         those that are numbers."""
         found: dict[str, float] = {}
-        for head in homes():
-            for name, value in fields_of(raw(self.client, "HGETALL", totals_key(head))).items():
+        for head in self._homes():
+            for name, value in fields_of(raw(self.at(head), "HGETALL", totals_key(head))).items():
                 try:
                     found[name] = found.get(name, 0.0) + float(value)
                 except ValueError:
@@ -756,17 +853,18 @@ class TaskStore:
         """How many concurrency limits are in use, and the first ``count`` of them, by key
         (a limit in use in several homes once per home)."""
         total, uses = 0, list[LimitUse]()
-        for head in homes():
-            total += int(self.client.hlen(limits_key(head)))
+        for head in self._homes():
+            client = self.at(head)
+            total += int(client.hlen(limits_key(head)))
             found: dict[bytes, bytes] = {}
             cursor = 0
             while len(uses) + len(found) < count:
-                cursor, page = raw(self.client, "HSCAN", limits_key(head), cursor, "COUNT", count)
+                cursor, page = raw(client, "HSCAN", limits_key(head), cursor, "COUNT", count)
                 found.update(page)
                 if int(cursor) == 0:
                     break
             found = dict(list(found.items())[: count - len(uses)])
-            pipe = self.client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for key in found:
                 name = text(key)
                 pipe.scard(limit_held_key(head, name))

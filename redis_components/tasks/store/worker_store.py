@@ -12,7 +12,7 @@ from ...conf import conf
 from ...scripts import Call
 from ..limits import settings_json
 from .calls import fetch_call, fetch_keys, put_back_call
-from .layout import tasks_client
+from .layout import home, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
@@ -33,6 +33,31 @@ class Ahead:
     mode: str
     finished: Outcome | None
     read_at: float | None  # when it was sent, if its script reads the server's clock
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive queues of a worker that share a home: one script there takes from them."""
+
+    head: str
+    queues: list[str]
+    first: int  # the position (1-based, among the worker's queues) of its first queue
+    keys: list[str]  # calls.fetch_keys
+
+    def holds(self, position: int) -> bool:
+        return self.first <= position < self.first + len(self.queues)
+
+
+def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
+    """``queues`` cut into :class:`Run` s, in their order."""
+    found: list[Run] = []
+    start = 0
+    for i in range(1, len(queues) + 1):
+        if i == len(queues) or home(queues[i]) != home(queues[start]):
+            served = list(queues[start:i])
+            found.append(Run(home(served[0]), served, start + 1, fetch_keys(worker_id, served)))
+            start = i
+    return found
 
 
 _now = time.monotonic
@@ -57,12 +82,19 @@ class WorkerStore:
     worker reckons from that reading and its own monotonic clock, which spares the
     server a ``TIME`` per task: the times they write (a task's start and end, its
     attempt, the minute it is counted in) are the server's within a millisecond or
-    so, and never step back. ``client`` gives the client each call uses (on a cluster the
-    keys' node may move; a worker's loop holds one connection of its own, which runs
-    :meth:`take` and :meth:`record`, not the pipelines of :meth:`put_back` and
-    :meth:`held`): one object per thread that talks to Redis. The worker's loop, its
-    lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` all use it.
-    Its takes apply the limits of the ``TASK_LIMITS`` setting as it was when it was made.
+    so, and never step back. ``client`` gives the client each call in a home uses (given
+    the home's head; on a cluster the keys' node may move; a worker's loop holds one
+    connection of its own per home, which runs :meth:`take` and :meth:`record`, not the
+    pipelines of :meth:`put_back` and :meth:`held`): one object per thread that talks
+    to Redis.
+
+    Queues of several homes (on a cluster, each queue may have its own: see the
+    layout) are cut into :class:`Run` s of consecutive queues that share one: a take
+    looks in each run in order, one script per run, until one gives a task, and the
+    outcome recorded goes with the call in its own run. A take ahead needs one run.
+    The worker's loop, its lease, ``rc_worker``'s supervisor and
+    :mod:`redis_components.testing` all use it. Its takes apply the limits of the
+    ``TASK_LIMITS`` setting as it was when it was made.
     """
 
     def __init__(
@@ -71,7 +103,7 @@ class WorkerStore:
         queues: Sequence[str],
         *,
         move_delayed: bool = True,
-        client: Callable[[], Any] = tasks_client,
+        client: Callable[[str], Any] = tasks_client,
     ) -> None:
         self.worker_id = worker_id
         self.queues = list(queues)
@@ -82,22 +114,28 @@ class WorkerStore:
         # came (for a take ahead, whose reply is read after a task ran: when it was sent).
         self._clock_read: tuple[int, float] | None = None
         self._client = client
-        self._keys = fetch_keys(worker_id, self.queues)
+        self._runs = runs(worker_id, self.queues)
         self._limits = settings_json(conf.TASK_LIMITS)
 
     @property
     def store(self) -> TaskStore:
-        return TaskStore(self._client())
+        """The store on its clients (``client``, for each home)."""
+        return TaskStore(at=self._client)
+
+    @property
+    def may_take_ahead(self) -> bool:
+        """Whether :meth:`take_ahead` may be used: its queues share one home."""
+        return len(self._runs) == 1
 
     def take(
         self, finished: Outcome | None = None, *, taken_ms: int = 0, start: Fetched | None = None
     ) -> Fetched:
         """Record ``finished`` (how a task it took ended), if given, start ``start`` (a
-        task it held ahead), if given, and take the next task, in one script.
-        ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
+        task it held ahead), if given, and take the next task, in one script per run
+        looked in. ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
         mode = self._take_mode()
-        fetched = self._fetch(mode, finished, taken_ms, start)
+        fetched = self._over_runs(mode, finished, taken_ms, start)
         if (
             mode == "take"
             and self.move_delayed
@@ -105,7 +143,7 @@ class WorkerStore:
             and fetched.position >= 0
         ):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
-            again = self._fetch("take+move")
+            again = self._over_runs("take+move")
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
         return fetched
 
@@ -113,16 +151,18 @@ class WorkerStore:
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
     ) -> Fetched:
         """Record how a task it took ended (and start ``start``), and take nothing."""
-        return self._fetch("", finished, taken_ms, start)
+        return self._over_runs("", finished, taken_ms, start)
 
     def take_ahead(
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
     ) -> Ahead:
         """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
         :meth:`receive` reads its reply. The task taken is held, not started, until a
-        later call starts it, or :meth:`put_back_ahead` gives it back."""
+        later call starts it, or :meth:`put_back_ahead` gives it back. Only where
+        :attr:`may_take_ahead`."""
+        (run,) = self._runs
         mode = self._take_mode()
-        call, reads = self._call(mode, finished, taken_ms, start, ahead=True)
+        call, reads = self._call(run, mode, finished, taken_ms, start, ahead=True)
         sent_at = _now()  # its reply is read after a task ran: the send is nearer
         self.store.send_fetch(call, meanwhile=_said(finished))
         return Ahead(call, mode, finished, sent_at if reads else None)
@@ -130,7 +170,9 @@ class WorkerStore:
     def receive(self, ahead: Ahead) -> Fetched:
         """The reply to :meth:`take_ahead`."""
         reply = self.store.receive_fetch(ahead.call)
-        return self._received(reply, ahead.mode, ahead.read_at, ahead.finished)
+        fetched = self._received(reply, ahead.read_at)
+        self._plan_moves(ahead.mode, fetched.wait_ms, ahead.finished)
+        return fetched
 
     def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
         """Give back a task it took ahead and has not started; whether it still held it."""
@@ -139,17 +181,57 @@ class WorkerStore:
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
 
-    def _fetch(
+    def _over_runs(
         self,
         mode: str,
         finished: Outcome | None = None,
         taken_ms: int = 0,
         start: Fetched | None = None,
     ) -> Fetched:
-        """Run a fetch and wait for its reply (``finished``'s line is written meanwhile)."""
-        call, reads = self._call(mode, finished, taken_ms, start)
+        """Run a fetch in each run in order until one takes a task (``mode`` "": none),
+        recording ``finished`` and starting ``start`` with the call in their runs; a
+        "take+move" moves the due delayed tasks of every run."""
+        if len(self._runs) == 1:  # (one script, as always on a single server)
+            fetched = self._fetch(self._runs[0], mode, finished, taken_ms, start)
+            self._plan_moves(mode, fetched.wait_ms, finished)
+            return fetched
+        taken: Fetched | None = None  # the take's reply: a task, or no lease
+        last: Fetched | None = None
+        recorded, waits = False, []
+        for run in self._runs:
+            outcome = finished if finished is not None and run.holds(finished.position) else None
+            begin = start if start is not None and run.holds(start.position) else None
+            looking = bool(mode) and taken is None
+            # Once a task is taken, the later runs' due delayed tasks still move.
+            then = mode if looking else ("move" if mode == "take+move" else "")
+            if not (then or outcome or begin or (last is None and run is self._runs[-1])):
+                continue
+            fetched = last = self._fetch(run, then, outcome, taken_ms, begin)
+            if outcome is not None:
+                recorded = fetched.recorded
+            if fetched.wait_ms >= 0:
+                waits.append(fetched.wait_ms)
+            if looking and (fetched.payload is not None or fetched.position < 0):
+                taken = fetched
+        reply = taken or last
+        assert reply is not None  # (the last run is called when no other was)
+        wait = min(waits, default=-1)
+        self._plan_moves(mode, wait, finished)
+        return dataclasses.replace(reply, recorded=recorded, wait_ms=wait)
+
+    def _fetch(
+        self,
+        run: Run,
+        mode: str,
+        finished: Outcome | None = None,
+        taken_ms: int = 0,
+        start: Fetched | None = None,
+    ) -> Fetched:
+        """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
+        meanwhile)."""
+        call, reads = self._call(run, mode, finished, taken_ms, start)
         reply = self.store.fetch(call, meanwhile=_said(finished))
-        return self._received(reply, mode, _now() if reads else None, finished)
+        return self._received(reply, _now() if reads else None, run)
 
     def _take_mode(self) -> str:
         """A take moves due delayed tasks only when one may be due (see the class)."""
@@ -157,6 +239,7 @@ class WorkerStore:
 
     def _call(
         self,
+        run: Run,
         mode: str,
         finished: Outcome | None = None,
         taken_ms: int = 0,
@@ -164,9 +247,10 @@ class WorkerStore:
         *,
         ahead: bool = False,
     ) -> tuple[Call, bool]:
-        """The call, and whether its script reads the server's clock: a take that moves
-        delayed tasks does, and any fetch once the last reading is ``RECKON_FOR`` old.
-        The time it is given never steps back from the last one the server replied."""
+        """The call in ``run``, and whether its script reads the server's clock: a take
+        that moves delayed tasks does, and any fetch once the last reading is
+        ``RECKON_FOR`` old. The time it is given never steps back from the last one the
+        server replied. Positions are the run's in the call."""
         clock, reads = "", True
         if self._clock_read is not None:
             server_ms, at = self._clock_read
@@ -176,12 +260,17 @@ class WorkerStore:
                 clock = f">={reckoned}"
             else:
                 clock, reads = f"={reckoned}", False
+        shift = run.first - 1
+        if finished is not None and shift:
+            finished = dataclasses.replace(finished, position=finished.position - shift)
+        if start is not None and shift:
+            start = dataclasses.replace(start, position=start.position - shift)
         call = fetch_call(
             worker_id=self.worker_id,
-            worker_keys=self._keys,
+            worker_keys=run.keys,
             mode=mode,
             outcome=finished,
-            queue=self.queues[finished.position - 1] if finished is not None else "",
+            queue=run.queues[finished.position - 1] if finished is not None else "",
             hour=self.now_ms // 3_600_000,
             taken_ms=taken_ms,
             start=start,
@@ -191,22 +280,27 @@ class WorkerStore:
         )
         return call, reads
 
-    def _received(
-        self, fetched: Fetched, mode: str, read_at: float | None, finished: Outcome | None = None
-    ) -> Fetched:
-        now = self.now_ms = fetched.now_ms
+    def _received(self, fetched: Fetched, read_at: float | None, run: Run | None = None) -> Fetched:
+        """Keep the server's time the reply says; its position made the worker's."""
+        self.now_ms = fetched.now_ms
         if read_at is not None and fetched.read_ms:
             # Read between the call's send and its reply: the time reckoned from it is
             # the server's within that round trip (and never steps back: see _call).
             self._clock_read = (fetched.read_ms, read_at)
-        wait = fetched.wait_ms  # -1 when no delayed task is left, 0 if more are due
+        if run is not None and run.first > 1 and fetched.position > 0:
+            fetched = dataclasses.replace(fetched, position=fetched.position + run.first - 1)
+        return fetched
+
+    def _plan_moves(self, mode: str, wait: int, finished: Outcome | None) -> None:
+        """When a take next moves delayed tasks, given the ``wait`` the fetch replied
+        (-1 when no delayed task is left, 0 if more are due)."""
+        now = self.now_ms
         if mode == "take+move":
             self._move_at = now + (MOVE_EVERY_MS if wait < 0 else min(wait, MOVE_EVERY_MS))
         elif wait >= 0:  # a take set a task over its rate aside until then
             self._move_at = min(self._move_at, now + wait)
         if finished is not None and finished.kind in ("retry", "defer"):
             self._move_at = min(self._move_at, now + finished.delay_ms)
-        return fetched
 
     def beat(
         self, lease_ms: int, info: str, *, lead: bool = False, running_ids: Sequence[str] = ()

@@ -1,0 +1,172 @@
+"""Queues in homes of their own (on the suite's cluster, the homes of these queues are
+on different masters): a worker takes, records, beats and recovers over several homes,
+and no script crosses a home (the cluster refuses any that crosses slots)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.utils import timezone
+
+from redis_components import get_result
+from redis_components.connection import get_client, is_cluster, node_client
+from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.lease import description
+from redis_components.tasks.messages import task_id_of
+from redis_components.tasks.store import (
+    Outcome,
+    TaskStore,
+    WorkerStore,
+    home,
+    lease_copy_key,
+    ready_key,
+    registry,
+    tasks_client,
+)
+from redis_components.tasks.store.layout import split_homes, task_home
+from redis_components.tasks.store.worker_store import runs
+from redis_components.tasks.worker import Worker
+from tests.testapp import tasks
+
+# Three queues whose homes are in each third of the slots: on the suite's 3-master
+# cluster, each on a master of its own.
+QUEUES = ["first", "reports", "third"]
+WORKER = "homes-w"
+
+
+@pytest.fixture(autouse=True)
+def split() -> Iterator[None]:
+    with split_homes():
+        yield
+
+
+def client_at(head: str) -> redis.Redis:
+    return tasks_client(head)
+
+
+def enqueue(queue: str, *args: object) -> str:
+    return tasks.record.using(queue_name=queue).enqueue(*args).id
+
+
+def worker(queues: list[str] = QUEUES) -> WorkerStore:
+    store = WorkerStore(WORKER, queues, move_delayed=False, client=client_at)
+    store.beat(60_000, description(queues))
+    return store
+
+
+def ok(position: int, payload: bytes) -> Outcome:
+    task_id = task_id_of(payload)
+    return Outcome(position=position, payload=payload, task_id=task_id, kind="ok", data="null")
+
+
+def test_each_queue_has_a_home_of_its_own_that_its_task_ids_name() -> None:
+    heads = [home(queue) for queue in QUEUES]
+    assert len({*heads, registry()}) == 4
+    task_id = enqueue("reports", "x")
+    assert len(task_id) == 36
+    assert task_home(task_id) == home("reports")
+    assert task_home("0" * 32) == registry()  # (an id written before homes were split)
+    if is_cluster(get_client()):
+        nodes = {node_client(get_client(), lease_copy_key(head)) for head in heads}
+        assert len(nodes) == 3, "each of the three queues' homes is on a master of its own"
+    # Consecutive queues of one home make one run.
+    assert [run.queues for run in runs(WORKER, ["first", "first", "third"])] == [
+        ["first", "first"],
+        ["third"],
+    ]
+
+
+def test_a_worker_takes_from_its_queues_homes_in_their_order() -> None:
+    third, second = enqueue("third", "c"), enqueue("reports", "b")
+    store = worker()
+    assert not store.may_take_ahead
+    fetched = store.take()
+    assert (fetched.position, task_id_of(fetched.payload or b"")) == (2, second)
+    # The outcome is recorded in its own home, with the take from the next one.
+    after = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
+    assert after.recorded
+    assert (after.position, task_id_of(after.payload or b"")) == (3, third)
+    assert get_result(second).status is TaskResultStatus.SUCCESSFUL
+    # Nothing left: the last outcome is recorded, and no task comes.
+    last = store.take(ok(after.position, after.payload or b""), taken_ms=after.now_ms)
+    assert last.recorded
+    assert (last.payload, last.position) == (None, 0)
+    assert get_result(third).status is TaskResultStatus.SUCCESSFUL
+
+
+def test_the_heartbeat_keeps_a_lease_copy_in_each_home_and_recovery_is_per_home() -> None:
+    ids = [enqueue(queue, queue) for queue in QUEUES]
+    store = worker()
+    for _ in QUEUES:
+        assert store.take().payload is not None
+    for head in {home(queue) for queue in QUEUES}:
+        assert client_at(head).zscore(lease_copy_key(head), WORKER) is not None
+    # Alive: nothing is recovered.
+    tasks_store = TaskStore()
+    assert tasks_store.recover_worker(WORKER, QUEUES, only_if_expired=True, max_crashes=3) is None
+    # Taken for dead: each home puts back its task, the crash shared by the three.
+    assert tasks_store.recover_worker(WORKER, QUEUES, only_if_expired=False, max_crashes=3) == (
+        3,
+        0,
+    )
+    for task_id, queue in zip(ids, QUEUES, strict=True):
+        result = get_result(task_id)
+        assert result.status is TaskResultStatus.READY
+        [error] = result.errors
+        assert "and 2 other tasks" in error.traceback
+        assert client_at(home(queue)).zcard(ready_key(queue)) == 1
+        assert client_at(home(queue)).zscore(lease_copy_key(home(queue)), WORKER) is None
+    # Its lease is gone everywhere: a take gets nothing until it registers again.
+    assert store.take().position == -1
+    store.beat(60_000, description(QUEUES))
+    assert store.take().position == 1
+
+
+def test_the_supervisor_renews_the_copies_and_terminate_flags_are_read_per_home() -> None:
+    task_id = enqueue("third", "x")
+    store = worker()
+    fetched = store.take()
+    assert task_id_of(fetched.payload or b"") == task_id
+    head = home("third")
+    before = client_at(head).zscore(lease_copy_key(head), WORKER)
+    assert TaskStore().renew_leases([WORKER], 120_000, QUEUES) == 1
+    after = client_at(head).zscore(lease_copy_key(head), WORKER)
+    assert before is not None
+    assert after is not None
+    assert after > before
+    TaskStore().cancel(task_id, terminate=True)
+    beat = store.beat(60_000, description(QUEUES), running_ids=[task_id])
+    assert beat.terminate == [task_id]
+
+
+def test_a_worker_runs_the_tasks_of_three_homes_and_the_readers_read_each() -> None:
+    ids = [enqueue(queue, queue) for queue in QUEUES for _ in range(3)]
+    store = TaskStore()
+    counts = store.queue_counts({queue: [] for queue in QUEUES})
+    assert [counts[queue].ready for queue in QUEUES] == [3, 3, 3]
+    Worker(QUEUES, burst=True, scheduler=False).run()
+    assert [get_result(task_id).status for task_id in ids] == [TaskResultStatus.SUCCESSFUL] * 9
+    counts = store.queue_counts({queue: [] for queue in QUEUES})
+    assert [counts[queue].ready for queue in QUEUES] == [0, 0, 0]
+    _, minutes = store.minute_counts(QUEUES, 1)
+    assert [sum(m["processed"] for m in minutes[q].values()) for q in QUEUES] == [3, 3, 3]
+    assert store.running_records() == []
+
+
+def test_a_take_that_moves_delayed_tasks_moves_those_of_every_home() -> None:
+    later = timezone.now() + datetime.timedelta(milliseconds=100)
+    delayed = tasks.record.using(queue_name="third", run_after=later).enqueue("late").id
+    first = enqueue("first", "now")
+    time.sleep(0.2)
+    store = WorkerStore(WORKER, QUEUES, client=client_at)  # (its takes move delayed tasks)
+    store.beat(60_000, description(QUEUES))
+    fetched = store.take()
+    assert (fetched.position, task_id_of(fetched.payload or b"")) == (1, first)
+    # The task due in the last home was moved to its queue by the same take.
+    assert TaskStore().queue_counts({"third": []})["third"].ready == 1
+    fetched = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
+    assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, delayed)

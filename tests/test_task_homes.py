@@ -17,15 +17,18 @@ from redis_components.connection import get_client, is_cluster, node_client
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
+from redis_components.tasks.schedules import Claim, Scheduler, build
 from redis_components.tasks.store import (
     Outcome,
     TaskStore,
+    TickClaim,
     WorkerStore,
     home,
     lease_copy_key,
     ready_key,
     registry,
     tasks_client,
+    tick_enqueue_call,
 )
 from redis_components.tasks.store.layout import split_homes, task_home
 from redis_components.tasks.store.worker_store import runs
@@ -170,3 +173,49 @@ def test_a_take_that_moves_delayed_tasks_moves_those_of_every_home() -> None:
     assert TaskStore().queue_counts({"third": []})["third"].ready == 1
     fetched = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, delayed)
+
+
+def test_a_ticks_task_is_enqueued_once_in_its_queues_home() -> None:
+    """A schedule's tick enqueues its task in the queue's home, then is claimed in the
+    registry's; a scheduler killed between the two leaves the tick due, and the next
+    claim's enqueue is refused (the task's id is the tick's)."""
+    store = TaskStore()
+    _, now = store.schedule_ticks()
+    schedules, claims = [], []
+    for name in ("plain", "killed"):
+        every = build(
+            name,
+            task_name="tests.testapp.tasks.record",
+            queue="third",
+            priority=0,
+            backend=None,
+            every=60,
+            args=[name],
+        )
+        tick = every.next_after(now) - 60_000  # the last tick: due
+        store.start_schedule(name, tick)
+        schedules.append(every)
+        claims.append(Claim.of(every, tick, now))
+    # The enqueue of a scheduler killed before its claim of the second schedule's tick.
+    killed = claims[1]
+    script, script_keys, args = tick_enqueue_call(
+        TickClaim(
+            schedule="killed",
+            tick=killed.tick,
+            following=killed.following,
+            run=True,
+            message=killed.message,
+            payload=killed.payload,
+        )
+    )
+    script(client_at(home("third")), script_keys, args)
+    assert Scheduler(schedules).run_due() > 0
+    assert store.queue_counts({"third": []})["third"].ready == 2
+    lasts = store.schedule_records()[1]
+    for claim in claims:
+        assert lasts[claim.schedule.name] == (claim.tick, claim.message.id)
+        assert task_home(claim.message.id) == home("third")
+        assert get_result(claim.message.id).status is TaskResultStatus.READY
+    # Claimed: no tick is claimed again.
+    assert Scheduler(schedules).run_due() > 0
+    assert store.queue_counts({"third": []})["third"].ready == 2

@@ -1,17 +1,22 @@
 -- Claim the due ticks of several schedules in one step (one call per scheduler wake-up).
 -- KEYS: 1) the HASH of each schedule's next tick (name -> epoch ms)
 --       2) the HASH of each schedule's last run (name -> "<tick ms> <task id>")
---       3) the task system's enqueue counter
+--       3) the enqueue counter of the registry's home
 --       then for each claim: its task's queue's ready ZSET (also the name of its wake-up
---       channel), and the new task's result hash
+--       channel), and the new task's result hash (for a claim that is not "run": any
+--       two keys of the registry's home)
 -- ARGV: 1) how long to keep a result after its last change, in ms
 --       then 7 for each claim: the schedule's name, the tick being claimed (epoch ms),
---       the tick after it, "run" (enqueue the task for this tick) or "skip" (only move
---       on), the task payload, its rank (see lib/queue.lua), the new task's id
+--       the tick after it, "run" (enqueue the task for this tick), "ran" (its task was
+--       enqueued in its queue's own home: only record it) or "skip" (only move on), the
+--       task payload, its rank (see lib/queue.lua), the new task's id
 -- Returns: for each claim, 1 when the tick was claimed (and its task enqueued if "run"),
 --          0 when it was not due yet or another scheduler had claimed it (nothing changed)
 -- Claiming and enqueueing are one atomic step: whatever the number of schedulers, and
 -- even if one is killed mid-claim, each tick is enqueued once or (when skipped) never.
+-- A task whose queue has a home of its own is enqueued there first, refused when it
+-- was already (its id is the tick's), and then claimed "ran" here: a scheduler killed
+-- between the two leaves the tick due, and the next one's enqueue is refused.
 -- @include queue
 local now = queue_now()
 local ttl = tonumber(ARGV[1])
@@ -23,10 +28,13 @@ for i = 0, (#ARGV - 1) / 7 - 1 do
     claimed[i + 1] = 0
   else
     redis.call('HSET', KEYS[1], name, ARGV[4 + i * 7])
-    if ARGV[5 + i * 7] == 'run' then
+    local action = ARGV[5 + i * 7]
+    if action == 'run' then
       local payload = ARGV[6 + i * 7]
       queue_ready(ready, KEYS[3], tonumber(ARGV[7 + i * 7]), payload)
       queue_result(result, payload, now, ttl)
+    end
+    if action ~= 'skip' then
       redis.call('HSET', KEYS[2], name, tick .. ' ' .. ARGV[8 + i * 7])
     end
     claimed[i + 1] = 1

@@ -47,10 +47,10 @@ from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationErro
 from .definition import RedisTask, bind_arguments
 from .framework import Task
 from .limits import fill as fill_limits
-from .messages import TaskMessage, new_task_id, to_json
+from .messages import TaskMessage, to_json
 from .registry import Registry, find_task
 from .results import TaskRecord, read_records
-from .store import TaskStore, TickClaim
+from .store import TaskStore, TickClaim, new_task_id
 
 logger = logging.getLogger("redis_components.scheduler")
 
@@ -96,8 +96,10 @@ class Schedule:
         return f"cron {self.cron!r} ({self.tz})"
 
     def message(self, tick: int) -> tuple[TaskMessage, str]:
+        """The task of ``tick``, whose id is the tick's: enqueueing it again is refused
+        (see :meth:`TaskStore.claim_ticks`)."""
         message = TaskMessage(
-            new_task_id(),
+            new_task_id(self.queue, seed=f"{self.name} {tick}"),
             self.task,
             self.queue,
             list(self.args),

@@ -36,11 +36,12 @@ part works across homes). What already works across homes: enqueue, a worker's t
 (:class:`WorkerStore` cuts its queues into runs of one home each, a script per run),
 its heartbeat (the lease, then each home's copy and its terminate flags, a pipeline
 per home), recovery (a script per home, fenced by the home's copy, the registry's
-last), and the readers (a pipeline per home, ``TaskStore._each_home``). A script is
-given the keys of one queue home (``layout.one_home`` refuses queues of different
-homes) and, where it needs them, the registry's: the scripts that need both, and those
-that put tasks in the queues of a workflow or a schedule (which take the registry's
-counter), must still be split before homes can differ. With the default prefix::
+last), the readers (a pipeline per home, ``TaskStore._each_home``), and the schedules
+(a tick's task is enqueued in its queue's home, refused when it was already, then the
+tick is claimed in the registry's). A script is given the keys of one queue home
+(``layout.one_home`` refuses queues of different homes) and, where it needs them, the
+registry's: the scripts of the workflows, which need both, must still be split before
+homes can differ. With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)
@@ -115,6 +116,7 @@ from .calls import (
     recover_call,
     renew_call,
     requeue_dead_call,
+    tick_enqueue_call,
 )
 from .layout import (
     BAND,
@@ -248,6 +250,7 @@ __all__ = [
     "stats_key",
     "tasks_client",
     "terminate_key",
+    "tick_enqueue_call",
     "totals_key",
     "unique_key",
     "workers_key",

@@ -37,9 +37,10 @@ from .layout import (
     stats_key,
     terminate_key,
     totals_key,
+    unique_key,
     workers_key,
 )
-from .records import TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, duration_bucket
+from .records import NOW, TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, duration_bucket
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
@@ -147,6 +148,24 @@ def fetch_call(
         args += [start.position, start.payload or b"", start.score]
     args += ["ahead" if ahead else "", clock, limits]
     return scripts.load("queue_fetch"), script_keys, args
+
+
+# For at least this long (ms) a tick's task is not enqueued again in its queue's home
+# (a scheduler killed between the enqueue and the claim leaves the tick due meanwhile).
+TICK_REFUSED_MS = 3_600_000
+
+
+def tick_enqueue_call(claim: TickClaim) -> scripts.Call:
+    """lua/queue_enqueue.lua for the task of a schedule's tick whose queue has a home of
+    its own, before the tick is claimed: refused when it was enqueued already."""
+    return enqueue_call(
+        message=claim.message,
+        payload=claim.payload,
+        due=NOW,
+        limit=0,
+        unique_key=unique_key(claim.message.queue, f"tick:{claim.message.id}"),
+        unique_ms=max(result_ttl_ms(), TICK_REFUSED_MS),
+    )
 
 
 def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) -> scripts.Call:
@@ -344,16 +363,25 @@ def flow_cancel_call(
 
 
 def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
-    """lua/schedule_claim.lua: claim due ticks of schedules, enqueueing their tasks."""
-    script_keys = [schedule_next_key(), schedule_last_key(), counter_key(registry())]
+    """lua/schedule_claim.lua: claim due ticks of schedules, enqueueing their tasks
+    (those of queues in the registry's home: the others' are enqueued before, see
+    :func:`tick_enqueue_call`)."""
+    here = registry()
+    script_keys = [schedule_next_key(), schedule_last_key(), counter_key(here)]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for claim in claims:
-        script_keys += [ready_key(claim.message.queue), result_key(claim.message.id)]
+        action = "skip"
+        if claim.run:
+            action = "run" if home(claim.message.queue) == here else "ran"
+        if action == "run":
+            script_keys += [ready_key(claim.message.queue), result_key(claim.message.id)]
+        else:
+            script_keys += [schedule_next_key(), schedule_last_key()]
         args += [
             claim.schedule,
             claim.tick,
             claim.following,
-            "run" if claim.run else "skip",
+            action,
             claim.payload,
             rank(claim.message.priority),
             claim.message.id,

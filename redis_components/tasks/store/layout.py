@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -80,11 +81,12 @@ def task_home(task_id: str) -> str:
     return _head()
 
 
-def new_task_id(queue: str) -> str:
-    """A new id for a task of ``queue``: 32 random hex digits, after the 4 of the
-    queue's tag when the queue has a home of its own."""
-    random = os.urandom(16).hex()
-    return _tag(queue) + random if _split else random
+def new_task_id(queue: str, seed: str = "") -> str:
+    """A new id for a task of ``queue``: 32 hex digits, random (or the first of
+    ``seed``'s SHA-256, the same for the same seed), after the 4 of the queue's tag when
+    the queue has a home of its own."""
+    digits = hashlib.sha256(seed.encode()).hexdigest()[:32] if seed else os.urandom(16).hex()
+    return _tag(queue) + digits if _split else digits
 
 
 def registry() -> str:

@@ -33,6 +33,7 @@ from .calls import (
     recover_call,
     renew_call,
     requeue_dead_call,
+    tick_enqueue_call,
 )
 from .layout import (
     dead_key,
@@ -904,7 +905,18 @@ class TaskStore:
 
     def claim_ticks(self, claims: Sequence[TickClaim]) -> list[bool]:
         """Claim due ticks in one script; for each, whether this call claimed it (and
-        enqueued its task if ``run``): another scheduler may have been first."""
+        enqueued its task if ``run``): another scheduler may have been first.
+
+        A task whose queue has a home of its own is enqueued there first (refused when
+        it was already: its id is the tick's), then its tick is claimed with the others.
+        """
+        for claim in claims:
+            if claim.run and home(claim.message.queue) != registry():
+                _, problem = self._run_durable(
+                    tick_enqueue_call(claim), f"Task {claim.message.id} was enqueued"
+                )
+                if problem:
+                    logger.warning("%s", problem)
         claimed, problem = self._run_durable(
             claim_call(claims=claims), "Schedules' ticks were enqueued"
         )

@@ -5,19 +5,23 @@ and no script crosses a home (the cluster refuses any that crosses slots)."""
 from __future__ import annotations
 
 import datetime
+import io
 import time
 from collections.abc import Iterator
 
 import pytest
 import redis
+from django.core.management import call_command
 from django.utils import timezone
 
+from conftest import cancelled as is_cancelled
 from redis_components import get_result
 from redis_components.connection import get_client, is_cluster, node_client
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
 from redis_components.tasks.schedules import Claim, Scheduler, build
+from redis_components.tasks.status import running_tasks
 from redis_components.tasks.store import (
     Outcome,
     TaskStore,
@@ -25,6 +29,7 @@ from redis_components.tasks.store import (
     WorkerStore,
     home,
     lease_copy_key,
+    queues_key,
     ready_key,
     registry,
     tasks_client,
@@ -33,6 +38,7 @@ from redis_components.tasks.store import (
 from redis_components.tasks.store.layout import split_homes, task_home
 from redis_components.tasks.store.worker_store import runs
 from redis_components.tasks.worker import Worker
+from redis_components.testing import crashed_worker
 from tests.testapp import tasks
 
 # Three queues whose homes are in each third of the slots: on the suite's 3-master
@@ -219,3 +225,41 @@ def test_a_ticks_task_is_enqueued_once_in_its_queues_home() -> None:
     # Claimed: no tick is claimed again.
     assert Scheduler(schedules).run_due() > 0
     assert store.queue_counts({"third": []})["third"].ready == 2
+
+
+def test_cancel_requeue_purge_and_forget_work_in_a_queues_home() -> None:
+    store = TaskStore()
+    kept, cancelled = enqueue("reports", "kept"), enqueue("reports", "cancelled")
+    assert store.cancel(cancelled) == "cancelled"
+    assert is_cancelled(get_result(cancelled))
+    total, waiting = store.waiting("reports", "ready", 0, 10)
+    assert total == 1
+    assert [task.task_id for task in waiting] == [kept]
+    # A dead letter of the third queue's home is read and requeued there.
+    failed = tasks.fail_now.using(queue_name="third").enqueue("dead").id
+    Worker(["third"], burst=True, scheduler=False).run()
+    [letter] = store.dead_letters("third", 0, -1)
+    assert (letter.reason, failed in letter.task) == ("failed", True)
+    assert store.requeue_dead("third") == (1, 0)
+    assert get_result(failed).status is TaskResultStatus.READY
+    assert store.purge("third") == 1
+    # An idle queue is forgotten; one that holds a task, or finished one lately, is not.
+    store.client.sadd(queues_key(), *QUEUES)
+    assert store.forget_queues(QUEUES) == 1
+    assert store.known_queue_names() == {"reports", "third"}
+
+
+def test_rc_queues_and_the_running_tasks_read_every_home() -> None:
+    enqueue("first", "a")
+    enqueue("third", "b")
+    enqueue("third", "c")
+    worker = crashed_worker(QUEUES, take=2)
+    assert {task.task_id for task in running_tasks()} == set(worker.task_ids)
+    out = io.StringIO()
+    call_command("rc_queues", stdout=out)
+    lines = out.getvalue().splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1 : lines.index("")]}
+    # ready, delayed, on limits, in progress, dead
+    assert rows["first"][:5] == ["0", "0", "0", "1", "0"]
+    assert rows["third"][:5] == ["1", "0", "0", "1", "0"]
+    assert any(worker.id in line for line in lines)

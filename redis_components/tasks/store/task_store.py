@@ -572,7 +572,33 @@ class TaskStore:
             return 0
         hour = int(time.time()) // 3600  # the client's clock: an hour more on each side
         hours = range(hour - RECENT_HOURS - 1, hour + 2)
-        return int(self._run(forget_call(names=names, hours=hours)))
+        here = registry()
+        forgotten = 0
+        local = [name for name in names if home(name) == here]
+        if local:
+            forgotten = int(self._run(forget_call(names=local, hours=hours)))
+        # A queue of another home: its name goes if it was idle, and comes back if it is
+        # not idle after that (a task enqueued meanwhile keeps it known, as above).
+        elsewhere = [name for name in names if home(name) != here]
+        idle = [name for name in elsewhere if self._idle(name, hours)]
+        if idle:
+            removed = raw(self.client, "SREM", queues_key(), *idle)
+            back = [name for name in idle if not self._idle(name, hours)]
+            if back:
+                raw(self.client, "SADD", queues_key(), *back)
+            forgotten += max(0, int(removed) - len(back))
+        return forgotten
+
+    def _idle(self, name: str, hours: Iterable[int]) -> bool:
+        """Whether queue ``name`` holds no task or dead letter, has no task waiting on a
+        limit and finished none in ``hours`` (see lua/queue_forget.lua)."""
+        head = home(name)
+        queue_keys = [ready_key(name), delayed_key(name), dead_key(name)]
+        queue_keys += [stats_key(name, hour) for hour in hours]
+        pipe = self.at(head).pipeline(transaction=False)
+        raw(pipe, "EXISTS", *queue_keys)
+        raw(pipe, "HEXISTS", limits_waiting_key(head), name)
+        return not any(int(found) for found in pipe.execute())
 
     def task_records(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
         """Each task's record (``None`` where none is kept, or it is not one of ours), from

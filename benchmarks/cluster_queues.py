@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/cluster_queues.py        # 3,000 tasks, 2 worker processes
     .venv/bin/python benchmarks/cluster_queues.py --tasks 9000 --workers 4
+    .venv/bin/python benchmarks/cluster_queues.py --split   # a home per queue
 
 In one run, for a private single redis-server and private clusters of 1, 2 and 3
 masters (Redis's defaults): ``--tasks`` no-op tasks are enqueued over three queues
@@ -42,6 +43,7 @@ from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
 ROOT = Path(__file__).resolve().parent.parent
 FORK = multiprocessing.get_context("fork")
 SETTINGS = "benchmarks.queue_apps.settings"
+SPLIT = False  # --split
 
 
 def environment(url: str, cluster: bool) -> dict[str, str]:
@@ -49,6 +51,8 @@ def environment(url: str, cluster: bool) -> dict[str, str]:
     extra = {"BENCH_REDIS_URL": url, "DJANGO_SETTINGS_MODULE": SETTINGS, "PYTHONPATH": path}
     if cluster:
         extra["BENCH_CLUSTER"] = "1"
+    if SPLIT:
+        extra["RC_SPLIT_HOMES"] = "1"
     return {**os.environ, **extra}
 
 
@@ -61,10 +65,12 @@ def enqueue(url: str, cluster: bool, tasks: int) -> None:
 
         django.setup()
         from benchmarks.queue_apps.tasks import spread
+        from redis_components.tasks.store.layout import split_homes
 
         senders = list(spread.values())
-        for i in range(tasks):
-            senders[i % len(senders)].enqueue()
+        with split_homes(SPLIT):  # (this process read RC_SPLIT_HOMES before it was set)
+            for i in range(tasks):
+                senders[i % len(senders)].enqueue()
 
     process = FORK.Process(target=child)
     process.start()
@@ -187,7 +193,15 @@ def main() -> None:
     )
     parser.add_argument("--tasks", type=int, default=3000, help="no-op tasks per setup")
     parser.add_argument("--workers", type=int, default=2, help="rc_worker -c 1 processes")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="give each queue a home of its own (RC_SPLIT_HOMES=1: the layout of issue 39, "
+        "not yet on for users; a queue's home is placed by a hash of its name)",
+    )
     options = parser.parse_args()
+    global SPLIT
+    SPLIT = options.split
     for name in ("tasks", "workers"):
         if getattr(options, name) < 1:
             parser.error(f"--{name} must be at least 1, not {getattr(options, name)}")
@@ -208,7 +222,8 @@ def main() -> None:
     ]
     print(f"Load average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
     print(
-        f"{options.tasks:,} no-op tasks over {len(work.SPREAD_QUEUES)} queues, "
+        f"{options.tasks:,} no-op tasks over {len(work.SPREAD_QUEUES)} queues"
+        f"{' (each in a home of its own)' if SPLIT else ''}, "
         f"{options.workers} rc_worker -c 1 processes\n"
     )
     headers = [

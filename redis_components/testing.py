@@ -115,7 +115,7 @@ class ScriptedWorker:
         (by default a ``RuntimeError``), whatever retries it has left."""
         position, payload, message, _ = self._held[task_id]
         error = RuntimeError("failed on purpose") if error is None else error
-        queue = self.queues[position - 1]
+        queue = self._tasks.queue_at(position)
         problem = f"{type(error).__name__}: {error}"
         outcome = bury(
             *(position, queue, payload, task_id, "failed", problem, error),

@@ -51,6 +51,7 @@ WORKER = "homes-w"
 def split() -> Iterator[None]:
     with split_homes():
         yield
+    assert home("first") == registry(), "every queue's home is the registry's again"
 
 
 def client_at(head: str) -> redis.Redis:
@@ -263,3 +264,28 @@ def test_rc_queues_and_the_running_tasks_read_every_home() -> None:
     assert rows["first"][:5] == ["0", "0", "0", "1", "0"]
     assert rows["third"][:5] == ["1", "0", "0", "1", "0"]
     assert any(worker.id in line for line in lines)
+
+
+def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
+    """An upgrade: the tasks an earlier release left in the registry's home (32-digit
+    ids) are taken there, recovered there, and read, while new ones go to their homes."""
+    with split_homes(False):  # (as the earlier release wrote them)
+        old = [tasks.record.using(queue_name=queue).enqueue(queue).id for queue in QUEUES]
+        later = timezone.now() + datetime.timedelta(milliseconds=200)
+        old.append(tasks.record.using(queue_name="third", run_after=later).enqueue("late").id)
+    new = enqueue("first", "new")
+    assert [len(task_id) for task_id in old] == [32] * 4
+    assert task_home(new) != registry()
+    # A worker killed holding two of them: they go back where they were.
+    crashed = crashed_worker(QUEUES, take=2)
+    assert crashed.task_ids == [new, old[0]]  # its own home first, then the old one
+    assert TaskStore().recover_worker(crashed.id, QUEUES, only_if_expired=False, max_crashes=3) == (
+        2,
+        0,
+    )
+    time.sleep(0.3)
+    Worker(QUEUES, burst=True, scheduler=True).run()
+    assert [get_result(task_id).status for task_id in [*old, new]] == (
+        [TaskResultStatus.SUCCESSFUL] * 5
+    )
+    assert not TaskStore().holds_tasks(registry(), QUEUES, crashed.id)

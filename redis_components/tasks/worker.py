@@ -616,7 +616,7 @@ class Worker:
         if execution is self._alone:
             self._alone = None
         self.processed += 1
-        queue = self.queues[execution.position - 1]
+        queue = self._tasks.queue_at(execution.position)
         left = "its coroutine is cancelled" if execution.coroutine else "its thread is abandoned"
         if execution.terminate:
             logger.warning("Task %s was cancelled while running: %s", execution.task_id, left)
@@ -783,7 +783,7 @@ class Worker:
         prepared = prepare(
             execution.payload,
             position=execution.position,
-            queue=self.queues[execution.position - 1],
+            queue=self._tasks.queue_at(execution.position),
             worker_id=self.id,
             now_ms=execution.taken_ms,
         )
@@ -830,7 +830,7 @@ class Worker:
             execution.job,
             execution.payload,
             position=execution.position,
-            queue=self.queues[execution.position - 1],
+            queue=self._tasks.queue_at(execution.position),
             call=call,
             propagate=(KeyboardInterrupt,) if caller else (),
         )
@@ -860,7 +860,7 @@ class Worker:
                 raise Abandoned
             return value
 
-        queue = self.queues[execution.position - 1]
+        queue = self._tasks.queue_at(execution.position)
         return await arun_job(
             execution.job, execution.payload, position=execution.position, queue=queue, call=call
         )

@@ -38,10 +38,13 @@ its heartbeat (the lease, then each home's copy and its terminate flags, a pipel
 per home), recovery (a script per home, fenced by the home's copy, the registry's
 last), the readers (a pipeline per home, ``TaskStore._each_home``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the
-tick is claimed in the registry's). A script is given the keys of one queue home
-(``layout.one_home`` refuses queues of different homes) and, where it needs them, the
-registry's: the scripts of the workflows, which need both, must still be split before
-homes can differ. With the default prefix::
+tick is claimed in the registry's). The tasks written before queues had homes of their
+own stay where they were (``layout.legacy_home``, the registry's): their ids name it, a
+call about one of them uses its keys there, and a worker serves that home too (as a
+last run) while it holds tasks of its queues. A script is given the keys of one queue
+home (``layout.one_home`` refuses queues of different homes) and, where it needs them,
+the registry's: the scripts of the workflows, which need both, must still be split
+before homes can differ. With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)

@@ -17,6 +17,7 @@ from .layout import (
     flow_section,
     flows_done_key,
     flows_live_key,
+    head_of,
     home,
     lease_copy_key,
     leases_key,
@@ -35,6 +36,7 @@ from .layout import (
     schedule_next_key,
     scheduler_key,
     stats_key,
+    task_home,
     terminate_key,
     totals_key,
     unique_key,
@@ -43,19 +45,19 @@ from .layout import (
 from .records import NOW, TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, duration_bucket
 
 
-def fetch_keys(worker_id: str, queues: Sequence[str]) -> list[str]:
+def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[str]:
     """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it):
-    those of ``queues``' one home."""
-    head = one_home(queues)
+    those of ``queues``' one home (or of ``head``: see layout.legacy_home)."""
+    head = head or one_home(queues)
     leases = lease_copy_key(head)
     script_keys = [leases, running_tasks_key(head), counter_key(head), leases, leases]
     script_keys.append(totals_key(head))
     for queue in queues:
         script_keys += [
-            ready_key(queue),
-            delayed_key(queue),
-            running_key(worker_id, queue),
-            dead_key(queue),
+            ready_key(queue, head),
+            delayed_key(queue, head),
+            running_key(worker_id, queue, head),
+            dead_key(queue, head),
         ]
     return script_keys
 
@@ -116,7 +118,7 @@ def fetch_call(
         script_keys = [
             *worker_keys[:3],
             result_key(outcome.task_id),
-            stats_key(queue, hour),
+            stats_key(queue, hour, head_of(worker_keys[0])),
             *worker_keys[5:],
         ]
         if conf.METRICS:
@@ -170,9 +172,14 @@ def tick_enqueue_call(claim: TickClaim) -> scripts.Call:
 
 def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) -> scripts.Call:
     """lua/queue_put_back.lua: give back a task held ahead, unstarted."""
+    head = task_home(task_id)
     return (
         scripts.load("queue_put_back"),
-        [running_tasks_key(home(queue)), running_key(worker_id, queue), ready_key(queue)],
+        [
+            running_tasks_key(head),
+            running_key(worker_id, queue, head),
+            ready_key(queue, head),
+        ],
         [worker_id, held.payload or b"", task_id, held.now_ms, queue],
     )
 
@@ -227,7 +234,11 @@ def recover_call(
     head = head or one_home(queues)
     script_keys = [lease_copy_key(head), workers_key(head), running_tasks_key(head)]
     for queue in queues:
-        script_keys += [running_key(worker_id, queue), ready_key(queue), dead_key(queue)]
+        script_keys += [
+            running_key(worker_id, queue, head),
+            ready_key(queue, head),
+            dead_key(queue, head),
+        ]
     script_keys += [result_key(task_id) for task_id in tasks]
     args: list[scripts.Arg] = [
         worker_id,
@@ -271,13 +282,14 @@ def cancel_call(
     ``unique``: the key that made it unique, freed with it ("" for none); ``flow``: the
     workflow step it is, whose later steps it fails.
     """
+    head = task_home(task_id)
     script_keys = [
-        ready_key(queue),
-        delayed_key(queue),
+        ready_key(queue, head),
+        delayed_key(queue, head),
         result_key(task_id),
-        running_tasks_key(home(queue)),
+        running_tasks_key(head),
         terminate_key(task_id),
-        unique or counter_key(home(queue)),
+        unique or counter_key(head),
         *(flow_section(flow) if flow else ()),
     ]
     args: list[scripts.Arg] = [
@@ -350,8 +362,8 @@ def flow_cancel_call(
     for task_id, queue in steps:
         script_keys += [
             result_key(task_id),
-            ready_key(queue),
-            delayed_key(queue),
+            ready_key(queue, task_home(task_id)),
+            delayed_key(queue, task_home(task_id)),
             terminate_key(task_id),
         ]
     args: list[scripts.Arg] = [

@@ -35,20 +35,22 @@ def _head() -> str:
 
 
 # Whether each queue has a home of its own (see home()). Off: every queue's home is the
-# registry's, as on a single server. Only the tests turn it on (split_homes()) until
-# every part of the task system works across homes.
-_split = False
+# registry's, as on a single server. Only the tests (split_homes()) and the benchmarks
+# (the environment variable RC_SPLIT_HOMES=1, read by every process at its start) turn
+# it on, until every part of the task system works across homes.
+_split = os.environ.get("RC_SPLIT_HOMES") == "1"
 
 
 @contextlib.contextmanager
-def split_homes() -> Iterator[None]:
-    """Give each queue a home of its own while in the block (for the tests)."""
+def split_homes(on: bool = True) -> Iterator[None]:
+    """Give each queue a home of its own (or not, ``on=False``) while in the block (for
+    the tests)."""
     global _split
-    _split = True
+    before, _split = _split, on
     try:
         yield
     finally:
-        _split = False
+        _split = before
 
 
 def _tag(queue: str) -> str:
@@ -79,6 +81,13 @@ def task_home(task_id: str) -> str:
     if len(task_id) == 36:
         return _own(conf.KEY_PREFIX, task_id[:4])
     return _head()
+
+
+def legacy_home() -> str | None:
+    """Where the tasks written before queues had homes of their own still are (the
+    registry's home), when queues have them now: a worker serves it too while it holds
+    tasks of its queues (see WorkerStore), and a task's keys follow its id's home."""
+    return _head() if _split else None
 
 
 def new_task_id(queue: str, seed: str = "") -> str:
@@ -136,25 +145,29 @@ def tasks_client(head: str = "") -> Redis:
 # A queue's keys, in its home.
 
 
-def ready_key(queue: str) -> str:
-    return f"{home(queue)}ready:{queue}"
+# ``head``: the home of the keys when it is not the queue's: the registry's, for the
+# tasks written before queues had homes of their own (see legacy_home()).
 
 
-def delayed_key(queue: str) -> str:
-    return f"{home(queue)}delayed:{queue}"
+def ready_key(queue: str, head: str = "") -> str:
+    return f"{head or home(queue)}ready:{queue}"
 
 
-def dead_key(queue: str) -> str:
-    return f"{home(queue)}dead:{queue}"
+def delayed_key(queue: str, head: str = "") -> str:
+    return f"{head or home(queue)}delayed:{queue}"
 
 
-def running_key(worker_id: str, queue: str) -> str:
-    return f"{home(queue)}running:{worker_id}:{queue}"
+def dead_key(queue: str, head: str = "") -> str:
+    return f"{head or home(queue)}dead:{queue}"
 
 
-def stats_key(queue: str, hour: int) -> str:
+def running_key(worker_id: str, queue: str, head: str = "") -> str:
+    return f"{head or home(queue)}running:{worker_id}:{queue}"
+
+
+def stats_key(queue: str, hour: int, head: str = "") -> str:
     """The per-minute counts of ``queue`` during ``hour`` (hours since the epoch)."""
-    return f"{home(queue)}stats:{hour}:{queue}"
+    return f"{head or home(queue)}stats:{hour}:{queue}"
 
 
 def unique_key(queue: str, digest: str) -> str:
@@ -253,7 +266,7 @@ def flow_section(flow: FlowStep) -> list[str]:
     (see lua/lib/flow.lua): the workflow's, then each later step's result and queue."""
     section = [flow_key(flow.workflow), counter_key(registry()), flows_live_key(), flows_done_key()]
     for task_id, queue in flow.kids:
-        section += [result_key(task_id), ready_key(queue)]
+        section += [result_key(task_id), ready_key(queue, task_home(task_id))]
     return section
 
 

@@ -46,6 +46,7 @@ from .layout import (
     homes,
     lease_copy_key,
     leases_key,
+    legacy_home,
     limit_held_key,
     limit_wait_key,
     limits_key,
@@ -399,12 +400,15 @@ class TaskStore:
         by_home: dict[str, list[str]] = {}
         for queue in queues:
             by_home.setdefault(home(queue), []).append(queue)
+        legacy = legacy_home()
+        if legacy is not None:  # where it may hold tasks written before homes were split
+            by_home[legacy] = list(queues)
         held: dict[str, list[bytes]] = {}
         started: dict[str, int] = {}  # in each home: a crash with others is shared
         for head, served in by_home.items():
             pipe = self.at(head).pipeline(transaction=False)
             for queue in served:
-                key = running_key(worker_id, queue)
+                key = running_key(worker_id, queue, head)
                 raw(pipe, "ZRANGE", key, 0, -1, "WITHSCORES", withscores=True)
             pairs = [pair for reply in pipe.execute() for pair in reply]
             held[head] = [payload for payload, _ in pairs]
@@ -685,12 +689,13 @@ class TaskStore:
             )
         return found
 
-    def held_payloads(self, worker_id: str, queue: str) -> list[bytes]:
-        """The payloads of the tasks that a worker has taken from ``queue``."""
-        found: list[bytes] = raw(
-            self.at(home(queue)), "ZRANGE", running_key(worker_id, queue), 0, -1
-        )
-        return found
+    def holds_tasks(self, head: str, queues: Sequence[str], worker_id: str) -> bool:
+        """Whether the home ``head`` holds tasks of ``queues`` (ready, delayed, or taken by
+        the worker ``worker_id``), in one round trip."""
+        queue_keys = [ready_key(queue, head) for queue in queues]
+        queue_keys += [delayed_key(queue, head) for queue in queues]
+        queue_keys += [running_key(worker_id, queue, head) for queue in queues]
+        return bool(raw(self.at(head), "EXISTS", *queue_keys))
 
     def dead_letters(self, queue: str, first: int, last: int) -> list[DeadLetter]:
         """The dead letters of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the

@@ -12,7 +12,7 @@ from ...conf import conf
 from ...scripts import Call
 from ..limits import settings_json
 from .calls import fetch_call, fetch_keys, put_back_call
-from .layout import home, tasks_client
+from .layout import home, legacy_home, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
@@ -23,6 +23,9 @@ MOVE_EVERY_MS = 100
 # reading, instead of having each fetch read the clock (a TIME per task). Takes that
 # move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
 RECKON_FOR = 1.0
+# How often (seconds) a worker whose queues have homes of their own looks for tasks of
+# them in the home they had before (see layout.legacy_home).
+LEGACY_EVERY = 10.0
 
 
 @dataclass(frozen=True)
@@ -114,13 +117,36 @@ class WorkerStore:
         # came (for a take ahead, whose reply is read after a task ran: when it was sent).
         self._clock_read: tuple[int, float] | None = None
         self._client = client
-        self._runs = runs(worker_id, self.queues)
+        self._own = runs(worker_id, self.queues)
+        self._runs = self._own
+        self._legacy = legacy_home()
+        self._legacy_at = 0.0  # (monotonic) when it next looks there
         self._limits = settings_json(conf.TASK_LIMITS)
 
     @property
     def store(self) -> TaskStore:
         """The store on its clients (``client``, for each home)."""
         return TaskStore(at=self._client)
+
+    def queue_at(self, position: int) -> str:
+        """The queue of a task taken at ``position`` (see :class:`Fetched`)."""
+        return self.queues[(position - 1) % len(self.queues)]
+
+    def _watch_legacy(self) -> None:
+        """Serve the home its queues had before they had their own (as a last run, at
+        positions after theirs) while it holds tasks of them: a worker of an earlier
+        release may still enqueue there. Looked at every ``LEGACY_EVERY``."""
+        if self._legacy is None or _now() < self._legacy_at:
+            return
+        self._legacy_at = _now() + LEGACY_EVERY
+        serving = self._runs is not self._own
+        holds = self.store.holds_tasks(self._legacy, self.queues, self.worker_id)
+        if holds and not serving:
+            keys = fetch_keys(self.worker_id, self.queues, self._legacy)
+            last = Run(self._legacy, self.queues, len(self.queues) + 1, keys)
+            self._runs = [*self._own, last]
+        elif serving and not holds:
+            self._runs = self._own
 
     @property
     def may_take_ahead(self) -> bool:
@@ -134,6 +160,7 @@ class WorkerStore:
         task it held ahead), if given, and take the next task, in one script per run
         looked in. ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
+        self._watch_legacy()
         mode = self._take_mode()
         fetched = self._over_runs(mode, finished, taken_ms, start)
         if (
@@ -177,7 +204,7 @@ class WorkerStore:
     def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
         """Give back a task it took ahead and has not started; whether it still held it."""
         assert held.payload is not None
-        queue = self.queues[held.position - 1]
+        queue = self.queue_at(held.position)
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
 
@@ -316,12 +343,3 @@ class WorkerStore:
         return self.store.recover_worker(
             self.worker_id, self.queues, only_if_expired=False, max_crashes=max_crashes
         )
-
-    def held(self) -> list[tuple[int, bytes]]:
-        """The tasks it holds, as ``(position of their queue, payload)``."""
-        store = self.store
-        return [
-            (position, payload)
-            for position, queue in enumerate(self.queues, 1)
-            for payload in store.held_payloads(self.worker_id, queue)
-        ]

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from conftest import cancelled as is_cancelled
 from redis_components import get_result
-from redis_components.connection import get_client, is_cluster, node_client
+from redis_components.connection import OneConnection, get_client, is_cluster, node_client
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
@@ -289,3 +289,23 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
         [TaskResultStatus.SUCCESSFUL] * 5
     )
     assert not TaskStore().holds_tasks(registry(), QUEUES, crashed.id)
+
+
+def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection() -> None:
+    """Take-ahead (one run) sends its take and reads its reply on the held connection of
+    the queue's home, which is not the registry's."""
+    first, second = enqueue("reports", "a"), enqueue("reports", "b")
+    connections: dict[str, OneConnection] = {}
+
+    def held(head: str) -> OneConnection:
+        return connections.setdefault(head, OneConnection(client_at(head)))
+
+    # (As a worker: its lease's store on its clients, its loop's on held connections.)
+    worker(["reports"])
+    store = WorkerStore(WORKER, ["reports"], move_delayed=False, client=held)
+    assert store.may_take_ahead
+    assert task_id_of(store.take().payload or b"") == first
+    ahead = store.receive(store.take_ahead(None))
+    assert task_id_of(ahead.payload or b"") == second
+    for connection in connections.values():
+        connection.close()

@@ -326,7 +326,7 @@ class TaskStore:
     def receive_fetch(self, call: scripts.Call) -> Fetched:
         """The reply to :meth:`send_fetch` of ``call`` (run again if the server had
         forgotten the script: then it had not run)."""
-        client: Any = self.client
+        client: Any = self._on(call[1])
         try:
             reply = client.read(**{NEVER_DECODE: True})
         except NoScriptError:

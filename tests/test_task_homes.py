@@ -4,10 +4,12 @@ and no script crosses a home (the cluster refuses any that crosses slots)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -17,28 +19,34 @@ from django.utils import timezone
 from conftest import cancelled as is_cancelled
 from redis_components import get_result
 from redis_components.connection import OneConnection, get_client, is_cluster, node_client
+from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
 from redis_components.tasks.schedules import Claim, Scheduler, build
 from redis_components.tasks.status import running_tasks
 from redis_components.tasks.store import (
+    Fetched,
     Outcome,
     TaskStore,
     TickClaim,
     WorkerStore,
     home,
     lease_copy_key,
+    leases_key,
     queues_key,
     ready_key,
     registry,
     tasks_client,
     tick_enqueue_call,
+    worker_store,
 )
 from redis_components.tasks.store.layout import split_homes, task_home
 from redis_components.tasks.store.worker_store import runs
+from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
+from tests.processes import wait_until
 from tests.testapp import tasks
 
 # Three queues whose homes are in each third of the slots: on the suite's 3-master
@@ -56,6 +64,15 @@ def split() -> Iterator[None]:
 
 def client_at(head: str) -> redis.Redis:
     return tasks_client(head)
+
+
+@pytest.fixture
+def held() -> Iterator[Callable[[str], OneConnection]]:
+    """A connection held for each home, as a worker's loop holds them."""
+    connections: dict[str, OneConnection] = {}
+    yield lambda head: connections.setdefault(head, OneConnection(client_at(head)))
+    for connection in connections.values():
+        connection.close()
 
 
 def enqueue(queue: str, *args: object) -> str:
@@ -108,6 +125,101 @@ def test_a_worker_takes_from_its_queues_homes_in_their_order() -> None:
     assert get_result(third).status is TaskResultStatus.SUCCESSFUL
 
 
+def scripts_run() -> int:
+    """How many scripts the servers of the homes have run (since their stats were reset)."""
+    heads = [home(queue) for queue in QUEUES] + [registry()]
+    nodes = {id(node): node for node in (node_client(get_client(), f"{h}x") for h in heads)}
+    stats = [node.info("commandstats") for node in nodes.values()]
+    return sum(found.get(name, {}).get("calls", 0) for found in stats for name in SCRIPT_COMMANDS)
+
+
+SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
+
+
+def test_a_busy_worker_leaves_out_the_homes_it_found_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_store, "EMPTY_FOR", 60.0)
+    heard: list[set[str] | None] = []
+    store = WorkerStore(
+        WORKER,
+        QUEUES,
+        move_delayed=False,
+        client=client_at,
+        heard=lambda: heard.pop(0) if heard else set(),
+    )
+    store.beat(60_000, description(QUEUES))
+    ids = [enqueue("third", n) for n in range(4)]
+    fetched = store.take()  # the first two homes are found empty
+    assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, ids[0])
+
+    def take() -> Fetched:
+        nonlocal fetched
+        before = scripts_run()
+        fetched = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
+        return dataclasses.replace(fetched, read_ms=scripts_run() - before)
+
+    # One script a task while it works on the third queue.
+    assert (take().read_ms, task_id_of(fetched.payload or b"")) == (1, ids[1])
+    # A wake-up from the first queue's home: it is looked in first again.
+    first = enqueue("first", "first")
+    heard.append({ready_key("first")})
+    after = take()
+    assert (after.position, task_id_of(after.payload or b"")) == (1, first)
+    assert after.read_ms == 2  # the take there, and the outcome recorded in the third's
+    # A task whose wake-up was not heard waits until the home is looked in again...
+    second = enqueue("reports", "reports")
+    after = take()
+    assert (after.position, task_id_of(after.payload or b"")) == (3, ids[2])
+    # ...when the wake-ups may have been missed (a new subscription), or EMPTY_FOR is over.
+    heard.append(None)
+    after = take()
+    assert (after.position, task_id_of(after.payload or b"")) == (2, second)
+    after = take()
+    assert (after.position, task_id_of(after.payload or b"")) == (3, ids[3])
+    monotonic = time.monotonic
+    monkeypatch.setattr(worker_store, "_now", lambda: monotonic() + 61)
+    last = take()
+    assert (last.payload, last.position, last.read_ms) == (None, 0, 3)  # each home looked in
+    assert all(get_result(task_id).status is TaskResultStatus.SUCCESSFUL for task_id in ids)
+
+
+def test_the_waker_says_which_homes_wake_ups_it_heard() -> None:
+    channels = [ready_key(queue) for queue in QUEUES]
+    waker = Waker(channels)
+    try:
+        assert waker.heard() == set()  # not subscribed yet
+        waker.wait(tasks_client(), 0)  # subscribes
+        assert waker.heard() is None  # subscribed since the last call
+        assert waker.heard() == set()
+        enqueue("third", "x")  # the queue was empty: its channel is told
+        heard: set[str] = set()
+
+        def hears() -> bool:
+            heard.update(waker.heard() or ())
+            return bool(heard)
+
+        wait_until(hears)
+        assert heard == {ready_key("third")}
+    finally:
+        waker.close()
+
+
+def succeeded(task_id: str) -> bool:
+    return get_result(task_id).status is TaskResultStatus.SUCCESSFUL
+
+
+def test_an_idle_worker_process_wakes_for_a_task_in_any_of_its_homes(
+    start_worker: Callable[..., Any],
+) -> None:
+    """One blocking wait across the homes: a task enqueued in any of them wakes the
+    idle worker (its heartbeat, which would also end the wait, is 60 s away)."""
+    worker = start_worker(*QUEUES, environment={"RC_SPLIT_HOMES": "1"}, TASK_HEARTBEAT_INTERVAL=60)
+    for queue in ["third", "first", "reports", "third"]:
+        task_id = enqueue(queue, queue)
+        wait_until(lambda t=task_id: succeeded(t), worker.output, timeout=20)
+
+
 def test_the_heartbeat_keeps_a_lease_copy_in_each_home_and_recovery_is_per_home() -> None:
     ids = [enqueue(queue, queue) for queue in QUEUES]
     store = worker()
@@ -134,6 +246,34 @@ def test_the_heartbeat_keeps_a_lease_copy_in_each_home_and_recovery_is_per_home(
     assert store.take().position == -1
     store.beat(60_000, description(QUEUES))
     assert store.take().position == 1
+
+
+def test_a_home_whose_lease_copy_looks_alive_keeps_the_registrys_lease() -> None:
+    ids = [enqueue(queue, queue) for queue in QUEUES]
+    store = worker()
+    for _ in QUEUES:
+        assert store.take().payload is not None
+    # The registry's lease ran out, but the copy in the third queue's home was renewed
+    # later (or on a node whose clock is behind): that home is left as it is, and so
+    # is the registry's lease, so that a later pass recovers it.
+    tasks_client().zadd(leases_key(), {WORKER: 1})
+    for queue in QUEUES[:2]:
+        client_at(home(queue)).zadd(lease_copy_key(home(queue)), {WORKER: 1})
+    tasks_store = TaskStore()
+    assert tasks_store.recover_worker(WORKER, QUEUES, only_if_expired=True, max_crashes=3) is None
+    assert [get_result(task_id).status for task_id in ids] == [
+        TaskResultStatus.READY,
+        TaskResultStatus.READY,
+        TaskResultStatus.RUNNING,
+    ]
+    assert tasks_client().zscore(leases_key(), WORKER) == 1
+    client_at(home("third")).zadd(lease_copy_key(home("third")), {WORKER: 1})
+    assert tasks_store.recover_worker(WORKER, QUEUES, only_if_expired=True, max_crashes=3) == (
+        1,
+        0,
+    )
+    assert get_result(ids[2]).status is TaskResultStatus.READY
+    assert tasks_client().zscore(leases_key(), WORKER) is None
 
 
 def test_the_supervisor_renews_the_copies_and_terminate_flags_are_read_per_home() -> None:
@@ -228,6 +368,39 @@ def test_a_ticks_task_is_enqueued_once_in_its_queues_home() -> None:
     assert store.queue_counts({"third": []})["third"].ready == 2
 
 
+def test_a_tick_another_scheduler_skipped_enqueues_nothing_in_its_queues_home() -> None:
+    store = TaskStore()
+    _, now = store.schedule_ticks()
+    every = build(
+        "skipped",
+        task_name="tests.testapp.tasks.record",
+        queue="third",
+        priority=0,
+        backend=None,
+        every=60,
+        args=["x"],
+    )
+    tick = every.next_after(now) - 60_000
+    store.start_schedule("skipped", tick)
+    claim = Claim.of(every, tick, now)
+
+    def tick_claim(run: bool) -> TickClaim:
+        return TickClaim(
+            schedule="skipped",
+            tick=tick,
+            following=claim.following,
+            run=run,
+            message=claim.message,
+            payload=claim.payload,
+        )
+
+    assert store.claim_ticks([tick_claim(run=False)]) == [True]  # another scheduler
+    assert store.claim_ticks([tick_claim(run=True)]) == [False]
+    assert store.queue_counts({"third": []})["third"].ready == 0
+    with pytest.raises(TaskResultDoesNotExist):
+        get_result(claim.message.id)
+
+
 def test_cancel_requeue_purge_and_forget_work_in_a_queues_home() -> None:
     store = TaskStore()
     kept, cancelled = enqueue("reports", "kept"), enqueue("reports", "cancelled")
@@ -291,15 +464,12 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
     assert not TaskStore().holds_tasks(registry(), QUEUES, crashed.id)
 
 
-def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection() -> None:
+def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection(
+    held: Callable[[str], OneConnection],
+) -> None:
     """Take-ahead (one run) sends its take and reads its reply on the held connection of
     the queue's home, which is not the registry's."""
     first, second = enqueue("reports", "a"), enqueue("reports", "b")
-    connections: dict[str, OneConnection] = {}
-
-    def held(head: str) -> OneConnection:
-        return connections.setdefault(head, OneConnection(client_at(head)))
-
     # (As a worker: its lease's store on its clients, its loop's on held connections.)
     worker(["reports"])
     store = WorkerStore(WORKER, ["reports"], move_delayed=False, client=held)
@@ -307,5 +477,40 @@ def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection() -> None:
     assert task_id_of(store.take().payload or b"") == first
     ahead = store.receive(store.take_ahead(None))
     assert task_id_of(ahead.payload or b"") == second
-    for connection in connections.values():
-        connection.close()
+
+
+def test_a_worker_of_several_homes_takes_ahead_where_a_take_looks_first(
+    monkeypatch: pytest.MonkeyPatch, held: Callable[[str], OneConnection]
+) -> None:
+    monkeypatch.setattr(worker_store, "EMPTY_FOR", 60.0)
+    heard: list[set[str]] = []
+    assert not worker().may_take_ahead  # (it hears no wake-ups: it leaves out no home)
+    store = WorkerStore(
+        WORKER,
+        QUEUES,
+        move_delayed=False,
+        client=held,
+        heard=lambda: heard.pop(0) if heard else set(),
+    )
+    one, two = enqueue("reports", "1"), enqueue("reports", "2")
+    fetched = store.take()  # the first queue's home is found empty, and left out
+    assert (fetched.position, task_id_of(fetched.payload or b"")) == (2, one)
+    assert store.may_take_ahead
+    ahead = store.receive(store.take_ahead(ok(2, fetched.payload or b""), taken_ms=fetched.now_ms))
+    assert (ahead.recorded, ahead.position, task_id_of(ahead.payload or b"")) == (True, 2, two)
+    assert succeeded(one)
+    # Found empty by a take ahead: left out too.
+    third = enqueue("third", "3")
+    last = store.receive(store.take_ahead(ok(2, ahead.payload or b""), taken_ms=ahead.now_ms))
+    assert (last.recorded, last.payload) == (True, None)
+    fetched = store.take()
+    assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, third)
+    # A wake-up from the first queue's home: the take ahead looks there, after the
+    # outcome of the third queue's task is recorded in its own home.
+    first = enqueue("first", "first")
+    heard.append({ready_key("first")})
+    assert store.may_take_ahead
+    ahead = store.receive(store.take_ahead(ok(3, fetched.payload or b""), taken_ms=fetched.now_ms))
+    assert (ahead.recorded, ahead.position, task_id_of(ahead.payload or b"")) == (True, 1, first)
+    assert succeeded(two)
+    assert succeeded(third)

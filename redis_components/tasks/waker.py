@@ -43,6 +43,8 @@ class Waker:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._pubsub: PubSub | None = None
+        # The channels heard since :meth:`heard` was last called (None: subscribed since).
+        self._heard: set[str] | None = None
         # Once the pipe is closed its fd numbers may belong to anything (a socket to
         # Redis): a thread that outlives the worker (a task abandoned at its time limit)
         # must not write there. The lock makes the check and the write one step.
@@ -73,12 +75,24 @@ class Waker:
             return
         sock = pubsub_socket(self._pubsub)
         if sock is None:  # not connected yet, or redis-py's socket is not known: poll
-            if self._pubsub.get_message(timeout=min(timeout, POLL_INTERVAL)) is not None:
+            message = self._pubsub.get_message(timeout=min(timeout, POLL_INTERVAL))
+            if message is not None:
+                self._note(message)
                 self._drain()
             return
         select.select([sock.fileno(), self._read], [], [], timeout)
         self._empty_pipe()
         self._drain()
+
+    def heard(self) -> set[str] | None:
+        """The channels heard since the last call, reading the pending messages without
+        waiting; ``None`` when the subscription was made since: a message may have been
+        missed before it. (None is heard before the first wait subscribes.)"""
+        if self._pubsub is None:
+            return set()
+        self._drain()
+        heard, self._heard = self._heard, set()
+        return heard
 
     def pause(self, seconds: float) -> None:
         """Sleep ``seconds`` unless woken first (a back-off, or a wait for a running
@@ -91,6 +105,7 @@ class Waker:
         if self._pubsub is not None:
             self._pubsub.close()
             self._pubsub = None
+            self._heard = None
 
     def close(self) -> None:
         self.unsubscribe()
@@ -108,14 +123,21 @@ class Waker:
             pubsub.close()
             raise
         self._pubsub = pubsub
+        self._heard = None
 
     def _drain(self) -> bool:
         """Read every pending wake-up (or resubscription) message; True if there was one."""
         assert self._pubsub is not None
         got = False
-        while self._pubsub.get_message(timeout=0) is not None:
+        while (message := self._pubsub.get_message(timeout=0)) is not None:
             got = True
+            self._note(message)
         return got
+
+    def _note(self, message: dict[str, Any]) -> None:
+        if self._heard is not None and message["type"] == "message":
+            channel = message["channel"]
+            self._heard.add(channel.decode() if isinstance(channel, bytes) else channel)
 
     def _empty_pipe(self) -> None:
         try:

@@ -121,6 +121,7 @@ from .store import (
     Outcome,
     TaskStore,
     WorkerStore,
+    legacy_home,
     ready_key,
     registry,
     tasks_client,
@@ -221,13 +222,22 @@ class Worker:
         self.max_tasks = max_tasks
         self.processed = 0
         self._stopping = False
-        # The worker's side of the store: for the loop's thread, on its held connection,
-        # and for the lease's thread, on the worker's client.
+        # Each queue's wake-up channel is named like its ready set (also in the home its
+        # tasks had before queues had homes of their own, if they do now).
+        legacy = legacy_home()
+        channels = [ready_key(queue) for queue in self.queues]
+        channels += [ready_key(queue, legacy) for queue in self.queues if legacy is not None]
+        self._waker = Waker(list(dict.fromkeys(channels)))
+        # The worker's side of the store: for the loop's thread, on its held connection
+        # (hearing the wake-ups of the homes it left out), and for the lease's thread, on
+        # the worker's client.
         self._tasks = WorkerStore(
-            self.id, self.queues, move_delayed=scheduler, client=self._loop_connection
+            self.id,
+            self.queues,
+            move_delayed=scheduler,
+            client=self._loop_connection,
+            heard=self._waker.heard,
         )
-        # Each queue's wake-up channel is named like its ready set.
-        self._waker = Waker([ready_key(queue) for queue in self.queues])
         self._lease: Lease[Execution] = Lease(
             WorkerStore(self.id, self.queues, move_delayed=scheduler, client=self.client_at),
             running=self._now_running,

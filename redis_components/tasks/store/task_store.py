@@ -394,7 +394,10 @@ class TaskStore:
 
         Each home of ``queues`` is recovered by a script of its own, fenced by the copy of
         the lease there (so with ``only_if_expired``, a home whose copy is alive is left
-        as it is); the registry's last, where the lease and the description go.
+        as it is); the registry's last, where the lease and the description go. A copy
+        can outlive the registry's lease (it is renewed a round trip later, on another
+        node's clock): when a home refused, the registry's step waits for a later call
+        (``None`` is returned), or nothing would ever recover that home.
         """
         here = registry()
         by_home: dict[str, list[str]] = {}
@@ -417,10 +420,13 @@ class TaskStore:
         order = sorted(by_home, key=lambda head: head == here)
         if here not in by_home:
             order.append(here)  # (no queue: the lease and the description only)
-        found_any, requeued, buried = False, 0, 0
+        found_any, refused, requeued, buried = False, False, 0, 0
         for head in order:
+            if head == here and refused:
+                return None  # the lease stays, so that a later pass recovers that home
             payloads = {task_id_of(p): p for p in held.get(head, ())}
             payloads.pop("", None)
+            own = started.get(head, 0)
             call = recover_call(
                 worker_id=worker_id,
                 queues=by_home.get(head, []),
@@ -428,10 +434,12 @@ class TaskStore:
                 tasks={task_id: flow_of(payloads[task_id]) for task_id in sorted(payloads)},
                 only_if_expired=only_if_expired,
                 max_crashes=max_crashes,
-                started_elsewhere=total - started.get(head, 0),
+                started_elsewhere=total - own,
             )
             result = self._run(call)
-            if result is not None:
+            if result is None:  # its lease copy still looked alive: its tasks stay held
+                refused, total = True, total - own
+            else:
                 found_any = True
                 requeued, buried = requeued + int(result[0]), buried + int(result[1])
         return (requeued, buried) if found_any else None
@@ -940,9 +948,14 @@ class TaskStore:
 
         A task whose queue has a home of its own is enqueued there first (refused when
         it was already: its id is the tick's), then its tick is claimed with the others.
+        A tick that another scheduler has claimed meanwhile enqueues nothing there.
         """
-        for claim in claims:
-            if claim.run and home(claim.message.queue) != registry():
+        elsewhere = [c for c in claims if c.run and home(c.message.queue) != registry()]
+        if elsewhere:
+            nexts = self.client.hmget(schedule_next_key(), [c.schedule for c in elsewhere])
+            for claim, following in zip(elsewhere, nexts, strict=True):
+                if following is None or int(following) != claim.tick:
+                    continue  # claimed or skipped by another scheduler meanwhile
                 _, problem = self._run_durable(
                     tick_enqueue_call(claim), f"Task {claim.message.id} was enqueued"
                 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from ...conf import conf
 from ...scripts import Call
 from ..limits import settings_json
 from .calls import fetch_call, fetch_keys, put_back_call
-from .layout import home, legacy_home, tasks_client
+from .layout import home, legacy_home, ready_key, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
@@ -26,6 +27,9 @@ RECKON_FOR = 1.0
 # How often (seconds) a worker whose queues have homes of their own looks for tasks of
 # them in the home they had before (see layout.legacy_home).
 LEGACY_EVERY = 10.0
+# For how long (seconds) at most the takes of a worker whose queues are in several homes
+# leave out a home they found empty, unless a wake-up from it is heard first.
+EMPTY_FOR = 0.1
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class Ahead:
     mode: str
     finished: Outcome | None
     read_at: float | None  # when it was sent, if its script reads the server's clock
+    run: Run
+    recorded: bool | None = None  # ``finished`` was recorded before (by a call of its run)
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Run:
     queues: list[str]
     first: int  # the position (1-based, among the worker's queues) of its first queue
     keys: list[str]  # calls.fetch_keys
+    channels: frozenset[str]  # its queues' wake-up channels
 
     def holds(self, position: int) -> bool:
         return self.first <= position < self.first + len(self.queues)
@@ -58,9 +65,24 @@ def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
     for i in range(1, len(queues) + 1):
         if i == len(queues) or home(queues[i]) != home(queues[start]):
             served = list(queues[start:i])
-            found.append(Run(home(served[0]), served, start + 1, fetch_keys(worker_id, served)))
+            found.append(_run(worker_id, home(served[0]), served, start + 1))
             start = i
     return found
+
+
+def _run(worker_id: str, head: str, queues: list[str], first: int) -> Run:
+    channels = frozenset(ready_key(queue, head) for queue in queues)
+    return Run(head, queues, first, fetch_keys(worker_id, queues, head), channels)
+
+
+@dataclass(frozen=True)
+class Empty:
+    """A run that a take found empty: left out until ``until`` (monotonic), or a wake-up
+    from it; a take that moves delayed tasks looks there again once ``due_ms`` (the
+    server's ms when its next delayed task is due; ``None``: not known)."""
+
+    until: float
+    due_ms: float | None
 
 
 _now = time.monotonic
@@ -94,7 +116,13 @@ class WorkerStore:
     Queues of several homes (on a cluster, each queue may have its own: see the
     layout) are cut into :class:`Run` s of consecutive queues that share one: a take
     looks in each run in order, one script per run, until one gives a task, and the
-    outcome recorded goes with the call in its own run. A take ahead needs one run.
+    outcome recorded goes with the call in its own run. Given ``heard`` (the worker's
+    :meth:`Waker.heard`), its takes leave out a run they found empty until a wake-up
+    from it is heard, ``EMPTY_FOR`` has passed, or (for a take that moves delayed
+    tasks) its next delayed task is due: so a busy worker sends one script per task,
+    and a task enqueued in a run left out while the worker is busy elsewhere waits at
+    most ``EMPTY_FOR``. A take ahead looks in one run: the only one, or the first that
+    takes do not leave out.
     The worker's loop, its lease, ``rc_worker``'s supervisor and
     :mod:`redis_components.testing` all use it. Its takes apply the limits of the
     ``TASK_LIMITS`` setting as it was when it was made.
@@ -107,6 +135,7 @@ class WorkerStore:
         *,
         move_delayed: bool = True,
         client: Callable[[str], Any] = tasks_client,
+        heard: Callable[[], set[str] | None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.queues = list(queues)
@@ -120,7 +149,12 @@ class WorkerStore:
         self._own = runs(worker_id, self.queues)
         self._runs = self._own
         self._legacy = legacy_home()
+        self._legacy_channels = frozenset(
+            ready_key(queue, self._legacy) for queue in self.queues if self._legacy is not None
+        )
         self._legacy_at = 0.0  # (monotonic) when it next looks there
+        self._heard = heard
+        self._empty: dict[int, Empty] = {}  # by Run.first: the runs it leaves out
         self._limits = settings_json(conf.TASK_LIMITS)
 
     @property
@@ -142,16 +176,31 @@ class WorkerStore:
         serving = self._runs is not self._own
         holds = self.store.holds_tasks(self._legacy, self.queues, self.worker_id)
         if holds and not serving:
-            keys = fetch_keys(self.worker_id, self.queues, self._legacy)
-            last = Run(self._legacy, self.queues, len(self.queues) + 1, keys)
+            last = _run(self.worker_id, self._legacy, self.queues, len(self.queues) + 1)
             self._runs = [*self._own, last]
         elif serving and not holds:
             self._runs = self._own
 
     @property
     def may_take_ahead(self) -> bool:
-        """Whether :meth:`take_ahead` may be used: its queues share one home."""
-        return len(self._runs) == 1
+        """Whether :meth:`take_ahead` may be used: its queues share one home, or no take
+        is to move delayed tasks now (the take ahead looks in the first run that takes
+        do not leave out, after the wake-ups heard are read: where a take looks first)."""
+        if len(self._runs) == 1:
+            return True
+        if self._heard is None:  # (then its takes never leave a run out)
+            return False
+        self._listen()
+        return self._take_mode() == "take" and self._open_run() is not None
+
+    def _open_run(self) -> Run | None:
+        """The first run that a take does not leave out (``None``: it leaves out all)."""
+        now = _now()
+        for run in self._runs:
+            empty = self._empty.get(run.first)
+            if empty is None or now >= empty.until:
+                return run
+        return None
 
     def take(
         self, finished: Outcome | None = None, *, taken_ms: int = 0, start: Fetched | None = None
@@ -160,6 +209,7 @@ class WorkerStore:
         task it held ahead), if given, and take the next task, in one script per run
         looked in. ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
+        self._listen()
         self._watch_legacy()
         mode = self._take_mode()
         fetched = self._over_runs(mode, finished, taken_ms, start)
@@ -186,19 +236,32 @@ class WorkerStore:
         """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
         :meth:`receive` reads its reply. The task taken is held, not started, until a
         later call starts it, or :meth:`put_back_ahead` gives it back. Only where
-        :attr:`may_take_ahead`."""
-        (run,) = self._runs
-        mode = self._take_mode()
+        :attr:`may_take_ahead` (an outcome or start of another run than the one it
+        takes from is recorded first, by a call of its own)."""
+        if len(self._runs) == 1:
+            run, mode = self._runs[0], self._take_mode()
+        else:  # (moves are left to the takes over every run)
+            open_run = self._open_run()
+            assert open_run is not None, "take_ahead needs may_take_ahead"
+            run, mode = open_run, "take"
+        told, recorded = finished, None
+        if any(held is not None and not run.holds(held.position) for held in (finished, start)):
+            recorded = self.record(finished, taken_ms=taken_ms, start=start).recorded
+            finished = start = None
         call, reads = self._call(run, mode, finished, taken_ms, start, ahead=True)
         sent_at = _now()  # its reply is read after a task ran: the send is nearer
         self.store.send_fetch(call, meanwhile=_said(finished))
-        return Ahead(call, mode, finished, sent_at if reads else None)
+        return Ahead(call, mode, told, sent_at if reads else None, run, recorded)
 
     def receive(self, ahead: Ahead) -> Fetched:
         """The reply to :meth:`take_ahead`."""
         reply = self.store.receive_fetch(ahead.call)
-        fetched = self._received(reply, ahead.read_at)
+        fetched = self._received(reply, ahead.read_at, ahead.run)
         self._plan_moves(ahead.mode, fetched.wait_ms, ahead.finished)
+        if len(self._runs) > 1:
+            self._found(ahead.run, ahead.mode, fetched)
+        if ahead.recorded is not None:
+            fetched = dataclasses.replace(fetched, recorded=ahead.recorded)
         return fetched
 
     def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
@@ -224,27 +287,77 @@ class WorkerStore:
             return fetched
         taken: Fetched | None = None  # the take's reply: a task, or no lease
         last: Fetched | None = None
-        recorded, waits = False, []
+        recorded, waits = False, list[int]()
         for run in self._runs:
             outcome = finished if finished is not None and run.holds(finished.position) else None
             begin = start if start is not None and run.holds(start.position) else None
             looking = bool(mode) and taken is None
             # Once a task is taken, the later runs' due delayed tasks still move.
             then = mode if looking else ("move" if mode == "take+move" else "")
-            if not (then or outcome or begin or (last is None and run is self._runs[-1])):
+            if then and self._left_out(run, then, waits):
+                then = ""
+            if not (then or outcome or begin):
                 continue
             fetched = last = self._fetch(run, then, outcome, taken_ms, begin)
             if outcome is not None:
                 recorded = fetched.recorded
             if fetched.wait_ms >= 0:
                 waits.append(fetched.wait_ms)
-            if looking and (fetched.payload is not None or fetched.position < 0):
-                taken = fetched
-        reply = taken or last
-        assert reply is not None  # (the last run is called when no other was)
+            if looking and then:
+                self._found(run, then, fetched)
+                if fetched.payload is not None or fetched.position < 0:
+                    taken = fetched
         wait = min(waits, default=-1)
         self._plan_moves(mode, wait, finished)
+        reply = taken or last
+        if reply is None:  # every run was left out, and nothing was to be recorded
+            now = self._reckoned()
+            return Fetched(payload=None, position=0, wait_ms=wait, recorded=False, now_ms=now)
         return dataclasses.replace(reply, recorded=recorded, wait_ms=wait)
+
+    def _listen(self) -> None:
+        """Look again in the runs that a wake-up was heard from (in all of them when
+        the wake-ups may have been missed), and in the home of before if one came from
+        there."""
+        if self._heard is None or not (self._empty or self._legacy_channels):
+            return
+        heard = self._heard()
+        if heard is None:
+            self._empty.clear()
+            self._legacy_at = 0.0
+        elif heard:
+            for run in self._runs:
+                if run.channels & heard:
+                    self._empty.pop(run.first, None)
+            if self._legacy_channels & heard:
+                self._legacy_at = 0.0
+
+    def _left_out(self, run: Run, mode: str, waits: list[int]) -> bool:
+        """Whether a fetch in ``mode`` leaves ``run`` out (it found it empty); the wait
+        until its next delayed task is added to ``waits``."""
+        empty = self._empty.get(run.first)
+        if empty is None:
+            return False
+        if _now() >= empty.until:
+            del self._empty[run.first]
+            return False
+        if empty.due_ms is not None and math.isfinite(empty.due_ms):
+            waits.append(max(0, int(empty.due_ms) - self.now_ms))
+        if mode == "take":
+            return True
+        return empty.due_ms is not None and self.now_ms < empty.due_ms
+
+    def _found(self, run: Run, mode: str, fetched: Fetched) -> None:
+        """Remember whether a take found ``run`` empty (see :class:`Empty`)."""
+        if self._heard is None or fetched.payload is not None or fetched.position < 0:
+            self._empty.pop(run.first, None)
+            return
+        due: float | None = None
+        if fetched.wait_ms >= 0:
+            due = fetched.now_ms + fetched.wait_ms
+        elif mode == "take+move":
+            due = math.inf  # none: a new earliest delayed task wakes the worker
+        self._empty[run.first] = Empty(_now() + EMPTY_FOR, due)
 
     def _fetch(
         self,
@@ -280,10 +393,8 @@ class WorkerStore:
         server replied. Positions are the run's in the call."""
         clock, reads = "", True
         if self._clock_read is not None:
-            server_ms, at = self._clock_read
-            elapsed = _now() - at
-            reckoned = max(server_ms + int(elapsed * 1000), self.now_ms)
-            if mode == "take+move" or elapsed > RECKON_FOR:
+            reckoned = self._reckoned()
+            if mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR:
                 clock = f">={reckoned}"
             else:
                 clock, reads = f"={reckoned}", False
@@ -306,6 +417,14 @@ class WorkerStore:
             limits=self._limits,
         )
         return call, reads
+
+    def _reckoned(self) -> int:
+        """The server's time reckoned from its clock's last reading (never stepping back
+        from the last one it replied)."""
+        if self._clock_read is None:
+            return self.now_ms
+        server_ms, at = self._clock_read
+        return max(server_ms + int((_now() - at) * 1000), self.now_ms)
 
     def _received(self, fetched: Fetched, read_at: float | None, run: Run | None = None) -> Fetched:
         """Keep the server's time the reply says; its position made the worker's."""

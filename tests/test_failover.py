@@ -8,6 +8,7 @@ components acknowledged with WAIT (a lock's ``wait_for_replicas``, the queue's
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -20,6 +21,7 @@ from django.test import override_settings
 from conftest import CLUSTER
 from redis_components import GroupChat, RedisLock, RedisSemaphore, get_client
 from redis_components.embedded import EmbeddedSentinelGroup
+from redis_components.tasks.store.layout import split_homes
 from tests.processes import WorkerProcess, wait_until
 from tests.settings import sentinel_caches
 from tests.testapp import tasks
@@ -29,11 +31,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 TASKS = 60
+GROUPS = itertools.count()
 
 
 @pytest.fixture
 def group(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedSentinelGroup]:
-    with EmbeddedSentinelGroup(replicas=1, sentinels=3, down_after_ms=1000) as group:
+    group = EmbeddedSentinelGroup(replicas=1, sentinels=3, down_after_ms=1000)
+    # A name of its own: django-redis keeps a pool per URL, which names the master.
+    group.master_name = f"rc-master-{next(GROUPS)}"
+    with group:
         caches = sentinel_caches(group.master_name, group.addresses)
         # Worker processes started by the test find the same sentinels.
         monkeypatch.setenv("RC_TEST_SENTINELS", json.dumps(group.addresses))
@@ -67,8 +73,18 @@ def retrying(action: Callable[[], object], seconds: float = 20) -> object:
             time.sleep(0.1)
 
 
+@pytest.fixture(params=[False, True], ids=["one home", "a home per queue"])
+def homes(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The task system's layout: every queue in the registry's home, or each in its own
+    (the worker processes are told by the environment)."""
+    with split_homes(request.param):
+        yield {"RC_SPLIT_HOMES": "1"} if request.param else {}
+
+
 def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
-    group: EmbeddedSentinelGroup, start_worker: Callable[..., WorkerProcess]
+    group: EmbeddedSentinelGroup,
+    homes: dict[str, str],
+    start_worker: Callable[..., WorkerProcess],
 ) -> None:
     # Before: a replicated lock, a permit, tasks acknowledged by the replica, a chat.
     lock = RedisLock("failover", timeout=60, wait_for_replicas=1)
@@ -79,7 +95,7 @@ def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     for n in range(TASKS):
         tasks.record.enqueue(f"t{n}", 0.02)  # each returns once the replica has it
     chat_id = GroupChat(accounts=True).create("alice", ["bob"], "before")
-    worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
+    worker = start_worker("test", environment=homes, TASK_HEARTBEAT_INTERVAL=0.5)
     wait_until(lambda: len(runs()) >= 5, worker.output)  # the worker is under way
 
     old = group.kill_master()

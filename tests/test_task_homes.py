@@ -19,6 +19,7 @@ from django.utils import timezone
 from conftest import cancelled as is_cancelled
 from redis_components import get_result
 from redis_components.connection import OneConnection, get_client, is_cluster, node_client
+from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
@@ -46,7 +47,7 @@ from redis_components.tasks.store.worker_store import runs
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
-from tests.processes import wait_until
+from tests.processes import WorkerProcess, wait_until
 from tests.testapp import tasks
 
 # Three queues whose homes are in each third of the slots: on the suite's 3-master
@@ -423,6 +424,32 @@ def test_cancel_requeue_purge_and_forget_work_in_a_queues_home() -> None:
     assert store.known_queue_names() == {"reports", "third"}
 
 
+def test_the_readers_send_one_pipeline_to_each_node() -> None:
+    """However many homes a node holds, a reader sends it one pipeline (on a single
+    server: one for all three queues' homes; on the cluster: one per master)."""
+    sent: list[int] = []
+
+    class Node:
+        def __init__(self, client: redis.Redis) -> None:
+            self.client = client
+
+        def pipeline(self, transaction: bool) -> Any:
+            sent.append(id(self.client))
+            return self.client.pipeline(transaction=transaction)
+
+    nodes: dict[int, Node] = {}
+
+    def node_of(head: str) -> Node:
+        client = client_at(head)
+        return nodes.setdefault(id(client), Node(client))
+
+    counts = TaskStore(at=node_of).queue_counts({queue: [] for queue in QUEUES})
+    assert [counts[queue].ready for queue in QUEUES] == [0, 0, 0]
+    masters = len({id(client_at(home(queue))) for queue in QUEUES})
+    assert masters == (3 if is_cluster(get_client()) else 1)
+    assert sorted(sent) == sorted({id(client_at(home(queue))) for queue in QUEUES})
+
+
 def test_rc_queues_and_the_running_tasks_read_every_home() -> None:
     enqueue("first", "a")
     enqueue("third", "b")
@@ -449,6 +476,11 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
     new = enqueue("first", "new")
     assert [len(task_id) for task_id in old] == [32] * 4
     assert task_home(new) != registry()
+    # The readers count the tasks of both homes, and keep the queues known.
+    store = TaskStore()
+    counts = store.queue_counts({queue: [] for queue in QUEUES})
+    assert [(counts[q].ready, counts[q].delayed) for q in QUEUES] == [(2, 0), (1, 0), (1, 1)]
+    assert store.forget_queues(QUEUES) == 0
     # A worker killed holding two of them: they go back where they were.
     crashed = crashed_worker(QUEUES, take=2)
     assert crashed.task_ids == [new, old[0]]  # its own home first, then the old one
@@ -462,6 +494,34 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
         [TaskResultStatus.SUCCESSFUL] * 5
     )
     assert not TaskStore().holds_tasks(registry(), QUEUES, crashed.id)
+    # What the worker finished is counted in each task's home, and read from both.
+    _, minutes = store.minute_counts(QUEUES, 1)
+    processed = {q: sum(m.get("processed", 0) for m in minutes[q].values()) for q in QUEUES}
+    assert processed == {"first": 2, "reports": 1, "third": 2}
+
+
+def test_dead_letters_written_before_queues_had_homes_of_their_own_are_kept() -> None:
+    with split_homes(False):  # (as the earlier release wrote them)
+        failed = tasks.fail_now.using(queue_name="third").enqueue("old").id
+        Worker(["third"], burst=True, scheduler=False).run()
+    later = tasks.fail_now.using(queue_name="third").enqueue("new").id
+    Worker(["third"], burst=True, scheduler=False).run()
+    store = TaskStore()
+    assert store.queue_counts({"third": []})["third"].dead == 2
+    # Read as one list, the older home's first (the newest is last).
+    assert [failed in d.task for d in store.dead_letters("third", 0, -1)] == [True, False]
+    assert [later in d.task for d in store.dead_letters("third", -1, -1)] == [True]
+    total, glimpsed = store.dead_letter_glimpses("third", -2, -1)
+    assert (total, [failed in d.task for d in glimpsed]) == (2, [True, False])
+    assert store.dead_letter_glimpses("third", -5, -3) == (2, [])
+    assert later.encode() in (store.dead_letter_at("third", 0) or b"")
+    assert failed.encode() in (store.dead_letter_at("third", 1) or b"")
+    assert store.dead_letter_at("third", 2) is None
+    assert store.requeue_dead("third") == (2, 0)  # each back in its home
+    assert get_result(failed).status is TaskResultStatus.READY
+    assert store.holds_tasks(registry(), ["third"], WORKER)
+    assert store.purge("third") == 2
+    assert store.queue_counts({"third": []})["third"].ready == 0
 
 
 def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection(
@@ -514,3 +574,61 @@ def test_a_worker_of_several_homes_takes_ahead_where_a_take_looks_first(
     assert (ahead.recorded, ahead.position, task_id_of(ahead.payload or b"")) == (True, 1, first)
     assert succeeded(two)
     assert succeeded(third)
+
+
+SPLIT = {"RC_SPLIT_HOMES": "1"}  # (the worker processes' homes, as this process's)
+
+
+def masters(server: EmbeddedRedis | EmbeddedCluster) -> list[redis.Redis]:
+    if isinstance(server, EmbeddedRedis):
+        return [server.client()]
+    nodes = [node.client() for node in server.nodes]
+    return [node for node in nodes if node.info("replication")["role"] == "master"]
+
+
+def test_tasks_of_three_homes_run_once_each_with_the_work_spread_over_the_masters(
+    redis_server: EmbeddedRedis | EmbeddedCluster, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """3,000 tasks over three queues whose homes are on the three masters, two worker
+    processes: every task runs once, and each master runs 20 %-45 % of the commands."""
+    ids = [tasks.add.using(queue_name=QUEUES[i % 3]).enqueue(i, 1).id for i in range(3000)]
+    nodes = masters(redis_server)
+    for node in nodes:
+        node.config_resetstat()
+    workers = [start_worker(*QUEUES, "--burst", environment=SPLIT) for _ in range(2)]
+    for worker in workers:
+        assert worker.wait(120) == 0, worker.output()
+    store = TaskStore()
+    records = store.task_records(ids)
+    ran = [(record.status, len(record.worker_ids)) for record in records if record]
+    assert ran == [(TaskResultStatus.SUCCESSFUL, 1)] * 3000
+    if len(nodes) > 1:
+        calls = [
+            sum(
+                stats["calls"]
+                for name, stats in node.info("commandstats").items()
+                if name not in ("cmdstat_info", "cmdstat_config")
+            )
+            for node in nodes
+        ]
+        shares = [count / sum(calls) for count in calls]
+        assert all(0.20 <= share <= 0.45 for share in shares), shares
+
+
+def test_a_worker_killed_with_tasks_in_flight_in_three_homes_loses_none(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """kill -9 of a worker running a task of each of three homes (on the cluster: three
+    masters): each runs once more, under the next worker, and nothing is lost."""
+    ids = [tasks.record.using(queue_name=queue).enqueue(queue, pause=1.0).id for queue in QUEUES]
+    settings = {"TASK_HEARTBEAT_INTERVAL": 0.5}
+    worker = start_worker(*QUEUES, "--threads", "3", environment=SPLIT, **settings)
+    wait_until(lambda: r.hlen("{test}:runs") == 3, worker.output)
+    worker.kill_all()
+    after = start_worker(*QUEUES, "--threads", "3", environment=SPLIT, **settings)
+    wait_until(lambda: all(map(succeeded, ids)), after.output)
+    counted = {label.decode(): int(n) for label, n in r.hgetall("{test}:runs").items()}
+    assert counted == dict.fromkeys(QUEUES, 2)
+    for task_id in ids:
+        [error] = get_result(task_id).errors
+        assert "and 2 other tasks" in error.traceback  # the crash was shared, not charged

@@ -33,10 +33,12 @@ task's id names its home (``layout.task_home``: 36 hex digits start with the hom
 Every home is ``{tasks}`` today, and on a cluster the task system lives on one shard;
 ``layout.split_homes`` gives each queue a home of its own (for the tests, until every
 part works across homes). What already works across homes: enqueue, a worker's takes
-(:class:`WorkerStore` cuts its queues into runs of one home each, a script per run),
-its heartbeat (the lease, then each home's copy and its terminate flags, a pipeline
-per home), recovery (a script per home, fenced by the home's copy, the registry's
-last), the readers (a pipeline per home, ``TaskStore._each_home``), and the schedules
+(:class:`WorkerStore` cuts its queues into runs of one home each, a script per run
+looked in; a run found empty is left out until a wake-up from it is heard), its
+heartbeat (the lease, then each home's copy and its terminate flags, a pipeline per
+home), recovery (a script per home, fenced by the home's copy, the registry's last),
+the readers (a pipeline per node, ``TaskStore._each_home``; a queue's counts and dead
+letters are summed over its homes, ``layout.queue_homes``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the
 tick is claimed in the registry's). The tasks written before queues had homes of their
 own stay where they were (``layout.legacy_home``, the registry's): their ids name it, a

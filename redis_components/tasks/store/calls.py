@@ -257,9 +257,13 @@ def recover_call(
     return scripts.load("queue_recover"), script_keys, args
 
 
-def requeue_dead_call(*, queue: str, entries: Sequence[tuple[bytes, TaskMessage]]) -> scripts.Call:
-    """lua/queue_requeue_dead.lua: put dead letters (each with its task) back, fresh."""
-    script_keys = [dead_key(queue), ready_key(queue), counter_key(home(queue))]
+def requeue_dead_call(
+    *, queue: str, entries: Sequence[tuple[bytes, TaskMessage]], head: str = ""
+) -> scripts.Call:
+    """lua/queue_requeue_dead.lua: put dead letters (each with its task) back, fresh, in
+    the home where they are (``head``; by default the queue's)."""
+    head = head or home(queue)
+    script_keys = [dead_key(queue, head), ready_key(queue, head), counter_key(head)]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for entry, message in entries:
         fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
@@ -305,13 +309,12 @@ def cancel_call(
     return scripts.load("queue_cancel"), script_keys, args
 
 
-def purge_call(*, queue: str) -> scripts.Call:
-    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters."""
-    return (
-        scripts.load("queue_purge"),
-        [ready_key(queue), delayed_key(queue), dead_key(queue), limits_key(home(queue))],
-        [queue],
-    )
+def purge_call(*, queue: str, head: str = "") -> scripts.Call:
+    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters (in the home
+    ``head``; by default the queue's)."""
+    head = head or home(queue)
+    queue_keys = [ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)]
+    return scripts.load("queue_purge"), [*queue_keys, limits_key(head)], [queue]
 
 
 def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:

@@ -121,6 +121,13 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     return found
 
 
+def queue_homes(queue: str) -> list[str]:
+    """Every home that may hold tasks of ``queue``: its own, then (when queues have homes
+    of their own) the one its tasks had before (see :func:`legacy_home`)."""
+    own = home(queue)
+    return [own] if not _split or own == _head() else [own, _head()]
+
+
 def head_of(key: str) -> str:
     """The head of the home of a key of the task system: up to its hash tag's end."""
     return key[: key.index("}", key.index("{")) + 2]

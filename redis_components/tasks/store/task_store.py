@@ -51,6 +51,7 @@ from .layout import (
     limit_wait_key,
     limits_key,
     limits_waiting_key,
+    queue_homes,
     queues_key,
     ready_key,
     registry,
@@ -214,13 +215,18 @@ class TaskStore:
 
     def _each_home(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Run ``commands`` (each: the head of the home of its keys, then the command),
-        never decoded, in one pipeline per home: their replies, in order."""
-        by_home: dict[str, list[int]] = {}
+        never decoded, in one pipeline per client of their homes (on a cluster, one per
+        node, whatever the number of homes there): their replies, in order."""
+        clients: dict[str, Any] = {}
+        by_client: dict[int, tuple[Any, list[int]]] = {}
         for i, (head, _) in enumerate(commands):
-            by_home.setdefault(head, []).append(i)
+            if head not in clients:
+                clients[head] = self.at(head)
+            client = clients[head]
+            by_client.setdefault(id(client), (client, []))[1].append(i)
         found: list[Any] = [None] * len(commands)
-        for head, indexes in by_home.items():
-            pipe = self.at(head).pipeline(transaction=False)
+        for client, indexes in by_client.values():
+            pipe = client.pipeline(transaction=False)
             for i in indexes:
                 raw(pipe, *commands[i][1])
             for i, reply in zip(indexes, pipe.execute(), strict=True):
@@ -473,19 +479,23 @@ class TaskStore:
         meanwhile (by another requeue) is skipped, so no task is requeued twice.
         """
         validate_queue(queue)
-        moved = left = start = 0
-        while True:
-            entries = raw(self.at(home(queue)), "LRANGE", dead_key(queue), start, start + batch - 1)
-            if not entries:
-                return moved, left
-            found = [(entry, _requeueable(entry)) for entry in entries]
-            tasks = [(entry, message) for entry, message in found if message is not None]
-            left += len(entries) - len(tasks)
-            done = self._requeue(queue, tasks)
-            moved += done
-            start += len(entries) - done  # what stayed is before the next batch now
-            if tasks and done == 0:  # another process is requeueing the same entries
-                return moved, left
+        moved = left = 0
+        for head in queue_homes(queue):  # each home's dead letters go back there
+            start = 0
+            while True:
+                last = start + batch - 1
+                entries = raw(self.at(head), "LRANGE", dead_key(queue, head), start, last)
+                if not entries:
+                    break
+                found = [(entry, _requeueable(entry)) for entry in entries]
+                tasks = [(entry, message) for entry, message in found if message is not None]
+                left += len(entries) - len(tasks)
+                done = self._requeue(queue, tasks, head)
+                moved += done
+                start += len(entries) - done  # what stayed is before the next batch now
+                if tasks and done == 0:  # another process is requeueing the same entries
+                    break
+        return moved, left
 
     def requeue_dead_entry(self, queue: str, entry: bytes) -> bool:
         """Put one dead letter back on its queue with fresh retries; False if it is gone or
@@ -494,13 +504,14 @@ class TaskStore:
         message = _requeueable(entry)
         if message is None:
             return False
-        return bool(self._requeue(queue, [(entry, message)]))
+        return bool(self._requeue(queue, [(entry, message)], task_home(message.id)))
 
-    def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]]) -> int:
-        """Requeue these dead letters (each with its task); how many were moved."""
+    def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]], head: str) -> int:
+        """Requeue these dead letters (each with its task) of the home ``head``; how many
+        were moved."""
         if not tasks:
             return 0
-        call = requeue_dead_call(queue=queue, entries=tasks)
+        call = requeue_dead_call(queue=queue, entries=tasks, head=head)
         done, problem = self._run_durable(
             call, f"{len(tasks)} dead letters of {queue!r} were requeued"
         )
@@ -511,7 +522,10 @@ class TaskStore:
     def delete_dead_entry(self, queue: str, entry: bytes) -> bool:
         """Delete one dead letter; False if it was gone."""
         validate_queue(queue)
-        return bool(raw(self.at(home(queue)), "LREM", dead_key(queue), 1, entry))
+        return any(
+            raw(self.at(head), "LREM", dead_key(queue, head), 1, entry)
+            for head in queue_homes(queue)
+        )
 
     def cancel(
         self, task_id: str, *, terminate: bool = False
@@ -560,10 +574,10 @@ class TaskStore:
 
     def purge(self, queue: str) -> int:
         """Delete the ready, delayed and dead tasks of ``queue``, and those waiting on a
-        concurrency limit (in one script); return how many. Tasks in progress are left to
-        finish; results expire by themselves."""
+        concurrency limit (in one script per home); return how many. Tasks in progress are
+        left to finish; results expire by themselves."""
         validate_queue(queue)
-        return int(self._run(purge_call(queue=queue)))
+        return sum(int(self._run(purge_call(queue=queue, head=h))) for h in queue_homes(queue))
 
     def known_queue_names(self, extra: Iterable[str] = ()) -> set[str]:
         """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
@@ -603,14 +617,17 @@ class TaskStore:
 
     def _idle(self, name: str, hours: Iterable[int]) -> bool:
         """Whether queue ``name`` holds no task or dead letter, has no task waiting on a
-        limit and finished none in ``hours`` (see lua/queue_forget.lua)."""
-        head = home(name)
-        queue_keys = [ready_key(name), delayed_key(name), dead_key(name)]
-        queue_keys += [stats_key(name, hour) for hour in hours]
-        pipe = self.at(head).pipeline(transaction=False)
-        raw(pipe, "EXISTS", *queue_keys)
-        raw(pipe, "HEXISTS", limits_waiting_key(head), name)
-        return not any(int(found) for found in pipe.execute())
+        limit and finished none in ``hours``, in any of its homes (see
+        lua/queue_forget.lua)."""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for head in queue_homes(name):
+            queue_keys = [ready_key(name, head), delayed_key(name, head), dead_key(name, head)]
+            queue_keys += [stats_key(name, hour, head) for hour in hours]
+            commands += [
+                (head, ("EXISTS", *queue_keys)),
+                (head, ("HEXISTS", limits_waiting_key(head), name)),
+            ]
+        return not any(int(found) for found in self._each_home(commands))
 
     def task_records(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
         """Each task's record (``None`` where none is kept, or it is not one of ours), from
@@ -675,25 +692,29 @@ class TaskStore:
         round trip per home."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
         for name, worker_ids in serving.items():
-            head = home(name)
-            commands += [
-                (head, ("ZCARD", ready_key(name))),
-                (head, ("ZCARD", delayed_key(name))),
-                (head, ("LLEN", dead_key(name))),
-                (head, ("HGET", limits_waiting_key(head), name)),
-                *((head, ("ZCARD", running_key(worker_id, name))) for worker_id in worker_ids),
-            ]
+            for head in queue_homes(name):
+                commands += [
+                    (head, ("ZCARD", ready_key(name, head))),
+                    (head, ("ZCARD", delayed_key(name, head))),
+                    (head, ("LLEN", dead_key(name, head))),
+                    (head, ("HGET", limits_waiting_key(head), name)),
+                    *(
+                        (head, ("ZCARD", running_key(worker_id, name, head)))
+                        for worker_id in worker_ids
+                    ),
+                ]
         counts = iter(self._each_home(commands))
         found = {}
         for name, worker_ids in serving.items():
-            ready, delayed, dead, on_limits = next(counts), next(counts), next(counts), next(counts)
-            held = sum(next(counts) for _ in worker_ids)
+            summed = [0] * 5
+            for _ in queue_homes(name):
+                ready, delayed, dead, on_limits = (next(counts) for _ in range(4))
+                held = sum(next(counts) for _ in worker_ids)
+                for i, count in enumerate([ready, delayed, dead, held, int(on_limits or 0)]):
+                    summed[i] += count
+            ready, delayed, dead, held, on_limits = summed
             found[name] = QueueCounts(
-                ready=ready,
-                delayed=delayed,
-                dead=dead,
-                in_progress=held,
-                on_limits=int(on_limits or 0),
+                ready=ready, delayed=delayed, dead=dead, in_progress=held, on_limits=on_limits
             )
         return found
 
@@ -708,19 +729,56 @@ class TaskStore:
     def dead_letters(self, queue: str, first: int, last: int) -> list[DeadLetter]:
         """The dead letters of ``queue`` from ``first`` to ``last`` (LRANGE's indexes: the
         newest is last), read whole."""
-        found = raw(self.at(home(queue)), "LRANGE", dead_key(queue), first, last)
+        found = [
+            entry
+            for head, start, end in self._dead_spans(queue, first, last)[1]
+            for entry in raw(self.at(head), "LRANGE", dead_key(queue, head), start, end)
+        ]
         return [replies.read_dead_letter(queue, entry) for entry in found]
+
+    def _dead_spans(
+        self, queue: str, first: int, last: int
+    ) -> tuple[int | None, list[tuple[str, int, int]]]:
+        """Where the dead letters of ``queue`` from ``first`` to ``last`` (LRANGE's
+        indexes) are: a home's head and the indexes there, for each home that holds some.
+        The lists of its homes read as one, the older home's first (the total of them is
+        given, or ``None`` for a queue of one home: its indexes are the list's)."""
+        heads = queue_homes(queue)[::-1]
+        if len(heads) == 1:
+            return None, [(heads[0], first, last)]
+        counted = self._each_home([(head, ("LLEN", dead_key(queue, head))) for head in heads])
+        lengths = [int(length) for length in counted]
+        total = sum(lengths)
+        low = max(0, first + total if first < 0 else first)
+        high = min(total - 1, last + total if last < 0 else last)
+        spans, offset = [], 0
+        for head, length in zip(heads, lengths, strict=True):
+            start, end = max(low, offset), min(high, offset + length - 1)
+            if start <= end:
+                spans.append((head, start - offset, end - offset))
+            offset += length
+        return total, spans
 
     def dead_letter_glimpses(
         self, queue: str, first: int, last: int
     ) -> tuple[int, list[DeadLetter]]:
         """How many dead letters ``queue`` holds, and those from ``first`` to ``last``
         (LRANGE's indexes), each read in part when it is long (see
-        :func:`replies.glimpsed_dead_letter`), in one round trip."""
-        total, found = self._glimpses(
-            dead_key(queue), first, last, start_bytes=GLIMPSE_BYTES, end_bytes=DEAD_LETTER_END_BYTES
-        )
-        return total, [
+        :func:`replies.glimpsed_dead_letter`), in one round trip per home (and one for
+        their lengths, when there are several)."""
+        total, spans = self._dead_spans(queue, first, last)
+        found: list[Glimpse] = []
+        for head, start, end in spans:
+            listed, glimpsed = self._glimpses(
+                dead_key(queue, head),
+                start,
+                end,
+                start_bytes=GLIMPSE_BYTES,
+                end_bytes=DEAD_LETTER_END_BYTES,
+            )
+            found += glimpsed
+            total = listed if total is None else total  # (one home: its list's length)
+        return total or 0, [
             replies.glimpsed_dead_letter(queue, glimpse.start, glimpse.end, glimpse.size)
             for glimpse in found
         ]
@@ -742,8 +800,10 @@ class TaskStore:
 
     def dead_letter_at(self, queue: str, index: int) -> bytes | None:
         """The dead-letter entry at ``index`` (0: the newest), or ``None``."""
-        found: bytes | None = raw(self.at(home(queue)), "LINDEX", dead_key(queue), -index - 1)
-        return found
+        for head, at, _ in self._dead_spans(queue, -index - 1, -index - 1)[1]:
+            found: bytes | None = raw(self.at(head), "LINDEX", dead_key(queue, head), at)
+            return found
+        return None
 
     def _glimpses(
         self, key: str, first: int, last: int, *, start_bytes: int, end_bytes: int = 0
@@ -781,25 +841,32 @@ class TaskStore:
     ) -> tuple[int, dict[str, dict[int, dict[str, int]]]]:
         """The server's minute (since the epoch) and, per queue, what its workers finished
         in each minute of the last ``hours`` hours (by minute, then kind: "processed",
-        "failed", "retried"), in two round trips."""
+        "failed", "retried"), in a round trip per home after one for the clock."""
         seconds, _ = self.client.time()
         now_minute = int(seconds) // 60
         hour = now_minute // 60
+        first = now_minute - hours * 60 + 1
         found_hours = iter(
             self._each_home(
                 [
-                    (home(name), ("HGETALL", stats_key(name, h)))
+                    (head, ("HGETALL", stats_key(name, h, head)))
                     for name in queues
+                    for head in queue_homes(name)
                     for h in range(hour - hours, hour + 1)
                 ]
             )
         )
         found: dict[str, dict[int, dict[str, int]]] = {}
         for name in queues:
-            merged: dict[str, bytes] = {}
-            for _ in range(hours + 1):
-                merged.update(fields_of(next(found_hours)))
-            found[name] = replies.minute_counts(merged, now_minute - hours * 60 + 1)
+            summed = found[name] = {}
+            for _ in queue_homes(name):
+                merged: dict[str, bytes] = {}
+                for _ in range(hours + 1):
+                    merged.update(fields_of(next(found_hours)))
+                for minute, kinds in replies.minute_counts(merged, first).items():
+                    for kind, count in kinds.items():
+                        at = summed.setdefault(minute, {})
+                        at[kind] = at.get(kind, 0) + count
         return now_minute, found
 
     def totals(self) -> dict[str, float]:

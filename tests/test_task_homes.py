@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from conftest import cancelled as is_cancelled
-from redis_components import get_result
+from redis_components import chain, get_result, group
 from redis_components.connection import OneConnection, get_client, is_cluster, node_client
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
 from redis_components.exceptions import TaskResultDoesNotExist
@@ -47,7 +48,7 @@ from redis_components.tasks.store.worker_store import runs
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
-from tests.processes import WorkerProcess, wait_until
+from tests.processes import WorkerProcess, running_worker, wait_until
 from tests.testapp import tasks
 
 # Three queues whose homes are in each third of the slots: on the suite's 3-master
@@ -632,3 +633,24 @@ def test_a_worker_killed_with_tasks_in_flight_in_three_homes_loses_none(
     for task_id in ids:
         [error] = get_result(task_id).errors
         assert "and 2 other tasks" in error.traceback  # the crash was shared, not charged
+
+
+def test_a_workflow_over_queues_of_three_homes_runs_each_step_once_in_the_registrys_home(
+    r: redis.Redis,
+) -> None:
+    """A workflow's steps live in the registry's home, whatever their queues' (their ids
+    name it), so one script settles each step: a worker of the three queues runs them in
+    order, each once, and a fan-in gets every result."""
+    members = [tasks.follow.using(queue_name=queue).s(queue) for queue in QUEUES]
+    workflow = chain(
+        tasks.member.using(queue_name="third").s("start"),
+        group(members),
+        tasks.total.using(queue_name="reports").s(),
+    ).enqueue()
+    assert {task_home(step.task_id) for step in workflow.steps()} == {registry()}
+    with running_worker(QUEUES):
+        assert workflow.wait(30) == "SUCCESSFUL"
+    counted = {label.decode(): int(n) for label, n in r.hgetall("{test}:runs").items()}
+    assert counted == {"start": 1, **dict.fromkeys(QUEUES, 1), "total": 1}
+    given = [json.loads(entry) for entry in r.lrange("{test}:given:total", 0, -1)]
+    assert given == [[f"start>{queue}" for queue in QUEUES]]

@@ -436,6 +436,9 @@ class _Plan:
             # Its function must take the arguments, after its input if it gets one.
             piped = given is not None
             message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
+            # A step's keys are the workflow's: in the registry's home (its id's 32 digits
+            # name it), whatever its queue's, so that one script settles the step.
+            message = dataclasses.replace(message, id=new_task_id())
             self.steps.append(
                 PlannedStep(number, message, parents, given, allow_failure=node.allow_failure)
             )

@@ -24,7 +24,7 @@ from .. import keys
 from ..exceptions import InvalidInput, WorkflowDoesNotExist, WorkflowNotSuccessful
 from .messages import FlowStep, TaskMessage
 from .results import django_time
-from .store import TaskStore, rank, ready_key, result_key
+from .store import TaskStore, rank, ready_key, registry, result_key
 
 StepState: TypeAlias = Literal["WAITING", "QUEUED", "SUCCESSFUL", "FAILED", "CANCELLED", "NOT_RUN"]
 STATES: dict[str, StepState] = {
@@ -113,7 +113,7 @@ def record_fields(
     fields += ["result", result]
     first = sum(1 for step in steps if not step.parents)  # released by the script
     fields += ["count:Q", first, "count:W", len(steps) - first]
-    fields += ["kr", result_key(""), "kq", ready_key("")]
+    fields += ["kr", result_key(""), "kq", ready_key("", registry())]
     for barrier in barriers:
         b = barrier.number
         fields += [f"st:{b}", "W", f"deps:{b}", len(barrier.parents)]

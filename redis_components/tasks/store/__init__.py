@@ -40,13 +40,13 @@ home), recovery (a script per home, fenced by the home's copy, the registry's la
 the readers (a pipeline per node, ``TaskStore._each_home``; a queue's counts and dead
 letters are summed over its homes, ``layout.queue_homes``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the
-tick is claimed in the registry's). The tasks written before queues had homes of their
-own stay where they were (``layout.legacy_home``, the registry's): their ids name it, a
-call about one of them uses its keys there, and a worker serves that home too (as a
-last run) while it holds tasks of its queues. A script is given the keys of one queue
-home (``layout.one_home`` refuses queues of different homes) and, where it needs them,
-the registry's: the scripts of the workflows, which need both, must still be split
-before homes can differ. With the default prefix::
+tick is claimed in the registry's). Two kinds of tasks stay in the registry's home
+(``layout.legacy_home``) whatever their queue's: those written before queues had homes
+of their own, and a workflow's steps (so that one script settles a step and releases
+the next, on the workflow's keys). Their 32-digit ids name that home, a call about one
+of them uses its keys there, and a worker serves that home too (as a last run) while
+it holds tasks of its queues. A script is given the keys of one home (``layout.one_home``
+refuses queues of different homes). With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)

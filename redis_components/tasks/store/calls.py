@@ -65,15 +65,17 @@ def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[st
 def enqueue_call(
     *, message: TaskMessage, payload: str, due: Due, limit: int, unique_key: str, unique_ms: int
 ) -> scripts.Call:
-    """lua/queue_enqueue.lua: add a task and write its READY result."""
+    """lua/queue_enqueue.lua: add a task and write its READY result, in the home its id
+    names (its queue's, but a workflow's step's is the registry's)."""
+    head = task_home(message.id)
     return (
         scripts.load("queue_enqueue"),
         [
-            ready_key(message.queue),
-            delayed_key(message.queue),
-            counter_key(home(message.queue)),
+            ready_key(message.queue, head),
+            delayed_key(message.queue, head),
+            counter_key(head),
             result_key(message.id),
-            unique_key or counter_key(home(message.queue)),
+            unique_key or counter_key(head),
         ],
         [
             payload,
@@ -345,8 +347,8 @@ def flow_create_call(
     script_keys = [flow_key(workflow_id), counter_key(registry()), flows_live_key()]
     script_keys.append(flows_done_key())
     args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
-    for number, message, payload in roots:
-        script_keys += [ready_key(message.queue), result_key(message.id)]
+    for number, message, payload in roots:  # (in the registry's home: see flow_section)
+        script_keys += [ready_key(message.queue, registry()), result_key(message.id)]
         args += [number, payload, rank(message.priority)]
     return scripts.load("flow_create"), script_keys, args
 

@@ -84,9 +84,10 @@ def task_home(task_id: str) -> str:
 
 
 def legacy_home() -> str | None:
-    """Where the tasks written before queues had homes of their own still are (the
-    registry's home), when queues have them now: a worker serves it too while it holds
-    tasks of its queues (see WorkerStore), and a task's keys follow its id's home."""
+    """Where the tasks written before queues had homes of their own still are, and where
+    the steps of workflows are (the registry's home), when queues have homes of their own:
+    a worker serves it too while it holds tasks of its queues (see WorkerStore), and a
+    task's keys follow its id's home."""
     return _head() if _split else None
 
 

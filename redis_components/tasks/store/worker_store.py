@@ -25,7 +25,7 @@ MOVE_EVERY_MS = 100
 # move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
 RECKON_FOR = 1.0
 # How often (seconds) a worker whose queues have homes of their own looks for tasks of
-# them in the home they had before (see layout.legacy_home).
+# them in the registry's home (see layout.legacy_home), unless a wake-up says so sooner.
 LEGACY_EVERY = 10.0
 # For how long (seconds) at most the takes of a worker whose queues are in several homes
 # leave out a home they found empty, unless a wake-up from it is heard first.
@@ -167,9 +167,10 @@ class WorkerStore:
         return self.queues[(position - 1) % len(self.queues)]
 
     def _watch_legacy(self) -> None:
-        """Serve the home its queues had before they had their own (as a last run, at
-        positions after theirs) while it holds tasks of them: a worker of an earlier
-        release may still enqueue there. Looked at every ``LEGACY_EVERY``."""
+        """Serve the registry's home (as a last run, at positions after its queues')
+        while it holds tasks of its queues: workflows' steps, and tasks that a worker of
+        an earlier release enqueued there. Looked at every ``LEGACY_EVERY``, and when a
+        wake-up from there is heard."""
         if self._legacy is None or _now() < self._legacy_at:
             return
         self._legacy_at = _now() + LEGACY_EVERY

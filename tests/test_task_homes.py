@@ -484,7 +484,7 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
     assert store.forget_queues(QUEUES) == 0
     # A worker killed holding two of them: they go back where they were.
     crashed = crashed_worker(QUEUES, take=2)
-    assert crashed.task_ids == [new, old[0]]  # its own home first, then the old one
+    assert crashed.task_ids == [old[0], new]  # (the two homes take turns)
     assert TaskStore().recover_worker(crashed.id, QUEUES, only_if_expired=False, max_crashes=3) == (
         2,
         0,
@@ -499,6 +499,22 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
     _, minutes = store.minute_counts(QUEUES, 1)
     processed = {q: sum(m.get("processed", 0) for m in minutes[q].values()) for q in QUEUES}
     assert processed == {"first": 2, "reports": 1, "third": 2}
+
+
+def test_a_worker_takes_in_turn_from_its_queues_homes_and_the_registrys() -> None:
+    """The registry's home holds workflows' steps and old tasks of the same queues: the
+    takes look there first every other time, so that neither kind starves the other."""
+    with split_homes(False):  # (tasks the registry's home holds)
+        old = [enqueue("first", f"old {n}") for n in range(2)]
+    new = [enqueue("first", f"new {n}") for n in range(2)]
+    store = worker(["first"])
+    taken = [store.take() for _ in range(4)]
+    assert [(f.position, task_id_of(f.payload or b"")) for f in taken] == [
+        (2, old[0]),
+        (1, new[0]),
+        (2, old[1]),
+        (1, new[1]),
+    ]
 
 
 def test_dead_letters_written_before_queues_had_homes_of_their_own_are_kept() -> None:

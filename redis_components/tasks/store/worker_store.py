@@ -153,6 +153,7 @@ class WorkerStore:
             ready_key(queue, self._legacy) for queue in self.queues if self._legacy is not None
         )
         self._legacy_at = 0.0  # (monotonic) when it next looks there
+        self._shared_first = False  # whether the last take looked there first
         self._heard = heard
         self._empty: dict[int, Empty] = {}  # by Run.first: the runs it leaves out
         self._limits = settings_json(conf.TASK_LIMITS)
@@ -289,7 +290,7 @@ class WorkerStore:
         taken: Fetched | None = None  # the take's reply: a task, or no lease
         last: Fetched | None = None
         recorded, waits = False, list[int]()
-        for run in self._runs:
+        for run in self._in_turn(mode):
             outcome = finished if finished is not None and run.holds(finished.position) else None
             begin = start if start is not None and run.holds(start.position) else None
             looking = bool(mode) and taken is None
@@ -315,6 +316,15 @@ class WorkerStore:
             now = self._reckoned()
             return Fetched(payload=None, position=0, wait_ms=wait, recorded=False, now_ms=now)
         return dataclasses.replace(reply, recorded=recorded, wait_ms=wait)
+
+    def _in_turn(self, mode: str) -> list[Run]:
+        """The runs in the order a fetch in ``mode`` looks in them: while it serves the
+        registry's home, every other take looks there first, so that neither its queues'
+        own tasks nor the workflows' steps there wait for the others to run out."""
+        if not mode or self._runs is self._own:
+            return self._runs
+        self._shared_first = not self._shared_first
+        return [self._runs[-1], *self._own] if self._shared_first else self._runs
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all of them when

@@ -8,6 +8,8 @@ import dataclasses
 import datetime
 import io
 import json
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -670,3 +672,32 @@ def test_a_workflow_over_queues_of_three_homes_runs_each_step_once_in_the_regist
     assert counted == {"start": 1, **dict.fromkeys(QUEUES, 1), "total": 1}
     given = [json.loads(entry) for entry in r.lrange("{test}:given:total", 0, -1)]
     assert given == [[f"start>{queue}" for queue in QUEUES]]
+
+
+def test_a_fan_in_of_200_over_three_homes_runs_once_through_two_kill_9s(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """The issue's proof in homes of their own: 200 members over queues on three masters,
+    each delivered twice by hand, two worker processes killed -9 along the way: the
+    callback runs once, with the 200 results in order."""
+    members = [tasks.member.using(queue_name=QUEUES[i % 3]).s(f"m{i}", 0.01) for i in range(200)]
+    handle = group(members).then(tasks.total.using(queue_name="reports").s()).enqueue()
+    store = TaskStore()
+    for step in handle.steps()[:-1]:  # a second delivery of each member (see test_workflows)
+        message = store.queued_message(step.task_id)
+        assert message is not None
+        copy = dataclasses.replace(message, crashes=1, enqueued_at=None)
+        store.enqueue(copy, copy.encode())
+    worker = start_worker(*QUEUES, "-c", "2", environment=SPLIT)
+    for after in (40, 120):
+        wait_until(lambda after=after: r.hlen("{test}:runs") >= after, worker.output)
+        [pid, *_] = [w.pid for w in TaskStore().workers()]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+    assert handle.wait(60) == "SUCCESSFUL"
+    given = [json.loads(entry) for entry in r.lrange("{test}:given:total", 0, -1)]
+    assert given == [[f"m{i}" for i in range(200)]]
+    wait_until(lambda: r.hlen("{test}:runs") == 201, worker.output)
+    assert int(r.hget("{test}:runs", "total") or 0) == 1
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -89,6 +90,25 @@ def worker(queues: list[str] = QUEUES) -> WorkerStore:
     return store
 
 
+def listening(
+    heard: list[set[str] | None],
+    queues: list[str] = QUEUES,
+    *,
+    client: Callable[[str], Any] = client_at,
+    move_delayed: bool = False,
+) -> WorkerStore:
+    """A worker's store (registered by :func:`worker`) whose takes hear the wake-ups
+    put in ``heard`` (one per take)."""
+    worker(queues)
+    return WorkerStore(
+        WORKER,
+        queues,
+        move_delayed=move_delayed,
+        client=client,
+        heard=lambda: heard.pop(0) if heard else set(),
+    )
+
+
 def ok(position: int, payload: bytes) -> Outcome:
     task_id = task_id_of(payload)
     return Outcome(position=position, payload=payload, task_id=task_id, kind="ok", data="null")
@@ -145,14 +165,7 @@ def test_a_busy_worker_leaves_out_the_homes_it_found_empty(
 ) -> None:
     monkeypatch.setattr(worker_store, "EMPTY_FOR", 60.0)
     heard: list[set[str] | None] = []
-    store = WorkerStore(
-        WORKER,
-        QUEUES,
-        move_delayed=False,
-        client=client_at,
-        heard=lambda: heard.pop(0) if heard else set(),
-    )
-    store.beat(60_000, description(QUEUES))
+    store = listening(heard)
     ids = [enqueue("third", n) for n in range(4)]
     fetched = store.take()  # the first two homes are found empty
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, ids[0])
@@ -205,8 +218,33 @@ def test_the_waker_says_which_homes_wake_ups_it_heard() -> None:
 
         wait_until(hears)
         assert heard == {ready_key("third")}
+        # Heard by another thread (a slot's take) than the loop's, which waits: the
+        # loop is woken, for the task may be more than that take can run.
+        enqueue("first", "y")
+        heard.clear()
+        thread = threading.Thread(target=lambda: wait_until(hears))
+        thread.start()
+        thread.join()
+        assert heard == {ready_key("first")}
+        began = time.monotonic()
+        waker.wait(tasks_client(), 30)
+        assert time.monotonic() - began < 10
     finally:
         waker.close()
+
+
+@pytest.mark.parametrize("move_delayed", [False, True])
+def test_a_take_that_leaves_out_every_home_never_says_look_again_now(
+    monkeypatch: pytest.MonkeyPatch, move_delayed: bool
+) -> None:
+    monkeypatch.setattr(worker_store, "EMPTY_FOR", 5.0)
+    store = listening([], move_delayed=move_delayed)
+    assert store.take().payload is None  # each home found empty
+    before = scripts_run()
+    fetched = store.take()
+    assert scripts_run() == before  # each left out
+    assert (fetched.payload, fetched.position) == (None, 0)
+    assert 0 < fetched.wait_ms <= 5_000  # until a home is looked in again
 
 
 def succeeded(task_id: str) -> bool:
@@ -252,31 +290,31 @@ def test_the_heartbeat_keeps_a_lease_copy_in_each_home_and_recovery_is_per_home(
     assert store.take().position == 1
 
 
-def test_a_home_whose_lease_copy_looks_alive_keeps_the_registrys_lease() -> None:
+def test_a_home_whose_lease_copy_looks_alive_keeps_every_home_as_it_is() -> None:
     ids = [enqueue(queue, queue) for queue in QUEUES]
     store = worker()
     for _ in QUEUES:
         assert store.take().payload is not None
     # The registry's lease ran out, but the copy in the third queue's home was renewed
-    # later (or on a node whose clock is behind): that home is left as it is, and so
-    # is the registry's lease, so that a later pass recovers it.
+    # later (or on a node whose clock is behind): no home is recovered, so that the
+    # pass that recovers them counts each task's company in every home.
     tasks_client().zadd(leases_key(), {WORKER: 1})
     for queue in QUEUES[:2]:
         client_at(home(queue)).zadd(lease_copy_key(home(queue)), {WORKER: 1})
     tasks_store = TaskStore()
     assert tasks_store.recover_worker(WORKER, QUEUES, only_if_expired=True, max_crashes=3) is None
-    assert [get_result(task_id).status for task_id in ids] == [
-        TaskResultStatus.READY,
-        TaskResultStatus.READY,
-        TaskResultStatus.RUNNING,
-    ]
+    assert {get_result(task_id).status for task_id in ids} == {TaskResultStatus.RUNNING}
     assert tasks_client().zscore(leases_key(), WORKER) == 1
     client_at(home("third")).zadd(lease_copy_key(home("third")), {WORKER: 1})
     assert tasks_store.recover_worker(WORKER, QUEUES, only_if_expired=True, max_crashes=3) == (
-        1,
+        3,
         0,
     )
-    assert get_result(ids[2]).status is TaskResultStatus.READY
+    for task_id in ids:
+        result = get_result(task_id)
+        assert result.status is TaskResultStatus.READY
+        [error] = result.errors
+        assert "and 2 other tasks" in error.traceback  # shared: charged to none
     assert tasks_client().zscore(leases_key(), WORKER) is None
 
 
@@ -503,14 +541,24 @@ def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
     assert processed == {"first": 2, "reports": 1, "third": 2}
 
 
-def test_a_worker_takes_in_turn_from_its_queues_homes_and_the_registrys() -> None:
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_worker_takes_in_turn_from_its_queues_homes_and_the_registrys(
+    ahead: bool, held: Callable[[str], OneConnection]
+) -> None:
     """The registry's home holds workflows' steps and old tasks of the same queues: the
-    takes look there first every other time, so that neither kind starves the other."""
+    takes (those ahead too) look there first every other time, so that neither kind
+    starves the other."""
     with split_homes(False):  # (tasks the registry's home holds)
         old = [enqueue("first", f"old {n}") for n in range(2)]
     new = [enqueue("first", f"new {n}") for n in range(2)]
-    store = worker(["first"])
-    taken = [store.take() for _ in range(4)]
+    store = listening([], ["first"], client=held)
+    taken = [store.take()]
+    for _ in range(3):
+        if ahead:
+            assert store.may_take_ahead
+            taken.append(store.receive(store.take_ahead(None)))
+        else:
+            taken.append(store.take())
     assert [(f.position, task_id_of(f.payload or b"")) for f in taken] == [
         (2, old[0]),
         (1, new[0]),
@@ -562,15 +610,9 @@ def test_a_worker_of_several_homes_takes_ahead_where_a_take_looks_first(
     monkeypatch: pytest.MonkeyPatch, held: Callable[[str], OneConnection]
 ) -> None:
     monkeypatch.setattr(worker_store, "EMPTY_FOR", 60.0)
-    heard: list[set[str]] = []
+    heard: list[set[str] | None] = []
+    store = listening(heard, client=held)
     assert not worker().may_take_ahead  # (it hears no wake-ups: it leaves out no home)
-    store = WorkerStore(
-        WORKER,
-        QUEUES,
-        move_delayed=False,
-        client=held,
-        heard=lambda: heard.pop(0) if heard else set(),
-    )
     one, two = enqueue("reports", "1"), enqueue("reports", "2")
     fetched = store.take()  # the first queue's home is found empty, and left out
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (2, one)

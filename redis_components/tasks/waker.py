@@ -33,8 +33,9 @@ POLL_INTERVAL = 0.1
 class Waker:
     """The idle wait of one worker over the wake-up ``channels`` of its queues.
 
-    Only the worker's loop calls :meth:`wait` and :meth:`pause`; :meth:`wake` may be
-    called from any thread, and :attr:`fd` given to ``signal.set_wakeup_fd``.
+    Only the worker's loop calls :meth:`wait`, :meth:`subscribe`, :meth:`unsubscribe`
+    and :meth:`pause`; :meth:`wake` and :meth:`heard` may be called from any thread, and
+    :attr:`fd` given to ``signal.set_wakeup_fd``.
     """
 
     def __init__(self, channels: list[str]) -> None:
@@ -45,6 +46,9 @@ class Waker:
         self._pubsub: PubSub | None = None
         # The channels heard since :meth:`heard` was last called (None: subscribed since).
         self._heard: set[str] | None = None
+        # Held while the subscription is read or changed, and the channels heard taken.
+        self._reading = threading.Lock()
+        self._loop: int | None = None  # the thread that subscribed (the worker's loop)
         # Once the pipe is closed its fd numbers may belong to anything (a socket to
         # Redis): a thread that outlives the worker (a task abandoned at its time limit)
         # must not write there. The lock makes the check and the write one step.
@@ -69,30 +73,48 @@ class Waker:
         before the subscription, so the worker takes again before it waits.
         """
         if self._pubsub is None:
-            self._subscribe(client)
+            self.subscribe(client)
             return
-        if self._drain():
-            return
-        sock = pubsub_socket(self._pubsub)
-        if sock is None:  # not connected yet, or redis-py's socket is not known: poll
-            message = self._pubsub.get_message(timeout=min(timeout, POLL_INTERVAL))
-            if message is not None:
-                self._note(message)
-                self._drain()
-            return
+        with self._reading:
+            if self._drain():
+                return
+            sock = pubsub_socket(self._pubsub)
+            if sock is None:  # not connected yet, or redis-py's socket is not known: poll
+                message = self._pubsub.get_message(timeout=min(timeout, POLL_INTERVAL))
+                if message is not None:
+                    self._note(message)
+                    self._drain()
+                return
         select.select([sock.fileno(), self._read], [], [], timeout)
         self._empty_pipe()
-        self._drain()
+        with self._reading:
+            if self._pubsub is not None:
+                self._drain()
 
     def heard(self) -> set[str] | None:
         """The channels heard since the last call, reading the pending messages without
         waiting; ``None`` when the subscription was made since: a message may have been
-        missed before it. (None is heard before the first wait subscribes.)"""
-        if self._pubsub is None:
+        missed before it. (Nothing is heard before the first subscription, or while the
+        loop reads the subscription itself: it keeps what it reads for the next call.)
+        Called from another thread than the loop's, a message it read also wakes the
+        loop's wait: the loop may have been waiting for it."""
+        if not self._reading.acquire(blocking=False):
             return set()
-        self._drain()
-        heard, self._heard = self._heard, set()
+        try:
+            if self._pubsub is None:
+                return set()
+            self._drain()
+            heard, self._heard = self._heard, set()
+        finally:
+            self._reading.release()
+        if heard != set() and threading.get_ident() != self._loop:
+            self.wake()
         return heard
+
+    def subscribe(self, client: Any) -> None:
+        """Subscribe (on ``client``) unless subscribed: from then on, :meth:`heard` hears."""
+        if self._pubsub is None:
+            self._subscribe(client)
 
     def pause(self, seconds: float) -> None:
         """Sleep ``seconds`` unless woken first (a back-off, or a wait for a running
@@ -102,10 +124,11 @@ class Waker:
 
     def unsubscribe(self) -> None:
         """Drop the subscription (its connection is lost); the next wait subscribes again."""
-        if self._pubsub is not None:
-            self._pubsub.close()
-            self._pubsub = None
-            self._heard = None
+        with self._reading:
+            if self._pubsub is not None:
+                self._pubsub.close()
+                self._pubsub = None
+                self._heard = None
 
     def close(self) -> None:
         self.unsubscribe()
@@ -122,8 +145,10 @@ class Waker:
         except BaseException:
             pubsub.close()
             raise
-        self._pubsub = pubsub
-        self._heard = None
+        with self._reading:
+            self._pubsub = pubsub
+            self._heard = None
+            self._loop = threading.get_ident()
 
     def _drain(self) -> bool:
         """Read every pending wake-up (or resubscription) message; True if there was one."""
@@ -135,7 +160,9 @@ class Waker:
         return got
 
     def _note(self, message: dict[str, Any]) -> None:
-        if self._heard is not None and message["type"] == "message":
+        if message["type"] == "subscribe":  # redis-py subscribed again, on a new connection
+            self._heard = None
+        elif self._heard is not None and message["type"] == "message":
             channel = message["channel"]
             self._heard.add(channel.decode() if isinstance(channel, bytes) else channel)
 

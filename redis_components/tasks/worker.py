@@ -448,6 +448,8 @@ class Worker:
                 else:
                     pause = min(pause, left)
             self._reclaim_lost_take()
+            if take and self._tasks.listens:  # its takes hear wake-ups even while busy
+                self._waker.subscribe(self.client)
             if not take and not self._outcomes:
                 return self._pause(pause) if self._busy else None  # None: max_tasks, worn out
             fetched = self._fetch(take)

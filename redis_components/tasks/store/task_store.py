@@ -426,6 +426,8 @@ class TaskStore:
         order = sorted(by_home, key=lambda head: head == here)
         if here not in by_home:
             order.append(here)  # (no queue: the lease and the description only)
+        if only_if_expired and len(order) > 1 and self._lease_alive(worker_id, order):
+            return None  # recovered in no home, so that each later counts the others'
         found_any, refused, requeued, buried = False, False, 0, 0
         for head in order:
             if head == here and refused:
@@ -449,6 +451,22 @@ class TaskStore:
                 found_any = True
                 requeued, buried = requeued + int(result[0]), buried + int(result[1])
         return (requeued, buried) if found_any else None
+
+    def _lease_alive(self, worker_id: str, heads: Sequence[str]) -> bool:
+        """Whether the copy of the worker's lease in any of these homes has not run out
+        (by the clock of its node)."""
+        replies = self._each_home(
+            [
+                c
+                for head in heads
+                for c in ((head, ("ZSCORE", lease_copy_key(head), worker_id)), (head, ("TIME",)))
+            ]
+        )
+        for score, (seconds, micros) in zip(replies[::2], replies[1::2], strict=True):
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            if score is not None and float(score) >= now_ms:
+                return True
+        return False
 
     def renew_leases(
         self, worker_ids: Sequence[str], lease_ms: int, queues: Sequence[str] = ()

@@ -153,7 +153,7 @@ class WorkerStore:
             ready_key(queue, self._legacy) for queue in self.queues if self._legacy is not None
         )
         self._legacy_at = 0.0  # (monotonic) when it next looks there
-        self._shared_first = False  # whether the last take looked there first
+        self._shared_first = True  # whether the next take looks there first
         self._heard = heard
         self._empty: dict[int, Empty] = {}  # by Run.first: the runs it leaves out
         self._limits = settings_json(conf.TASK_LIMITS)
@@ -193,12 +193,20 @@ class WorkerStore:
         if self._heard is None:  # (then its takes never leave a run out)
             return False
         self._listen()
+        self._watch_legacy()
         return self._take_mode() == "take" and self._open_run() is not None
 
+    @property
+    def listens(self) -> bool:
+        """Whether its takes leave out the homes they found empty until a wake-up from
+        there is heard (see the class): the worker should subscribe before it is idle."""
+        return self._heard is not None and (len(self._own) > 1 or self._legacy is not None)
+
     def _open_run(self) -> Run | None:
-        """The first run that a take does not leave out (``None``: it leaves out all)."""
+        """The first run, in turn, that a take does not leave out (``None``: it leaves
+        out all)."""
         now = _now()
-        for run in self._runs:
+        for run in self._in_turn("take"):
             empty = self._empty.get(run.first)
             if empty is None or now >= empty.until:
                 return run
@@ -246,6 +254,7 @@ class WorkerStore:
             open_run = self._open_run()
             assert open_run is not None, "take_ahead needs may_take_ahead"
             run, mode = open_run, "take"
+            self._take_turn()
         told, recorded = finished, None
         if any(held is not None and not run.holds(held.position) for held in (finished, start)):
             recorded = self.record(finished, taken_ms=taken_ms, start=start).recorded
@@ -290,7 +299,10 @@ class WorkerStore:
         taken: Fetched | None = None  # the take's reply: a task, or no lease
         last: Fetched | None = None
         recorded, waits = False, list[int]()
-        for run in self._in_turn(mode):
+        in_turn = self._in_turn(mode)
+        if mode:
+            self._take_turn()
+        for run in in_turn:
             outcome = finished if finished is not None and run.holds(finished.position) else None
             begin = start if start is not None and run.holds(start.position) else None
             looking = bool(mode) and taken is None
@@ -313,18 +325,26 @@ class WorkerStore:
         self._plan_moves(mode, wait, finished)
         reply = taken or last
         if reply is None:  # every run was left out, and nothing was to be recorded
+            # Never "look again now" (a wait of 0): the worker would spin until a mark ends.
+            ends = min(empty.until for empty in self._empty.values())
+            wait = min((w for w in [*waits, math.ceil((ends - _now()) * 1000)] if w > 0), default=1)
             now = self._reckoned()
             return Fetched(payload=None, position=0, wait_ms=wait, recorded=False, now_ms=now)
         return dataclasses.replace(reply, recorded=recorded, wait_ms=wait)
 
     def _in_turn(self, mode: str) -> list[Run]:
         """The runs in the order a fetch in ``mode`` looks in them: while it serves the
-        registry's home, every other take looks there first, so that neither its queues'
-        own tasks nor the workflows' steps there wait for the others to run out."""
-        if not mode or self._runs is self._own:
-            return self._runs
-        self._shared_first = not self._shared_first
-        return [self._runs[-1], *self._own] if self._shared_first else self._runs
+        registry's home, every other take (a take ahead too) looks there first, so that
+        neither its queues' own tasks nor the workflows' steps there wait for the others
+        to run out (see :meth:`_take_turn`)."""
+        if mode and self._shared_first and self._runs is not self._own:
+            return [self._runs[-1], *self._own]
+        return self._runs
+
+    def _take_turn(self) -> None:
+        """A take was made: the next one looks in the other order (see :meth:`_in_turn`)."""
+        if self._runs is not self._own:
+            self._shared_first = not self._shared_first
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all of them when
@@ -332,7 +352,10 @@ class WorkerStore:
         there."""
         if self._heard is None or not (self._empty or self._legacy_channels):
             return
-        heard = self._heard()
+        try:
+            heard = self._heard()
+        except Exception:  # (the loop's wait finds the subscription lost, and renews it)
+            heard = None
         if heard is None:
             self._empty.clear()
             self._legacy_at = 0.0
@@ -352,22 +375,22 @@ class WorkerStore:
         if _now() >= empty.until:
             del self._empty[run.first]
             return False
+        now = self._reckoned()
         if empty.due_ms is not None and math.isfinite(empty.due_ms):
-            waits.append(max(0, int(empty.due_ms) - self.now_ms))
+            waits.append(max(0, math.ceil(empty.due_ms) - now))
         if mode == "take":
             return True
-        return empty.due_ms is not None and self.now_ms < empty.due_ms
+        return empty.due_ms is not None and now < empty.due_ms
 
     def _found(self, run: Run, mode: str, fetched: Fetched) -> None:
         """Remember whether a take found ``run`` empty (see :class:`Empty`)."""
         if self._heard is None or fetched.payload is not None or fetched.position < 0:
             self._empty.pop(run.first, None)
             return
-        due: float | None = None
-        if fetched.wait_ms >= 0:
-            due = fetched.now_ms + fetched.wait_ms
-        elif mode == "take+move":
-            due = math.inf  # none: a new earliest delayed task wakes the worker
+        due: float | None = None  # (a "take" reply's wait is a limit's, not a due task's)
+        if mode == "take+move":
+            # -1: no delayed task is left; a new earliest one wakes the worker.
+            due = fetched.now_ms + fetched.wait_ms if fetched.wait_ms >= 0 else math.inf
         self._empty[run.first] = Empty(_now() + EMPTY_FOR, due)
 
     def _fetch(

@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/cluster_queues.py        # 3,000 tasks, 2 worker processes
     .venv/bin/python benchmarks/cluster_queues.py --tasks 9000 --workers 4
-    .venv/bin/python benchmarks/cluster_queues.py --split   # a home per queue
+    .venv/bin/python benchmarks/cluster_queues.py --layout one     # every queue in {tasks}
+    .venv/bin/python benchmarks/cluster_queues.py --layout split   # a home per queue, everywhere
 
 In one run, for a private single redis-server and private clusters of 1, 2 and 3
 masters (Redis's defaults): ``--tasks`` no-op tasks are enqueued over three queues
@@ -24,6 +25,8 @@ predicts the scaling on a machine where the servers are the bottleneck.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import multiprocessing
 import os
 import subprocess
@@ -43,7 +46,9 @@ from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
 ROOT = Path(__file__).resolve().parent.parent
 FORK = multiprocessing.get_context("fork")
 SETTINGS = "benchmarks.queue_apps.settings"
-SPLIT = False  # --split
+# --layout: "server" (each server's default: one home on a single server, a home per
+# queue on a cluster), "one" (every queue in {tasks}) or "split" (a home per queue).
+LAYOUT = "server"
 
 
 def environment(url: str, cluster: bool) -> dict[str, str]:
@@ -51,9 +56,9 @@ def environment(url: str, cluster: bool) -> dict[str, str]:
     extra = {"BENCH_REDIS_URL": url, "DJANGO_SETTINGS_MODULE": SETTINGS, "PYTHONPATH": path}
     if cluster:
         extra["BENCH_CLUSTER"] = "1"
-    if SPLIT:
-        extra["RC_SPLIT_HOMES"] = "1"
-    return {**os.environ, **extra}
+    chosen = {"one": "0", "split": "1"}.get(LAYOUT)
+    environment = {key: value for key, value in os.environ.items() if key != "RC_SPLIT_HOMES"}
+    return {**environment, **extra, **({"RC_SPLIT_HOMES": chosen} if chosen else {})}
 
 
 def enqueue(url: str, cluster: bool, tasks: int) -> None:
@@ -67,10 +72,11 @@ def enqueue(url: str, cluster: bool, tasks: int) -> None:
         from benchmarks.queue_apps.tasks import spread
         from redis_components.tasks.store.layout import split_homes
 
-        senders = list(spread.values())
-        with split_homes(SPLIT):  # (this process read RC_SPLIT_HOMES before it was set)
-            for i in range(tasks):
-                senders[i % len(senders)].enqueue()
+        chosen = {"one": False, "split": True}.get(LAYOUT)
+        # (This process read RC_SPLIT_HOMES before it was set.)
+        with contextlib.nullcontext() if chosen is None else split_homes(chosen):
+            for sender in itertools.islice(itertools.cycle(spread.values()), tasks):
+                sender.enqueue()
 
     process = FORK.Process(target=child)
     process.start()
@@ -194,14 +200,17 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=3000, help="no-op tasks per setup")
     parser.add_argument("--workers", type=int, default=2, help="rc_worker -c 1 processes")
     parser.add_argument(
-        "--split",
-        action="store_true",
-        help="give each queue a home of its own (RC_SPLIT_HOMES=1: the layout of issue 39, "
-        "not yet on for users; a queue's home is placed by a hash of its name)",
+        "--layout",
+        choices=["server", "one", "split"],
+        default="server",
+        help="where the queues' keys are: each server's default (one home on the single "
+        "server, a home per queue on a cluster, placed by a hash of its name), one home "
+        "everywhere (as before 0.2.0: RC_SPLIT_HOMES=0), or a home per queue everywhere "
+        "(RC_SPLIT_HOMES=1)",
     )
     options = parser.parse_args()
-    global SPLIT
-    SPLIT = options.split
+    global LAYOUT
+    LAYOUT = options.layout
     for name in ("tasks", "workers"):
         if getattr(options, name) < 1:
             parser.error(f"--{name} must be at least 1, not {getattr(options, name)}")
@@ -223,7 +232,7 @@ def main() -> None:
     print(f"Load average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
     print(
         f"{options.tasks:,} no-op tasks over {len(work.SPREAD_QUEUES)} queues"
-        f"{' (each in a home of its own)' if SPLIT else ''}, "
+        f" (layout: {LAYOUT}), "
         f"{options.workers} rc_worker -c 1 processes\n"
     )
     headers = [

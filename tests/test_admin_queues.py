@@ -18,7 +18,7 @@ from redis_components import chain, get_result, group
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, queue_stats, waiting_tasks
-from redis_components.tasks.store import dead_entry, dead_key, ready_key
+from redis_components.tasks.store import dead_entry, dead_key, new_task_id, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.processes import running_worker, wait_until
@@ -49,7 +49,9 @@ def manager(django_user_model: Any) -> Client:
 
 
 def dead_letter(r: redis.Redis, label: str, error: str = "ValueError: boom") -> TaskMessage:
-    message = TaskMessage(f"id{label}", "tests.testapp.tasks.record", "test", [label], {})
+    message = TaskMessage(
+        new_task_id("test", label), "tests.testapp.tasks.record", "test", [label], {}
+    )
     entry = dead_entry(message.encode(), "test", "failed 3 times", error, f"Traceback of {label}")
     r.rpush(dead_key("test"), entry)
     return message

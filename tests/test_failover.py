@@ -78,7 +78,7 @@ def homes(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The task system's layout: every queue in the registry's home, or each in its own
     (the worker processes are told by the environment)."""
     with split_homes(request.param):
-        yield {"RC_SPLIT_HOMES": "1"} if request.param else {}
+        yield {"RC_SPLIT_HOMES": "1" if request.param else "0"}
 
 
 def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +27,8 @@ from redis_components import (
 from redis_components.exceptions import InvalidInput, QueueFull
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, workers
-from redis_components.tasks.store import TaskStore, ready_key
+from redis_components.tasks.store import TaskStore, home, ready_key
+from redis_components.tasks.store.layout import split_homes
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.processes import WorkerProcess, running_worker, wait_until
@@ -36,7 +37,10 @@ from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
-LIMIT_KEYS = "rc:queue:{tasks}:limit:*"
+
+def at(rest: str) -> str:
+    """A key of the queue "test"'s home (on a cluster, each queue has its own)."""
+    return home("test") + rest
 
 
 def runs(r: redis.Redis) -> dict[str, int]:
@@ -50,8 +54,9 @@ def most(r: redis.Redis) -> dict[str, int]:
 
 def left_over(r: redis.Redis) -> list[bytes]:
     """The limits' keys still there, but for a rate's, which expire once it is idle."""
-    found = r.keys(LIMIT_KEYS)
-    rates = [key for key in found if key.split(b":")[4] in (b"tat", b"next")]
+    head = home("test").encode()
+    found = r.keys(at("limit:*"))
+    rates = [key for key in found if key[len(head) :].split(b":")[1] in (b"tat", b"next")]
     assert all(r.pttl(key) > 0 for key in rates)
     return [key for key in found if key not in rates]
 
@@ -73,7 +78,7 @@ def run_on_two_workers(
 
 
 def held(r: redis.Redis, key: str) -> set[bytes]:
-    return r.smembers(f"rc:queue:{{tasks}}:limit:held:{key}")
+    return r.smembers(at(f"limit:held:{key}"))
 
 
 def with_settings(**changes: Any) -> Any:
@@ -221,6 +226,15 @@ def test_a_task_waiting_on_its_limit_can_be_cancelled(r: redis.Redis) -> None:
     assert left_over(r) == []
 
 
+@pytest.fixture
+def one_home() -> Iterator[None]:
+    """Every queue in one home, as on a single server: tasks of two queues share a limit
+    only there (on a cluster, each queue's home counts its own)."""
+    with split_homes(False):
+        yield
+
+
+@pytest.mark.usefixtures("one_home")
 def test_a_purge_deletes_its_queues_waiting_tasks_and_hands_their_permits_on(
     r: redis.Redis,
 ) -> None:
@@ -231,12 +245,12 @@ def test_a_purge_deletes_its_queues_waiting_tasks_and_hands_their_permits_on(
     tasks.per_customer.enqueue("X", "waits2")
     elsewhere = tasks.per_customer.using(queue_name="other").enqueue("X", "elsewhere")
     assert worker.take() is None  # all three set aside on the limit
-    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 3
+    assert r.zcard(at("limit:wait:customer:X")) == 3
     worker.succeed(running[0])  # its permit goes to "waits1", back in its queue
     assert r.zcard(ready_key("test")) == 1
     assert TaskStore().purge("test") == 2
     # The permit "waits1" held went on to the task waiting in the other queue.
-    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 0
+    assert r.zcard(at("limit:wait:customer:X")) == 0
     assert held(r, "customer:X") == {
         running[1].encode(),
         running[2].encode(),
@@ -248,7 +262,7 @@ def test_a_purge_deletes_its_queues_waiting_tasks_and_hands_their_permits_on(
     for task_id in worker.held:
         worker.succeed(task_id)
     assert left_over(r) == []
-    assert r.hgetall("rc:queue:{tasks}:limits") == {}
+    assert r.hgetall(at("limits")) == {}
 
 
 def test_rc_queues_shows_each_concurrency_limit_in_use(r: redis.Redis) -> None:
@@ -294,7 +308,7 @@ def test_tasks_waiting_on_a_limit_count_in_their_queue(r: redis.Redis) -> None:
     assert queue_stats(["test"])[0].on_limits == 1
     assert TaskStore().purge("test") == 1
     assert queue_stats(["test"])[0].on_limits == 0
-    assert not r.exists("rc:queue:{tasks}:limit:waiting")
+    assert not r.exists(at("limit:waiting"))
 
 
 def test_settings_replace_a_limit_for_the_next_worker(r: redis.Redis) -> None:
@@ -310,13 +324,13 @@ def test_settings_replace_a_limit_for_the_next_worker(r: redis.Redis) -> None:
     taken = [worker.take() for _ in range(12)]
     assert sum(message is not None for message in taken) == 6  # A: 5 (not 3), B: 1
     assert (len(held(r, "customer:A")), len(held(r, "customer:B"))) == (5, 1)
-    assert r.hgetall("rc:queue:{tasks}:limits") == {b"customer:A": b"5", b"customer:B": b"1"}
+    assert r.hgetall(at("limits")) == {b"customer:A": b"5", b"customer:B": b"1"}
     with with_settings(TASK_LIMITS={"api": {"rate": 1, "per": 60}}):
         rated = ScriptedWorker(["test"])
     for i in range(3):
         tasks.rated.enqueue(f"r{i}")  # its own rate would let 6 start at once
     assert [rated.take() is not None for _ in range(3)] == [True, False, False]
-    assert r.zcard("rc:queue:{tasks}:delayed:test") == 2
+    assert r.zcard(at("delayed:test")) == 2
 
 
 def test_rc_worker_applies_and_logs_the_limits_of_its_settings(
@@ -344,12 +358,12 @@ def test_a_lowered_limit_holds_its_permits_back_until_under_it(r: redis.Redis) -
     tasks.per_customer.enqueue("X", "waits1")
     tasks.per_customer.enqueue("X", "waits2")
     assert new.take() is None
-    assert r.hget("rc:queue:{tasks}:limits", "customer:X") == b"1"
+    assert r.hget(at("limits"), "customer:X") == b"1"
     old.succeed(running[0])
     old.succeed(running[1])
-    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 2  # 1 runs: none handed
+    assert r.zcard(at("limit:wait:customer:X")) == 2  # 1 runs: none handed
     old.succeed(running[2])
-    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 1  # one handed on
+    assert r.zcard(at("limit:wait:customer:X")) == 1  # one handed on
     taken = new.take()
     assert taken is not None
     assert new.take() is None
@@ -373,12 +387,12 @@ def test_a_limit_raised_by_settings_falls_back_once_a_worker_without_them_takes(
     tasks.per_customer.enqueue("X", "waits1")
     tasks.per_customer.enqueue("X", "waits2")
     assert plain.take() is None
-    assert r.hget("rc:queue:{tasks}:limits", "customer:X") == b"3"
+    assert r.hget(at("limits"), "customer:X") == b"3"
     for task_id in running[:2]:
         raised.succeed(task_id)
-    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 2  # 3 run: none handed
+    assert r.zcard(at("limit:wait:customer:X")) == 2  # 3 run: none handed
     raised.succeed(running[2])
-    assert r.zcard("rc:queue:{tasks}:limit:wait:customer:X") == 1
+    assert r.zcard(at("limit:wait:customer:X")) == 1
     for task_id in running[3:]:
         raised.succeed(task_id)
     for _ in range(2):
@@ -476,7 +490,7 @@ def test_tasks_that_waited_on_a_rate_then_on_a_permit_keep_to_the_rate(r: redis.
         wait_until(lambda: all(r.exists(f"test:g{i}:started") for i in range(5)))
         # The turns of the first tasks set aside on the rate come while all permits are
         # held: those tasks wait on the concurrency limit.
-        wait_until(lambda: r.zcard("rc:queue:{tasks}:limit:wait:both") >= 3)
+        wait_until(lambda: r.zcard(at("limit:wait:both")) >= 3)
         for i in range(5):
             r.set(f"test:g{i}:open", 1)
         wait_until(lambda: len(runs(r)) == 25, timeout=60)
@@ -507,7 +521,7 @@ def test_a_burst_worker_leaves_tasks_waiting_on_a_rate_for_later(r: redis.Redis)
         tasks.rated.enqueue(f"r{i}")
     ran = Worker(["test"], burst=True).run()
     assert 6 <= ran < 10  # the burst and the first run at once; the rest are spaced out
-    assert r.zcard("rc:queue:{tasks}:delayed:test") == 10 - ran
+    assert r.zcard(at("delayed:test")) == 10 - ran
     assert len(runs(r)) == ran
 
 
@@ -525,5 +539,5 @@ def test_a_payload_with_limits_it_cannot_read_is_dead_lettered_not_stuck(
     tasks.record.enqueue("after")
     Worker(["test"], burst=True).run()
     assert runs(r) == {"after": 1}
-    assert r.llen("rc:queue:{tasks}:dead:test") == 1
+    assert r.llen(at("dead:test")) == 1
     assert left_over(r) == []

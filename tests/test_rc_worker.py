@@ -32,7 +32,7 @@ from redis_components.tasks.status import (
     waiting_tasks,
     workers,
 )
-from redis_components.tasks.store import ready_key
+from redis_components.tasks.store import ready_key, registry
 from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.testapp import tasks
 
@@ -190,7 +190,8 @@ def test_the_worker_survives_a_redis_restart(
             message = TaskMessage(
                 label.encode().hex(), "tests.testapp.tasks.record", "test", [label], {}
             )
-            push.zadd(ready_key("test"), {message.encode(): 1})
+            # (On a single server every queue's home is the registry's.)
+            push.zadd(ready_key("test", registry()), {message.encode(): 1})
 
         enqueue("before")
         wait_until(lambda: client.hlen("{test}:runs") == 1, worker.output)

@@ -14,6 +14,7 @@ from django.test import override_settings
 
 from conftest import cancelled
 from redis_components import cancel, chain, get_result, get_workflow, redis_task, scripts
+from redis_components.connection import get_client, is_cluster
 from redis_components.exceptions import InvalidInput, TaskNotCancellable, TaskNotDurable
 from redis_components.scripts import load
 from redis_components.tasks.framework import TaskResultStatus
@@ -40,6 +41,7 @@ from redis_components.tasks.store import (
     forget_call,
     heartbeat_call,
     home,
+    layout,
     leases_key,
     purge_call,
     put_back_call,
@@ -55,6 +57,7 @@ from redis_components.tasks.store import (
     tasks_client,
     unique_key,
 )
+from redis_components.tasks.store.layout import split_homes
 from redis_components.tasks.worker import Worker
 from tests.processes import run_processes
 from tests.testapp import tasks
@@ -71,10 +74,20 @@ def test_the_running_hash_attempts_are_read_in_one_place() -> None:
     ]
 
 
-def test_keys_share_one_hash_tag() -> None:
-    for key in (ready_key("a:b"), delayed_key("x"), dead_key("{odd}"), result_key("ab")):
-        assert key.startswith("rc:queue:{tasks}:")
-    assert counter_key(home("x")) == "rc:queue:{tasks}:counter"
+def test_keys_share_one_hash_tag_on_one_server_and_one_per_queue_on_a_cluster() -> None:
+    with split_homes(False):
+        for key in (ready_key("a:b"), delayed_key("x"), dead_key("{odd}"), result_key("ab")):
+            assert key.startswith("rc:queue:{tasks}:")
+        assert counter_key(home("x")) == "rc:queue:{tasks}:counter"
+    with split_homes():
+        assert ready_key("a:b").startswith(home("a:b"))
+        assert home("a:b") != home("x")
+        assert re.fullmatch(r"rc:queue:\{tasks:[0-9a-f]{4}\}:", home("x"))
+        assert delayed_key("x") == f"{home('x')}delayed:x"
+        assert result_key(layout.new_task_id("x")).startswith(home("x"))
+        assert result_key("ab").startswith("rc:queue:{tasks}:")  # (an id of none of ours)
+    # Without a choice: one home per queue on a cluster only.
+    assert (home("x") != home("a:b")) == is_cluster(get_client())
 
 
 def test_ready_scores_put_priorities_in_bands_and_stay_exact_in_a_double() -> None:
@@ -405,7 +418,7 @@ def test_finished_tasks_are_counted_per_minute(r: redis.Redis) -> None:
         tasks.record.enqueue(label)
     assert take("counter.1.1.a", ["test"]) is not None
     Worker(["test"], burst=True).run()
-    [key] = r.keys("rc:queue:{tasks}:stats:*")
+    [key] = r.keys(f"{home('test')}stats:*")
     counts = {field.decode().split(":")[1]: int(n) for field, n in r.hgetall(key).items()}
     assert counts == {"processed": 1}
     assert 0 < r.pttl(key) <= 25 * 3600 * 1000
@@ -507,8 +520,9 @@ def test_every_script_of_the_task_system_has_a_builder() -> None:
 def test_each_builder_fills_the_keys_and_arguments_its_script_numbers(script: str) -> None:
     """The items a header numbers 1) to N) are exactly the fixed part of what its builder
     sends: what grows from one repeated item to two is the repeated part, the rest must
-    be N long."""
-    one, two = BUILDERS[script](1), BUILDERS[script](2)
+    be N long. (Its queues share one home: a script's keys are in one.)"""
+    with split_homes(False):
+        one, two = BUILDERS[script](1), BUILDERS[script](2)
     assert one[0] is two[0] is load(script)
     for section, index in (("KEYS", 1), ("ARGV", 2)):
         numbers = header_numbers(script, section)
@@ -533,4 +547,6 @@ def test_workflows_and_requeued_dead_letters_wait_for_the_replicas(
         assert get_workflow(info.value.task_id).status == "RUNNING"  # enqueued all the same
         assert TaskStore().requeue_dead("test") == (1, 0)
     assert "1 dead letters of 'test' were requeued, but 0 of 1 replicas" in caplog.text
-    assert r.zcard(ready_key("test")) == 2  # the workflow's first step, the requeued task
+    # The workflow's first step, the requeued task (on a cluster, the step's in the
+    # shared home).
+    assert sum(r.zcard(ready_key("test", head)) for head in layout.queue_homes("test")) == 2

@@ -31,6 +31,7 @@ from redis_components.tasks.store import (
     WorkerStore,
     leases_key,
     ready_key,
+    result_key,
     tasks_client,
 )
 from redis_components.tasks.worker import Worker
@@ -346,15 +347,24 @@ def test_each_run_is_logged_once(
         assert caplog.text.count(f"[{handle.id}] done in") == 1
 
 
+def loop_store(worker_id: str, queues: list[str]) -> tuple[WorkerStore, dict[str, OneConnection]]:
+    """A registered worker's store as its loop has it: a connection held in each home."""
+    WorkerStore(worker_id, queues).beat(60_000, description(queues))
+    held: dict[str, OneConnection] = {}
+
+    def client(head: str) -> OneConnection:
+        return held.setdefault(head, OneConnection(tasks_client(head)))
+
+    return WorkerStore(worker_id, queues, move_delayed=False, client=client), held
+
+
 @pytest.mark.parametrize("started", [False, True])
 def test_a_task_held_ahead_counts_a_crash_only_once_started(r: redis.Redis, started: bool) -> None:
     """A worker that dies holding a task ahead (taken, not started) gives it back with no
     crash counted, at its place in the queue; once a later call started it, its crash
     counts as any running task's."""
     first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
-    connection = OneConnection(tasks_client())
-    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda head: connection)
-    worker.beat(60_000, description(["test"]))
+    worker, connections = loop_store("ahead-w", ["test"])
     assert worker.take().payload is not None
     held = worker.receive(worker.take_ahead(None))
     assert held.payload is not None
@@ -365,7 +375,8 @@ def test_a_task_held_ahead_counts_a_crash_only_once_started(r: redis.Redis, star
     assert TaskStore().recover_worker(
         "ahead-w", ["test"], only_if_expired=False, max_crashes=3
     ) == (2, 0)
-    connection.close()
+    for connection in connections.values():
+        connection.close()
     assert len(get_result(first.id).errors) == 1
     assert len(get_result(second.id).errors) == (1 if started else 0)
     # Both are back in the order they were enqueued.
@@ -377,9 +388,7 @@ def test_a_task_held_ahead_goes_back_by_itself() -> None:
     """A worker gives back the task it holds ahead, not started: first in its queue
     again, no longer running; once given back, giving it back again does nothing."""
     first, second = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
-    connection = OneConnection(tasks_client())
-    worker = WorkerStore("ahead-w", ["test"], move_delayed=False, client=lambda head: connection)
-    worker.beat(60_000, description(["test"]))
+    worker, connections = loop_store("ahead-w", ["test"])
     worker.take()
     held = worker.receive(worker.take_ahead(None))
     assert {t.task_id for t in running_tasks()} == {first.id, second.id}
@@ -389,7 +398,8 @@ def test_a_task_held_ahead_goes_back_by_itself() -> None:
     [stats] = queue_stats(["test"])
     assert (stats.ready, stats.in_progress) == (1, 1)
     assert worker.take().payload == held.payload
-    connection.close()
+    for connection in connections.values():
+        connection.close()
 
 
 def test_a_long_task_does_not_hold_the_next_one_ahead(r: redis.Redis) -> None:
@@ -478,10 +488,10 @@ def test_a_running_task_reads_as_running(r: redis.Redis) -> None:
 def test_results_expire_on_their_own(r: redis.Redis) -> None:
     with override_settings(REDIS_COMPONENTS={"TASK_RESULT_TTL": 0.2}):
         result = tasks.add.enqueue(1, 1)
-        assert 0 < r.pttl(f"rc:queue:{{tasks}}:result:{result.id}") <= 200
+        assert 0 < r.pttl(result_key(result.id)) <= 200
         Worker(["test"], burst=True).run()
         assert get_result(result.id).return_value == 2
-        wait_until(lambda: r.exists(f"rc:queue:{{tasks}}:result:{result.id}") == 0)
+        wait_until(lambda: r.exists(result_key(result.id)) == 0)
     with pytest.raises(TaskResultDoesNotExist):
         result.refresh()
 
@@ -491,14 +501,14 @@ def test_a_first_attempt_whose_result_expired_while_it_waited_has_a_whole_result
 ) -> None:
     with override_settings(REDIS_COMPONENTS={"TASK_RESULT_TTL": 0.1}):
         result = tasks.add.enqueue(2, 3)
-    wait_until(lambda: r.exists(f"rc:queue:{{tasks}}:result:{result.id}") == 0)
+    wait_until(lambda: r.exists(result_key(result.id)) == 0)
     assert Worker(["test"], burst=True).run() == 1
     finished = get_result(result.id)
     assert (finished.status, finished.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
     assert (finished.task.name, finished.args) == ("tests.testapp.tasks.add", [2, 3])
     assert finished.started_at is not None
     assert len(finished.worker_ids) == 1
-    assert 0 < r.pttl(f"rc:queue:{{tasks}}:result:{result.id}") <= 86_400_000
+    assert 0 < r.pttl(result_key(result.id)) <= 86_400_000
 
 
 def test_priorities_run_highest_first_and_in_order_among_equals(r: redis.Redis) -> None:

@@ -2,7 +2,9 @@
 
 Each ``tests/upgrade/queued-<version>.json`` holds the keys that release wrote for
 queued tasks of every kind (see ``tests/upgrade/capture.py``); they are restored into
-the empty server, and a worker of this code runs them.
+the empty server, and a worker of this code runs them. On the suite's cluster, where each
+queue now has a home of its own, the releases' keys are all in the shared home
+(``{tasks}``), which the worker serves too while it holds tasks of its queues there.
 """
 
 from __future__ import annotations

@@ -121,9 +121,9 @@ from .store import (
     Outcome,
     TaskStore,
     WorkerStore,
-    legacy_home,
     ready_key,
     registry,
+    shared_home,
     tasks_client,
 )
 from .waker import Waker
@@ -222,11 +222,11 @@ class Worker:
         self.max_tasks = max_tasks
         self.processed = 0
         self._stopping = False
-        # Each queue's wake-up channel is named like its ready set (also in the home its
-        # tasks had before queues had homes of their own, if they do now).
-        legacy = legacy_home()
+        # Each queue's wake-up channel is named like its ready set (also in the shared
+        # home, where workflows' steps are, when queues have homes of their own).
+        shared = shared_home()
         channels = [ready_key(queue) for queue in self.queues]
-        channels += [ready_key(queue, legacy) for queue in self.queues if legacy is not None]
+        channels += [ready_key(queue, shared) for queue in self.queues if shared is not None]
         self._waker = Waker(list(dict.fromkeys(channels)))
         # The worker's side of the store: for the loop's thread, on its held connection
         # (hearing the wake-ups of the homes it left out), and for the lease's thread, on

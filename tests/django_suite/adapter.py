@@ -17,6 +17,7 @@ from django.tasks import Task, TaskResult  # only Django 6 ships these tests
 from redis_components.tasks.backend import RedisTaskBackend
 from redis_components.tasks.definition import P, R
 from redis_components.tasks.store import TaskStore, result_key, tasks_client
+from redis_components.tasks.store.layout import task_home
 from redis_components.tasks.worker import Worker
 
 
@@ -38,8 +39,8 @@ class EnqueueOnly(RedisTaskBackend):
         """Forget every task it enqueued: out of their queues, their results deleted."""
         for queue in {result.task.queue_name for result in self.results}:
             TaskStore().purge(queue)
-        if self.results:
-            tasks_client().delete(*(result_key(result.id) for result in self.results))
+        for result in self.results:  # (each in its queue's home: on a cluster, its node)
+            tasks_client(task_home(result.id)).delete(result_key(result.id))
         self.results.clear()
 
 

@@ -30,9 +30,10 @@ the copy of the registry's home), which fences the fetches and recoveries there.
 task's id names its home (``layout.task_home``: 36 hex digits start with the home's tag;
 32 are the registry's), so that a reader given only the id finds its result.
 
-Every home is ``{tasks}`` today, and on a cluster the task system lives on one shard;
-``layout.split_homes`` gives each queue a home of its own (for the tests, until every
-part works across homes). What already works across homes: enqueue, a worker's takes
+On one server every home is ``{tasks}``, so a worker's take of all its queues is one
+script. On a Redis Cluster each queue has a home of its own (``layout.home``), so the
+queues spread over the shards (``layout.split_homes`` and ``RC_SPLIT_HOMES`` choose in
+the tests and the benchmarks). Across homes: enqueue, a worker's takes
 (:class:`WorkerStore` cuts its queues into runs of one home each, a script per run
 looked in; a run found empty is left out until a wake-up from it is heard), its
 heartbeat (the lease, then each home's copy and its terminate flags, a pipeline per
@@ -41,7 +42,7 @@ the readers (a pipeline per node, ``TaskStore._each_home``; a queue's counts and
 letters are summed over its homes, ``layout.queue_homes``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the
 tick is claimed in the registry's). Two kinds of tasks stay in the registry's home
-(``layout.legacy_home``) whatever their queue's: those written before queues had homes
+(``layout.shared_home``) whatever their queue's: those written before queues had homes
 of their own, and a workflow's steps (so that one script settles a step and releases
 the next, on the workflow's keys). Their 32-digit ids name that home, a call about one
 of them uses its keys there, and a worker serves that home too (as a last run) while
@@ -136,7 +137,6 @@ from .layout import (
     home,
     lease_copy_key,
     leases_key,
-    legacy_home,
     new_task_id,
     queues_key,
     rank,
@@ -149,6 +149,7 @@ from .layout import (
     schedule_last_key,
     schedule_next_key,
     scheduler_key,
+    shared_home,
     stats_key,
     tasks_client,
     terminate_key,
@@ -233,7 +234,6 @@ __all__ = [
     "home",
     "lease_copy_key",
     "leases_key",
-    "legacy_home",
     "new_task_id",
     "purge_call",
     "put_back_call",
@@ -254,6 +254,7 @@ __all__ = [
     "schedule_next_key",
     "scheduler_key",
     "server_warnings",
+    "shared_home",
     "stats_key",
     "tasks_client",
     "terminate_key",

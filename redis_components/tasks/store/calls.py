@@ -47,7 +47,7 @@ from .records import NOW, TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, d
 
 def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[str]:
     """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it):
-    those of ``queues``' one home (or of ``head``: see layout.legacy_home)."""
+    those of ``queues``' one home (or of ``head``: see layout.shared_home)."""
     head = head or one_home(queues)
     leases = lease_copy_key(head)
     script_keys = [leases, running_tasks_key(head), counter_key(head), leases, leases]
@@ -119,7 +119,7 @@ def fetch_call(
     else:
         script_keys = [
             *worker_keys[:3],
-            result_key(outcome.task_id),
+            result_key(outcome.task_id, head_of(worker_keys[0])),
             stats_key(queue, hour, head_of(worker_keys[0])),
             *worker_keys[5:],
         ]
@@ -241,7 +241,7 @@ def recover_call(
             ready_key(queue, head),
             dead_key(queue, head),
         ]
-    script_keys += [result_key(task_id) for task_id in tasks]
+    script_keys += [result_key(task_id, head) for task_id in tasks]
     args: list[scripts.Arg] = [
         worker_id,
         "expired" if only_if_expired else "now",
@@ -269,7 +269,7 @@ def requeue_dead_call(
     args: list[scripts.Arg] = [result_ttl_ms()]
     for entry, message in entries:
         fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
-        script_keys.append(result_key(message.id))
+        script_keys.append(result_key(message.id, head))
         args += [entry, fresh.encode(), rank(fresh.priority), message.id]
     return scripts.load("queue_requeue_dead"), script_keys, args
 

@@ -34,23 +34,38 @@ def _head() -> str:
     return _tagged(conf.KEY_PREFIX)
 
 
-# Whether each queue has a home of its own (see home()). Off: every queue's home is the
-# registry's, as on a single server. Only the tests (split_homes()) and the benchmarks
-# (the environment variable RC_SPLIT_HOMES=1, read by every process at its start) turn
-# it on, until every part of the task system works across homes.
-_split = os.environ.get("RC_SPLIT_HOMES") == "1"
+# Whether each queue has a home of its own (see home()) whatever the server: the
+# environment variable RC_SPLIT_HOMES (1 or 0, read by every process at its start: the
+# tests and the benchmarks), or split_homes() in a test. None: on a Redis Cluster only.
+_forced: bool | None = {"1": True, "0": False}.get(os.environ.get("RC_SPLIT_HOMES", ""))
+
+
+_seen: tuple[object, bool] = (None, False)  # the last client asked about, and its answer
+
+
+def _split() -> bool:
+    """Whether each queue has a home of its own: on a Redis Cluster, so that the queues
+    spread over its shards; never on one server, where a worker's take of all its
+    queues stays one script."""
+    global _seen
+    if _forced is not None:
+        return _forced
+    client = get_client()
+    if _seen[0] is not client:
+        _seen = (client, is_cluster(client))
+    return _seen[1]
 
 
 @contextlib.contextmanager
 def split_homes(on: bool = True) -> Iterator[None]:
-    """Give each queue a home of its own (or not, ``on=False``) while in the block (for
-    the tests)."""
-    global _split
-    before, _split = _split, on
+    """Give each queue a home of its own (or not, ``on=False``) while in the block,
+    whatever the server (for the tests)."""
+    global _forced
+    before, _forced = _forced, on
     try:
         yield
     finally:
-        _split = before
+        _forced = before
 
 
 def _tag(queue: str) -> str:
@@ -68,10 +83,11 @@ def home(queue: str) -> str:
     """The head of the keys of ``queue`` and of its tasks: the queue's home.
 
     A home's keys share one hash tag, so a script may touch any of them on a cluster
-    (see the package's doc). Every queue's home is the registry's (``{tasks}``) unless
-    homes are split, when each queue has its own, ``{tasks:<4 hex digits>}``.
+    (see the package's doc). On a Redis Cluster each queue has its own,
+    ``{tasks:<4 hex digits>}``; on one server every queue's home is the registry's
+    (``{tasks}``).
     """
-    return _own(conf.KEY_PREFIX, _tag(queue)) if _split else _head()
+    return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else _head()
 
 
 def task_home(task_id: str) -> str:
@@ -83,12 +99,13 @@ def task_home(task_id: str) -> str:
     return _head()
 
 
-def legacy_home() -> str | None:
-    """Where the tasks written before queues had homes of their own still are, and where
-    the steps of workflows are (the registry's home), when queues have homes of their own:
-    a worker serves it too while it holds tasks of its queues (see WorkerStore), and a
-    task's keys follow its id's home."""
-    return _head() if _split else None
+def shared_home() -> str | None:
+    """When queues have homes of their own, the registry's home, which holds tasks of
+    every queue too: the steps of workflows (so that each workflow is in one home), and
+    the tasks written before queues had homes of their own (by 0.1.0, or on one server).
+    A worker serves it too while it holds tasks of its queues (see WorkerStore), and a
+    task's keys follow its id's home. ``None`` on one server."""
+    return _head() if _split() else None
 
 
 def new_task_id(queue: str, seed: str = "") -> str:
@@ -96,7 +113,7 @@ def new_task_id(queue: str, seed: str = "") -> str:
     ``seed``'s SHA-256, the same for the same seed), after the 4 of the queue's tag when
     the queue has a home of its own."""
     digits = hashlib.sha256(seed.encode()).hexdigest()[:32] if seed else os.urandom(16).hex()
-    return _tag(queue) + digits if _split else digits
+    return _tag(queue) + digits if _split() else digits
 
 
 def registry() -> str:
@@ -117,16 +134,16 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     then, when queues have homes of their own, those of ``queues()`` (only called then:
     the queues that the readers know of)."""
     found = [_head()]
-    if _split:
+    if _split():
         found += sorted({home(queue) for queue in queues()} - {_head()})
     return found
 
 
 def queue_homes(queue: str) -> list[str]:
     """Every home that may hold tasks of ``queue``: its own, then (when queues have homes
-    of their own) the one its tasks had before (see :func:`legacy_home`)."""
+    of their own) the one its tasks had before (see :func:`shared_home`)."""
     own = home(queue)
-    return [own] if not _split or own == _head() else [own, _head()]
+    return [own] if own == _head() else [own, _head()]
 
 
 def head_of(key: str) -> str:
@@ -154,7 +171,7 @@ def tasks_client(head: str = "") -> Redis:
 
 
 # ``head``: the home of the keys when it is not the queue's: the registry's, for the
-# tasks written before queues had homes of their own (see legacy_home()).
+# tasks written before queues had homes of their own (see shared_home()).
 
 
 def ready_key(queue: str, head: str = "") -> str:
@@ -186,8 +203,10 @@ def unique_key(queue: str, digest: str) -> str:
 # A task's keys, in its queue's home.
 
 
-def result_key(task_id: str) -> str:
-    return f"{task_home(task_id)}result:{task_id}"
+def result_key(task_id: str, head: str = "") -> str:
+    """The result of ``task_id``; ``head``: the home of the script that reads it, where a
+    payload whose id is not one of ours (a home's id is 32 or 36 hex digits) keeps it."""
+    return f"{head or task_home(task_id)}result:{task_id}"
 
 
 def terminate_key(task_id: str) -> str:

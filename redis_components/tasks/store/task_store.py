@@ -46,7 +46,6 @@ from .layout import (
     homes,
     lease_copy_key,
     leases_key,
-    legacy_home,
     limit_held_key,
     limit_wait_key,
     limits_key,
@@ -60,6 +59,7 @@ from .layout import (
     running_tasks_key,
     schedule_last_key,
     schedule_next_key,
+    shared_home,
     stats_key,
     task_home,
     tasks_client,
@@ -409,9 +409,9 @@ class TaskStore:
         by_home: dict[str, list[str]] = {}
         for queue in queues:
             by_home.setdefault(home(queue), []).append(queue)
-        legacy = legacy_home()
-        if legacy is not None:  # where it may hold tasks written before homes were split
-            by_home[legacy] = list(queues)
+        shared = shared_home()
+        if shared is not None:  # where it may hold workflows' steps, and older tasks
+            by_home[shared] = list(queues)
         held: dict[str, list[bytes]] = {}
         started: dict[str, int] = {}  # in each home: a crash with others is shared
         for head, served in by_home.items():
@@ -522,7 +522,10 @@ class TaskStore:
         message = _requeueable(entry)
         if message is None:
             return False
-        return bool(self._requeue(queue, [(entry, message)], task_home(message.id)))
+        # In its task's home, or (an id that names none of the queue's) in any of them.
+        named = task_home(message.id)
+        heads = sorted(queue_homes(queue), key=lambda head: head != named)
+        return any(self._requeue(queue, [(entry, message)], head) for head in heads)
 
     def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]], head: str) -> int:
         """Requeue these dead letters (each with its task) of the home ``head``; how many

@@ -13,7 +13,7 @@ from ...conf import conf
 from ...scripts import Call
 from ..limits import settings_json
 from .calls import fetch_call, fetch_keys, put_back_call
-from .layout import home, legacy_home, ready_key, tasks_client
+from .layout import home, ready_key, shared_home, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
@@ -25,8 +25,8 @@ MOVE_EVERY_MS = 100
 # move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
 RECKON_FOR = 1.0
 # How often (seconds) a worker whose queues have homes of their own looks for tasks of
-# them in the registry's home (see layout.legacy_home), unless a wake-up says so sooner.
-LEGACY_EVERY = 10.0
+# them in the registry's home (see layout.shared_home), unless a wake-up says so sooner.
+SHARED_EVERY = 10.0
 # For how long (seconds) at most the takes of a worker whose queues are in several homes
 # leave out a home they found empty, unless a wake-up from it is heard first.
 EMPTY_FOR = 0.1
@@ -148,11 +148,11 @@ class WorkerStore:
         self._client = client
         self._own = runs(worker_id, self.queues)
         self._runs = self._own
-        self._legacy = legacy_home()
-        self._legacy_channels = frozenset(
-            ready_key(queue, self._legacy) for queue in self.queues if self._legacy is not None
+        self._shared = shared_home()
+        self._shared_channels = frozenset(
+            ready_key(queue, self._shared) for queue in self.queues if self._shared is not None
         )
-        self._legacy_at = 0.0  # (monotonic) when it next looks there
+        self._shared_at = 0.0  # (monotonic) when it next looks there
         self._shared_first = True  # whether the next take looks there first
         self._heard = heard
         self._empty: dict[int, Empty] = {}  # by Run.first: the runs it leaves out
@@ -167,18 +167,18 @@ class WorkerStore:
         """The queue of a task taken at ``position`` (see :class:`Fetched`)."""
         return self.queues[(position - 1) % len(self.queues)]
 
-    def _watch_legacy(self) -> None:
+    def _watch_shared(self) -> None:
         """Serve the registry's home (as a last run, at positions after its queues')
         while it holds tasks of its queues: workflows' steps, and tasks that a worker of
-        an earlier release enqueued there. Looked at every ``LEGACY_EVERY``, and when a
+        an earlier release enqueued there. Looked at every ``SHARED_EVERY``, and when a
         wake-up from there is heard."""
-        if self._legacy is None or _now() < self._legacy_at:
+        if self._shared is None or _now() < self._shared_at:
             return
-        self._legacy_at = _now() + LEGACY_EVERY
+        self._shared_at = _now() + SHARED_EVERY
         serving = self._runs is not self._own
-        holds = self.store.holds_tasks(self._legacy, self.queues, self.worker_id)
+        holds = self.store.holds_tasks(self._shared, self.queues, self.worker_id)
         if holds and not serving:
-            last = _run(self.worker_id, self._legacy, self.queues, len(self.queues) + 1)
+            last = _run(self.worker_id, self._shared, self.queues, len(self.queues) + 1)
             self._runs = [*self._own, last]
         elif serving and not holds:
             self._runs = self._own
@@ -193,14 +193,14 @@ class WorkerStore:
         if self._heard is None:  # (then its takes never leave a run out)
             return False
         self._listen()
-        self._watch_legacy()
+        self._watch_shared()
         return self._take_mode() == "take" and self._open_run() is not None
 
     @property
     def listens(self) -> bool:
         """Whether its takes leave out the homes they found empty until a wake-up from
         there is heard (see the class): the worker should subscribe before it is idle."""
-        return self._heard is not None and (len(self._own) > 1 or self._legacy is not None)
+        return self._heard is not None and (len(self._own) > 1 or self._shared is not None)
 
     def _open_run(self) -> Run | None:
         """The first run, in turn, that a take does not leave out (``None``: it leaves
@@ -220,7 +220,7 @@ class WorkerStore:
         looked in. ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
         self._listen()
-        self._watch_legacy()
+        self._watch_shared()
         mode = self._take_mode()
         fetched = self._over_runs(mode, finished, taken_ms, start)
         if (
@@ -350,7 +350,7 @@ class WorkerStore:
         """Look again in the runs that a wake-up was heard from (in all of them when
         the wake-ups may have been missed), and in the home of before if one came from
         there."""
-        if self._heard is None or not (self._empty or self._legacy_channels):
+        if self._heard is None or not (self._empty or self._shared_channels):
             return
         try:
             heard = self._heard()
@@ -358,13 +358,13 @@ class WorkerStore:
             heard = None
         if heard is None:
             self._empty.clear()
-            self._legacy_at = 0.0
+            self._shared_at = 0.0
         elif heard:
             for run in self._runs:
                 if run.channels & heard:
                     self._empty.pop(run.first, None)
-            if self._legacy_channels & heard:
-                self._legacy_at = 0.0
+            if self._shared_channels & heard:
+                self._shared_at = 0.0
 
     def _left_out(self, run: Run, mode: str, waits: list[int]) -> bool:
         """Whether a fetch in ``mode`` leaves ``run`` out (it found it empty); the wait

@@ -54,6 +54,9 @@ from redis_components.testing import crashed_worker
 from tests.processes import WorkerProcess, running_worker, wait_until
 from tests.testapp import tasks
 
+# (In-process workers run tasks, which close Django's stale database connections.)
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
 # Three queues whose homes are in each third of the slots: on the suite's 3-master
 # cluster, each on a master of its own.
 QUEUES = ["first", "reports", "third"]
@@ -566,6 +569,21 @@ def test_a_worker_takes_in_turn_from_its_queues_homes_and_the_registrys(
         (2, old[1]),
         (1, new[1]),
     ]
+
+
+@pytest.mark.parametrize("state", ["ready", "delayed"])
+def test_a_queues_waiting_tasks_are_listed_from_each_of_its_homes(state: str) -> None:
+    due = timezone.now() + datetime.timedelta(hours=1)
+    sender = tasks.record.using(queue_name="first", run_after=due if state == "delayed" else None)
+    with split_homes(False):  # (a task the shared home holds)
+        old = sender.enqueue("old").id
+    new = [sender.enqueue(f"new {n}").id for n in range(2)]
+    store = TaskStore()
+    total, waiting = store.waiting("first", state, 0, 10)  # type: ignore[arg-type]
+    listed = [w.task_id for w in waiting]
+    assert (total, set(listed[:2]), listed[2:]) == (3, set(new), [old])  # its own home's first
+    total, page = store.waiting("first", state, 1, 2)  # type: ignore[arg-type]
+    assert (total, [w.task_id for w in page]) == (3, listed[1:])
 
 
 def test_dead_letters_written_before_queues_had_homes_of_their_own_are_kept() -> None:

@@ -761,13 +761,26 @@ class TaskStore:
         self, queue: str, first: int, last: int
     ) -> tuple[int | None, list[tuple[str, int, int]]]:
         """Where the dead letters of ``queue`` from ``first`` to ``last`` (LRANGE's
-        indexes) are: a home's head and the indexes there, for each home that holds some.
-        The lists of its homes read as one, the older home's first (the total of them is
-        given, or ``None`` for a queue of one home: its indexes are the list's)."""
+        indexes) are (see :meth:`_spans`): the lists of its homes read as one, the older
+        home's first."""
         heads = queue_homes(queue)[::-1]
+        return self._spans(heads, lambda head: ("LLEN", dead_key(queue, head)), first, last)
+
+    def _spans(
+        self,
+        heads: Sequence[str],
+        count: Callable[[str], tuple[str, str]],
+        first: int,
+        last: int,
+    ) -> tuple[int | None, list[tuple[str, int, int]]]:
+        """Where the entries from ``first`` to ``last`` (indexes, negative from the end)
+        of a key in each of these homes, read as one in their order, are: a home's head
+        and the indexes there, for each home that holds some (``count``: the command
+        that counts a home's). The total of them is given, or ``None`` for one home: its
+        indexes are its key's."""
         if len(heads) == 1:
             return None, [(heads[0], first, last)]
-        counted = self._each_home([(head, ("LLEN", dead_key(queue, head))) for head in heads])
+        counted = self._each_home([(head, count(head)) for head in heads])
         lengths = [int(length) for length in counted]
         total = sum(lengths)
         low = max(0, first + total if first < 0 else first)
@@ -809,15 +822,28 @@ class TaskStore:
     ) -> tuple[int, list[WaitingTask]]:
         """How many tasks wait in the ``state`` set of ``queue``, and ``count`` of them from
         ``offset`` in the order they will run, each read in part when it is long, in one
-        round trip."""
-        key = ready_key(queue) if state == "ready" else delayed_key(queue)
-        total, found = self._glimpses(key, offset, offset + count - 1, start_bytes=GLIMPSE_BYTES)
+        round trip per home (and one for their sizes, when there are several: the queue's
+        own home's, then those of the shared home, such as workflows' steps)."""
+        key_of = ready_key if state == "ready" else delayed_key
+        total, spans = self._spans(
+            queue_homes(queue),
+            lambda head: ("ZCARD", key_of(queue, head)),
+            offset,
+            offset + count - 1,
+        )
+        found: list[Glimpse] = []
+        for head, start, end in spans:
+            held, glimpsed = self._glimpses(
+                key_of(queue, head), start, end, start_bytes=GLIMPSE_BYTES
+            )
+            found += glimpsed
+            total = held if total is None else total  # (one home: its set's size)
         waiting = []
         for glimpse in found:
             score = float(glimpse.score)
             due_ms = int(score) if state == "delayed" and math.isfinite(score) else None
             waiting.append(replies.waiting_task(glimpse.start, glimpse.size, due_ms))
-        return total, waiting
+        return total or 0, waiting
 
     def dead_letter_at(self, queue: str, index: int) -> bytes | None:
         """The dead-letter entry at ``index`` (0: the newest), or ``None``."""

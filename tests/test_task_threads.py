@@ -123,8 +123,9 @@ def test_a_task_past_its_hard_limit_is_settled_without_stopping_the_others(
     handle = tasks.forever.enqueue("forever")
     for i in range(10):
         tasks.record.enqueue(f"short{i}")
-    # A burst worker leaves the retry, which is due later, for the next one.
-    assert Worker(["test"], burst=True, threads=2).run() == 11
+    # The retry is due 10 ms after the first attempt is settled: a burst worker takes it
+    # if it looks for work again by then (a slow server), else leaves it for the next.
+    assert Worker(["test"], burst=True, threads=2).run() in (11, 12)
     wait_until(
         lambda: (
             Worker(["test"], burst=True, threads=2).run() == 0 and get_result(handle.id).is_finished

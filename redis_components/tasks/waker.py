@@ -85,7 +85,11 @@ class Waker:
                     self._note(message)
                     self._drain()
                 return
-        select.select([sock.fileno(), self._read], [], [], timeout)
+            fd = sock.fileno()
+        # A slot's heard() may have lost the connection meanwhile (its fd closed): the
+        # drain below reconnects, or raises that Redis is down.
+        with contextlib.suppress(ValueError, OSError):
+            select.select([fd, self._read], [], [], timeout)
         self._empty_pipe()
         with self._reading:
             if self._pubsub is not None:

@@ -50,10 +50,10 @@ def _split() -> bool:
     global _seen
     if _forced is not None:
         return _forced
-    client = get_client()
-    if _seen[0] is not client:
-        _seen = (client, is_cluster(client))
-    return _seen[1]
+    client, seen = get_client(), _seen
+    if seen[0] is not client:
+        seen = _seen = (client, is_cluster(client))
+    return seen[1]
 
 
 @contextlib.contextmanager

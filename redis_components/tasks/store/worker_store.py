@@ -182,6 +182,7 @@ class WorkerStore:
             self._runs = [*self._own, last]
         elif serving and not holds:
             self._runs = self._own
+            self._empty.pop(len(self.queues) + 1, None)
 
     @property
     def may_take_ahead(self) -> bool:
@@ -326,7 +327,8 @@ class WorkerStore:
         reply = taken or last
         if reply is None:  # every run was left out, and nothing was to be recorded
             # Never "look again now" (a wait of 0): the worker would spin until a mark ends.
-            ends = min(empty.until for empty in self._empty.values())
+            marks = [self._empty.get(run.first) for run in self._runs]
+            ends = min((mark.until for mark in marks if mark is not None), default=_now())
             wait = min((w for w in [*waits, math.ceil((ends - _now()) * 1000)] if w > 0), default=1)
             now = self._reckoned()
             return Fetched(payload=None, position=0, wait_ms=wait, recorded=False, now_ms=now)

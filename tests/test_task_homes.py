@@ -237,6 +237,18 @@ def test_the_waker_says_which_homes_wake_ups_it_heard() -> None:
         waker.close()
 
 
+def test_a_home_whose_take_said_call_again_at_once_is_not_left_out() -> None:
+    """A take that set tasks aside on their limits (or left due delayed tasks) says to
+    call again at once: that home is not empty, and no wake-up would say it has tasks."""
+    store = listening([])
+    [first, *_] = runs(WORKER, QUEUES)
+    nothing = Fetched(payload=None, position=0, wait_ms=0, recorded=False, now_ms=1)
+    store._found(first, "take", nothing)
+    assert store._open_run() == first
+    store._found(first, "take", dataclasses.replace(nothing, wait_ms=-1))
+    assert store._open_run() != first
+
+
 @pytest.mark.parametrize("move_delayed", [False, True])
 def test_a_take_that_leaves_out_every_home_never_says_look_again_now(
     monkeypatch: pytest.MonkeyPatch, move_delayed: bool

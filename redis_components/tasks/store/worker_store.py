@@ -350,7 +350,7 @@ class WorkerStore:
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all of them when
-        the wake-ups may have been missed), and in the home of before if one came from
+        the wake-ups may have been missed), and in the shared home if one came from
         there."""
         if self._heard is None or not (self._empty or self._shared_channels):
             return
@@ -385,8 +385,15 @@ class WorkerStore:
         return empty.due_ms is not None and now < empty.due_ms
 
     def _found(self, run: Run, mode: str, fetched: Fetched) -> None:
-        """Remember whether a take found ``run`` empty (see :class:`Empty`)."""
-        if self._heard is None or fetched.payload is not None or fetched.position < 0:
+        """Remember whether a take found ``run`` empty (see :class:`Empty`): not when it
+        said to call again at once (a wait of 0: tasks set aside on their limits, or more
+        delayed ones due), for no wake-up would say so."""
+        if (
+            self._heard is None
+            or fetched.payload is not None
+            or fetched.position < 0
+            or fetched.wait_ms == 0
+        ):
             self._empty.pop(run.first, None)
             return
         due: float | None = None  # (a "take" reply's wait is a limit's, not a due task's)

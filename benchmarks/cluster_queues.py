@@ -4,12 +4,15 @@
     .venv/bin/python benchmarks/cluster_queues.py --tasks 9000 --workers 4
     .venv/bin/python benchmarks/cluster_queues.py --layout one     # every queue in {tasks}
     .venv/bin/python benchmarks/cluster_queues.py --layout split   # a home per queue, everywhere
+    .venv/bin/python benchmarks/cluster_queues.py --partitions 3   # one queue, 3 partitions
 
 In one run, for a private single redis-server and private clusters of 1, 2 and 3
 masters (Redis's defaults): ``--tasks`` no-op tasks are enqueued over three queues
-(``bench-a``, ``bench-b``, ``bench-c``, a third each), then ``--workers`` processes of
-``rc_worker -c 1`` serving the three queues drain them. Measured while they drain,
-from the first take to the last task's end (the queues' counts polled every 10 ms):
+(``bench-a``, ``bench-b``, ``bench-c``, a third each), or with ``--partitions N`` over
+one queue (``bench-a``) of N partitions (``QUEUE_PARTITIONS``; one home on the single
+server), then ``--workers`` processes of ``rc_worker -c 1`` serving them drain them.
+Measured while they drain, from the first take to the last task's end (the queues'
+counts polled every 10 ms):
 
 - the rate (tasks per second);
 - on each node, the share of the commands it ran (``INFO commandstats``, which counts
@@ -49,6 +52,12 @@ SETTINGS = "benchmarks.queue_apps.settings"
 # --layout: "server" (each server's default: one home on a single server, a home per
 # queue on a cluster), "one" (every queue in {tasks}) or "split" (a home per queue).
 LAYOUT = "server"
+# --partitions: 0 for three queues, else the partitions of one queue.
+PARTITIONS = 0
+
+
+def served() -> list[str]:
+    return [work.SPREAD_QUEUES[0]] if PARTITIONS else list(work.SPREAD_QUEUES)
 
 
 def environment(url: str, cluster: bool) -> dict[str, str]:
@@ -56,13 +65,15 @@ def environment(url: str, cluster: bool) -> dict[str, str]:
     extra = {"BENCH_REDIS_URL": url, "DJANGO_SETTINGS_MODULE": SETTINGS, "PYTHONPATH": path}
     if cluster:
         extra["BENCH_CLUSTER"] = "1"
+    if PARTITIONS:
+        extra["BENCH_PARTITIONS"] = str(PARTITIONS)
     chosen = {"one": "0", "split": "1"}.get(LAYOUT)
     environment = {key: value for key, value in os.environ.items() if key != "RC_SPLIT_HOMES"}
     return {**environment, **extra, **({"RC_SPLIT_HOMES": chosen} if chosen else {})}
 
 
 def enqueue(url: str, cluster: bool, tasks: int) -> None:
-    """Enqueue ``tasks`` no-ops over the three queues, in a child with its own settings."""
+    """Enqueue ``tasks`` no-ops over the queues, in a child with its own settings."""
 
     def child() -> None:
         os.environ.update(environment(url, cluster))
@@ -75,7 +86,8 @@ def enqueue(url: str, cluster: bool, tasks: int) -> None:
         chosen = {"one": False, "split": True}.get(LAYOUT)
         # (This process read RC_SPLIT_HOMES before it was set.)
         with contextlib.nullcontext() if chosen is None else split_homes(chosen):
-            for sender in itertools.islice(itertools.cycle(spread.values()), tasks):
+            senders = [spread[queue] for queue in served()]
+            for sender in itertools.islice(itertools.cycle(senders), tasks):
                 sender.enqueue()
 
     process = FORK.Process(target=child)
@@ -132,7 +144,7 @@ def drain(
 ) -> tuple[float, list[int], list[float]]:
     """Start the workers, wait until the queues are empty: the rate, and each node's
     commands and CPU seconds from the first take to the end."""
-    command = [sys.executable, "manage.py", "rc_worker", "-c", "1", *work.SPREAD_QUEUES]
+    command = [sys.executable, "manage.py", "rc_worker", "-c", "1", *served()]
     env = environment(url, cluster)
     watch = Watch(nodes)
     processes = [
@@ -208,9 +220,18 @@ def main() -> None:
         "everywhere (as before 0.2.0: RC_SPLIT_HOMES=0), or a home per queue everywhere "
         "(RC_SPLIT_HOMES=1)",
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="enqueue every task in one queue of this many partitions (QUEUE_PARTITIONS) "
+        "instead of over three queues",
+    )
     options = parser.parse_args()
-    global LAYOUT
-    LAYOUT = options.layout
+    global LAYOUT, PARTITIONS
+    LAYOUT, PARTITIONS = options.layout, options.partitions
+    if not 0 <= PARTITIONS <= 64:
+        parser.error(f"--partitions must be from 0 to 64, not {PARTITIONS}")
     for name in ("tasks", "workers"):
         if getattr(options, name) < 1:
             parser.error(f"--{name} must be at least 1, not {getattr(options, name)}")
@@ -230,9 +251,9 @@ def main() -> None:
         )
     ]
     print(f"Load average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
+    over = f"one queue of {PARTITIONS} partitions" if PARTITIONS else "3 queues"
     print(
-        f"{options.tasks:,} no-op tasks over {len(work.SPREAD_QUEUES)} queues"
-        f" (layout: {LAYOUT}), "
+        f"{options.tasks:,} no-op tasks over {over} (layout: {LAYOUT}), "
         f"{options.workers} rc_worker -c 1 processes\n"
     )
     headers = [

@@ -17,7 +17,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
-from .conf import DEFAULTS, OPTIONAL_NUMBERS, SETTING_NAME
+from .conf import DEFAULTS, MAX_PARTITIONS, OPTIONAL_NUMBERS, SETTING_NAME
 from .keys import is_integer
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -54,6 +54,7 @@ def check_settings(
     errors += _check_cache(merged["CACHE_ALIAS"])
     errors += _check_numbers(value)
     errors += _check_queue_limits(merged["TASK_QUEUE_LIMITS"])
+    errors += _check_partitions(merged["QUEUE_PARTITIONS"])
     errors += _check_task_limits(merged["TASK_LIMITS"])
     errors += _check_schedules()
     errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
@@ -269,6 +270,24 @@ def _check_task_limits(value: object) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_partitions(partitions: object) -> list[CheckMessage]:
+    """QUEUE_PARTITIONS maps queue names to whole numbers from 1 to MAX_PARTITIONS."""
+    valid = isinstance(partitions, dict) and all(
+        isinstance(name, str) and name and is_integer(count) and 1 <= count <= MAX_PARTITIONS
+        for name, count in partitions.items()
+    )
+    if valid:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['QUEUE_PARTITIONS'] is {partitions!r}; it must map queue names "
+            f"to whole numbers from 1 to {MAX_PARTITIONS} (each queue's partitions).",
+            hint="For example: {'hot': 6}. Leave a queue out for one partition.",
+            id="redis_components.E019",
+        )
+    ]
 
 
 def _check_queue_limits(limits: object) -> list[CheckMessage]:

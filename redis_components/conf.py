@@ -64,6 +64,10 @@ DEFAULTS: dict[str, Any] = {
     # seconds, after which the enqueue raises TaskNotDurable.
     "QUEUE_WAIT_REPLICAS": None,
     "QUEUE_WAIT_TIMEOUT": 1.0,
+    # Task queues on a Redis Cluster: {queue name: number of partitions (1 to 64)}; each
+    # partition of a queue has a home of its own, so that one queue spreads over the
+    # shards (see docs/cluster.md). Ignored on one server.
+    "QUEUE_PARTITIONS": {},
     # Task queues (the tasks package).
     # A worker renews a lease of 1.5 x this twice per interval; the tasks of a worker
     # whose lease ran out are back on their queues within 2 x this.
@@ -107,6 +111,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds without a sign of life after which the sender reports a reader as stalled.
     "FILES_STALLED_AFTER": 60.0,
 }
+
+# The most partitions a queue may have (a worker looks in each when it looks for work).
+MAX_PARTITIONS = 64
 
 # Numeric settings whose default is None ("no limit"): None or a positive number of
 # this type. The system checks validate them beside the numeric ones.
@@ -225,6 +232,11 @@ class Settings:
     def QUEUE_WAIT_REPLICAS(self) -> int | None:
         value = self.get("QUEUE_WAIT_REPLICAS")
         return None if value is None else int(value)
+
+    @property
+    def QUEUE_PARTITIONS(self) -> dict[str, int]:
+        value = self.get("QUEUE_PARTITIONS")
+        return value if isinstance(value, dict) else {}
 
     @property
     def QUEUE_WAIT_TIMEOUT(self) -> float:

@@ -136,13 +136,17 @@ class TaskNotDurable(TaskError):
 class QueueFull(TaskError):
     """The queue holds its maximum number of waiting tasks; nothing was enqueued.
 
-    ``queue`` names the queue and ``limit`` is its maximum length.
+    ``queue`` names the queue and ``limit`` is its maximum length; ``partitions``: how
+    many partitions share it (the one the task went to held its share).
     """
 
-    def __init__(self, queue: str, limit: int) -> None:
+    def __init__(self, queue: str, limit: int, partitions: int = 1) -> None:
         self.queue = queue
         self.limit = limit
-        super().__init__(f"queue {queue!r} is full ({limit} waiting tasks); nothing was enqueued")
+        held = f"{limit} waiting tasks"
+        if partitions > 1:
+            held = f"the task's partition holds {-(-limit // partitions)}, its share of {held}"
+        super().__init__(f"queue {queue!r} is full ({held}); nothing was enqueued")
 
 
 class TaskResultDoesNotExist(TaskError, LookupError):

@@ -166,6 +166,15 @@ def test_e008_bad_queue_limits(limits: object) -> None:
     assert ids(REDIS_COMPONENTS={"TASK_QUEUE_LIMITS": limits}) == ["redis_components.E008"]
 
 
+@pytest.mark.parametrize("counts", [[3], {"q": 0}, {"q": 65}, {"q": "3"}, {"q": 2.5}, {"": 2}])
+def test_e019_bad_queue_partitions(counts: object) -> None:
+    assert ids(REDIS_COMPONENTS={"QUEUE_PARTITIONS": counts}) == ["redis_components.E019"]
+
+
+def test_queue_partitions_from_1_to_64_pass() -> None:
+    assert ids(REDIS_COMPONENTS={"QUEUE_PARTITIONS": {"hot": 6, "cold": 1, "x": 64}}) == []
+
+
 @pytest.mark.parametrize(
     ("limits", "problem"),
     [

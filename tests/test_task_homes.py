@@ -9,6 +9,7 @@ import datetime
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -17,14 +18,17 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 from django.core.management import call_command
+from django.test import override_settings
 from django.utils import timezone
+from redis.crc import key_slot
 
 from conftest import cancelled as is_cancelled
-from redis_components import chain, get_result, group
+from redis_components import chain, get_result, group, redis_task
 from redis_components.connection import OneConnection, get_client, is_cluster, node_client
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
-from redis_components.exceptions import TaskResultDoesNotExist
+from redis_components.exceptions import InvalidInput, QueueFull, TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
@@ -39,6 +43,8 @@ from redis_components.tasks.store import (
     home,
     lease_copy_key,
     leases_key,
+    own_homes,
+    partitions,
     queues_key,
     ready_key,
     registry,
@@ -46,7 +52,7 @@ from redis_components.tasks.store import (
     tick_enqueue_call,
     worker_store,
 )
-from redis_components.tasks.store.layout import split_homes, task_home
+from redis_components.tasks.store.layout import queue_homes, split_homes, task_home
 from redis_components.tasks.store.worker_store import runs
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
@@ -695,16 +701,21 @@ def test_tasks_of_three_homes_run_once_each_with_the_work_spread_over_the_master
     ran = [(record.status, len(record.worker_ids)) for record in records if record]
     assert ran == [(TaskResultStatus.SUCCESSFUL, 1)] * 3000
     if len(nodes) > 1:
-        calls = [
-            sum(
-                stats["calls"]
-                for name, stats in node.info("commandstats").items()
-                if name not in ("cmdstat_info", "cmdstat_config")
-            )
-            for node in nodes
-        ]
-        shares = [count / sum(calls) for count in calls]
+        shares = command_shares(nodes)
         assert all(0.20 <= share <= 0.45 for share in shares), shares
+
+
+def command_shares(nodes: list[redis.Redis]) -> list[float]:
+    """Each node's share of the commands run since its stats were reset (less ours)."""
+    calls = [
+        sum(
+            stats["calls"]
+            for name, stats in node.info("commandstats").items()
+            if name not in ("cmdstat_info", "cmdstat_config")
+        )
+        for node in nodes
+    ]
+    return [count / sum(calls) for count in calls]
 
 
 def test_a_worker_killed_with_tasks_in_flight_in_three_homes_loses_none(
@@ -774,3 +785,215 @@ def test_a_fan_in_of_200_over_three_homes_runs_once_through_two_kill_9s(
     assert int(r.hget("{test}:runs", "total") or 0) == 1
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+# -- a queue over several partitions ---------------------------------------------------
+
+HOT = "hot"
+
+
+@pytest.fixture
+def hot_partitions() -> Iterator[None]:
+    """The queue ``hot`` in 3 partitions (on the suite's cluster, one per master)."""
+    changed = {**settings.REDIS_COMPONENTS, "QUEUE_PARTITIONS": {HOT: 3}}
+    with override_settings(REDIS_COMPONENTS=changed):
+        yield
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_a_queue_with_partitions_has_a_home_in_each_third_of_the_slots() -> None:
+    heads = own_homes(HOT)
+    assert heads[0] == home(HOT)
+    assert len(set(heads)) == 3 == partitions(HOT)
+    thirds = {key_slot(lease_copy_key(head).encode()) * 3 // 16384 for head in heads}
+    assert thirds == {0, 1, 2}
+    assert queue_homes(HOT) == [*heads, registry()]
+    # An enqueue picks a partition by a hash of its random id: each gets about a third.
+    ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(300)]
+    shares = [sum(task_home(task_id) == head for task_id in ids) for head in heads]
+    assert all(60 <= share <= 140 for share in shares), shares
+    assert TaskStore().waiting(HOT, "ready", 0, 1000)[0] == 300  # read over the partitions
+    if is_cluster(get_client()):
+        nodes = {node_client(get_client(), lease_copy_key(head)) for head in heads}
+        assert len(nodes) == 3, "each partition is on a master of its own"
+    with split_homes(False):  # one server: one home, whatever the setting
+        assert (own_homes(HOT), partitions(HOT)) == ([registry()], 1)
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_a_worker_takes_from_every_partition_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_store, "ROTATE_EVERY", 0.0)  # the next partition each take
+    ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(60)]
+    store = worker([HOT, "first"])
+    assert [run.queues for run in store._own] == [[HOT]] * 3 + [["first"]]
+    assert (store.queue_at(3), store.queue_at(4)) == (HOT, "first")
+    taken, finished, taken_ms = [], None, 0
+    for _ in range(60):
+        fetched = store.take(finished, taken_ms=taken_ms)
+        taken_ms = fetched.now_ms
+        assert fetched.payload is not None
+        assert store.queue_at(fetched.position) == HOT
+        taken.append(task_id_of(fetched.payload))
+        finished = ok(fetched.position, fetched.payload)
+    assert sorted(taken) == sorted(ids)
+    # Each take starts at the next partition: no partition waits for the others.
+    # (Each take then records the last outcome in another partition by a script of
+    # its own: so takes move on only every ROTATE_EVERY, see the next test.)
+    homes_taken = [task_home(task_id) for task_id in taken[:9]]
+    assert all(len(set(homes_taken[i : i + 3])) == 3 for i in range(0, 9, 3)), homes_taken
+    assert store.record(finished, taken_ms=taken_ms).recorded
+    statuses = {get_result(task_id).status for task_id in ids}
+    assert statuses == {TaskResultStatus.SUCCESSFUL}
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_a_busy_worker_stays_in_a_partition_until_its_turn_moves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between two moves (ROTATE_EVERY), each take looks first where the last task came
+    from: the outcome is recorded in the take's script, one script per task."""
+    monkeypatch.setattr(worker_store, "ROTATE_EVERY", 60.0)
+    for i in range(30):
+        tasks.record.using(queue_name=HOT).enqueue(str(i))
+    store = worker([HOT])
+    fetched = store.take()
+    sent: list[str] = []  # the home of each script the takes send
+    fetch = TaskStore.fetch
+    monkeypatch.setattr(
+        TaskStore,
+        "fetch",
+        lambda self, call, **kw: sent.append(call[1][0]) or fetch(self, call, **kw),
+    )
+    homes_taken = {task_home(task_id_of(fetched.payload or b""))}
+    for _ in range(5):
+        finished = ok(fetched.position, fetched.payload or b"")
+        fetched = store.take(finished, taken_ms=fetched.now_ms)
+        homes_taken.add(task_home(task_id_of(fetched.payload or b"")))
+    assert len(homes_taken) == 1
+    assert len(sent) == 5, sent
+    monkeypatch.setattr(worker_store, "_now", lambda: time.monotonic() + 60)
+    for _ in range(2):  # (the take that finds the turn over moves the next one's)
+        finished = ok(fetched.position, fetched.payload or b"")
+        fetched = store.take(finished, taken_ms=fetched.now_ms)
+    assert task_home(task_id_of(fetched.payload or b"")) not in homes_taken
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_a_partition_key_keeps_a_customers_tasks_in_one_partition_in_order(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    steps = [(customer, step) for step in range(20) for customer in ("ann", "bob", "cy")]
+    ids = [tasks.customer_step.using(queue_name=HOT).enqueue(c, s).id for c, s in steps]
+    for customer in ("ann", "bob", "cy"):
+        mine = {task_home(i) for i, (c, _) in zip(ids, steps, strict=True) if c == customer}
+        assert len(mine) == 1, "one customer's tasks share a partition"
+    settings_changed = {"QUEUE_PARTITIONS": {HOT: 3}}
+    worker = start_worker(HOT, "--burst", environment=SPLIT, **settings_changed)
+    assert worker.wait(60) == 0, worker.output()
+    for customer in ("ann", "bob", "cy"):
+        assert r.lrange(f"{{test}}:steps:{customer}", 0, -1) == [b"%d" % s for s in range(20)]
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_unique_and_limited_tasks_of_a_partitioned_queue_meet_in_one_partition() -> None:
+    first = tasks.unique_record.using(queue_name=HOT).enqueue("same")
+    again = tasks.unique_record.using(queue_name=HOT).enqueue("same")
+    assert again.id == first.id, "an equal unique task is a duplicate in any partition"
+    # Every task counted against one limit key is in one partition: the limit is exact.
+    limited = [tasks.per_customer.using(queue_name=HOT).enqueue("c9", str(i)).id for i in range(9)]
+    assert len({task_home(task_id) for task_id in limited}) == 1
+    assert TaskStore().cancel(first.id) == "cancelled"  # its unique key, in its partition, goes
+    assert tasks.unique_record.using(queue_name=HOT).enqueue("same").id != first.id
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_the_heartbeat_and_recovery_cover_every_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_store, "ROTATE_EVERY", 0.0)  # (takes from each partition)
+    store = worker([HOT])
+    for head in own_homes(HOT):
+        assert raw_score(head) is not None, "a lease copy in each partition's home"
+    ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(12)]
+    held = [store.take() for _ in range(6)]
+    assert len({task_home(task_id_of(f.payload or b"")) for f in held}) >= 2
+    assert store.put_back() == (6, 0)
+    assert TaskStore().waiting(HOT, "ready", 0, 100)[0] == 12
+    assert all(get_result(task_id).status is TaskResultStatus.READY for task_id in ids)
+
+
+def raw_score(head: str) -> float | None:
+    return tasks_client(head).zscore(lease_copy_key(head), WORKER)
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_one_queue_of_three_partitions_spreads_its_work_over_the_masters(
+    redis_server: EmbeddedRedis | EmbeddedCluster, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """3,000 tasks of one queue of three partitions, two worker processes: every task
+    runs once, and each master runs 20 %-45 % of the commands."""
+    ids = [tasks.add.using(queue_name=HOT).enqueue(i, 1).id for i in range(3000)]
+    nodes = masters(redis_server)
+    for node in nodes:
+        node.config_resetstat()
+    changed = {"QUEUE_PARTITIONS": {HOT: 3}}
+    workers = [start_worker(HOT, "--burst", environment=SPLIT, **changed) for _ in range(2)]
+    for process in workers:
+        assert process.wait(120) == 0, process.output()
+    records = TaskStore().task_records(ids)
+    ran = [(record.status, len(record.worker_ids)) for record in records if record]
+    assert ran == [(TaskResultStatus.SUCCESSFUL, 1)] * 3000
+    if len(nodes) > 1:
+        shares = command_shares(nodes)
+        assert all(0.20 <= share <= 0.45 for share in shares), shares
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("customer:{nope}", "names {nope}, which is no argument of task"),
+        ("customer:{0}", "{0} must name an argument of the task"),
+        ("", "partition_key"),
+    ],
+)
+def test_a_bad_partition_key_is_refused_where_the_task_is_defined(key: str, problem: str) -> None:
+    def step(customer: str) -> None: ...
+
+    with pytest.raises(InvalidInput, match=re.escape(problem)) as refused:
+        redis_task(name="bad.partition", partition_key=key)(step)
+    assert refused.value.field == "partition_key"
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_a_schedules_ticks_and_a_workflows_steps_on_a_partitioned_queue() -> None:
+    """A tick's task goes to the partition its key picks, as an enqueue's does; a
+    workflow's step (in the registry's home) picks none, even when its key names the
+    step's input, which is not known at its enqueue."""
+    enqueued = tasks.customer_step.using(queue_name=HOT).enqueue("ann", 1).id
+    every = build(
+        "ann-steps",
+        task_name="tests.testapp.tasks.customer_step",
+        task=tasks.customer_step,
+        queue=HOT,
+        priority=0,
+        backend=None,
+        every=60,
+        args=["ann", 2],
+    )
+    message, _ = every.message(1_000_000)
+    assert task_home(message.id) == task_home(enqueued)
+    assert every.message(1_000_000)[0].id == message.id  # the same tick, the same id
+    flow = chain(tasks.follow.s("x", "first"), tasks.customer_step.using(queue_name=HOT).s(3))
+    assert task_home(flow.enqueue().id) == registry()
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_a_partitioned_queues_limit_is_shared_by_its_partitions() -> None:
+    changed = {**settings.REDIS_COMPONENTS, "TASK_QUEUE_LIMITS": {HOT: 4}}
+    with override_settings(REDIS_COMPONENTS=changed):
+        for step in range(2):  # one customer's tasks: one partition, whose share is 2
+            tasks.customer_step.using(queue_name=HOT).enqueue("ann", step)
+        with pytest.raises(QueueFull, match="its share of 4 waiting tasks") as full:
+            tasks.customer_step.using(queue_name=HOT).enqueue("ann", 2)
+        assert (full.value.queue, full.value.limit) == (HOT, 4)
+        tasks.customer_step.using(queue_name=HOT).enqueue("bob", 0)  # (another partition)

@@ -499,12 +499,12 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         max_crashes=1,
     ),
     "queue_requeue_dead": lambda n: requeue_dead_call(
-        queue="q", entries=[(b"{}", _message(i)) for i in range(n)]
+        queue="q", entries=[(b"{}", _message(i)) for i in range(n)], head=home("q")
     ),
     "queue_cancel": lambda n: cancel_call(
-        task_id="ab", queue="q", payload=b"{}", unique=unique_key("q", "d"), terminate=True
+        task_id="ab", queue="q", payload=b"{}", unique=unique_key("d", home("q")), terminate=True
     ),
-    "queue_purge": lambda n: purge_call(queue="q"),
+    "queue_purge": lambda n: purge_call(queue="q", head=home("q")),
     "queue_forget": lambda n: forget_call(names=[f"q{i}" for i in range(n)], hours=[1, 2]),
     "entry_heads": lambda n: entry_heads_call(key="k", first=0, last=1, start_bytes=1, end_bytes=1),
     "schedule_claim": lambda n: claim_call(claims=_claims(n)),

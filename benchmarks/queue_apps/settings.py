@@ -23,6 +23,9 @@ if os.environ.get("BENCH_METRICS"):
     REDIS_COMPONENTS["METRICS"] = True
 # The cost of idle schedulers: N schedules every minute, of a task on a queue no worker
 # of the benchmark serves, so that only scheduling is measured, not running the tasks.
+# One queue cut into partitions (benchmarks/cluster_queues.py --partitions).
+if os.environ.get("BENCH_PARTITIONS"):
+    REDIS_COMPONENTS["QUEUE_PARTITIONS"] = {"bench-a": int(os.environ["BENCH_PARTITIONS"])}
 REDIS_COMPONENTS["TASK_SCHEDULES"] = {
     f"s{i}": {"task": "bench.scheduled", "cron": "* * * * *"}
     for i in range(int(os.environ.get("BENCH_SCHEDULES", "0")))

@@ -78,7 +78,7 @@ from .framework import (
 )
 from .framework import TaskError as DjangoTaskError
 from .framework import TaskResultDoesNotExist as DjangoResultDoesNotExist
-from .limits import Limit, validate_limits
+from .limits import Limit, validate_limits, validate_partition_key
 from .limits import fill as fill_limits
 from .messages import (
     DEFAULT_PRIORITY,
@@ -90,7 +90,7 @@ from .messages import (
 )
 from .registry import task_registry, time_limits, validate_retries
 from .results import TaskStatus, django_datetime, django_time
-from .store import NOW, Due, TaskStore, due_at, new_task_id
+from .store import NOW, Due, TaskStore, due_at, new_task_id, partitions
 
 __all__ = [
     "InvalidTask",
@@ -252,6 +252,17 @@ class RedisTaskBackend(QueueBackend):
             if isinstance(task, RedisTask)
             else None,
         )
+        # (A workflow's steps are in the registry's home, whatever their queue.)
+        if not piped and isinstance(task, RedisTask) and partitions(message.queue) > 1:
+            by = task.partition_by(message.limits, args, kwargs)
+            if by is None and task.unique_for:  # equal tasks meet in one partition
+                try:
+                    by = message.digest()
+                except InvalidInput as error:  # as send() says it
+                    raise TaskSerializationError(str(error)) from None
+            if by is not None:
+                object.__setattr__(result, "id", new_task_id(message.queue, partition_by=by))
+                message = dataclasses.replace(message, id=result.id)
         return Prepared(result, message, message.encode())
 
     def due(self, task: Task[..., Any]) -> Due:
@@ -437,6 +448,7 @@ def redis_task(
     soft_time_limit: float | None = None,
     takes_context: bool = False,
     limits: Sequence[Limit] = (),
+    partition_key: str | None = None,
 ) -> Callable[[Callable[P, R]], RedisTask[P, R]]: ...
 
 
@@ -454,6 +466,7 @@ def redis_task(
     soft_time_limit: float | None = None,
     takes_context: bool = False,
     limits: Sequence[Limit] = (),
+    partition_key: str | None = None,
 ) -> RedisTask[P, R] | Callable[[Callable[P, R]], RedisTask[P, R]]:
     """Make a function a task that workers run; use as ``@redis_task`` or ``@redis_task(...)``.
 
@@ -478,6 +491,11 @@ def redis_task(
     ``limits``: a list of :func:`~redis_components.concurrency_limit` and
     :func:`~redis_components.rate_limit`, enforced where a worker takes the task: one
     over a limit stays queued, and the worker takes another (see the Limits page).
+
+    ``partition_key``: on a queue with partitions (the ``QUEUE_PARTITIONS`` setting, on
+    a Redis Cluster), a template filled from the call's arguments like a limit's key
+    (``"customer:{customer_id}"``): the tasks with the same key go to the same
+    partition, so they run in the order they were enqueued (see the Cluster page).
     """
 
     def register(function: Callable[P, R]) -> RedisTask[P, R]:
@@ -504,6 +522,7 @@ def redis_task(
                 time_limit=hard,
                 soft_time_limit=soft,
                 limits=validate_limits(limits, function, task_name),
+                partition_key=validate_partition_key(partition_key, function, task_name),
             )
         except InvalidTask as error:  # Django's own checks (a nested function, ...)
             raise InvalidInput("task", str(error)) from None
@@ -595,6 +614,7 @@ def _checked_options(task: RedisTask[..., Any]) -> None:
             keys.seconds(value, name, positive=True)
     time_limits(task.time_limit, task.soft_time_limit)
     validate_limits(task.limits, task.func, task.name)
+    validate_partition_key(task.partition_key, task.func, task.name)
 
 
 def _first_argument(func: Callable[..., Any]) -> str | None:

@@ -33,7 +33,7 @@ from .. import keys
 from ..deprecation import deprecated
 from ..exceptions import InvalidInput, InvalidTaskArguments
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
-from .limits import Limit
+from .limits import Limit, fill_key
 from .messages import TaskMessage, new_task_id
 from .store import Due, TaskStore, due_at
 from .workflow_records import Barrier, PlannedStep, Workflow, record_fields
@@ -119,6 +119,9 @@ class RedisTask(_DjangoTask, Generic[P, R]):
     made within that time (same task, same arguments) enqueues nothing and returns the
     first one's result. ``limits``: its :func:`~redis_components.concurrency_limit`\ s
     and :func:`~redis_components.rate_limit`\ s, enforced where a worker takes it.
+    ``partition_key``: on a queue with partitions (``QUEUE_PARTITIONS``), a template
+    filled from its arguments like a limit's key (``"customer:{customer_id}"``): tasks
+    with the same key go to the same partition, and so run in their order.
     Bad values raise ``InvalidTask`` when the task is made. They
     belong to the task's definition: a worker looks the task up by its name or module
     path, so ``using()`` keeps them and does not change them.
@@ -134,6 +137,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
     soft_time_limit: float | None = None
     registered_name: str | None = None
     limits: tuple[Limit, ...] = ()
+    partition_key: str | None = None
 
     @property
     def name(self) -> str:
@@ -149,6 +153,17 @@ class RedisTask(_DjangoTask, Generic[P, R]):
             f"calling task {self.name!r}", "use .call(...), as for Django's tasks", stacklevel=2
         )
         return cast("R", self.call(*args, **kwargs))
+
+    def partition_by(
+        self, limits: list[list[Any]] | None, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> str | None:
+        """What picks the partition of a call of this task with these arguments (and
+        these ``limits``, filled), on a queue with partitions (``None``: its random id):
+        its ``partition_key``, else its first limit's key, so that every task counted
+        against a key is in one partition, where the limit is exact."""
+        if self.partition_key is not None:
+            return fill_key(self.partition_key, self.func, args, kwargs, self.takes_context)
+        return str(limits[0][1]) if limits else None
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """This task's call as a workflow's step (see :mod:`~redis_components.tasks.workflows`):

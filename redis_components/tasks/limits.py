@@ -44,12 +44,6 @@ class Limit:
     limit: int
     key: str | None
 
-    def fields(self) -> list[str]:
-        """The names the key's template fills from the call's arguments."""
-        if self.key is None:
-            return []
-        return [name for _, name, _, _ in string.Formatter().parse(self.key) if name is not None]
-
     def encode(self, key: str) -> list[Any]:
         raise NotImplementedError
 
@@ -128,23 +122,46 @@ def validate_limits(limits: object, func: Callable[..., Any], task: str) -> tupl
     if isinstance(limits, Limit) or not isinstance(limits, Iterable):
         raise InvalidInput("limits", "must be a list of concurrency_limit() and rate_limit()")
     found = tuple(limits)
-    try:
-        parameters = set(inspect.signature(func).parameters)
-    except (TypeError, ValueError):
-        parameters = None
     for limit in found:
         if not isinstance(limit, Limit):
             raise InvalidInput(
                 "limits", f"must hold concurrency_limit() and rate_limit(), not {limit!r}"
             )
-        for name in limit.fields():
-            if parameters is not None and name not in parameters:
-                raise InvalidInput(
-                    "limits",
-                    f"the key {limit.key!r} names {{{name}}}, which is no argument of task "
-                    f"{task!r}",
-                )
+        if limit.key is not None:
+            _check_fields(limit.key, func, task, "limits")
     return found
+
+
+def validate_partition_key(key: object, func: Callable[..., Any], task: str) -> str | None:
+    """A task's ``partition_key`` (a template like a limit's key), or :class:`InvalidInput`."""
+    if key is None:
+        return None
+    try:
+        template = _template(key)
+    except InvalidInput as error:
+        raise InvalidInput("partition_key", error.problem) from None
+    assert template is not None
+    _check_fields(template, func, task, "partition_key")
+    return template
+
+
+def _fields(template: str) -> list[str]:
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+def _check_fields(template: str, func: Callable[..., Any], task: str, field: str) -> None:
+    """:class:`InvalidInput` when ``template`` names a field that ``func`` has no
+    parameter for."""
+    try:
+        parameters = set(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return
+    for name in _fields(template):
+        if name not in parameters:
+            raise InvalidInput(
+                field,
+                f"the key {template!r} names {{{name}}}, which is no argument of task {task!r}",
+            )
 
 
 def fill(
@@ -160,26 +177,47 @@ def fill(
     step's input); a key may not name them."""
     if not limits:
         return None
-    values: dict[str, Any] = {}
-    if any(limit.fields() for limit in limits):
-        signature = inspect.signature(func)
-        bound = signature.bind_partial(*(_UNKNOWN,) * leading, *args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-    encoded = []
-    for limit in limits:
-        if limit.key is None:
-            key = f"task:{task}"
-        else:
-            if any(values.get(name) is _UNKNOWN for name in limit.fields()):
-                raise InvalidInput(
-                    "limits",
-                    f"the key {limit.key!r} names an argument that is not known when the "
-                    "task is enqueued (its context, or a workflow step's input)",
-                )
-            key = keys.validate_name(limit.key.format_map(values), "limits", MAX_KEY)
-        encoded.append(limit.encode(key))
-    return encoded
+    values = _values([limit.key for limit in limits], func, args, kwargs, leading)
+    return [
+        limit.encode(f"task:{task}" if limit.key is None else _filled(limit.key, values, "limits"))
+        for limit in limits
+    ]
+
+
+def fill_key(
+    template: str,
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    leading: int = 0,
+) -> str:
+    """A task's ``partition_key`` for a call (see :func:`fill`)."""
+    return _filled(template, _values([template], func, args, kwargs, leading), "partition_key")
+
+
+def _values(
+    templates: Sequence[str | None],
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    leading: int,
+) -> dict[str, Any]:
+    """The call's arguments by name, if any of ``templates`` names one."""
+    if not any(template and _fields(template) for template in templates):
+        return {}
+    bound = inspect.signature(func).bind_partial(*(_UNKNOWN,) * leading, *args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _filled(template: str, values: dict[str, Any], field: str) -> str:
+    if any(values.get(name) is _UNKNOWN for name in _fields(template)):
+        raise InvalidInput(
+            field,
+            f"the key {template!r} names an argument that is not known when the task is "
+            "enqueued (its context, or a workflow step's input)",
+        )
+    return keys.validate_name(template.format_map(values), field, MAX_KEY)
 
 
 def to_json(limits: Sequence[Sequence[Any]]) -> str:

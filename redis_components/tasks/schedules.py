@@ -77,6 +77,7 @@ class Schedule:
     kwargs: dict[str, Any] = field(default_factory=dict)
     missed: Missed = "run_once"
     limits: list[list[Any]] | None = None  # the task's, filled from args and kwargs
+    partition_by: str | None = None  # what picks its partition (RedisTask.partition_by)
 
     def next_after(self, ms: int) -> int:
         """The first tick strictly after ``ms`` (epoch ms)."""
@@ -99,7 +100,7 @@ class Schedule:
         """The task of ``tick``, whose id is the tick's: enqueueing it again is refused
         (see :meth:`TaskStore.claim_ticks`)."""
         message = TaskMessage(
-            new_task_id(self.queue, seed=f"{self.name} {tick}"),
+            new_task_id(self.queue, f"{self.name} {tick}", self.partition_by),
             self.task,
             self.queue,
             list(self.args),
@@ -222,7 +223,7 @@ def build(
             raise InvalidInput(field_name, str(error)) from None
     if task is not None:  # refused now, not dead-lettered at the first tick
         bind_arguments(task, schedule.args, schedule.kwargs)
-        if isinstance(task, RedisTask) and task.limits:
+        if isinstance(task, RedisTask):
             limits = fill_limits(
                 task.limits,
                 task_name,
@@ -231,7 +232,8 @@ def build(
                 schedule.kwargs,
                 task.takes_context,
             )
-            schedule = replace(schedule, limits=limits)
+            partition_by = task.partition_by(limits, schedule.args, schedule.kwargs)
+            schedule = replace(schedule, limits=limits, partition_by=partition_by)
     return schedule
 
 

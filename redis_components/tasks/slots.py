@@ -102,7 +102,7 @@ def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
 class Execution:
     """One delivery of a task to this process: what it took, and how its run goes."""
 
-    position: int  # 1-based, among the worker's queues
+    position: int  # 1-based, among the worker's lanes (WorkerStore.queue_at)
     payload: bytes  # as taken
     taken_ms: int  # the server's time of the take: the attempt, for the fenced record
     task_id: str = ""  # once its job runs

@@ -121,6 +121,7 @@ from .store import (
     Outcome,
     TaskStore,
     WorkerStore,
+    own_homes,
     ready_key,
     registry,
     shared_home,
@@ -222,10 +223,11 @@ class Worker:
         self.max_tasks = max_tasks
         self.processed = 0
         self._stopping = False
-        # Each queue's wake-up channel is named like its ready set (also in the shared
-        # home, where workflows' steps are, when queues have homes of their own).
+        # Each queue's wake-up channel is named like its ready set, in each of its homes
+        # (one per partition, and the shared home, where workflows' steps are, when
+        # queues have homes of their own).
         shared = shared_home()
-        channels = [ready_key(queue) for queue in self.queues]
+        channels = [ready_key(queue, head) for queue in self.queues for head in own_homes(queue)]
         channels += [ready_key(queue, shared) for queue in self.queues if shared is not None]
         self._waker = Waker(list(dict.fromkeys(channels)))
         # The worker's side of the store: for the loop's thread, on its held connection

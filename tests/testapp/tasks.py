@@ -458,3 +458,9 @@ def both_limits(label: str, gate: bool = False) -> None:
     if gate:
         gated.call(label)
     record.call(label)
+
+
+@redis_task(queue="test", partition_key="customer:{customer}")
+def customer_step(customer: str, step: int) -> None:
+    """Append ``step`` to the customer's list (on a partitioned queue, one partition's)."""
+    get_client().rpush(f"{{test}}:steps:{customer}", step)

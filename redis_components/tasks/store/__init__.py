@@ -33,7 +33,10 @@ task's id names its home (``layout.task_home``: 36 hex digits start with the hom
 On one server every home is ``{tasks}``, so a worker's take of all its queues is one
 script. On a Redis Cluster each queue has a home of its own (``layout.home``), so the
 queues spread over the shards (``layout.split_homes`` and ``RC_SPLIT_HOMES`` choose in
-the tests and the benchmarks). Across homes: enqueue, a worker's takes
+the tests and the benchmarks); a queue given partitions (``QUEUE_PARTITIONS``) has a
+home per partition (``layout.own_homes``), in a range of the slots of its own, and
+an enqueue picks one by a hash of its id (or of the task's ``partition_key``, or of a
+unique task's arguments). Across homes: enqueue, a worker's takes
 (:class:`WorkerStore` cuts its queues into runs of one home each, a script per run
 looked in; a run found empty is left out until a wake-up from it is heard), its
 heartbeat (the lease, then each home's copy and its terminate flags, a pipeline per
@@ -138,6 +141,8 @@ from .layout import (
     lease_copy_key,
     leases_key,
     new_task_id,
+    own_homes,
+    partitions,
     queues_key,
     rank,
     ready_key,
@@ -235,6 +240,8 @@ __all__ = [
     "lease_copy_key",
     "leases_key",
     "new_task_id",
+    "own_homes",
+    "partitions",
     "purge_call",
     "put_back_call",
     "queue_limit",

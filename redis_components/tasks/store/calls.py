@@ -18,7 +18,6 @@ from .layout import (
     flows_done_key,
     flows_live_key,
     head_of,
-    home,
     lease_copy_key,
     leases_key,
     limits_key,
@@ -167,7 +166,7 @@ def tick_enqueue_call(claim: TickClaim) -> scripts.Call:
         payload=claim.payload,
         due=NOW,
         limit=0,
-        unique_key=unique_key(claim.message.queue, f"tick:{claim.message.id}"),
+        unique_key=unique_key(f"tick:{claim.message.id}", task_home(claim.message.id)),
         unique_ms=max(result_ttl_ms(), TICK_REFUSED_MS),
     )
 
@@ -260,11 +259,10 @@ def recover_call(
 
 
 def requeue_dead_call(
-    *, queue: str, entries: Sequence[tuple[bytes, TaskMessage]], head: str = ""
+    *, queue: str, entries: Sequence[tuple[bytes, TaskMessage]], head: str
 ) -> scripts.Call:
     """lua/queue_requeue_dead.lua: put dead letters (each with its task) back, fresh, in
-    the home where they are (``head``; by default the queue's)."""
-    head = head or home(queue)
+    the home where they are (``head``: one of layout.queue_homes)."""
     script_keys = [dead_key(queue, head), ready_key(queue, head), counter_key(head)]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for entry, message in entries:
@@ -311,10 +309,9 @@ def cancel_call(
     return scripts.load("queue_cancel"), script_keys, args
 
 
-def purge_call(*, queue: str, head: str = "") -> scripts.Call:
-    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters (in the home
-    ``head``; by default the queue's)."""
-    head = head or home(queue)
+def purge_call(*, queue: str, head: str) -> scripts.Call:
+    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters in the home
+    ``head`` (one of layout.queue_homes)."""
     queue_keys = [ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)]
     return scripts.load("queue_purge"), [*queue_keys, limits_key(head)], [queue]
 
@@ -389,7 +386,7 @@ def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
     for claim in claims:
         action = "skip"
         if claim.run:
-            action = "run" if home(claim.message.queue) == here else "ran"
+            action = "run" if task_home(claim.message.id) == here else "ran"
         if action == "run":
             script_keys += [ready_key(claim.message.queue), result_key(claim.message.id)]
         else:

@@ -10,9 +10,10 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 
 from redis import Redis
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ... import keys
-from ...conf import conf
+from ...conf import MAX_PARTITIONS, conf
 from ...connection import get_client, is_cluster, node_client
 from ..messages import MAX_PRIORITY, FlowStep
 
@@ -79,8 +80,49 @@ def _own(prefix: str, tag: str) -> str:
     return keys.key(COMPONENT, f"{TAG}:{tag}") + ":"
 
 
+def partitions(queue: str) -> int:
+    """How many partitions ``queue`` has: its ``QUEUE_PARTITIONS`` while queues have
+    homes of their own, else 1 (on one server a queue is never cut). A bad value (which
+    the system checks report) counts as 1."""
+    if not _split():
+        return 1
+    count = conf.QUEUE_PARTITIONS.get(queue, 1)
+    return count if keys.is_integer(count) and 1 <= count <= MAX_PARTITIONS else 1
+
+
+def _slot_range(tag: str, count: int) -> int:
+    """Which of ``count`` equal ranges of the cluster's slots the home ``tag`` is in."""
+    return key_slot(f"{TAG}:{tag}".encode()) * count // REDIS_CLUSTER_HASH_SLOTS
+
+
+@functools.lru_cache(maxsize=1024)
+def _tags(queue: str, count: int) -> tuple[str, ...]:
+    """The tags of the homes of ``queue``'s ``count`` partitions: the first is the
+    queue's own (:func:`_tag`, its home when it had no partitions), and each other is
+    in a range of the slots of its own (``count`` equal ranges, the first's excluded),
+    so that on a cluster whose slots are shared evenly the partitions spread evenly."""
+    first = _tag(queue)
+    found = [first]
+    ranges = [i for i in range(count) if i != _slot_range(first, count)]
+    for partition, wanted in enumerate(ranges, start=1):
+        value = zlib.crc32(f"{queue}#{partition}".encode()) & 0xFFFF
+        while _slot_range(f"{value:04x}", count) != wanted:
+            value = (value + 1) & 0xFFFF
+        found.append(f"{value:04x}")
+    return tuple(found)
+
+
+def own_homes(queue: str) -> list[str]:
+    """The heads of ``queue``'s own homes: one per partition (see :func:`partitions`),
+    its first partition's (:func:`home`) first."""
+    if not _split():
+        return [_head()]
+    return [_own(conf.KEY_PREFIX, tag) for tag in _tags(queue, partitions(queue))]
+
+
 def home(queue: str) -> str:
-    """The head of the keys of ``queue`` and of its tasks: the queue's home.
+    """The head of the keys of ``queue`` and of its tasks: the queue's home (its first
+    partition's, when it has several: see :func:`own_homes`).
 
     A home's keys share one hash tag, so a script may touch any of them on a cluster
     (see the package's doc). On a Redis Cluster each queue has its own,
@@ -108,12 +150,17 @@ def shared_home() -> str | None:
     return _head() if _split() else None
 
 
-def new_task_id(queue: str, seed: str = "") -> str:
+def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> str:
     """A new id for a task of ``queue``: 32 hex digits, random (or the first of
-    ``seed``'s SHA-256, the same for the same seed), after the 4 of the queue's tag when
-    the queue has a home of its own."""
+    ``seed``'s SHA-256, the same for the same seed), after the 4 of the tag of its home
+    when the queue has homes of its own: of a partition picked by a hash of
+    ``partition_by`` (by default of the digits) when it has several."""
     digits = hashlib.sha256(seed.encode()).hexdigest()[:32] if seed else os.urandom(16).hex()
-    return _tag(queue) + digits if _split() else digits
+    if not _split():
+        return digits
+    tags = _tags(queue, partitions(queue))
+    by = digits if partition_by is None else partition_by
+    return tags[zlib.crc32(by.encode()) % len(tags)] + digits
 
 
 def registry() -> str:
@@ -135,15 +182,15 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     the queues that the readers know of)."""
     found = [_head()]
     if _split():
-        found += sorted({home(queue) for queue in queues()} - {_head()})
+        found += sorted({head for queue in queues() for head in own_homes(queue)} - {_head()})
     return found
 
 
 def queue_homes(queue: str) -> list[str]:
-    """Every home that may hold tasks of ``queue``: its own, then (when queues have homes
-    of their own) the one its tasks had before (see :func:`shared_home`)."""
-    own = home(queue)
-    return [own] if own == _head() else [own, _head()]
+    """Every home that may hold tasks of ``queue``: its own (one per partition), then
+    (when queues have homes of their own) the registry's (see :func:`shared_home`)."""
+    own = own_homes(queue)
+    return own if own == [_head()] else [*own, _head()]
 
 
 def head_of(key: str) -> str:
@@ -195,9 +242,10 @@ def stats_key(queue: str, hour: int, head: str = "") -> str:
     return f"{head or home(queue)}stats:{hour}:{queue}"
 
 
-def unique_key(queue: str, digest: str) -> str:
-    """The key that keeps a task of ``queue`` unique (``digest``: its name and arguments')."""
-    return f"{home(queue)}unique:{digest}"
+def unique_key(digest: str, head: str) -> str:
+    """The key that keeps a task unique (``digest``: its name and arguments'), in the
+    home ``head`` of the task (layout.task_home: its partition's)."""
+    return f"{head}unique:{digest}"
 
 
 # A task's keys, in its queue's home.

@@ -241,7 +241,7 @@ class LogLine:
 class Outcome:
     """How a task a worker took has ended, to record with the worker's next fetch."""
 
-    position: int  # 1-based index of its queue among the worker's queues
+    position: int  # 1-based index of its lane among the worker's (WorkerStore.queue_at)
     payload: bytes  # exactly as taken
     task_id: str  # "" for a payload that is not a task (no result to write)
     kind: Literal["ok", "retry", "defer", "bury", "cancel"]
@@ -259,7 +259,7 @@ class Outcome:
 @dataclass(frozen=True, kw_only=True)
 class Fetched:
     payload: bytes | None  # the task taken, never decoded
-    position: int  # 1-based index into the worker's queues; -1: the worker is unregistered
+    position: int  # 1-based, among the worker's lanes; -1: the worker is unregistered
     wait_ms: int  # until the next delayed task is due; 0: more are due; -1: none
     recorded: bool  # the outcome sent was recorded (False: the task had been recovered)
     now_ms: int  # the server's time (as the worker reckoned it, or read)

@@ -50,6 +50,8 @@ from .layout import (
     limit_wait_key,
     limits_key,
     limits_waiting_key,
+    own_homes,
+    partitions,
     queue_homes,
     queues_key,
     ready_key,
@@ -250,19 +252,19 @@ class TaskStore:
         when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
         """
         options = user_settings()
-        limit = _limit(options, message.queue)
+        limit, shares = _limit(options, message.queue), partitions(message.queue)
         call = enqueue_call(
             message=message,
             payload=payload,
             due=due,
-            limit=limit,
-            unique_key=unique_key(message.queue, message.digest()) if unique_for else "",
+            limit=-(-limit // shares),  # (each partition holds its share, rounded up)
+            unique_key=(unique_key(message.digest(), task_home(message.id)) if unique_for else ""),
             unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
         )
         replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
         reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
         if int(reply[0]) == 0:
-            raise QueueFull(message.queue, limit)
+            raise QueueFull(message.queue, limit, shares)
         if int(reply[0]) == 2:
             return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
         if problem:
@@ -361,7 +363,7 @@ class TaskStore:
         of the fetches there) gets its expiry, in a pipeline per home that also reads the
         termination requests of the running tasks of that home."""
         here = registry()
-        by_home: dict[str, list[str]] = {home(queue): [] for queue in queues}
+        by_home: dict[str, list[str]] = {h: [] for queue in queues for h in own_homes(queue)}
         by_home.pop(here, None)
         for task_id in running_ids:
             by_home.setdefault(task_home(task_id), []).append(task_id)
@@ -408,7 +410,8 @@ class TaskStore:
         here = registry()
         by_home: dict[str, list[str]] = {}
         for queue in queues:
-            by_home.setdefault(home(queue), []).append(queue)
+            for head in own_homes(queue):
+                by_home.setdefault(head, []).append(queue)
         shared = shared_home()
         if shared is not None:  # where it may hold workflows' steps, and older tasks
             by_home[shared] = list(queues)
@@ -478,7 +481,7 @@ class TaskStore:
             return 0
         here = registry()
         renewed: int = self._run(renew_call(worker_ids=worker_ids, lease_ms=lease_ms))
-        for head in {home(queue) for queue in queues} - {here}:
+        for head in {head for queue in queues for head in own_homes(queue)} - {here}:
             self._run(renew_call(head=head, worker_ids=worker_ids, lease_ms=lease_ms))
         return renewed
 
@@ -576,7 +579,8 @@ class TaskStore:
             task_id=task_id,
             queue=queue,
             payload=payload,
-            unique=unique if unique.startswith(unique_key(queue, "")) else "",  # only a key of ours
+            # (only a key of ours)
+            unique=unique if unique.startswith(unique_key("", task_home(task_id))) else "",
             terminate=terminate,
             flow=message.flow if message else None,
         )
@@ -823,7 +827,8 @@ class TaskStore:
         """How many tasks wait in the ``state`` set of ``queue``, and ``count`` of them from
         ``offset`` in the order they will run, each read in part when it is long, in one
         round trip per home (and one for their sizes, when there are several: the queue's
-        own home's, then those of the shared home, such as workflows' steps)."""
+        own home's, partition by partition, then those of the shared home, such as
+        workflows' steps)."""
         key_of = ready_key if state == "ready" else delayed_key
         total, spans = self._spans(
             queue_homes(queue),
@@ -1064,7 +1069,7 @@ class TaskStore:
         it was already: its id is the tick's), then its tick is claimed with the others.
         A tick that another scheduler has claimed meanwhile enqueues nothing there.
         """
-        elsewhere = [c for c in claims if c.run and home(c.message.queue) != registry()]
+        elsewhere = [c for c in claims if c.run and task_home(c.message.id) != registry()]
         if elsewhere:
             nexts = self.client.hmget(schedule_next_key(), [c.schedule for c in elsewhere])
             for claim, following in zip(elsewhere, nexts, strict=True):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +15,7 @@ from ...conf import conf
 from ...scripts import Call
 from ..limits import settings_json
 from .calls import fetch_call, fetch_keys, put_back_call
-from .layout import home, ready_key, shared_home, tasks_client
+from .layout import own_homes, ready_key, shared_home, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
@@ -30,6 +32,10 @@ SHARED_EVERY = 10.0
 # For how long (seconds) at most the takes of a worker whose queues are in several homes
 # leave out a home they found empty, unless a wake-up from it is heard first.
 EMPTY_FOR = 0.1
+# How often (seconds) the takes of a worker start at the next partition of each queue
+# that has several: in between, a take looks first where the last task came from, so
+# that its outcome is recorded in the same script.
+ROTATE_EVERY = 0.1
 
 
 @dataclass(frozen=True)
@@ -46,33 +52,45 @@ class Ahead:
 
 @dataclass(frozen=True)
 class Run:
-    """Consecutive queues of a worker that share a home: one script there takes from them."""
+    """Consecutive queues of a worker that share a home (or one partition of a queue):
+    one script there takes from them."""
 
     head: str
     queues: list[str]
-    first: int  # the position (1-based, among the worker's queues) of its first queue
+    first: int  # the position (1-based, among the worker's lanes) of its first queue
     keys: list[str]  # calls.fetch_keys
     channels: frozenset[str]  # its queues' wake-up channels
+    group: int = -1  # for a partition: its queue's index among the worker's queues
 
     def holds(self, position: int) -> bool:
         return self.first <= position < self.first + len(self.queues)
 
 
 def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
-    """``queues`` cut into :class:`Run` s, in their order."""
+    """``queues`` cut into :class:`Run` s, in their order: each queue is a lane in each
+    of its homes (one per partition: see layout.own_homes), and consecutive lanes of
+    queues without partitions share a run where they share a home."""
+    lanes = [
+        (queue, head, index if len(heads) > 1 else -1)
+        for index, queue in enumerate(queues)
+        for heads in [own_homes(queue)]
+        for head in heads
+    ]
     found: list[Run] = []
     start = 0
-    for i in range(1, len(queues) + 1):
-        if i == len(queues) or home(queues[i]) != home(queues[start]):
-            served = list(queues[start:i])
-            found.append(_run(worker_id, home(served[0]), served, start + 1))
+    for i in range(1, len(lanes) + 1):
+        ends = i == len(lanes) or lanes[i][1] != lanes[start][1]
+        if ends or max(lanes[i][2], lanes[start][2]) >= 0:
+            _, head, group = lanes[start]
+            served = [queue for queue, _, _ in lanes[start:i]]
+            found.append(_run(worker_id, head, served, start + 1, group))
             start = i
     return found
 
 
-def _run(worker_id: str, head: str, queues: list[str], first: int) -> Run:
+def _run(worker_id: str, head: str, queues: list[str], first: int, group: int = -1) -> Run:
     channels = frozenset(ready_key(queue, head) for queue in queues)
-    return Run(head, queues, first, fetch_keys(worker_id, queues, head), channels)
+    return Run(head, queues, first, fetch_keys(worker_id, queues, head), channels, group)
 
 
 @dataclass(frozen=True)
@@ -148,12 +166,18 @@ class WorkerStore:
         self._client = client
         self._own = runs(worker_id, self.queues)
         self._runs = self._own
+        # The queue at each of its positions: its lanes', then the shared home's.
+        self._lanes = [queue for run in self._own for queue in run.queues]
         self._shared = shared_home()
         self._shared_channels = frozenset(
             ready_key(queue, self._shared) for queue in self.queues if self._shared is not None
         )
         self._shared_at = 0.0  # (monotonic) when it next looks there
-        self._shared_first = True  # whether the next take looks there first
+        self._turns = 0  # the takes made: the order of the next one (see _in_turn)
+        # The partition each take looks in first (modulo their number): each worker
+        # starts at one of its own, and moves to the next every ROTATE_EVERY.
+        self._rotation = zlib.crc32(worker_id.encode())
+        self._rotate_at = _now() + ROTATE_EVERY
         self._heard = heard
         self._empty: dict[int, Empty] = {}  # by Run.first: the runs it leaves out
         self._limits = settings_json(conf.TASK_LIMITS)
@@ -165,7 +189,9 @@ class WorkerStore:
 
     def queue_at(self, position: int) -> str:
         """The queue of a task taken at ``position`` (see :class:`Fetched`)."""
-        return self.queues[(position - 1) % len(self.queues)]
+        if position <= len(self._lanes):
+            return self._lanes[position - 1]
+        return self.queues[position - len(self._lanes) - 1]
 
     def _watch_shared(self) -> None:
         """Serve the registry's home (as a last run, at positions after its queues')
@@ -178,11 +204,11 @@ class WorkerStore:
         serving = self._runs is not self._own
         holds = self.store.holds_tasks(self._shared, self.queues, self.worker_id)
         if holds and not serving:
-            last = _run(self.worker_id, self._shared, self.queues, len(self.queues) + 1)
+            last = _run(self.worker_id, self._shared, self.queues, len(self._lanes) + 1)
             self._runs = [*self._own, last]
         elif serving and not holds:
             self._runs = self._own
-            self._empty.pop(len(self.queues) + 1, None)
+            self._empty.pop(len(self._lanes) + 1, None)
 
     @property
     def may_take_ahead(self) -> bool:
@@ -335,18 +361,32 @@ class WorkerStore:
         return dataclasses.replace(reply, recorded=recorded, wait_ms=wait)
 
     def _in_turn(self, mode: str) -> list[Run]:
-        """The runs in the order a fetch in ``mode`` looks in them: while it serves the
-        registry's home, every other take (a take ahead too) looks there first, so that
-        neither its queues' own tasks nor the workflows' steps there wait for the others
-        to run out (see :meth:`_take_turn`)."""
-        if mode and self._shared_first and self._runs is not self._own:
-            return [self._runs[-1], *self._own]
-        return self._runs
+        """The runs in the order a fetch in ``mode`` looks in them: the partitions of
+        each queue that has several from the one the worker's takes start at (the next
+        one every ``ROTATE_EVERY``, so that none waits long for the others to run out);
+        and while it serves the registry's home, every other take (a take ahead too)
+        looks there first, so that neither its queues' own tasks nor the workflows'
+        steps there wait for the others (see :meth:`_take_turn`)."""
+        if not mode or len(self._runs) == 1:
+            return self._runs
+        order: list[Run] = []
+        for _, group in itertools.groupby(self._own, key=lambda run: run.group):
+            found = list(group)
+            if found[0].group >= 0:
+                start = self._rotation % len(found)
+                found = found[start:] + found[:start]
+            order += found
+        if self._runs is not self._own:
+            shared = self._runs[-1]
+            order = [shared, *order] if self._turns % 2 == 0 else [*order, shared]
+        return order
 
     def _take_turn(self) -> None:
-        """A take was made: the next one looks in the other order (see :meth:`_in_turn`)."""
-        if self._runs is not self._own:
-            self._shared_first = not self._shared_first
+        """A take was made: the next one looks in the next order (see :meth:`_in_turn`)."""
+        self._turns += 1
+        if _now() >= self._rotate_at:
+            self._rotation += 1
+            self._rotate_at = _now() + ROTATE_EVERY
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all of them when

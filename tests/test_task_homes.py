@@ -243,6 +243,36 @@ def test_the_waker_says_which_homes_wake_ups_it_heard() -> None:
         waker.close()
 
 
+def test_a_slots_read_that_loses_the_subscription_leaves_it_to_the_loop() -> None:
+    """A slot thread's heard() that finds the subscription lost says None (wake-ups may
+    be missed) and does not try Redis again; the loop's next wait makes a new one."""
+    server = EmbeddedRedis().start()
+    waker = Waker(["wake-test"])
+    try:
+        waker.wait(server.client(), 0)  # subscribes
+        assert waker.heard() is None  # (subscribed since)
+        server.stop()
+        said: list[set[str] | None] = []
+        thread = threading.Thread(target=lambda: said.extend([waker.heard(), waker.heard()]))
+        thread.start()
+        thread.join()
+        assert said == [None, None]
+        reads = []
+        drain = waker._drain
+        waker._drain = lambda: reads.append(1) or drain()  # type: ignore[method-assign]
+        assert waker.heard() is None
+        assert reads == [], "no read while the subscription is lost"
+        server = EmbeddedRedis().start()
+        waker.wait(server.client(), 0)  # the loop's next wait subscribes again
+        assert waker.heard() is None
+        assert waker.heard() == set()
+        server.client().publish("wake-test", "1")
+        wait_until(lambda: waker.heard() == {"wake-test"})
+    finally:
+        waker.close()
+        server.stop()
+
+
 def test_a_home_whose_take_said_call_again_at_once_is_not_left_out() -> None:
     """A take that set tasks aside on their limits (or left due delayed tasks) says to
     call again at once: that home is not empty, and no wake-up would say it has tasks."""

@@ -495,7 +495,7 @@ def redis_task(
     ``partition_key``: on a queue with partitions (the ``QUEUE_PARTITIONS`` setting, on
     a Redis Cluster), a template filled from the call's arguments like a limit's key
     (``"customer:{customer_id}"``): the tasks with the same key go to the same
-    partition, so they run in the order they were enqueued (see the Cluster page).
+    partition, so they start in the order they were enqueued (see the Cluster page).
     """
 
     def register(function: Callable[P, R]) -> RedisTask[P, R]:

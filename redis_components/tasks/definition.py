@@ -121,7 +121,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
     and :func:`~redis_components.rate_limit`\ s, enforced where a worker takes it.
     ``partition_key``: on a queue with partitions (``QUEUE_PARTITIONS``), a template
     filled from its arguments like a limit's key (``"customer:{customer_id}"``): tasks
-    with the same key go to the same partition, and so run in their order.
+    with the same key go to the same partition, and so start in their order.
     Bad values raise ``InvalidTask`` when the task is made. They
     belong to the task's definition: a worker looks the task up by its name or module
     path, so ``using()`` keeps them and does not change them.

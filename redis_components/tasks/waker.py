@@ -46,6 +46,8 @@ class Waker:
         self._pubsub: PubSub | None = None
         # The channels heard since :meth:`heard` was last called (None: subscribed since).
         self._heard: set[str] | None = None
+        # A read by heard() lost the subscription: the loop's next wait makes it again.
+        self._lost = False
         # Held while the subscription is read or changed, and the channels heard taken.
         self._reading = threading.Lock()
         self._loop: int | None = None  # the thread that subscribed (the worker's loop)
@@ -72,6 +74,8 @@ class Waker:
         The first call only subscribes (on ``client``) and returns: a task may have come
         before the subscription, so the worker takes again before it waits.
         """
+        if self._lost:  # (a slot's heard() found it lost: it waited for the loop)
+            self.unsubscribe()
         if self._pubsub is None:
             self.subscribe(client)
             return
@@ -101,14 +105,23 @@ class Waker:
         missed before it. (Nothing is heard before the first subscription, or while the
         loop reads the subscription itself: it keeps what it reads for the next call.)
         Called from another thread than the loop's, a message it read also wakes the
-        loop's wait: the loop may have been waiting for it."""
+        loop's wait: the loop may have been waiting for it. A read that loses the
+        subscription says ``None`` (wake-ups may be missed) until the loop's next wait
+        has made it again: no caller of :meth:`heard` reconnects."""
         if not self._reading.acquire(blocking=False):
             return set()
         try:
             if self._pubsub is None:
                 return set()
-            self._drain()
-            heard, self._heard = self._heard, set()
+            if self._lost:
+                return None
+            try:
+                self._drain()
+            except (redis.exceptions.RedisError, OSError):
+                self._lost = True
+                heard = None
+            else:
+                heard, self._heard = self._heard, set()
         finally:
             self._reading.release()
         if heard != set() and threading.get_ident() != self._loop:
@@ -133,6 +146,7 @@ class Waker:
                 self._pubsub.close()
                 self._pubsub = None
                 self._heard = None
+                self._lost = False
 
     def close(self) -> None:
         self.unsubscribe()

@@ -35,12 +35,12 @@ script. On a Redis Cluster each queue has a home of its own (``layout.home``), s
 queues spread over the shards (``layout.split_homes`` and ``RC_SPLIT_HOMES`` choose in
 the tests and the benchmarks); a queue given partitions (``QUEUE_PARTITIONS``) has a
 home per partition (``layout.own_homes``), in a range of the slots of its own, and
-an enqueue picks one by a hash of its id (or of the task's ``partition_key``, or of a
-unique task's arguments). Across homes: enqueue, a worker's takes
+an enqueue picks one by a hash of its id (or of the task's ``partition_key``, its
+first limit's key, or a unique task's arguments). Across homes: enqueue, a worker's takes
 (:class:`WorkerStore` cuts its queues into runs of one home each, a script per run
 looked in; a run found empty is left out until a wake-up from it is heard), its
 heartbeat (the lease, then each home's copy and its terminate flags, a pipeline per
-home), recovery (a script per home, fenced by the home's copy, the registry's last),
+node), recovery (a script per home, fenced by the home's copy, the registry's last),
 the readers (a pipeline per node, ``TaskStore._each_home``; a queue's counts and dead
 letters are summed over its homes, ``layout.queue_homes``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the

@@ -360,8 +360,8 @@ class TaskStore:
         terminated.
 
         The lease is the registry's; the copy in each other home of ``queues`` (the fence
-        of the fetches there) gets its expiry, in a pipeline per home that also reads the
-        termination requests of the running tasks of that home."""
+        of the fetches there) gets its expiry, in a pipeline per node that also reads the
+        termination requests of the running tasks of those homes."""
         here = registry()
         by_home: dict[str, list[str]] = {h: [] for queue in queues for h in own_homes(queue)}
         by_home.pop(here, None)
@@ -377,13 +377,14 @@ class TaskStore:
         )
         expired, leader, terminate, expiry = self._run(call, raw=True)
         stop = [text(i) for i in terminate]
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        asked: list[str | None] = []  # the task each reply is about (None: a copy's)
         for head, ids in by_home.items():
-            pipe = self.at(head).pipeline(transaction=False)
-            raw(pipe, "ZADD", lease_copy_key(head), expiry, worker_id)
-            for task_id in ids:
-                raw(pipe, "DEL", terminate_key(task_id))
-            deleted = pipe.execute()[1:]
-            stop += [task_id for task_id, gone in zip(ids, deleted, strict=True) if gone]
+            commands.append((head, ("ZADD", lease_copy_key(head), expiry, worker_id)))
+            commands += [(head, ("DEL", terminate_key(task_id))) for task_id in ids]
+            asked += [None, *ids]
+        replies = self._each_home(commands)  # (a pipeline per node, whatever the homes)
+        stop += [i for i, gone in zip(asked, replies, strict=True) if i is not None and gone]
         return Heartbeat(expired=expired, leader=bool(leader), terminate=stop)
 
     def recover_worker(

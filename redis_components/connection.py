@@ -397,6 +397,16 @@ def subscribe(pubsub: PubSub, channels: Collection[str], deadline: float) -> boo
     return True
 
 
+def rediscover(client: Any) -> None:
+    """After a connection error, have a Redis Cluster client ask the nodes again which
+    node serves which slots (a failover promotes a replica): a node's client found by
+    :func:`node_client` goes on naming a dead master until then. Nothing for a single
+    server, or while no node answers (the next error asks again)."""
+    if isinstance(client, RedisCluster):
+        with contextlib.suppress(redis.exceptions.RedisError):
+            client.nodes_manager.initialize()
+
+
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` talks to a Redis Cluster (sync or asyncio)."""
     return isinstance(client, (RedisCluster, redis.asyncio.RedisCluster))

@@ -36,7 +36,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -301,16 +301,43 @@ class EmbeddedRedis:
 _held: list[tuple[EmbeddedRedis, object]] = []
 
 
+def _text(value: Any) -> str:
+    """A reply as text (whether the client decodes or not)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _online_replicas(client: Any) -> int:
+    """How many replicas of the server are online, not only connected: Redis 7 and
+    Valkey count a replica that still waits for its first full copy among
+    connected_slaves, and WAIT ignores it."""
+    replication = client.info("replication")
+    return sum(
+        1
+        for name, value in replication.items()
+        if re.fullmatch(r"slave\d+", name) and value.get("state") == "online"
+    )
+
+
+def _flags(client: Any) -> dict[str, str]:
+    """Each node's flags ("master,fail", ...) by its id, as a cluster node sees them."""
+    nodes = client.cluster("NODES")  # (parsed by redis-py: address -> its fields)
+    return {_text(node["node_id"]): _text(node["flags"]) for node in nodes.values()}
+
+
 class EmbeddedCluster:
-    """A Redis Cluster of ``masters`` primaries on loopback, every slot assigned.
+    """A Redis Cluster of ``masters`` primaries on loopback, every slot assigned, each
+    with ``replicas`` replicas (for failover tests: :meth:`kill_master`).
 
     Each node is an :class:`EmbeddedRedis` in cluster mode with its own directory; the
     slots are split evenly and the nodes are introduced to each other (CLUSTER MEET).
     ``url`` names the first node; a cluster client discovers the others from it.
     """
 
-    def __init__(self, masters: int = 3, config: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, masters: int = 3, config: Mapping[str, str] | None = None, replicas: int = 0
+    ) -> None:
         self.masters = masters
+        self.replicas = replicas
         self.config = {
             "cluster-enabled": "yes",
             "cluster-config-file": "nodes.conf",
@@ -335,34 +362,94 @@ class EmbeddedCluster:
                     client.execute_command("CLUSTER ADDSLOTS", *range(n * share, last + 1))
                     if n:
                         client.execute_command("CLUSTER MEET", node.host, self.nodes[0].port)
-            self._wait_until_ready()
+            self._wait_until(self._ready, "the cluster did not become ready")
+            if self.replicas:
+                self._add_replicas()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_until_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            states = []
-            for node in self.nodes:
+    def _add_replicas(self) -> None:
+        """Start ``replicas`` replicas of each master, and wait until they are in sync."""
+        masters = list(self.nodes)
+        for master in masters:
+            with master.client() as client:
+                master_id = client.execute_command("CLUSTER MYID")
+            for _ in range(self.replicas):
+                node = EmbeddedRedis(port=free_cluster_port(), config=self.config).start()
+                self.nodes.append(node)
                 with node.client() as client:
-                    info = client.cluster("INFO")
-                states.append(
-                    info.get("cluster_state") == "ok"
-                    and int(info.get("cluster_known_nodes", 0)) == self.masters
-                )
-            if all(states):
-                return
+                    client.execute_command("CLUSTER MEET", node.host, masters[0].port)
+
+                    def met(client: Any = client, master_id: Any = master_id) -> bool:
+                        return _text(master_id) in _flags(client)
+
+                    # (A replica must know its master before it may replicate it.)
+                    self._wait_until(met, "a replica did not meet its master")
+                    client.execute_command("CLUSTER REPLICATE", master_id)
+        self._wait_until(self._ready, "the cluster's replicas did not join")
+        self._wait_until(self._in_sync, "the cluster's replicas did not catch up")
+
+    def _ready(self) -> bool:
+        for node in self.nodes:
+            with node.client() as client:
+                info = client.cluster("INFO")
+            known = int(info.get("cluster_known_nodes", 0))
+            if info.get("cluster_state") != "ok" or known != len(self.nodes):
+                return False
+        return True
+
+    def _in_sync(self) -> bool:
+        """Whether each master has its replicas online."""
+        for master in self.masters_now():
+            with master.client() as client:
+                if _online_replicas(client) < self.replicas:
+                    return False
+        return True
+
+    def masters_now(self) -> list[EmbeddedRedis]:
+        """The running nodes that are masters now."""
+        found = []
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            with node.client() as client:
+                if client.info("replication").get("role") == "master":
+                    found.append(node)
+        return found
+
+    def kill_master(self, node: EmbeddedRedis) -> None:
+        """SIGKILL the master ``node`` (no chance to say goodbye), and wait until one of
+        its replicas is promoted in its place and the cluster is ok again."""
+        with node.client() as client:
+            gone = _text(client.execute_command("CLUSTER MYID"))
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait()
+        node.process = None
+        survivor = next(other for other in self.nodes if other.process is not None)
+
+        def promoted() -> bool:
+            with survivor.client() as client:
+                flags, info = _flags(client), client.cluster("INFO")
+            return "fail" in flags.get(gone, "") and info.get("cluster_state") == "ok"
+
+        self._wait_until(promoted, "no replica was promoted in place of the killed master")
+
+    def _wait_until(self, done: Callable[[], bool], problem: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not done():
             if time.monotonic() > deadline:
-                raise EmbeddedRedisError(f"the cluster did not become ready: {states}")
+                raise EmbeddedRedisError(problem)
             time.sleep(0.05)
 
     def client(self, **kwargs: Any) -> Any:
         """A new ``redis.cluster.RedisCluster`` client for this cluster."""
         from redis.cluster import RedisCluster
 
-        return RedisCluster(host=self.nodes[0].host, port=self.nodes[0].port, **kwargs)
+        node = next(node for node in self.nodes if node.process is not None)  # (one alive)
+        return RedisCluster(host=node.host, port=node.port, **kwargs)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -467,16 +554,8 @@ class EmbeddedSentinelGroup:
         return new_port
 
     def _replicas_in_sync(self) -> bool:
-        # Online, not only connected: Redis 7 and Valkey count a replica that still
-        # waits for its first full copy among connected_slaves, and WAIT ignores it.
         with self.servers[0].client() as client:
-            replication = client.info("replication")
-        online = [
-            value
-            for name, value in replication.items()
-            if re.fullmatch(r"slave\d+", name) and value.get("state") == "online"
-        ]
-        return len(online) == self.replica_count
+            return _online_replicas(client) == self.replica_count
 
     def _sentinels_agree(self, port: int) -> bool:
         for sentinel in self.sentinels:

@@ -1,9 +1,11 @@
-"""Behind Sentinel: a master, a replica and three sentinels; the master is killed mid-run.
+"""Failovers: a master is killed mid-run, and a replica takes its place.
 
-Locks, semaphores, task queues and chats carry on through the promoted replica. What a
-failover can lose is what the master had not yet passed on to the replica; what the
-components acknowledged with WAIT (a lock's ``wait_for_replicas``, the queue's
-``QUEUE_WAIT_REPLICAS``) survives.
+Behind Sentinel (a master, a replica and three sentinels; in the first pass), locks,
+semaphores, task queues and chats carry on through the promoted replica; on a Redis
+Cluster of three masters with a replica each (in the cluster's pass), the task queues
+do, over a queue whose partitions are on every master. What a failover can lose is what
+the master had not yet passed on to the replica; what the components acknowledged with
+WAIT (a lock's ``wait_for_replicas``, the queue's ``QUEUE_WAIT_REPLICAS``) survives.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from django.test import override_settings
 
 from conftest import CLUSTER
 from redis_components import GroupChat, RedisLock, RedisSemaphore, get_client
-from redis_components.embedded import EmbeddedSentinelGroup
+from redis_components.embedded import EmbeddedCluster, EmbeddedSentinelGroup
 from redis_components.tasks.store.layout import split_homes
 from tests.processes import WorkerProcess, wait_until
-from tests.settings import sentinel_caches
+from tests.settings import caches, sentinel_caches
 from tests.testapp import tasks
 
-pytestmark = pytest.mark.skipif(
-    CLUSTER, reason="the failover tests start their own servers; they run in the first pass"
+behind_sentinel = pytest.mark.skipif(
+    CLUSTER, reason="the Sentinel failover test starts its own servers in the first pass"
 )
 
 TASKS = 60
@@ -81,6 +83,7 @@ def homes(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         yield {"RC_SPLIT_HOMES": "1" if request.param else "0"}
 
 
+@behind_sentinel
 def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     group: EmbeddedSentinelGroup,
     homes: dict[str, str],
@@ -127,3 +130,47 @@ def test_locks_semaphores_queues_and_chats_carry_on_through_a_failover(
     assert "reached Redis again" in output
     worker.signal(15)
     assert worker.wait() == 0
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedCluster]:
+    """Three masters with a replica each (a failover within a second), as the default
+    cache here and in the workers the test starts; the queue ``hot`` has a partition
+    on each master, and an enqueue returns once a replica has the task."""
+    with EmbeddedCluster(masters=3, replicas=1, config={"cluster-node-timeout": "1000"}) as server:
+        other = server.nodes[1].url
+        monkeypatch.setenv("RC_TEST_REDIS_URL", server.url)
+        monkeypatch.setenv("RC_TEST_REDIS_OTHER_URL", other)
+        changed = {"QUEUE_WAIT_REPLICAS": 1, "QUEUE_PARTITIONS": {"hot": 3}}
+        with override_settings(CACHES=caches(server.url, other), REDIS_COMPONENTS=changed):
+            yield server
+
+
+@pytest.mark.skipif(
+    not CLUSTER, reason="a Redis Cluster's failover needs the cluster client: the cluster's pass"
+)
+def test_a_clusters_failover_loses_no_acknowledged_task(
+    cluster: EmbeddedCluster, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """A master holding a partition of the queue is killed while a worker runs it: the
+    worker reaches the promoted replica by itself, and every task whose enqueue a
+    replica acknowledged runs."""
+    for n in range(TASKS):
+        tasks.record.using(queue_name="hot").enqueue(f"t{n}", 0.05)
+    settings = {"TASK_HEARTBEAT_INTERVAL": 0.5, "QUEUE_WAIT_REPLICAS": 1}
+    worker = start_worker("hot", QUEUE_PARTITIONS={"hot": 3}, **settings)
+    wait_until(lambda: len(runs()) >= 5, worker.output)  # the worker is under way
+    # (Not the first node, which the clients were told of.)
+    victim = next(node for node in cluster.masters_now() if node is not cluster.nodes[0])
+    cluster.kill_master(victim)
+    wait_until(lambda: len(retrying(runs)) == TASKS, worker.output, timeout=60)
+    counted = runs()
+    assert set(counted) == {f"t{n}" for n in range(TASKS)}
+    # Only a task in flight when its master died may run again (its outcome may have
+    # been lost with the master); the worker runs one at a time.
+    assert sum(counted.values()) <= TASKS + 1, counted
+    output = worker.output()
+    assert "lost Redis" in output
+    assert "reached Redis again" in output
+    worker.signal(15)
+    assert worker.wait() == 0, worker.output()

@@ -90,7 +90,7 @@ from .messages import (
 )
 from .registry import task_registry, time_limits, validate_retries
 from .results import TaskStatus, django_datetime, django_time
-from .store import NOW, Due, TaskStore, due_at, new_task_id, partitions
+from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 
 __all__ = [
     "InvalidTask",
@@ -255,13 +255,11 @@ class RedisTaskBackend(QueueBackend):
         # (A workflow's steps are in the registry's home, whatever their queue.)
         if not piped and isinstance(task, RedisTask) and partitions(message.queue) > 1:
             by = task.partition_by(message.limits, args, kwargs)
-            if by is None and task.unique_for:  # equal tasks meet in one partition
+            if by is not None or task.unique_for:  # (else its random id picks)
                 try:
-                    by = message.digest()
+                    object.__setattr__(result, "id", partition_id(message, by))
                 except InvalidInput as error:  # as send() says it
                     raise TaskSerializationError(str(error)) from None
-            if by is not None:
-                object.__setattr__(result, "id", new_task_id(message.queue, partition_by=by))
                 message = dataclasses.replace(message, id=result.id)
         return Prepared(result, message, message.encode())
 

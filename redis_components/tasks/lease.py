@@ -30,10 +30,9 @@ from typing import Generic, TypeVar
 import redis
 
 from ..conf import conf
-from ..connection import get_client, rediscover
 from ..exceptions import InvalidInput
 from .schedules import Schedule, Scheduler
-from .store import Heartbeat, TaskStore, WorkerStore
+from .store import Heartbeat, TaskStore, WorkerStore, find_nodes_again
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -201,7 +200,7 @@ class Lease(Generic[Running]):
                         self._recover_expired(worker_id)
             except REDIS_DOWN as error:
                 logger.debug("Heartbeat of %s failed: %s", self.worker_id, error)
-                rediscover(get_client())  # (on a cluster, a replica may have taken over)
+                find_nodes_again()  # (on a cluster, a replica may have taken over)
                 recover_after = time.monotonic() + self.interval
             except Exception:
                 logger.exception("Heartbeat of worker %s failed", self.worker_id)

@@ -107,7 +107,7 @@ from typing import Any, NoReturn
 
 import redis
 
-from ..connection import OneConnection, get_client, private_client, rediscover
+from ..connection import OneConnection, private_client
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from .execution import Abandoned, arun_job, over_time, prepare, run_job
 from .jobs import Job
@@ -121,6 +121,7 @@ from .store import (
     Outcome,
     TaskStore,
     WorkerStore,
+    find_nodes_again,
     own_homes,
     ready_key,
     registry,
@@ -942,7 +943,7 @@ class Worker:
             logger.warning("Worker %s lost Redis (%s); retrying", self.id, error)
         self._reclaim = True
         self._waker.unsubscribe()
-        rediscover(get_client())  # (on a cluster, a replica may have taken over)
+        find_nodes_again()  # (on a cluster, a replica may have taken over)
         # Back off from 0.1 s to 5 s while Redis stays away; a stop request ends the wait.
         pause = min(5.0, 0.1 * 2 ** min(6, int((now - self._down_since) / 0.5)))
         self._waker.pause(pause)

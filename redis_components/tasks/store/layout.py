@@ -14,8 +14,8 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ... import keys
 from ...conf import MAX_PARTITIONS, conf
-from ...connection import get_client, is_cluster, node_client
-from ..messages import MAX_PRIORITY, FlowStep
+from ...connection import get_client, is_cluster, node_client, rediscover
+from ..messages import MAX_PRIORITY, FlowStep, TaskMessage
 
 COMPONENT = "queue"
 TAG = "tasks"
@@ -163,6 +163,13 @@ def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> 
     return tags[zlib.crc32(by.encode()) % len(tags)] + digits
 
 
+def partition_id(message: TaskMessage, by: str | None) -> str:
+    """A new id for ``message``, of the partition of its queue that ``by`` picks (by
+    default its digest: equal unique tasks meet in one partition; :class:`InvalidInput`
+    for arguments a digest cannot compare)."""
+    return new_task_id(message.queue, partition_by=message.digest() if by is None else by)
+
+
 def registry() -> str:
     """The head of the keys that no queue owns: the workers' leases and descriptions,
     the queues served, the schedules and the workflows."""
@@ -205,6 +212,12 @@ def one_home(queues: Iterable[str]) -> str:
     if len(heads) > 1:
         raise ValueError(f"queues of different homes in one call: {sorted(heads)}")
     return heads.pop()
+
+
+def find_nodes_again() -> None:
+    """After a connection error: on a cluster, have the client read which node serves
+    which slots again, so that :func:`tasks_client` finds a promoted replica."""
+    rediscover(get_client())
 
 
 def tasks_client(head: str = "") -> Redis:

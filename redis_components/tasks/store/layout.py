@@ -120,6 +120,16 @@ def own_homes(queue: str) -> list[str]:
     return [_own(conf.KEY_PREFIX, tag) for tag in _tags(queue, partitions(queue))]
 
 
+def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
+    """The own homes of ``queues`` (see :func:`own_homes`), each with the queues it
+    holds, in their order."""
+    found: dict[str, list[str]] = {}
+    for queue in queues:
+        for head in own_homes(queue):
+            found.setdefault(head, []).append(queue)
+    return found
+
+
 def home(queue: str) -> str:
     """The head of the keys of ``queue`` and of its tasks: the queue's home (its first
     partition's, when it has several: see :func:`own_homes`).
@@ -189,7 +199,7 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     the queues that the readers know of)."""
     found = [_head()]
     if _split():
-        found += sorted({head for queue in queues() for head in own_homes(queue)} - {_head()})
+        found += sorted(set(homes_of(queues())) - {_head()})
     return found
 
 

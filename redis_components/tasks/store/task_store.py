@@ -44,13 +44,13 @@ from .layout import (
     head_of,
     home,
     homes,
+    homes_of,
     lease_copy_key,
     leases_key,
     limit_held_key,
     limit_wait_key,
     limits_key,
     limits_waiting_key,
-    own_homes,
     partitions,
     queue_homes,
     queues_key,
@@ -363,7 +363,7 @@ class TaskStore:
         of the fetches there) gets its expiry, in a pipeline per node that also reads the
         termination requests of the running tasks of those homes."""
         here = registry()
-        by_home: dict[str, list[str]] = {h: [] for queue in queues for h in own_homes(queue)}
+        by_home: dict[str, list[str]] = {head: [] for head in homes_of(queues)}
         by_home.pop(here, None)
         for task_id in running_ids:
             by_home.setdefault(task_home(task_id), []).append(task_id)
@@ -409,10 +409,7 @@ class TaskStore:
         (``None`` is returned), or nothing would ever recover that home.
         """
         here = registry()
-        by_home: dict[str, list[str]] = {}
-        for queue in queues:
-            for head in own_homes(queue):
-                by_home.setdefault(head, []).append(queue)
+        by_home = homes_of(queues)
         shared = shared_home()
         if shared is not None:  # where it may hold workflows' steps, and older tasks
             by_home[shared] = list(queues)
@@ -482,7 +479,7 @@ class TaskStore:
             return 0
         here = registry()
         renewed: int = self._run(renew_call(worker_ids=worker_ids, lease_ms=lease_ms))
-        for head in {head for queue in queues for head in own_homes(queue)} - {here}:
+        for head in set(homes_of(queues)) - {here}:
             self._run(renew_call(head=head, worker_ids=worker_ids, lease_ms=lease_ms))
         return renewed
 

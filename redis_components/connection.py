@@ -182,6 +182,13 @@ def private_client(client: Redis) -> Redis:
     return Redis(connection_pool=own)
 
 
+def server_of(client: Redis) -> tuple[Any, ...]:
+    """Where ``client`` connects (its host and port, or its socket's path): equal for
+    the clients of one server, and on a cluster for those of one node."""
+    kwargs = client.connection_pool.connection_kwargs
+    return (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"))
+
+
 #: An option of :meth:`OneConnection.execute_command`: what to do while the server works.
 MEANWHILE = "meanwhile"
 

@@ -26,7 +26,13 @@ from redis.crc import key_slot
 
 from conftest import cancelled as is_cancelled
 from redis_components import chain, get_result, group, redis_task
-from redis_components.connection import OneConnection, get_client, is_cluster, node_client
+from redis_components.connection import (
+    OneConnection,
+    get_client,
+    is_cluster,
+    node_client,
+    server_of,
+)
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
 from redis_components.exceptions import InvalidInput, QueueFull, TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
@@ -954,6 +960,30 @@ def test_the_heartbeat_and_recovery_cover_every_partition(
     assert store.put_back() == (6, 0)
     assert TaskStore().waiting(HOT, "ready", 0, 100)[0] == 12
     assert all(get_result(task_id).status is TaskResultStatus.READY for task_id in ids)
+
+
+def test_a_worker_connects_once_per_node_whatever_the_partitions_there(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue of 12 partitions: the worker's own clients and its loop's held
+    connections are one per server (on the cluster, per master), not one per home."""
+    monkeypatch.setattr(worker_store, "ROTATE_EVERY", 0.0)  # (takes from each partition)
+    changed = {**settings.REDIS_COMPONENTS, "QUEUE_PARTITIONS": {HOT: 12}}
+    with override_settings(REDIS_COMPONENTS=changed):
+        heads = [*own_homes(HOT), registry()]
+        servers = {server_of(tasks_client(head)) for head in heads}
+        assert len(heads) == 13 > len(servers) == len(masters_of(get_client()))
+        ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(120)]
+        assert len({task_home(task_id) for task_id in ids}) == 12
+        with running_worker([HOT]) as worker:
+            wait_until(lambda: r.hlen("{test}:runs") == 120)
+            assert len(worker._own_clients) == len(servers)
+            assert len(worker._held_connections) == len(servers)
+
+
+def masters_of(client: Any) -> list[Any]:
+    """The masters of the cluster ``client``, or ``[client]`` for one server."""
+    return list(client.get_primaries()) if is_cluster(client) else [client]
 
 
 def raw_score(head: str) -> float | None:

@@ -107,7 +107,7 @@ from typing import Any, NoReturn
 
 import redis
 
-from ..connection import OneConnection, private_client
+from ..connection import OneConnection, private_client, server_of
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from .execution import Abandoned, arun_job, over_time, prepare, run_job
 from .jobs import Job
@@ -280,9 +280,11 @@ class Worker:
         #: Set once the worker has deregistered and closed, even while a task it gave up
         #: on still runs in the thread that called run().
         self.stopped = threading.Event()
-        # Per home (its head): the shared client it was made for, and its own.
-        self._own_clients: dict[str, tuple[redis.Redis, redis.Redis]] = {}
-        self._held_connections: dict[str, OneConnection] = {}
+        # Per server (on a cluster, per node: homes on one node share them, so that a
+        # queue of many partitions opens no more connections than the nodes it is on):
+        # the shared client it was made for, and its own.
+        self._own_clients: dict[tuple[Any, ...], tuple[redis.Redis, redis.Redis]] = {}
+        self._held_connections: dict[tuple[Any, ...], OneConnection] = {}
         # After a lost connection: a take's reply may have been lost with it.
         self._reclaim = False
         self._down_since: float | None = None
@@ -299,11 +301,13 @@ class Worker:
         return self.client_at(registry())
 
     def client_at(self, head: str) -> redis.Redis:
-        """The worker's own client for the keys of the home ``head``."""
+        """The worker's own client for the keys of the home ``head``: one per server
+        (on a cluster, per node), whatever the number of homes there."""
         shared = tasks_client(head)
-        own = self._own_clients.get(head)
+        node = server_of(shared)
+        own = self._own_clients.get(node)
         if own is None or own[0] is not shared:
-            own = self._own_clients[head] = (shared, private_client(shared))
+            own = self._own_clients[node] = (shared, private_client(shared))
         return own[1]
 
     @property
@@ -314,13 +318,15 @@ class Worker:
     def _loop_connection(self, head: str) -> OneConnection:
         """The connection of the loop's fetches in the home ``head``, held: one script
         call per task, so it skips the client's layers (see OneConnection). Only the
-        loop's thread uses it."""
+        thread holding the step lock uses it. Homes on one node share it: the reply to
+        a take sent ahead is read before any other fetch is sent (see _fetch)."""
         client = self.client_at(head)
-        held = self._held_connections.get(head)
+        node = server_of(client)
+        held = self._held_connections.get(node)
         if held is None or held.client is not client:
             if held is not None:
                 held.close()
-            held = self._held_connections[head] = OneConnection(client)
+            held = self._held_connections[node] = OneConnection(client)
         return held
 
     @property

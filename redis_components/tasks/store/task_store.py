@@ -215,24 +215,42 @@ class TaskStore:
     def _homes(self) -> list[str]:
         return homes(self.known_queue_names)
 
-    def _each_home(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Run ``commands`` (each: the head of the home of its keys, then the command),
-        never decoded, in one pipeline per client of their homes (on a cluster, one per
-        node, whatever the number of homes there): their replies, in order."""
+    def _by_client(self, heads: Sequence[str]) -> list[tuple[Any, list[int]]]:
+        """The clients of the homes ``heads``, each with the positions of its heads in
+        ``heads`` (on a cluster, one client per node, whatever the homes there)."""
         clients: dict[str, Any] = {}
         by_client: dict[int, tuple[Any, list[int]]] = {}
-        for i, (head, _) in enumerate(commands):
+        for i, head in enumerate(heads):
             if head not in clients:
                 clients[head] = self.at(head)
             client = clients[head]
             by_client.setdefault(id(client), (client, []))[1].append(i)
+        return list(by_client.values())
+
+    def _each_home(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Run ``commands`` (each: the head of the home of its keys, then the command),
+        never decoded, in one pipeline per client of their homes: their replies, in
+        order."""
         found: list[Any] = [None] * len(commands)
-        for client, indexes in by_client.values():
+        for client, indexes in self._by_client([head for head, _ in commands]):
             pipe = client.pipeline(transaction=False)
             for i in indexes:
                 raw(pipe, *commands[i][1])
             for i, reply in zip(indexes, pipe.execute(), strict=True):
                 found[i] = reply
+        return found
+
+    def _run_each(self, calls: Sequence[scripts.Call]) -> list[Any]:
+        """Run ``calls`` (each in one home) in one pipeline per client of their homes:
+        their replies, in order. A script's error is raised once all have run."""
+        found: list[Any] = [None] * len(calls)
+        for client, indexes in self._by_client([head_of(call[1][0]) for call in calls]):
+            replies = scripts.run_many(client, [calls[i] for i in indexes])
+            for i, reply in zip(indexes, replies, strict=True):
+                found[i] = reply
+        for reply in found:
+            if isinstance(reply, Exception):
+                raise reply
         return found
 
     def enqueue(
@@ -477,11 +495,9 @@ class TaskStore:
         without. Returns how many of the registry's leases were renewed."""
         if not worker_ids:
             return 0
-        here = registry()
-        renewed: int = self._run(renew_call(worker_ids=worker_ids, lease_ms=lease_ms))
-        for head in set(homes_of(queues)) - {here}:
-            self._run(renew_call(head=head, worker_ids=worker_ids, lease_ms=lease_ms))
-        return renewed
+        heads = ["", *sorted(set(homes_of(queues)) - {registry()})]  # "": the registry's
+        calls = [renew_call(head=head, worker_ids=worker_ids, lease_ms=lease_ms) for head in heads]
+        return int(self._run_each(calls)[0])  # (a pipeline per node)
 
     def drop_lease(self, raw_id: bytes) -> None:
         """Forget a lease whose owner is not a worker of ours (it holds no task)."""

@@ -5,12 +5,15 @@
     .venv/bin/python benchmarks/cluster_queues.py --layout one     # every queue in {tasks}
     .venv/bin/python benchmarks/cluster_queues.py --layout split   # a home per queue, everywhere
     .venv/bin/python benchmarks/cluster_queues.py --partitions 3   # one queue, 3 partitions
+    .venv/bin/python benchmarks/cluster_queues.py --workflows      # fan-ins over the 3 queues
 
 In one run, for a private single redis-server and private clusters of 1, 2 and 3
 masters (Redis's defaults): ``--tasks`` no-op tasks are enqueued over three queues
 (``bench-a``, ``bench-b``, ``bench-c``, a third each), or with ``--partitions N`` over
 one queue (``bench-a``) of N partitions (``QUEUE_PARTITIONS``; one home on the single
-server), then ``--workers`` processes of ``rc_worker -c 1`` serving them drain them.
+server), or with ``--workflows`` as workflows of 10 steps each (a group of 9 members
+over the three queues, then a fan-in callback on ``bench-a``, given their results),
+then ``--workers`` processes of ``rc_worker -c 1`` serving them drain them.
 Measured while they drain, from the first take to the last task's end (the queues'
 counts polled every 10 ms):
 
@@ -54,6 +57,8 @@ SETTINGS = "benchmarks.queue_apps.settings"
 LAYOUT = "server"
 # --partitions: 0 for three queues, else the partitions of one queue.
 PARTITIONS = 0
+# --workflows: the tasks are the steps of workflows of this many steps (0: plain tasks).
+WORKFLOW_STEPS = 0
 
 
 def served() -> list[str]:
@@ -80,13 +85,19 @@ def enqueue(url: str, cluster: bool, tasks: int) -> None:
         import django
 
         django.setup()
-        from benchmarks.queue_apps.tasks import spread
+        from benchmarks.queue_apps.tasks import gather, spread
+        from redis_components import group
         from redis_components.tasks.store.layout import split_homes
 
         chosen = {"one": False, "split": True}.get(LAYOUT)
         # (This process read RC_SPLIT_HOMES before it was set.)
         with contextlib.nullcontext() if chosen is None else split_homes(chosen):
             senders = [spread[queue] for queue in served()]
+            if WORKFLOW_STEPS:
+                members = [sender.s() for sender in senders] * ((WORKFLOW_STEPS - 1) // 3)
+                for _ in range(tasks // WORKFLOW_STEPS):
+                    group(members).then(gather.s()).enqueue()
+                return
             for sender in itertools.islice(itertools.cycle(senders), tasks):
                 sender.enqueue()
 
@@ -138,6 +149,12 @@ class Watch:
             self.count(i, self.keys(i, "*:running:*:bench-*")) for i in range(len(self.nodes))
         )
 
+    def workflows_left(self) -> int:
+        """The workflows not finished (a fan-in's callback is released by the script
+        that records its last member: between two reads of the queues it may be in
+        neither)."""
+        return sum(self.count(i, self.keys(i, "*flows:live")) for i in range(len(self.nodes)))
+
 
 def drain(
     url: str, nodes: list[redis.Redis], cluster: bool, tasks: int, workers: int
@@ -165,7 +182,7 @@ def drain(
                 raise TimeoutError("no worker took a task")
             time.sleep(0.01)
         began = time.monotonic()
-        while watch.ready_left() or watch.running_left():
+        while watch.ready_left() or watch.running_left() or watch.workflows_left():
             if time.monotonic() > deadline + 600:
                 raise TimeoutError("the queues were not drained")
             time.sleep(0.01)
@@ -183,6 +200,11 @@ def drain(
     return tasks / elapsed, calls, used
 
 
+def steps(tasks: int) -> int:
+    """The tasks run: with --workflows, whole workflows only."""
+    return tasks // WORKFLOW_STEPS * WORKFLOW_STEPS if WORKFLOW_STEPS else tasks
+
+
 def run(name: str, masters: int, tasks: int, workers: int) -> list[str]:
     server = EmbeddedCluster(masters=masters).start() if masters else EmbeddedRedis().start()
     try:
@@ -190,6 +212,7 @@ def run(name: str, masters: int, tasks: int, workers: int) -> list[str]:
             nodes = [node.client() for node in server.nodes]
         else:
             nodes = [server.client()]
+        tasks = steps(tasks)
         enqueue(server.url, bool(masters), tasks)
         rate, calls, used = drain(server.url, nodes, bool(masters), tasks, workers)
     finally:
@@ -227,11 +250,20 @@ def main() -> None:
         help="enqueue every task in one queue of this many partitions (QUEUE_PARTITIONS) "
         "instead of over three queues",
     )
+    parser.add_argument(
+        "--workflows",
+        action="store_true",
+        help="enqueue the tasks as workflows of 10 steps: a group of 9 members over the "
+        "three queues, then a callback given their results",
+    )
     options = parser.parse_args()
-    global LAYOUT, PARTITIONS
+    global LAYOUT, PARTITIONS, WORKFLOW_STEPS
     LAYOUT, PARTITIONS = options.layout, options.partitions
+    WORKFLOW_STEPS = 10 if options.workflows else 0
     if not 0 <= PARTITIONS <= 64:
         parser.error(f"--partitions must be from 0 to 64, not {PARTITIONS}")
+    if PARTITIONS and WORKFLOW_STEPS:
+        parser.error("--workflows spreads its steps over three queues: not with --partitions")
     for name in ("tasks", "workers"):
         if getattr(options, name) < 1:
             parser.error(f"--{name} must be at least 1, not {getattr(options, name)}")
@@ -252,8 +284,10 @@ def main() -> None:
     ]
     print(f"Load average (1, 5, 15 min): before {load_before}, after {os.getloadavg()}")
     over = f"one queue of {PARTITIONS} partitions" if PARTITIONS else "3 queues"
+    if WORKFLOW_STEPS:
+        over += f", as workflows of {WORKFLOW_STEPS} steps (9 members, then a fan-in)"
     print(
-        f"{options.tasks:,} no-op tasks over {over} (layout: {LAYOUT}), "
+        f"{steps(options.tasks):,} no-op tasks over {over} (layout: {LAYOUT}), "
         f"{options.workers} rc_worker -c 1 processes\n"
     )
     headers = [

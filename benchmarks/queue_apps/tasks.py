@@ -27,3 +27,5 @@ spread = {
     queue: redis_task(name=f"bench.noop.{queue}", queue=queue)(work.noop)
     for queue in work.SPREAD_QUEUES
 }
+# A fan-in's callback, after a group over the three (benchmarks/cluster_queues.py).
+gather = redis_task(name="bench.gather", queue=work.SPREAD_QUEUES[0])(work.gather)

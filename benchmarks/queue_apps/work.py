@@ -24,6 +24,10 @@ def noop() -> None:
     """The task whose throughput is measured."""
 
 
+def gather(results: list[object]) -> None:
+    """A fan-in's callback: given its group's results, does nothing with them."""
+
+
 def mark(name: str) -> None:
     """Record when the worker reached this task (the first and last of a throughput run)."""
     client().set(f"bench:{name}", repr(time.time()))

@@ -52,8 +52,12 @@ from redis_components.tasks.store import (
     own_homes,
     partitions,
     queues_key,
+    rank,
     ready_key,
     registry,
+    released_key,
+    result_key,
+    settled_key,
     tasks_client,
     tick_enqueue_call,
     worker_store,
@@ -777,25 +781,153 @@ def test_a_worker_killed_with_tasks_in_flight_in_three_homes_loses_none(
         assert "and 2 other tasks" in error.traceback  # the crash was shared, not charged
 
 
-def test_a_workflow_over_queues_of_three_homes_runs_each_step_once_in_the_registrys_home(
+def test_a_workflow_over_queues_of_three_homes_runs_each_step_once_in_its_queues_home(
     r: redis.Redis,
 ) -> None:
-    """A workflow's steps live in the registry's home, whatever their queues' (their ids
-    name it), so one script settles each step: a worker of the three queues runs them in
-    order, each once, and a fan-in gets every result."""
+    """A workflow's steps live in their queues' homes (their ids name them), and their
+    outcomes are carried to the workflow's home: a worker of the three queues runs them
+    in order, each once, and a fan-in gets every result."""
     members = [tasks.follow.using(queue_name=queue).s(queue) for queue in QUEUES]
     workflow = chain(
         tasks.member.using(queue_name="third").s("start"),
         group(members),
         tasks.total.using(queue_name="reports").s(),
     ).enqueue()
-    assert {task_home(step.task_id) for step in workflow.steps()} == {registry()}
+    steps = workflow.steps()
+    homes = [home(queue) for queue in ["third", *QUEUES, "reports"]]
+    assert [task_home(step.task_id) for step in steps] == homes
     with running_worker(QUEUES):
         assert workflow.wait(30) == "SUCCESSFUL"
     counted = {label.decode(): int(n) for label, n in r.hgetall("{test}:runs").items()}
     assert counted == {"start": 1, **dict.fromkeys(QUEUES, 1), "total": 1}
     given = [json.loads(entry) for entry in r.lrange("{test}:given:total", 0, -1)]
     assert given == [[f"start>{queue}" for queue in QUEUES]]
+
+
+def test_an_outcome_left_in_its_homes_outbox_is_carried_once(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that records a step's outcome in its queue's home and loses Redis (or
+    dies) before it carries it to the workflow leaves it in the home's outbox: any
+    process carries it (a worker's heartbeat does), once, however often it is carried."""
+    workflow = chain(
+        tasks.member.using(queue_name="first").si("a"),
+        tasks.member.using(queue_name="third").si("b"),
+    ).enqueue()
+    first, second = (step.task_id for step in workflow.steps())
+    store = worker(["first"])
+    taken = store.take()
+    assert taken.payload is not None
+    assert task_id_of(taken.payload) == first
+
+    def lost(self: TaskStore, task_id: str, *args: object, **kwargs: object) -> int:
+        raise redis.ConnectionError("lost before it carried")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TaskStore, "carry_step", lost)
+        assert store.record(ok(taken.position, taken.payload)).recorded
+    assert f"could not carry the outcome of step {first}" in caplog.text
+    outbox = settled_key(home("first"))
+    assert client_at(home("first")).hexists(outbox, first)
+    assert states(workflow) == ["QUEUED", "WAITING"]
+    assert get_result(first).status is TaskResultStatus.SUCCESSFUL  # in its own home
+    caplog.set_level("INFO", logger="redis_components.worker")
+    fast = {**settings.REDIS_COMPONENTS, "TASK_HEARTBEAT_INTERVAL": 0.2}
+    with override_settings(REDIS_COMPONENTS=fast), running_worker(["first"]):
+        wait_until(lambda: states(workflow) == ["SUCCESSFUL", "QUEUED"])  # its heartbeat
+    assert "carried 1 workflow entries left in an outbox since its last heartbeat" in caplog.text
+    assert get_result(second).status is TaskResultStatus.READY
+    assert not client_at(home("first")).hexists(outbox, first)
+    # Carried again (a carrier that read it before it went): nothing changes.
+    client_at(home("first")).hset(outbox, first, f"1 {workflow.id} {first} S null")
+    assert carry_left(QUEUES) == 1
+    assert states(workflow) == ["SUCCESSFUL", "QUEUED"]
+    assert TaskStore().waiting("third", "ready", 0, 10)[0] == 1
+    with running_worker(["third"]):
+        assert workflow.wait(10) == "SUCCESSFUL"
+    assert int(r.hget("{test}:runs", "b") or 0) == 1
+
+
+def test_a_released_step_left_in_the_workflows_outbox_is_enqueued_once(
+    r: redis.Redis,
+) -> None:
+    """A step released to the workflows' outbox (by a workflow's creation, or a settle)
+    whose carrier died before it reached its queue's home: any process enqueues it
+    there, once, however often it is carried; a cancel meanwhile keeps it out."""
+    tasks_store = TaskStore()
+
+    def left_in_outbox(queue: str) -> tuple[Any, str, bytes]:
+        """A workflow of one step of ``queue``, as if its release was never carried."""
+        workflow = group([tasks.member.using(queue_name=queue).si(queue)]).enqueue()
+        [step] = workflow.steps()
+        message = tasks_store.queued_message(step.task_id)
+        assert message is not None
+        assert client_at(home(queue)).delete(result_key(step.task_id), ready_key(queue)) == 2
+        entry = f"{queue}\n{rank(0)}\n{message.encode()}".encode()
+        r.hset(released_key(), step.task_id, entry)
+        return workflow, step.task_id, entry
+
+    workflow, task_id, entry = left_in_outbox("first")
+    assert carry_left(["first"]) == 1
+    assert tasks_store.waiting("first", "ready", 0, 10)[0] == 1
+    r.hset(released_key(), task_id, entry)  # carried twice: enqueued once
+    assert carry_left(["first"]) == 1
+    assert tasks_store.waiting("first", "ready", 0, 10)[0] == 1
+    with running_worker(["first"]):
+        assert workflow.wait(10) == "SUCCESSFUL"
+    # Cancelled while it waits in the outbox: it never reaches its queue.
+    other, _, _ = left_in_outbox("third")
+    assert other.cancel() == (1, 0)
+    assert other.status == "CANCELLED"
+    assert other.finished
+    assert carry_left(["third"]) == 0
+    assert tasks_store.waiting("third", "ready", 0, 10)[0] == 0
+
+
+def test_a_cancel_ends_a_workflow_whose_step_was_purged_and_completes_when_repeated(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel reaches a workflow's steps in their homes one by one: a purged step ends
+    as cancelled there, so its workflow ends; and a canceller that died before it
+    reached every step leaves the rest to the next cancel."""
+    workflow = group([tasks.member.using(queue_name="first").si("a")]).enqueue()
+    assert TaskStore().purge("first") == 1
+    assert workflow.cancel() == (0, 0)
+    assert workflow.finished
+    assert states(workflow) == ["CANCELLED"]
+    assert not client_at(home("first")).hlen(f"{home('first')}flows:waiting")
+
+    workflow = group([tasks.member.using(queue_name=q).si(q) for q in QUEUES]).enqueue()
+    cancel = TaskStore._cancel
+    reached: list[str] = []
+
+    def dies_after_one(self: TaskStore, task_id: str, **options: Any) -> int:
+        if reached:
+            raise redis.ConnectionError("the canceller lost Redis")
+        reached.append(task_id)
+        return cancel(self, task_id, **options)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TaskStore, "_cancel", dies_after_one)
+        with pytest.raises(redis.ConnectionError):
+            workflow.cancel()
+    assert workflow.status == "CANCELLED"
+    assert not workflow.finished
+    with pytest.raises(InvalidInput, match="cancelled already"):
+        workflow.cancel()  # (and it reaches the steps left)
+    assert workflow.finished
+    assert states(workflow) == ["CANCELLED"] * 3
+    assert all(TaskStore().waiting(q, "ready", 0, 10)[0] == 0 for q in QUEUES)
+
+
+def carry_left(queues: list[str]) -> int:
+    """What a heartbeat carries of what the outboxes held at the one before."""
+    store = TaskStore()
+    return store.carry_left(store.outbox_entries(queues))
+
+
+def states(workflow: Any) -> list[str]:
+    return [step.state for step in workflow.steps()]
 
 
 def test_a_fan_in_of_200_over_three_homes_runs_once_through_two_kill_9s(
@@ -893,7 +1025,7 @@ def test_a_busy_worker_stays_in_a_partition_until_its_turn_moves_on(
     """Between two moves (ROTATE_EVERY), each take looks first where the last task came
     from: the outcome is recorded in the take's script, one script per task."""
     monkeypatch.setattr(worker_store, "ROTATE_EVERY", 60.0)
-    for i in range(30):
+    for i in range(90):  # (its partition holds fewer than 6 by a chance of 2 in 10^10)
         tasks.record.using(queue_name=HOT).enqueue(str(i))
     store = worker([HOT])
     fetched = store.take()
@@ -1031,8 +1163,8 @@ def test_a_bad_partition_key_is_refused_where_the_task_is_defined(key: str, prob
 @pytest.mark.usefixtures("hot_partitions")
 def test_a_schedules_ticks_and_a_workflows_steps_on_a_partitioned_queue() -> None:
     """A tick's task goes to the partition its key picks, as an enqueue's does; a
-    workflow's step (in the registry's home) picks none, even when its key names the
-    step's input, which is not known at its enqueue."""
+    workflow's step whose key names its input, which is not known at its enqueue, goes
+    to one partition of its queue (at random), and runs there."""
     enqueued = tasks.customer_step.using(queue_name=HOT).enqueue("ann", 1).id
     every = build(
         "ann-steps",
@@ -1048,7 +1180,11 @@ def test_a_schedules_ticks_and_a_workflows_steps_on_a_partitioned_queue() -> Non
     assert task_home(message.id) == task_home(enqueued)
     assert every.message(1_000_000)[0].id == message.id  # the same tick, the same id
     flow = chain(tasks.follow.s("x", "first"), tasks.customer_step.using(queue_name=HOT).s(3))
-    assert task_home(flow.enqueue().id) == registry()
+    workflow = flow.enqueue()
+    assert task_home(workflow.id) == registry()
+    assert task_home(workflow.steps()[1].task_id) in own_homes(HOT)
+    with running_worker(["test", HOT]):
+        assert workflow.wait(10) == "SUCCESSFUL"
 
 
 @pytest.mark.usefixtures("hot_partitions")

@@ -32,7 +32,13 @@ from redis_components.exceptions import (
 from redis_components.scripts import LUA_DIR
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.status import queue_stats, workers
-from redis_components.tasks.store import TaskStore, flow_key, result_key
+from redis_components.tasks.store import (
+    TaskStore,
+    flow_key,
+    released_key,
+    result_key,
+    settled_elsewhere,
+)
 from redis_components.tasks.worker import Worker
 from redis_components.tasks.workflow_records import FIELDS, STEP_FIELDS
 from redis_components.tasks.workflows import (
@@ -453,10 +459,13 @@ def test_a_workflow_whose_unfinished_steps_all_run_is_cancelled(shape: str) -> N
 
 
 def test_a_cancel_that_fails_changes_nothing(r: redis.Redis) -> None:
-    """Hostile data: a step's result key holds a string. The cancel reads everything it
-    needs before its first write, so its error leaves the workflow as it was."""
+    """Hostile data: a key the cancel's script reads holds a string (a step's result
+    key; on a cluster, where the steps live in their queues' homes, the workflows'
+    outbox). The script reads everything it needs before its first write, so its error
+    leaves the workflow as it was."""
     workflow = group([tasks.member.s("a"), tasks.member.s("b")]).then(tasks.total.s()).enqueue()
-    r.set(result_key(workflow.steps()[1].task_id), "not a hash")
+    step = workflow.steps()[1].task_id
+    r.set(released_key() if settled_elsewhere(step) else result_key(step), "not a hash")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         workflow.cancel()
     assert workflow.status == "RUNNING"

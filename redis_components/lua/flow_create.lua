@@ -1,7 +1,8 @@
 -- KEYS: 1) the workflow's HASH  2) the task system's enqueue counter  3) the ZSET of live
 --       workflows  4) the ZSET of finished ones; then for each step that runs first
 --       (ARGV): its queue's ready ZSET (also the name of its wake-up channel), its
---       result hash
+--       result hash; or, when the steps live in their queues' homes, the workflows'
+--       outbox (see lib/flow.lua), to which the first steps are written
 -- ARGV: 1) the workflow's id  2) how long to keep a result after its last change, in ms
 --       3) how many fields the HASH is given; then those fields and their values (see
 --       lib/flow.lua), then for each step that runs first: its number, its payload
@@ -23,12 +24,18 @@ for i = 4, last, 1000 do  -- unpack() takes a few thousand values at most
 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_at', now)
 local flow = flow_open(1)
+local released = #KEYS == 5 and KEYS[5]  -- (4 + 2 per step otherwise)
 for r = 1, (#ARGV - last) / 3 do
   local n, payload, rank = ARGV[last + 3 * r - 2], ARGV[last + 3 * r - 1], ARGV[last + 3 * r]
   local ready, result = KEYS[3 + 2 * r], KEYS[4 + 2 * r]
   payload = queue_stamp(payload, now)
-  queue_ready(ready, KEYS[2], tonumber(rank), payload)
-  queue_result(result, payload, now, keep)
+  if released then
+    local queue = redis.call('HGET', KEYS[1], 'q:' .. n)
+    redis.call('HSET', released, queue_id(payload), queue .. '\n' .. rank .. '\n' .. payload)
+  else
+    queue_ready(ready, KEYS[2], tonumber(rank), payload)
+    queue_result(result, payload, now, keep)
+  end
   -- (The fields count it as released already: see workflows.py.)
   redis.call('HSET', KEYS[1], 'st:' .. n, 'Q', 'pay:' .. n, payload)
 end

@@ -9,7 +9,9 @@
 --       4) how long to keep the result after its last change, in ms
 --       5) how long a termination request waits for the worker to act on it, in ms
 --       6) the unique key's kind: "unique", or "" when KEYS 6 is not one  7) its step's
---       number in its workflow (0: it is no workflow's step)  8) its queue's name
+--       argument (lib/flow.lua's flow_open; 0: it is no workflow's step)  8) its queue's
+--       name  9) "workflow": its workflow (in another home) was cancelled, so that,
+--       running, it does not run again (see flow_cancelled)
 -- Returns: 1 when the waiting task was removed (its result is CANCELLED),
 --          2 when it is running and its worker was asked to terminate it,
 --          0 when it is running and ARGV 3 is "" (nothing changed),
@@ -23,6 +25,10 @@ local function free_unique()
   if ARGV[6] == 'unique' and redis.call('GET', KEYS[6]) == ARGV[1] then
     redis.call('DEL', KEYS[6])
   end
+end
+if ARGV[9] == 'workflow' then
+  redis.call('HSET', KEYS[3], 'workflow', 'CANCELLED')
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
 end
 local limits = limits_of(ARGV[2])
 local base = limits and limits_base(KEYS[1], 'ready:' .. ARGV[8])
@@ -39,8 +45,8 @@ if removed > 0 then
   redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
   if ARGV[7] ~= '0' then
-    local flow, step = flow_open(7), tonumber(ARGV[7])
-    flow_settle(flow, step, 'C', flow_failure(flow, step, 'CANCELLED'), now, tonumber(ARGV[4]))
+    local flow = flow_open(7, ARGV[7])
+    flow_outcome(flow, 'C', flow_failure(flow, 'CANCELLED'), now, tonumber(ARGV[4]))
   end
   return 1
 end
@@ -54,5 +60,10 @@ if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then
 end
 if redis.call('HGET', KEYS[3], 'status') == 'CANCELLED' then
   return -2
+end
+if ARGV[9] == 'workflow' and ARGV[7] ~= '0' then
+  -- Neither waiting nor running: it ended (its outcome stays, whether it was carried
+  -- or not), or it is gone (purged): then it ends as cancelled, for its workflow to end.
+  flow_gone(flow_open(7, ARGV[7]))
 end
 return -1

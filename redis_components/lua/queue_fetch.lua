@@ -25,7 +25,8 @@
 --       sure (its payload has the enqueue time, no retry and no crash): its result has
 --       no earlier attempt to read
 --       17) how many keys at the end of KEYS are the finished task's workflow section
---       (see lib/flow.lua), 0 when it is not a workflow's step  18) its step's number
+--       (see lib/flow.lua), 0 when it is not a workflow's step  18) its step's argument
+--       (lib/flow.lua's flow_open)
 --       19) the position (1-based) of the queue of a task held ahead that starts now,
 --       0 for none  20) its payload  21) its score as the take returned it
 --       22) "ahead": the task taken is held ahead, not started: its score in the
@@ -37,6 +38,9 @@
 --       below it (the worker's times never step back); "" to read the clock
 --       24) the limits set in the worker's settings, which replace those of the same
 --       kind and key in the payloads it takes (see limits_settings in lib/limits.lua)
+--       25) the task ids of steps whose outcomes the worker carried from this home's
+--       outbox (space-separated), their entries deleted when the finished task is a
+--       step of this home's (whose section names that outbox: lib/flow.lua)
 -- Returns: {payload, position of its queue, wait, recorded, now, score, read}: payload is false when
 --          no task was taken; wait is the number of ms until the next delayed task is
 --          due (0 when more are due now, -1 when none is or nothing was moved), or
@@ -71,9 +75,14 @@ if done > 0 then
   local ready, delayed = KEYS[4 * done + 3], KEYS[4 * done + 4]
   local running, dead = KEYS[4 * done + 5], KEYS[4 * done + 6]
   local id, outcome, result = ARGV[5], ARGV[6], KEYS[4]
-  local flow = flow_keys > 0 and flow_open(#KEYS - flow_keys + 1)
+  local flow = flow_keys > 0 and flow_open(#KEYS - flow_keys + 1, ARGV[18])
+  if flow and flow.outbox and ARGV[25] ~= '' then
+    for carried in string.gmatch(ARGV[25], '%x+') do
+      redis.call('HDEL', flow.outbox, carried)
+    end
+  end
   -- A step of a cancelled workflow does not run again.
-  if flow and (outcome == 'retry' or outcome == 'defer') and flow_status(flow) == 'CANCELLED' then
+  if flow and (outcome == 'retry' or outcome == 'defer') and flow_cancelled(flow, result) then
     outcome = 'cancel'
   end
   -- The attempt this outcome is of: "<take ms> <worker id>", written when it was taken.
@@ -102,7 +111,7 @@ if done > 0 then
       local delay = tonumber(ARGV[9])
       redis.call('ZADD', delayed, now + delay, ARGV[8])
       if flow then
-        flow_requeued(flow, tonumber(ARGV[18]), ARGV[8])
+        flow_requeued(flow, flow.step, ARGV[8])
       end
       if redis.call('ZRANGE', delayed, 0, 0)[1] == ARGV[8] then
         redis.call('PUBLISH', ready, 'delayed')
@@ -173,14 +182,14 @@ if done > 0 then
         redis.call('PEXPIRE', result, keep)
       end
     end
-    -- A final outcome releases the steps after it in the same script.
-    local step = tonumber(ARGV[18])
+    -- A final outcome releases the steps after it in the same script (or is written to
+    -- the outbox, for its workflow's home to settle: lib/flow.lua).
     if flow and outcome == 'ok' then
-      flow_settle(flow, step, 'S', ARGV[7], now, tonumber(ARGV[12]))
+      flow_outcome(flow, 'S', ARGV[7], now, tonumber(ARGV[12]))
     elseif flow and (outcome == 'bury' or outcome == 'cancel') then
       local status = outcome == 'bury' and 'FAILED' or 'CANCELLED'
-      local record = flow_failure(flow, step, status, outcome == 'bury' and ARGV[7])
-      flow_settle(flow, step, string.sub(status, 1, 1), record, now, tonumber(ARGV[12]))
+      local record = flow_failure(flow, status, outcome == 'bury' and ARGV[7])
+      flow_outcome(flow, string.sub(status, 1, 1), record, now, tonumber(ARGV[12]))
     end
   end
 end

@@ -1,5 +1,6 @@
 -- KEYS: 1) the queue's ready ZSET  2) its delayed ZSET  3) its dead-letter list
---       4) the HASH of concurrency limits in use (see lib/limits.lua)
+--       4) the HASH of concurrency limits in use (see lib/limits.lua)  5) the HASH of
+--       the payloads that workflows' steps wait as in this home (see lib/flow.lua)
 -- ARGV: 1) the queue's name
 -- Returns: how many tasks were deleted: ready, delayed, dead, and those of the queue
 --          that waited on a concurrency limit
@@ -11,6 +12,10 @@ local count = redis.call('LLEN', KEYS[3])
 local limited = {}
 local function deleted(payload)
   count = count + 1
+  local id = string.match(payload, '^{"id":"(%x+)"')
+  if id then
+    redis.call('HDEL', KEYS[5], id)
+  end
   if limits_of(payload) then
     limited[#limited + 1] = payload
   end

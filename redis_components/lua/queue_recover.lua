@@ -17,7 +17,7 @@
 --       8...) the name of each queue, in the order of KEYS, then for each task seen in
 --       the in-progress ZSETs before this call: its id (its result hash is in KEYS),
 --       where its workflow section starts in KEYS (0: it is no workflow's step), its
---       step's number
+--       step's argument (lib/flow.lua's flow_open)
 -- Returns: {tasks put back on their queue, tasks dead-lettered}, or false when the
 --          worker's lease has not run out (nothing changed)
 -- A task's crash count travels in its payload: the encoder ends every payload with
@@ -46,7 +46,7 @@ for i = 8 + queues, #ARGV, 3 do
   local nth = (i - 8 - queues) / 3 + 1
   results[ARGV[i]] = KEYS[3 + 3 * queues + nth]
   if ARGV[i + 1] ~= '0' then
-    flows[ARGV[i]] = {flow_open(tonumber(ARGV[i + 1])), tonumber(ARGV[i + 2])}
+    flows[ARGV[i]] = flow_open(tonumber(ARGV[i + 1]), ARGV[i + 2])
   end
 end
 
@@ -103,7 +103,8 @@ for i = 1, queues do
       end
     end
     local flow = id and flows[id]
-    local cancelled = flow and flow_status(flow[1]) == 'CANCELLED'
+    local result = id and results[id]
+    local cancelled = flow and flow_cancelled(flow, result)
     -- A crash in company is never the one that dead-letters a task.
     local failed = counted and crashes >= max_crashes and charged
     if cancelled then  -- neither put back nor dead-lettered
@@ -118,10 +119,9 @@ for i = 1, queues do
       redis.call('ZADD', ready, score, payload)
       requeued = requeued + 1
       if flow then
-        flow_requeued(flow[1], flow[2], payload)
+        flow_requeued(flow, flow.step, payload)
       end
     end
-    local result = id and results[id]
     if result and counted then
       if attempt then
         local started, worker = string.match(attempt, '^(%d+) (.*)$')
@@ -148,9 +148,9 @@ for i = 1, queues do
         redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
         redis.call('PEXPIRE', result, keep)
       end
-      flow_settle(flow[1], flow[2], 'C', flow_failure(flow[1], flow[2], 'CANCELLED'), now, keep)
+      flow_outcome(flow, 'C', flow_failure(flow, 'CANCELLED'), now, keep)
     elseif flow and failed then
-      flow_settle(flow[1], flow[2], 'F', flow_failure(flow[1], flow[2], 'FAILED', cjson.encode({
+      flow_outcome(flow, 'F', flow_failure(flow, 'FAILED', cjson.encode({
         exception_class_path = 'redis_components.exceptions.WorkerCrashed', traceback = error,
       })), now, keep)
     end

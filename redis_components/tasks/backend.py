@@ -252,7 +252,7 @@ class RedisTaskBackend(QueueBackend):
             if isinstance(task, RedisTask)
             else None,
         )
-        # (A workflow's steps are in the registry's home, whatever their queue.)
+        # (A step's piped input is not known here: it goes to a random partition.)
         if not piped and isinstance(task, RedisTask) and partitions(message.queue) > 1:
             by = task.partition_by(message.limits, args, kwargs)
             if by is not None or task.unique_for:  # (else its random id picks)

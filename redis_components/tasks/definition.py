@@ -451,9 +451,8 @@ class _Plan:
             # Its function must take the arguments, after its input if it gets one.
             piped = given is not None
             message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
-            # A step's keys are the workflow's: in the registry's home (its id's 32 digits
-            # name it), whatever its queue's, so that one script settles the step.
-            message = dataclasses.replace(message, id=new_task_id())
+            # (Its id names its queue's home, where it runs: on one server, the
+            # workflow's; on a cluster its outcome is carried there, see lib/flow.lua.)
             self.steps.append(
                 PlannedStep(number, message, parents, given, allow_failure=node.allow_failure)
             )

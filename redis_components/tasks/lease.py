@@ -144,6 +144,8 @@ class Lease(Generic[Running]):
         self._stop = threading.Event()
         self._leading = threading.Event()  # set while this worker holds the scheduler's lease
         self._threads: list[threading.Thread] = []
+        # The outboxes' entries at its last heartbeat (see _carry_left).
+        self._outboxed: set[tuple[str, str]] = set()
 
     def beat(self) -> Heartbeat:
         """Renew the lease (registering the worker if it was not), and the scheduler's
@@ -198,6 +200,7 @@ class Lease(Generic[Running]):
                 if time.monotonic() >= recover_after:
                     for worker_id in expired:
                         self._recover_expired(worker_id)
+                    self._carry_left()
             except REDIS_DOWN as error:
                 logger.debug("Heartbeat of %s failed: %s", self.worker_id, error)
                 find_nodes_again()  # (on a cluster, a replica may have taken over)
@@ -226,6 +229,21 @@ class Lease(Generic[Running]):
                 logger.exception("Scheduler of worker %s failed", self.worker_id)
                 wait = self.interval
             self._stop.wait(wait)
+
+    def _carry_left(self) -> None:
+        """Carry the workflows' outcomes and released steps that a process left in the
+        outboxes of this worker's homes (see lua/lib/flow.lua): those that were there at
+        its last heartbeat already (a live carrier's are gone by then)."""
+        store = self.tasks.store
+        found = store.outbox_entries(self.tasks.queues)
+        left, self._outboxed = found & self._outboxed, found
+        carried = store.carry_left(left) if left else 0
+        if carried:
+            logger.info(
+                "Worker %s carried %d workflow entries left in an outbox since its last heartbeat",
+                self.worker_id,
+                carried,
+            )
 
     def _recover_expired(self, raw_id: bytes) -> None:
         store = self.tasks.store

@@ -225,8 +225,8 @@ class Worker:
         self.processed = 0
         self._stopping = False
         # Each queue's wake-up channel is named like its ready set, in each of its homes
-        # (one per partition, and the shared home, where workflows' steps are, when
-        # queues have homes of their own).
+        # (one per partition, and the shared home, where tasks of an earlier release may
+        # be, when queues have homes of their own).
         shared = shared_home()
         channels = [ready_key(queue, head) for queue in self.queues for head in own_homes(queue)]
         channels += [ready_key(queue, shared) for queue in self.queues if shared is not None]

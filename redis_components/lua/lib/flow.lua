@@ -32,17 +32,38 @@
 --                (head, tail, in and rank are dropped once it is released, and a
 --                barrier's in once its r is written)
 --   pay:<n>      its payload as it waits in its queue: once released, then each time it
---                is put back (a cancel finds it by this)
+--                is put back (a cancel finds it by this); a step in another home has
+--                it in that home's HASH of waiting payloads instead (see below)
 --   r:<n>        its return value, or its failure record (JSON)
 --   bf:<n>       a barrier's "a parent of it failed" (its children that do not allow it
 --                were marked not run)
 -- A barrier (see flow_barrier) has st, deps, kids, in, r and bf; it is in no count, nor
 -- in "left".
+--
+-- A step lives in its workflow's home (on one server, and the steps written there by
+-- 0.1.0), or in its queue's (on a cluster). There, the script that records its final outcome
+-- cannot reach the workflow: it writes the outcome to its home's outbox (a HASH, task
+-- id -> "<step> <workflow id> <task id> <state> <record>"), and flow_settle.lua settles
+-- it in the workflow's home, where the steps it releases go to the workflows' outbox
+-- (a HASH, task id -> "<queue>\n<rank>\n<payload>") until flow_release.lua enqueues
+-- each in its queue's home. Both are idempotent: a step counts once (st:<n> is Q
+-- until then), and a released step is enqueued once (unless its result hash exists).
+-- Whoever writes an entry carries it; what a process left (it died, or lost Redis) is
+-- carried by a worker's heartbeat (tasks/store/task_store.py, carry_left).
 -- @include queue
 
-local function flow_open(base)
+-- A step's workflow section at KEYS[base], given its step's argument: in the workflow's
+-- home, the workflow's keys and the step's number; elsewhere, its home's outbox and
+-- "<step> <workflow id> <task id>" (see above), then its home's HASH of the payloads
+-- that steps wait as (task id -> payload; a cancel finds a step by it).
+local function flow_open(base, step)
+  local n, rest = string.match(step or '', '^(%d+) (.+)$')
+  if n then
+    return {outbox = KEYS[base], waiting = KEYS[base + 1], step = tonumber(n), entry = step,
+      id = string.match(rest, ' (%x+)$')}
+  end
   return {key = KEYS[base], counter = KEYS[base + 1], live = KEYS[base + 2],
-    done = KEYS[base + 3], kids = base + 4}
+    done = KEYS[base + 3], kids = base + 4, step = tonumber(step or '')}
 end
 
 local function flow_status(flow)
@@ -60,7 +81,9 @@ end
 -- back after its worker died): a cancel finds it by this payload, whatever its result
 -- hash holds (the result may expire while the step waits).
 local function flow_requeued(flow, n, payload)
-  if redis.call('HGET', flow.key, 'st:' .. n) == 'Q' then
+  if flow.waiting then
+    redis.call('HSET', flow.waiting, flow.id, payload)
+  elseif redis.call('HGET', flow.key, 'st:' .. n) == 'Q' then
     redis.call('HSET', flow.key, 'pay:' .. n, payload)
   end
 end
@@ -95,14 +118,24 @@ local function flow_payload(flow, n, now)
   return queue_stamp(head .. input .. tail, now)
 end
 
--- Enqueue step n: its result hash and its queue's ready ZSET are "result" and "ready".
+-- Enqueue step n: its result hash and its queue's ready ZSET are "result" and "ready";
+-- or, for a workflow whose steps live in their queues' homes (flow.released, the
+-- workflows' outbox), write it there (see above).
 local function flow_enqueue(flow, n, result, ready, now, keep)
   local payload = flow_payload(flow, n, now)
-  local rank = tonumber(redis.call('HGET', flow.key, 'rank:' .. n))
+  local rank = redis.call('HGET', flow.key, 'rank:' .. n)
   -- Released once (from W only): what made its payload is not needed again.
   redis.call('HDEL', flow.key, 'head:' .. n, 'tail:' .. n, 'in:' .. n, 'rank:' .. n)
-  queue_ready(ready, flow.counter, rank, payload)
-  queue_result(result, payload, now, keep)
+  if flow.released then
+    local got = redis.call('HMGET', flow.key, 'id:' .. n, 'q:' .. n)
+    local entry = got[2] .. '\n' .. rank .. '\n' .. payload
+    redis.call('HSET', flow.released, got[1], entry)
+    flow.out[#flow.out + 1] = got[1]
+    flow.out[#flow.out + 1] = entry
+  else
+    queue_ready(ready, flow.counter, tonumber(rank), payload)
+    queue_result(result, payload, now, keep)
+  end
   flow_mark(flow, n, 'W', 'Q')
   redis.call('HSET', flow.key, 'pay:' .. n, payload)
 end
@@ -235,12 +268,43 @@ local function flow_settle(flow, n, state, record, now, keep)
   return true
 end
 
--- The failure record a child that allows it gets in place of the result of step n.
-local function flow_failure(flow, n, status, error)
-  local id = redis.call('HGET', flow.key, 'id:' .. n)
+-- The failure record a child that allows it gets in place of the result of the step.
+local function flow_failure(flow, status, error)
+  local id = flow.id or redis.call('HGET', flow.key, 'id:' .. flow.step)
   local record = '{"step":' .. cjson.encode(id) .. ',"status":"' .. status .. '"'
   if error and error ~= '' then
     record = record .. ',"error":' .. error
   end
   return record .. '}'
+end
+
+-- The final outcome of the step (state S, F or C; record: its return value or failure
+-- record): settled here, in its workflow's home, or written to its home's outbox.
+local function flow_outcome(flow, state, record, now, keep)
+  if flow.outbox then
+    redis.call('HSET', flow.outbox, flow.id, flow.entry .. ' ' .. state .. ' ' .. record)
+    redis.call('HDEL', flow.waiting, flow.id)
+  else
+    flow_settle(flow, flow.step, state, record, now, keep)
+  end
+end
+
+-- The step, in another home than its workflow, is neither waiting nor running when its
+-- workflow is cancelled: it is given the outcome CANCELLED, unless it has one in the
+-- outbox already (one carried before counts first anyway).
+local function flow_gone(flow)
+  if flow.outbox then
+    local record = flow_failure(flow, 'CANCELLED')
+    redis.call('HSETNX', flow.outbox, flow.id, flow.entry .. ' C ' .. record)
+    redis.call('HDEL', flow.waiting, flow.id)
+  end
+end
+
+-- Whether the step's workflow was cancelled: its status, in the workflow's home;
+-- elsewhere, what the cancel wrote in the step's result hash ("result").
+local function flow_cancelled(flow, result)
+  if flow.outbox then
+    return redis.call('HGET', result, 'workflow') == 'CANCELLED'
+  end
+  return flow_status(flow) == 'CANCELLED'
 end

@@ -44,12 +44,15 @@ node), recovery (a script per home, fenced by the home's copy, the registry's la
 the readers (a pipeline per node, ``TaskStore._each_home``; a queue's counts and dead
 letters are summed over its homes, ``layout.queue_homes``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the
-tick is claimed in the registry's). Two kinds of tasks stay in the registry's home
-(``layout.shared_home``) whatever their queue's: those written before queues had homes
-of their own, and a workflow's steps (so that one script settles a step and releases
-the next, on the workflow's keys). Their 32-digit ids name that home, a call about one
-of them uses its keys there, and a worker serves that home too (as a last run) while
-it holds tasks of its queues. A script is given the keys of one home (``layout.one_home``
+tick is claimed in the registry's). A workflow's steps live in their queues' homes,
+and the workflow in the registry's: the script that records a step's final outcome
+writes it to its home's outbox, from where it is carried to the workflow, whose steps
+it releases go to the workflows' outbox until each is enqueued in its home (both
+idempotent: see lua/lib/flow.lua). The tasks written before queues had homes of their
+own stay in the registry's home (``layout.shared_home``), workflows' steps among them,
+which settle there in place: their 32-digit ids name that home, a call about one of
+them uses its keys there, and a worker serves that home too (as a last run) while it
+holds tasks of its queues. A script is given the keys of one home (``layout.one_home``
 refuses queues of different homes). With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
@@ -72,6 +75,9 @@ refuses queues of different homes). With the default prefix::
     rc:queue:{tasks}:flow:<workflow id>         HASH  a workflow: its steps and their states
     rc:queue:{tasks}:flows:live                 ZSET  running workflows, by creation (ms)
     rc:queue:{tasks}:flows:done                 ZSET  finished workflows kept, by end (ms)
+    rc:queue:{tasks}:flows:released             HASH  steps released, on their way to their homes
+    rc:queue:{tasks}:flows:outcomes             HASH  per home: steps' outcomes on their way
+    rc:queue:{tasks}:flows:waiting              HASH  per home: the payload a step waits as
 
 A ready task's score is ``(100 - priority) * 2**44 + 2**43 + n``, ``n`` from the
 enqueue counter: one ``ZPOPMIN`` takes the highest priority, and the oldest among
@@ -149,6 +155,7 @@ from .layout import (
     rank,
     ready_key,
     registry,
+    released_key,
     result_key,
     result_ttl_ms,
     running_key,
@@ -156,6 +163,8 @@ from .layout import (
     schedule_last_key,
     schedule_next_key,
     scheduler_key,
+    settled_elsewhere,
+    settled_key,
     shared_home,
     stats_key,
     tasks_client,
@@ -255,6 +264,7 @@ __all__ = [
     "ready_key",
     "recover_call",
     "registry",
+    "released_key",
     "renew_call",
     "requeue_dead_call",
     "result_key",
@@ -265,6 +275,8 @@ __all__ = [
     "schedule_next_key",
     "scheduler_key",
     "server_warnings",
+    "settled_elsewhere",
+    "settled_key",
     "shared_home",
     "stats_key",
     "tasks_client",

@@ -27,6 +27,7 @@ from .layout import (
     rank,
     ready_key,
     registry,
+    released_key,
     result_key,
     result_ttl_ms,
     running_key,
@@ -34,11 +35,13 @@ from .layout import (
     schedule_last_key,
     schedule_next_key,
     scheduler_key,
+    settled_elsewhere,
     stats_key,
     task_home,
     terminate_key,
     totals_key,
     unique_key,
+    waiting_key,
     workers_key,
 )
 from .records import NOW, TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, duration_bucket
@@ -101,12 +104,15 @@ def fetch_call(
     ahead: bool = False,
     clock: str = "",
     limits: str = "",
+    carried: Sequence[str] = (),
 ) -> scripts.Call:
     """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
     ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
     tasks, take the next task (``ahead``: to hold it ahead). ``clock``: the server's
     time as the worker reckons it, "=<ms>" or ">=<ms>" (see the script), "" for none.
     ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.settings_json), "" for none.
+    ``carried``: steps whose outcomes were carried from this home's outbox, their
+    entries deleted there by this call (when ``outcome`` is a step of this home's).
 
     ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
     """
@@ -139,17 +145,17 @@ def fetch_call(
     first = 1 if outcome and outcome.first else 0
     args += [result_ttl_ms(), metrics, micros, taken_ms or "", first]
     flow = flow_of(outcome.payload) if outcome else None
-    if flow is None:
+    if flow is None or outcome is None:
         args += [0, 0]
     else:
-        section = flow_section(flow)
+        section, step = flow_section(flow, outcome.task_id)
         script_keys = [*script_keys, *section]
-        args += [len(section), flow.step]
+        args += [len(section), step]
     if start is None:
         args += [0, "", 0]
     else:
         args += [start.position, start.payload or b"", start.score]
-    args += ["ahead" if ahead else "", clock, limits]
+    args += ["ahead" if ahead else "", clock, limits, " ".join(carried)]
     return scripts.load("queue_fetch"), script_keys, args
 
 
@@ -252,9 +258,9 @@ def recover_call(
         *queues,
     ]
     for task_id, flow in tasks.items():
-        args += [task_id, len(script_keys) + 1 if flow else 0, flow.step if flow else 0]
-        if flow:
-            script_keys += flow_section(flow)
+        section, step = flow_section(flow, task_id) if flow else ([], "0")
+        args += [task_id, len(script_keys) + 1 if flow else 0, step]
+        script_keys += section
     return scripts.load("queue_recover"), script_keys, args
 
 
@@ -280,13 +286,17 @@ def cancel_call(
     unique: str,
     terminate: bool,
     flow: FlowStep | None = None,
+    workflow_cancelled: bool = False,
 ) -> scripts.Call:
     """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it).
 
     ``unique``: the key that made it unique, freed with it ("" for none); ``flow``: the
-    workflow step it is, whose later steps it fails.
+    workflow step it is, whose later steps it fails; ``workflow_cancelled``: its
+    workflow was cancelled (a step in another home than its workflow's: a running one
+    is not run again).
     """
     head = task_home(task_id)
+    section, step = flow_section(flow, task_id) if flow else ([], "0")
     script_keys = [
         ready_key(queue, head),
         delayed_key(queue, head),
@@ -294,7 +304,7 @@ def cancel_call(
         running_tasks_key(head),
         terminate_key(task_id),
         unique or counter_key(head),
-        *(flow_section(flow) if flow else ()),
+        *section,
     ]
     args: list[scripts.Arg] = [
         task_id,
@@ -303,8 +313,9 @@ def cancel_call(
         result_ttl_ms(),
         TERMINATE_WAIT_MS,
         "unique" if unique else "",
-        flow.step if flow else 0,
+        step,
         queue,
+        "workflow" if workflow_cancelled else "",
     ]
     return scripts.load("queue_cancel"), script_keys, args
 
@@ -313,7 +324,8 @@ def purge_call(*, queue: str, head: str) -> scripts.Call:
     """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters in the home
     ``head`` (one of layout.queue_homes)."""
     queue_keys = [ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)]
-    return scripts.load("queue_purge"), [*queue_keys, limits_key(head)], [queue]
+    script_keys = [*queue_keys, limits_key(head), waiting_key(head)]
+    return scripts.load("queue_purge"), script_keys, [queue]
 
 
 def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:
@@ -344,10 +356,32 @@ def flow_create_call(
     script_keys = [flow_key(workflow_id), counter_key(registry()), flows_live_key()]
     script_keys.append(flows_done_key())
     args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
-    for number, message, payload in roots:  # (in the registry's home: see flow_section)
-        script_keys += [ready_key(message.queue, registry()), result_key(message.id)]
+    for number, message, payload in roots:
+        if settled_elsewhere(message.id):  # released through the outbox
+            script_keys = [*script_keys[:4], released_key()]
+        else:
+            script_keys += [ready_key(message.queue, registry()), result_key(message.id)]
         args += [number, payload, rank(message.priority)]
     return scripts.load("flow_create"), script_keys, args
+
+
+def flow_settle_call(*, workflow_id: str, step: int, state: str, record: bytes) -> scripts.Call:
+    """lua/flow_settle.lua: settle the final outcome (``state``: S, F or C; ``record``:
+    its return value or failure record) of a step that ran in another home."""
+    script_keys = [flow_key(workflow_id), counter_key(registry()), flows_live_key()]
+    script_keys += [flows_done_key(), released_key()]
+    return scripts.load("flow_settle"), script_keys, [step, state, record, result_ttl_ms()]
+
+
+def flow_release_call(*, task_id: str, entry: bytes) -> scripts.Call:
+    """lua/flow_release.lua: enqueue a released step in its queue's home (``entry``: its
+    entry in the workflows' outbox, lines of its queue, rank and payload), unless it was
+    already."""
+    queue = entry.split(b"\n", 1)[0].decode("utf-8", "replace")
+    head = task_home(task_id)
+    script_keys = [result_key(task_id), ready_key(queue, head), counter_key(head)]
+    script_keys.append(waiting_key(head))
+    return scripts.load("flow_release"), script_keys, [task_id, entry, result_ttl_ms()]
 
 
 def flow_cancel_call(
@@ -361,7 +395,13 @@ def flow_cancel_call(
         flows_done_key(),
         running_tasks_key(registry()),
     ]
+    elsewhere = ""  # (a step in another home: see the script)
     for task_id, queue in steps:
+        if settled_elsewhere(task_id):
+            script_keys += [released_key(), *[flow_key(workflow_id)] * 3]
+            elsewhere += "1"
+            continue
+        elsewhere += "0"
         script_keys += [
             result_key(task_id),
             ready_key(queue, task_home(task_id)),
@@ -372,6 +412,7 @@ def flow_cancel_call(
         "terminate" if terminate else "",
         result_ttl_ms(),
         TERMINATE_WAIT_MS,
+        elsewhere,
     ]
     return scripts.load("flow_cancel"), script_keys, args
 

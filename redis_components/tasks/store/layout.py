@@ -153,8 +153,8 @@ def task_home(task_id: str) -> str:
 
 def shared_home() -> str | None:
     """When queues have homes of their own, the registry's home, which holds tasks of
-    every queue too: the steps of workflows (so that each workflow is in one home), and
-    the tasks written before queues had homes of their own (by 0.1.0, or on one server).
+    every queue too: those written before queues had homes of their own (by 0.1.0, or
+    on one server), workflows' steps among them.
     A worker serves it too while it holds tasks of its queues (see WorkerStore), and a
     task's keys follow its id's home. ``None`` on one server."""
     return _head() if _split() else None
@@ -359,13 +359,43 @@ def flows_done_key() -> str:
     return f"{registry()}flows:done"
 
 
-def flow_section(flow: FlowStep) -> list[str]:
-    """The keys a script recording a final outcome of ``flow``'s step needs to settle it
-    (see lua/lib/flow.lua): the workflow's, then each later step's result and queue."""
+def settled_key(head: str) -> str:
+    """The outbox of the home ``head``: the final outcomes of the workflows' steps that
+    ran there, while they are carried to their workflows' home (see lua/lib/flow.lua)."""
+    return f"{head}flows:outcomes"
+
+
+def waiting_key(head: str) -> str:
+    """The payloads that the workflows' steps in the home ``head`` wait as (to be
+    retried, or after a crash), for a cancel to find them whatever their results hold."""
+    return f"{head}flows:waiting"
+
+
+def released_key() -> str:
+    """The outbox of the workflows' home: the steps released (or created ready) there,
+    while they are carried to their queues' homes (see lua/flow_release.lua)."""
+    return f"{registry()}flows:released"
+
+
+def settled_elsewhere(task_id: str) -> bool:
+    """Whether the step ``task_id`` lives in another home than its workflow's (its
+    queue's, on a cluster): its outcome then goes through its home's outbox."""
+    return task_home(task_id) != registry()
+
+
+def flow_section(flow: FlowStep, task_id: str) -> tuple[list[str], str]:
+    """The keys that a script recording a final outcome of ``flow``'s step (the task
+    ``task_id``) needs, and its step's argument (see lua/lib/flow.lua): in the workflow's
+    home, the workflow's keys and then each later step's result and queue, and the
+    step's number; elsewhere, its home's outbox and waiting payloads, and
+    "<step> <workflow> <task id>"."""
+    if settled_elsewhere(task_id):
+        head = task_home(task_id)
+        return [settled_key(head), waiting_key(head)], f"{flow.step} {flow.workflow} {task_id}"
     section = [flow_key(flow.workflow), counter_key(registry()), flows_live_key(), flows_done_key()]
-    for task_id, queue in flow.kids:
-        section += [result_key(task_id), ready_key(queue, task_home(task_id))]
-    return section
+    for kid_id, queue in flow.kids:
+        section += [result_key(kid_id), ready_key(queue, task_home(kid_id))]
+    return section, str(flow.step)
 
 
 def rank(priority: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -27,6 +28,8 @@ from .calls import (
     entry_heads_call,
     flow_cancel_call,
     flow_create_call,
+    flow_release_call,
+    flow_settle_call,
     forget_call,
     heartbeat_call,
     purge_call,
@@ -56,11 +59,15 @@ from .layout import (
     queues_key,
     ready_key,
     registry,
+    released_key,
     result_key,
+    result_ttl_ms,
     running_key,
     running_tasks_key,
     schedule_last_key,
     schedule_next_key,
+    settled_elsewhere,
+    settled_key,
     shared_home,
     stats_key,
     task_home,
@@ -68,6 +75,7 @@ from .layout import (
     terminate_key,
     totals_key,
     unique_key,
+    waiting_key,
     workers_key,
 )
 from .records import (
@@ -99,6 +107,13 @@ def raw(client: Any, *command: Any, **options: Any) -> Any:
     ``options`` go to redis-py's reply parser (``withscores=True`` for ZRANGE ... WITHSCORES).
     """
     return client.execute_command(*command, **options, **{NEVER_DECODE: True})
+
+
+def _pairs(reply: Any) -> dict[bytes, bytes]:
+    """A HGETALL's reply (or a script's flat list of pairs) as a dict."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
 def queue_limit(queue: str) -> int:
@@ -429,7 +444,7 @@ class TaskStore:
         here = registry()
         by_home = homes_of(queues)
         shared = shared_home()
-        if shared is not None:  # where it may hold workflows' steps, and older tasks
+        if shared is not None:  # where it may hold older tasks
             by_home[shared] = list(queues)
         held: dict[str, list[bytes]] = {}
         started: dict[str, int] = {}  # in each home: a crash with others is shared
@@ -469,6 +484,9 @@ class TaskStore:
             else:
                 found_any = True
                 requeued, buried = requeued + int(result[0]), buried + int(result[1])
+                steps = [task_id for task_id, p in payloads.items() if flow_of(p)]
+                if steps and settled_elsewhere(steps[0]):  # (one home: all or none)
+                    self.carry_outcomes(head, steps)  # those it dead-lettered or cancelled
         return (requeued, buried) if found_any else None
 
     def _lease_alive(self, worker_id: str, heads: Sequence[str]) -> bool:
@@ -576,12 +594,34 @@ class TaskStore:
         A cancelled unique task frees its key: an equal task may be enqueued at once.
         """
         keys.validate_name(task_id, "task_id", 100)
-        client = self.at(task_home(task_id))
-        fields = raw(client, "HMGET", result_key(task_id), "payload", "message", "unique")
-        payload = fields[0] or fields[1]
+        done = self._cancel(task_id, terminate=terminate)
+        if done == 1:
+            return "cancelled"
+        if done == 2:
+            return "terminating"
+        if done == 0:
+            raise TaskNotCancellable(
+                task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
+            )
+        if done == -2:
+            raise TaskNotCancellable(task_id, "it was already cancelled")
+        raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
+
+    def _cancel(self, task_id: str, *, terminate: bool, workflow_cancelled: bool = False) -> int:
+        """lua/queue_cancel.lua's reply for the task ``task_id``; a workflow's step in its
+        queue's home has its outcome carried to its workflow at once."""
+        head = task_home(task_id)
+        pipe = self.at(head).pipeline(transaction=False)
+        raw(pipe, "HMGET", result_key(task_id), "payload", "message", "unique")
+        if settled_elsewhere(task_id):  # a workflow's step waits as this, if it waits
+            raw(pipe, "HGET", waiting_key(head), task_id)
+        fields, *waits = pipe.execute()
+        waiting = waits[0] if waits else None
+        payload = waiting or fields[0] or fields[1]
         unique = (fields[2] or b"").decode("utf-8", "replace")
+        written = fields[1] or waiting
         try:
-            message = TaskMessage.decode(fields[1]) if fields[1] else None
+            message = TaskMessage.decode(written) if written else None
         except MalformedTask:
             message = None
         queue = message.queue if message else None
@@ -597,19 +637,12 @@ class TaskStore:
             unique=unique if unique.startswith(unique_key("", task_home(task_id))) else "",
             terminate=terminate,
             flow=message.flow if message else None,
+            workflow_cancelled=workflow_cancelled,
         )
-        done = self._run(call)
-        if done == 1:
-            return "cancelled"
-        if done == 2:
-            return "terminating"
-        if done == 0:
-            raise TaskNotCancellable(
-                task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
-            )
-        if done == -2:
-            raise TaskNotCancellable(task_id, "it was already cancelled")
-        raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
+        done = int(self._run(call))
+        if done in (1, -1) and message and message.flow:  # (-1: maybe a gone one's)
+            self.carry_step(task_id)
+        return done
 
     def purge(self, queue: str) -> int:
         """Delete the ready, delayed and dead tasks of ``queue``, and those waiting on a
@@ -841,8 +874,8 @@ class TaskStore:
         """How many tasks wait in the ``state`` set of ``queue``, and ``count`` of them from
         ``offset`` in the order they will run, each read in part when it is long, in one
         round trip per home (and one for their sizes, when there are several: the queue's
-        own home's, partition by partition, then those of the shared home, such as
-        workflows' steps)."""
+        own home's, partition by partition, then those of the shared home, written by an
+        earlier release)."""
         key_of = ready_key if state == "ready" else delayed_key
         total, spans = self._spans(
             queue_homes(queue),
@@ -988,9 +1021,102 @@ class TaskStore:
         created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
         if created is None:
             return None
+        elsewhere = [message.id for _, message, _ in roots if settled_elsewhere(message.id)]
+        # Written to the workflows' outbox: enqueued in their homes now.
+        if elsewhere and self.carry_released(elsewhere) < len(elsewhere) and not problem:
+            problem = (
+                f"Workflow {workflow_id} was enqueued, but some of its first steps did not "
+                "reach enough replicas in time (a worker's heartbeat enqueues them again)"
+            )
         if problem:
             raise TaskNotDurable(problem, workflow_id)
         return int(created)
+
+    def carry_step(self, task_id: str, entry: bytes | None = None, *, delete: bool = True) -> int:
+        """Carry the outcome of the workflow's step ``task_id`` from its home's outbox
+        (:meth:`carry_outcomes`; ``entry``: the entry, when the caller knows it), if it
+        lives in another home than its workflow (no round trip when it does not); how
+        many entries (0 or 1) it carried."""
+        if not settled_elsewhere(task_id):
+            return 0
+        if entry is None:
+            return self.carry_outcomes(task_home(task_id), [task_id], delete=delete)
+        self._settle(entry)
+        if delete:
+            raw(self.at(task_home(task_id)), "HDEL", settled_key(task_home(task_id)), task_id)
+        return 1
+
+    def carry_outcomes(
+        self, head: str, task_ids: Sequence[str] | None = None, *, delete: bool = True
+    ) -> int:
+        """Carry the final outcomes of workflows' steps that the home ``head`` holds in
+        its outbox (those of ``task_ids``, or all) to their workflows' home: each is
+        settled there (lua/flow_settle.lua), the steps it releases are enqueued in their
+        homes, and the entry goes (unless not ``delete``: then the caller deletes it,
+        see lua/queue_fetch.lua). Any process may carry any entry, as often as it
+        likes: each counts once (see lua/lib/flow.lua). How many entries it carried."""
+        client, key = self.at(head), settled_key(head)
+        if task_ids is None:
+            entries = _pairs(raw(client, "HGETALL", key))
+        else:
+            values = raw(client, "HMGET", key, *task_ids) if task_ids else []
+            entries = {i.encode(): v for i, v in zip(task_ids, values, strict=True) if v}
+        for task_id, entry in entries.items():
+            self._settle(entry)
+            if delete:
+                raw(client, "HDEL", key, task_id)
+        return len(entries)
+
+    def _settle(self, entry: bytes) -> None:
+        """Settle an entry of a home's outbox in its workflow's home, and enqueue the
+        steps that this releases."""
+        step, workflow, _, state, record = entry.split(b" ", 4)
+        call = flow_settle_call(
+            workflow_id=workflow.decode(), step=int(step), state=state.decode(), record=record
+        )
+        self.carry_released(_pairs(self._run(call, raw=True)))
+
+    def outbox_entries(self, queues: Sequence[str]) -> set[tuple[str, str]]:
+        """The entries in the outboxes of ``queues``' homes and in the workflows' outbox,
+        each as (its outbox's key, its task id), read in one pipeline per node."""
+        if shared_home() is None:  # one server: every workflow settles in place
+            return set()
+        keys = [settled_key(head) for head in sorted(homes_of(queues))] + [released_key()]
+        replies = self._each_home([(head_of(key), ("HKEYS", key)) for key in keys])
+        return {(key, text(i)) for key, ids in zip(keys, replies, strict=True) for i in ids}
+
+    def carry_left(self, entries: Iterable[tuple[str, str]]) -> int:
+        """Carry these entries of :meth:`outbox_entries` (left by a process that died,
+        or lost Redis, before it carried them), those that are still there: how many."""
+        by_key: dict[str, list[str]] = {}
+        for key, task_id in entries:
+            by_key.setdefault(key, []).append(task_id)
+        released = by_key.pop(released_key(), [])
+        carried = sum(self.carry_outcomes(head_of(key), ids) for key, ids in by_key.items())
+        return carried + (self.carry_released(released) if released else 0)
+
+    def carry_released(self, entries: Sequence[str] | dict[bytes, bytes] | None = None) -> int:
+        """Enqueue in their queues' homes the steps waiting in the workflows' outbox
+        (``entries``: their ids, or the entries read already; all by default), each once
+        (lua/flow_release.lua), and take them out of it: with ``QUEUE_WAIT_REPLICAS``,
+        once the replicas have the step, as for any enqueue (else it stays, for a later
+        carry). How many it carried."""
+        key = released_key()
+        if entries is None:
+            entries = _pairs(raw(self.client, "HGETALL", key))
+        elif not isinstance(entries, dict):
+            values = raw(self.client, "HMGET", key, *entries) if entries else []
+            entries = {i.encode(): v for i, v in zip(entries, values, strict=True) if v}
+        carried = 0
+        for task_id, entry in entries.items():
+            call = flow_release_call(task_id=task_id.decode(), entry=entry)
+            _, problem = self._run_durable(call, f"Step {task_id.decode()} was released")
+            if problem:
+                logger.warning("%s; it stays in the workflows' outbox for now", problem)
+                continue
+            raw(self.client, "HDEL", key, task_id)
+            carried += 1
+        return carried
 
     def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
         """These fields of a workflow's HASH (those it has), one HMGET per page of them,
@@ -1019,7 +1145,20 @@ class TaskStore:
         cancelled it, its status before (``None``: no such workflow), how many steps
         were dropped, and how many still run."""
         call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
-        cancelled, status, dropped, running = self._run(call)
+        cancelled, status, dropped, running, *elsewhere = self._run(call, raw=True)
+        queued, outboxed = ([text(task_id) for task_id in ids] for ids in elsewhere)
+        for task_id in outboxed:  # (its result, or a tombstone: see flow_release.lua)
+            pipe = self.at(task_home(task_id)).pipeline(transaction=False)
+            raw(pipe, "HSETNX", result_key(task_id), "status", "CANCELLED")
+            raw(pipe, "PEXPIRE", result_key(task_id), result_ttl_ms())
+            pipe.execute()
+        # The steps in their queues' homes, each cancelled there (and those it took out
+        # of the workflows' outbox, lest a carrier that read them enqueued them since).
+        for task_id in [*queued, *outboxed]:
+            with contextlib.suppress(TaskNotCancellable):  # (its result expired)
+                done = self._cancel(task_id, terminate=terminate, workflow_cancelled=True)
+                running += done in (0, 2)
+                dropped += done == 1 and task_id in queued
         return bool(cancelled), (None if status is None else text(status)), dropped, running
 
     def limits_in_use(self, count: int = 100) -> tuple[int, list[LimitUse]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 import time
 import zlib
@@ -11,13 +12,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from ...conf import conf
 from ...scripts import Call
 from ..limits import settings_json
+from ..messages import flow_of
 from .calls import fetch_call, fetch_keys, put_back_call
-from .layout import own_homes, ready_key, shared_home, tasks_client
+from .layout import own_homes, ready_key, shared_home, task_home, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
+
+logger = logging.getLogger("redis_components.worker")
 
 # How often (server ms) the takes of a busy worker that moves delayed tasks look for due
 # ones (others may have delayed tasks meanwhile).
@@ -180,6 +186,9 @@ class WorkerStore:
         self._rotate_at = _now() + ROTATE_EVERY
         self._heard = heard
         self._empty: dict[int, Empty] = {}  # by Run.first: the runs it leaves out
+        # Per home: the steps whose outcomes it carried, their outbox entries left to
+        # the next fetch that records a step there (see _carried).
+        self._carried_ids: dict[str, list[str]] = {}
         self._limits = settings_json(conf.TASK_LIMITS)
 
     @property
@@ -195,9 +204,9 @@ class WorkerStore:
 
     def _watch_shared(self) -> None:
         """Serve the registry's home (as a last run, at positions after its queues')
-        while it holds tasks of its queues: workflows' steps, and tasks that a worker of
-        an earlier release enqueued there. Looked at every ``SHARED_EVERY``, and when a
-        wake-up from there is heard."""
+        while it holds tasks of its queues: those that a worker of an earlier release (or
+        of one server's layout) enqueued there, workflows' steps among them. Looked at
+        every ``SHARED_EVERY``, and when a wake-up from there is heard."""
         if self._shared is None or _now() < self._shared_at:
             return
         self._shared_at = _now() + SHARED_EVERY
@@ -249,7 +258,7 @@ class WorkerStore:
         self._listen()
         self._watch_shared()
         mode = self._take_mode()
-        fetched = self._over_runs(mode, finished, taken_ms, start)
+        fetched = self._carried(finished, self._over_runs(mode, finished, taken_ms, start))
         if (
             mode == "take"
             and self.move_delayed
@@ -265,7 +274,7 @@ class WorkerStore:
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
     ) -> Fetched:
         """Record how a task it took ended (and start ``start``), and take nothing."""
-        return self._over_runs("", finished, taken_ms, start)
+        return self._carried(finished, self._over_runs("", finished, taken_ms, start))
 
     def take_ahead(
         self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
@@ -298,8 +307,34 @@ class WorkerStore:
         self._plan_moves(ahead.mode, fetched.wait_ms, ahead.finished)
         if len(self._runs) > 1:
             self._found(ahead.run, ahead.mode, fetched)
-        if ahead.recorded is not None:
-            fetched = dataclasses.replace(fetched, recorded=ahead.recorded)
+        if ahead.recorded is not None:  # (by a call of its own, which carried it)
+            return dataclasses.replace(fetched, recorded=ahead.recorded)
+        return self._carried(ahead.finished, fetched)
+
+    def _carried(self, finished: Outcome | None, fetched: Fetched) -> Fetched:
+        """``fetched``, once the outcome of a workflow's step it recorded (in its queue's
+        home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis
+        is lost meanwhile, a worker's heartbeat carries it later (and so the last entry
+        it carried in a home, which no later fetch deleted)."""
+        flow = flow_of(finished.payload) if finished is not None else None
+        if finished is None or flow is None or not fetched.recorded:
+            return fetched
+        task_id = finished.task_id
+        # A success's entry is known; others are read (a retry may have been a cancel).
+        known = f"{flow.step} {flow.workflow} {task_id} S {finished.data}".encode()
+        try:
+            # The entry stays: the next fetch of a step in its home deletes it (_call).
+            if self.store.carry_step(
+                task_id, known if finished.kind == "ok" else None, delete=False
+            ):
+                self._carried_ids.setdefault(task_home(task_id), []).append(task_id)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            logger.warning(
+                "Worker %s could not carry the outcome of step %s to its workflow yet: %s",
+                self.worker_id,
+                finished.task_id,
+                error,
+            )
         return fetched
 
     def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
@@ -486,6 +521,9 @@ class WorkerStore:
             finished = dataclasses.replace(finished, position=finished.position - shift)
         if start is not None and shift:
             start = dataclasses.replace(start, position=start.position - shift)
+        carried: list[str] = []
+        if finished is not None and finished.task_id and flow_of(finished.payload):
+            carried = self._carried_ids.pop(task_home(finished.task_id), [])
         call = fetch_call(
             worker_id=self.worker_id,
             worker_keys=run.keys,
@@ -498,6 +536,7 @@ class WorkerStore:
             ahead=ahead,
             clock=clock,
             limits=self._limits,
+            carried=carried,
         )
         return call, reads
 

@@ -109,10 +109,8 @@ def raw(client: Any, *command: Any, **options: Any) -> Any:
     return client.execute_command(*command, **options, **{NEVER_DECODE: True})
 
 
-def _pairs(reply: Any) -> dict[bytes, bytes]:
-    """A HGETALL's reply (or a script's flat list of pairs) as a dict."""
-    if isinstance(reply, dict):
-        return reply
+def _pairs(reply: list[bytes]) -> dict[bytes, bytes]:
+    """A script's flat list of pairs as a dict."""
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
@@ -1046,21 +1044,16 @@ class TaskStore:
             raw(self.at(task_home(task_id)), "HDEL", settled_key(task_home(task_id)), task_id)
         return 1
 
-    def carry_outcomes(
-        self, head: str, task_ids: Sequence[str] | None = None, *, delete: bool = True
-    ) -> int:
+    def carry_outcomes(self, head: str, task_ids: Sequence[str], *, delete: bool = True) -> int:
         """Carry the final outcomes of workflows' steps that the home ``head`` holds in
-        its outbox (those of ``task_ids``, or all) to their workflows' home: each is
+        its outbox (those of ``task_ids`` that are there) to their workflows' home: each is
         settled there (lua/flow_settle.lua), the steps it releases are enqueued in their
         homes, and the entry goes (unless not ``delete``: then the caller deletes it,
         see lua/queue_fetch.lua). Any process may carry any entry, as often as it
         likes: each counts once (see lua/lib/flow.lua). How many entries it carried."""
         client, key = self.at(head), settled_key(head)
-        if task_ids is None:
-            entries = _pairs(raw(client, "HGETALL", key))
-        else:
-            values = raw(client, "HMGET", key, *task_ids) if task_ids else []
-            entries = {i.encode(): v for i, v in zip(task_ids, values, strict=True) if v}
+        values = raw(client, "HMGET", key, *task_ids) if task_ids else []
+        entries = {i.encode(): v for i, v in zip(task_ids, values, strict=True) if v}
         for task_id, entry in entries.items():
             self._settle(entry)
             if delete:
@@ -1095,16 +1088,14 @@ class TaskStore:
         carried = sum(self.carry_outcomes(head_of(key), ids) for key, ids in by_key.items())
         return carried + (self.carry_released(released) if released else 0)
 
-    def carry_released(self, entries: Sequence[str] | dict[bytes, bytes] | None = None) -> int:
+    def carry_released(self, entries: Sequence[str] | dict[bytes, bytes]) -> int:
         """Enqueue in their queues' homes the steps waiting in the workflows' outbox
-        (``entries``: their ids, or the entries read already; all by default), each once
+        (``entries``: their ids, or the entries read already), each once
         (lua/flow_release.lua), and take them out of it: with ``QUEUE_WAIT_REPLICAS``,
         once the replicas have the step, as for any enqueue (else it stays, for a later
         carry). How many it carried."""
         key = released_key()
-        if entries is None:
-            entries = _pairs(raw(self.client, "HGETALL", key))
-        elif not isinstance(entries, dict):
+        if not isinstance(entries, dict):
             values = raw(self.client, "HMGET", key, *entries) if entries else []
             entries = {i.encode(): v for i, v in zip(entries, values, strict=True) if v}
         carried = 0

@@ -24,14 +24,13 @@ for i = 4, last, 1000 do  -- unpack() takes a few thousand values at most
 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_at', now)
 local flow = flow_open(1)
-local released = #KEYS == 5 and KEYS[5]  -- (4 + 2 per step otherwise)
+flow.released = #KEYS == 5 and KEYS[5]  -- (4 + 2 per step otherwise)
 for r = 1, (#ARGV - last) / 3 do
   local n, payload, rank = ARGV[last + 3 * r - 2], ARGV[last + 3 * r - 1], ARGV[last + 3 * r]
   local ready, result = KEYS[3 + 2 * r], KEYS[4 + 2 * r]
   payload = queue_stamp(payload, now)
-  if released then
-    local queue = redis.call('HGET', KEYS[1], 'q:' .. n)
-    redis.call('HSET', released, queue_id(payload), queue .. '\n' .. rank .. '\n' .. payload)
+  if flow.released then
+    flow_outbox(flow, n, rank, payload)
   else
     queue_ready(ready, KEYS[2], tonumber(rank), payload)
     queue_result(result, payload, now, keep)

@@ -12,7 +12,7 @@ local count = redis.call('LLEN', KEYS[3])
 local limited = {}
 local function deleted(payload)
   count = count + 1
-  local id = string.match(payload, '^{"id":"(%x+)"')
+  local id = queue_id(payload)
   if id then
     redis.call('HDEL', KEYS[5], id)
   end

@@ -122,10 +122,9 @@ from .store import (
     TaskStore,
     WorkerStore,
     find_nodes_again,
-    own_homes,
+    queue_homes,
     ready_key,
     registry,
-    shared_home,
     tasks_client,
 )
 from .waker import Waker
@@ -227,9 +226,7 @@ class Worker:
         # Each queue's wake-up channel is named like its ready set, in each of its homes
         # (one per partition, and the shared home, where tasks of an earlier release may
         # be, when queues have homes of their own).
-        shared = shared_home()
-        channels = [ready_key(queue, head) for queue in self.queues for head in own_homes(queue)]
-        channels += [ready_key(queue, shared) for queue in self.queues if shared is not None]
+        channels = [ready_key(queue, head) for queue in self.queues for head in queue_homes(queue)]
         self._waker = Waker(list(dict.fromkeys(channels)))
         # The worker's side of the store: for the loop's thread, on its held connection
         # (hearing the wake-ups of the homes it left out), and for the lease's thread, on

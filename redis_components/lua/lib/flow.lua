@@ -118,6 +118,15 @@ local function flow_payload(flow, n, now)
   return queue_stamp(head .. input .. tail, now)
 end
 
+-- Write released step n, as "payload" at "rank", to the workflows' outbox
+-- (flow.released): its task id and its entry there.
+local function flow_outbox(flow, n, rank, payload)
+  local got = redis.call('HMGET', flow.key, 'id:' .. n, 'q:' .. n)
+  local entry = got[2] .. '\n' .. rank .. '\n' .. payload
+  redis.call('HSET', flow.released, got[1], entry)
+  return got[1], entry
+end
+
 -- Enqueue step n: its result hash and its queue's ready ZSET are "result" and "ready";
 -- or, for a workflow whose steps live in their queues' homes (flow.released, the
 -- workflows' outbox), write it there (see above).
@@ -127,10 +136,8 @@ local function flow_enqueue(flow, n, result, ready, now, keep)
   -- Released once (from W only): what made its payload is not needed again.
   redis.call('HDEL', flow.key, 'head:' .. n, 'tail:' .. n, 'in:' .. n, 'rank:' .. n)
   if flow.released then
-    local got = redis.call('HMGET', flow.key, 'id:' .. n, 'q:' .. n)
-    local entry = got[2] .. '\n' .. rank .. '\n' .. payload
-    redis.call('HSET', flow.released, got[1], entry)
-    flow.out[#flow.out + 1] = got[1]
+    local id, entry = flow_outbox(flow, n, rank, payload)
+    flow.out[#flow.out + 1] = id
     flow.out[#flow.out + 1] = entry
   else
     queue_ready(ready, flow.counter, tonumber(rank), payload)

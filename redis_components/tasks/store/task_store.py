@@ -109,6 +109,12 @@ def raw(client: Any, *command: Any, **options: Any) -> Any:
     return client.execute_command(*command, **options, **{NEVER_DECODE: True})
 
 
+def _read(client: Any, key: str, task_ids: Sequence[str]) -> dict[bytes, bytes]:
+    """The entries of these tasks in the outbox ``key`` (a HASH), those it holds."""
+    values = raw(client, "HMGET", key, *task_ids) if task_ids else []
+    return {i.encode(): v for i, v in zip(task_ids, values, strict=True) if v}
+
+
 def _pairs(reply: list[bytes]) -> dict[bytes, bytes]:
     """A script's flat list of pairs as a dict."""
     return dict(zip(reply[::2], reply[1::2], strict=True))
@@ -1030,34 +1036,38 @@ class TaskStore:
             raise TaskNotDurable(problem, workflow_id)
         return int(created)
 
-    def carry_step(self, task_id: str, entry: bytes | None = None, *, delete: bool = True) -> int:
+    def carry_step(self, task_id: str, known: bytes | None = None, *, delete: bool = True) -> int:
         """Carry the outcome of the workflow's step ``task_id`` from its home's outbox
-        (:meth:`carry_outcomes`; ``entry``: the entry, when the caller knows it), if it
+        (:meth:`carry_outcomes`; ``known``: its entry, when the caller knows it), if it
         lives in another home than its workflow (no round trip when it does not); how
         many entries (0 or 1) it carried."""
         if not settled_elsewhere(task_id):
             return 0
-        if entry is None:
-            return self.carry_outcomes(task_home(task_id), [task_id], delete=delete)
-        self._settle(entry)
-        if delete:
-            raw(self.at(task_home(task_id)), "HDEL", settled_key(task_home(task_id)), task_id)
-        return 1
+        entries = None if known is None else {task_id.encode(): known}
+        return self.carry_outcomes(task_home(task_id), [task_id], entries, delete=delete)
 
-    def carry_outcomes(self, head: str, task_ids: Sequence[str], *, delete: bool = True) -> int:
+    def carry_outcomes(
+        self,
+        head: str,
+        task_ids: Sequence[str],
+        entries: dict[bytes, bytes] | None = None,
+        *,
+        delete: bool = True,
+    ) -> int:
         """Carry the final outcomes of workflows' steps that the home ``head`` holds in
-        its outbox (those of ``task_ids`` that are there) to their workflows' home: each is
-        settled there (lua/flow_settle.lua), the steps it releases are enqueued in their
-        homes, and the entry goes (unless not ``delete``: then the caller deletes it,
-        see lua/queue_fetch.lua). Any process may carry any entry, as often as it
-        likes: each counts once (see lua/lib/flow.lua). How many entries it carried."""
+        its outbox (those of ``task_ids`` that are there, unless the caller knows their
+        ``entries``) to their workflows' home: each is settled there
+        (lua/flow_settle.lua), the steps it releases are enqueued in their homes, and
+        the entries go (unless not ``delete``: then the caller deletes them, see
+        lua/queue_fetch.lua). Any process may carry any entry, as often as it likes:
+        each counts once (see lua/lib/flow.lua). How many entries it carried."""
         client, key = self.at(head), settled_key(head)
-        values = raw(client, "HMGET", key, *task_ids) if task_ids else []
-        entries = {i.encode(): v for i, v in zip(task_ids, values, strict=True) if v}
-        for task_id, entry in entries.items():
+        if entries is None:
+            entries = _read(client, key, task_ids)
+        for entry in entries.values():
             self._settle(entry)
-            if delete:
-                raw(client, "HDEL", key, task_id)
+        if delete and entries:
+            raw(client, "HDEL", key, *entries)
         return len(entries)
 
     def _settle(self, entry: bytes) -> None:
@@ -1096,18 +1106,18 @@ class TaskStore:
         carry). How many it carried."""
         key = released_key()
         if not isinstance(entries, dict):
-            values = raw(self.client, "HMGET", key, *entries) if entries else []
-            entries = {i.encode(): v for i, v in zip(entries, values, strict=True) if v}
-        carried = 0
+            entries = _read(self.client, key, entries)
+        carried: list[bytes] = []
         for task_id, entry in entries.items():
             call = flow_release_call(task_id=task_id.decode(), entry=entry)
             _, problem = self._run_durable(call, f"Step {task_id.decode()} was released")
             if problem:
                 logger.warning("%s; it stays in the workflows' outbox for now", problem)
-                continue
-            raw(self.client, "HDEL", key, task_id)
-            carried += 1
-        return carried
+            else:
+                carried.append(task_id)
+        if carried:
+            raw(self.client, "HDEL", key, *carried)
+        return len(carried)
 
     def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
         """These fields of a workflow's HASH (those it has), one HMGET per page of them,

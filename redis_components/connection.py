@@ -189,6 +189,9 @@ def server_of(client: Redis) -> tuple[Any, ...]:
     return (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"))
 
 
+#: Errors that mean "Redis cannot be reached now": wait and try again.
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
 #: An option of :meth:`OneConnection.execute_command`: what to do while the server works.
 MEANWHILE = "meanwhile"
 

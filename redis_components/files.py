@@ -69,7 +69,7 @@ from redis.client import NEVER_DECODE
 
 from . import keys, scripts
 from .conf import conf
-from .connection import get_client, text
+from .connection import REDIS_DOWN, get_client, text
 from .exceptions import ChannelBusy, FilesError, InvalidInput, MessagingError, ReaderDropped
 from .messaging import GroupChat
 from .waiting import ms, new_token, positive_seconds
@@ -305,7 +305,7 @@ def _retry(call: Callable[[], T], stop: Stop) -> T:
             raise _Stopped
         try:
             result = call()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             failures += 1
             logger.warning("Redis cannot be reached (%s); retrying in %.1f s", exc, delay)
             _sleep(delay, stop)

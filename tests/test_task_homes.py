@@ -25,7 +25,7 @@ from django.utils import timezone
 from redis.crc import key_slot
 
 from conftest import cancelled as is_cancelled
-from redis_components import chain, get_result, group, redis_task
+from redis_components import chain, get_result, get_workflow, group, redis_task
 from redis_components.connection import (
     OneConnection,
     get_client,
@@ -34,7 +34,12 @@ from redis_components.connection import (
     server_of,
 )
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis
-from redis_components.exceptions import InvalidInput, QueueFull, TaskResultDoesNotExist
+from redis_components.exceptions import (
+    InvalidInput,
+    QueueFull,
+    TaskNotDurable,
+    TaskResultDoesNotExist,
+)
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
@@ -882,6 +887,26 @@ def test_a_released_step_left_in_the_workflows_outbox_is_enqueued_once(
     assert other.finished
     assert carry_left(["third"]) == 0
     assert tasks_store.waiting("third", "ready", 0, 10)[0] == 0
+
+
+def test_a_carry_waits_once_for_replicas_that_do_not_acknowledge(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``QUEUE_WAIT_REPLICAS`` and no replica to acknowledge, a carry of the
+    workflows' outbox stops at the first step that waited in vain (a heartbeat's carry
+    waits once, not once per step): it and those after it stay, and a later carry
+    enqueues each once."""
+    settings = {"QUEUE_WAIT_REPLICAS": 1, "QUEUE_WAIT_TIMEOUT": 0.05}
+    members = [tasks.member.using(queue_name=queue).si(queue) for queue in QUEUES]
+    with override_settings(REDIS_COMPONENTS=settings), pytest.raises(TaskNotDurable) as info:
+        group(members).enqueue()
+    assert "and 2 more stay in the workflows' outbox for now" in caplog.text
+    assert r.hlen(released_key()) == len(QUEUES)
+    assert carry_left(QUEUES) == len(QUEUES)
+    assert r.hlen(released_key()) == 0
+    assert [TaskStore().waiting(queue, "ready", 0, 10)[0] for queue in QUEUES] == [1, 1, 1]
+    with running_worker(QUEUES):
+        assert get_workflow(info.value.task_id).wait(10) == "SUCCESSFUL"
 
 
 def test_a_cancel_ends_a_workflow_whose_step_was_purged_and_completes_when_repeated(

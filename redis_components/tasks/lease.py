@@ -27,17 +27,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-import redis
-
 from ..conf import conf
+from ..connection import REDIS_DOWN
 from ..exceptions import InvalidInput
 from .schedules import Schedule, Scheduler
 from .store import Heartbeat, TaskStore, WorkerStore, find_nodes_again
 
 logger = logging.getLogger("redis_components.worker")
-
-# Errors that mean "Redis cannot be reached now": wait and try again.
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 Running = TypeVar("Running")
 

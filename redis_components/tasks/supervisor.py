@@ -25,8 +25,9 @@ from typing import Any
 from django.db import connections
 
 from ..conf import conf
+from ..connection import REDIS_DOWN
 from ..exceptions import InvalidInput
-from .lease import REDIS_DOWN, new_worker_id, put_back_tasks
+from .lease import new_worker_id, put_back_tasks
 from .store import TaskStore
 from .worker import Worker, validate_queues, validate_threads
 

@@ -107,11 +107,11 @@ from typing import Any, NoReturn
 
 import redis
 
-from ..connection import OneConnection, private_client, server_of
+from ..connection import REDIS_DOWN, OneConnection, private_client, server_of
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
 from .execution import Abandoned, arun_job, over_time, prepare, run_job
 from .jobs import Job
-from .lease import REDIS_DOWN, Lease, new_worker_id, put_back_tasks, validate_worker_id
+from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .messages import task_id_of, validate_queue
 from .schedules import schedules
 from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import redis
 from redis import Redis
@@ -17,7 +19,7 @@ from redis.exceptions import NoScriptError
 
 from ... import keys, scripts
 from ...conf import conf, user_settings
-from ...connection import OneConnection, text
+from ...connection import REDIS_DOWN, OneConnection, text
 from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
 from ..messages import MalformedTask, TaskMessage, flow_of, task_id_of, validate_queue
 from . import replies
@@ -41,6 +43,7 @@ from .calls import (
 from .layout import (
     dead_key,
     delayed_key,
+    find_nodes_again,
     flow_key,
     flows_done_key,
     flows_live_key,
@@ -197,6 +200,34 @@ def _fetched(reply: list[Any]) -> Fetched:
     )
 
 
+_T = TypeVar("_T")
+
+
+def _finding_nodes_again(cls: type[_T]) -> type[_T]:
+    """Make every public method of ``cls``, when it loses its connection, have a Redis
+    Cluster's client read again which node serves which slots before the error goes on
+    (nothing on one server). A failover promotes a replica, and the node clients that
+    :func:`~.layout.tasks_client` hands out go on naming the dead master until then: a
+    web process's next call after the failover reaches the new one, as a worker's does."""
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def finding(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except REDIS_DOWN:
+                find_nodes_again()
+                raise
+
+        return finding
+
+    for name, method in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(method):
+            setattr(cls, name, wrap(method))
+    return cls
+
+
+@_finding_nodes_again
 class TaskStore:
     """The task system's keys in Redis, read and written for the rest of the app.
 
@@ -1102,8 +1133,9 @@ class TaskStore:
         """Enqueue in their queues' homes the steps waiting in the workflows' outbox
         (``entries``: their ids, or the entries read already), each once
         (lua/flow_release.lua), and take them out of it: with ``QUEUE_WAIT_REPLICAS``,
-        once the replicas have the step, as for any enqueue (else it stays, for a later
-        carry). How many it carried."""
+        once the replicas have the step, as for any enqueue (else it and those after it
+        stay, for a later carry: one wait for replicas that fail, not one per step). How
+        many it carried."""
         key = released_key()
         if not isinstance(entries, dict):
             entries = _read(self.client, key, entries)
@@ -1112,9 +1144,12 @@ class TaskStore:
             call = flow_release_call(task_id=task_id.decode(), entry=entry)
             _, problem = self._run_durable(call, f"Step {task_id.decode()} was released")
             if problem:
-                logger.warning("%s; it stays in the workflows' outbox for now", problem)
-            else:
-                carried.append(task_id)
+                logger.warning(
+                    "%s; it and %d more stay in the workflows' outbox for now",
+                    *(problem, len(entries) - len(carried) - 1),
+                )
+                break
+            carried.append(task_id)
         if carried:
             raw(self.client, "HDEL", key, *carried)
         return len(carried)

@@ -203,7 +203,8 @@ class OneConnection:
     per task): it skips the client's layers (a pool checkout, retries, redis-py's
     instrumentation), about 20 µs per command. It has what
     :class:`~redis_components.scripts.Script` calls, ``execute_command`` and
-    ``script_load``; replies are not passed through redis-py's response callbacks.
+    ``script_load`` (and ``pipeline``, its client's); replies are not passed through
+    redis-py's response callbacks.
     The option :data:`MEANWHILE` of ``execute_command`` is a function called once the
     command is sent, before its reply is read: work done while the server runs it.
     A connection error closes the connection and propagates, never retried (a script
@@ -275,6 +276,11 @@ class OneConnection:
 
     def script_load(self, source: str) -> Any:
         return self.execute_command("SCRIPT", "LOAD", source)
+
+    def pipeline(self, transaction: bool = True) -> Pipeline:
+        """A pipeline of its client, on another connection of the pool (this one may
+        have a reply unread: see :data:`MEANWHILE`)."""
+        return self.client.pipeline(transaction=transaction)
 
     def close(self, *, broken: bool = False) -> None:
         connection, self._connection = self._connection, None

@@ -135,27 +135,49 @@ def run_many(client: Any, calls: Sequence[Call]) -> list[Any]:
 
 
 def run_and_wait(client: Any, call: Call, replicas: int, timeout: float) -> tuple[Any, int]:
-    """Run one script, then ``WAIT`` for ``replicas`` replicas to have its writes.
-
-    Both go down one connection in one round trip (WAIT covers the writes of its own
-    connection). Returns the script's result and how many replicas acknowledged it
-    within ``timeout`` seconds.
-    """
-    script, keys, args = call
-    if isinstance(client, RedisCluster):
-        cluster: Any = client
-        client = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
-    for _ in range(2):
-        pipe = client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", replicas, max(1, round(timeout * 1000)))
-        result, acknowledged = pipe.execute(raise_on_error=False)
-        if not isinstance(result, NoScriptError):
-            break
-        client.script_load(script.source)
+    """Run one script, then ``WAIT`` for ``replicas`` replicas to have its writes
+    (:func:`run_many_and_wait` of one call, whose error is raised). Returns the
+    script's result and how many replicas acknowledged it within ``timeout`` seconds."""
+    [result], acknowledged = run_many_and_wait(client, [call], replicas, timeout)
     if isinstance(result, Exception):
         raise result
-    return result, int(acknowledged)
+    return result, acknowledged
+
+
+def run_many_and_wait(
+    client: Any, calls: Sequence[Call], replicas: int, timeout: float
+) -> tuple[list[Any], int]:
+    """Run scripts whose keys are all on one node in one pipeline, then ``WAIT`` for
+    ``replicas`` replicas to have their writes.
+
+    The ``WAIT`` goes down the scripts' connection in the same round trip (it covers
+    the writes of its own connection). Calls refused with NOSCRIPT did not run: they
+    alone are repeated after loading their scripts, with a ``WAIT`` of their own.
+    Returns the results in order (an error in its place) and how many replicas
+    acknowledged all of them within ``timeout`` seconds.
+    """
+    if isinstance(client, RedisCluster):
+        cluster: Any = client
+        client = cluster.get_redis_connection(cluster.get_node_from_key(calls[0][1][0]))
+    results: list[Any] = [None] * len(calls)
+    acknowledged = replicas
+    todo = list(range(len(calls)))
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for i in todo:
+            script, keys, args = calls[i]
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", replicas, max(1, round(timeout * 1000)))
+        *replies, acknowledged_now = pipe.execute(raise_on_error=False)
+        acknowledged = min(acknowledged, int(acknowledged_now))
+        for i, reply in zip(todo, replies, strict=True):
+            results[i] = reply
+        todo = [i for i in todo if isinstance(results[i], NoScriptError)]
+        if not todo or attempt:
+            break
+        for script in {calls[i][0] for i in todo}:
+            client.script_load(script.source)
+    return results, acknowledged
 
 
 async def arun_and_wait(client: Any, call: Call, replicas: int, timeout: float) -> tuple[Any, int]:

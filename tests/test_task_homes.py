@@ -889,18 +889,19 @@ def test_a_released_step_left_in_the_workflows_outbox_is_enqueued_once(
     assert tasks_store.waiting("third", "ready", 0, 10)[0] == 0
 
 
-def test_a_carry_waits_once_for_replicas_that_do_not_acknowledge(
+def test_released_steps_are_carried_with_one_wait_per_node(
     r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With ``QUEUE_WAIT_REPLICAS`` and no replica to acknowledge, a carry of the
-    workflows' outbox stops at the first step that waited in vain (a heartbeat's carry
-    waits once, not once per step): it and those after it stay, and a later carry
-    enqueues each once."""
+    """The steps a carry of the workflows' outbox releases go to their homes in one
+    pipeline per node, with one ``WAIT`` there (``QUEUE_WAIT_REPLICAS``): with no
+    replica to acknowledge, they all stay, and a later carry enqueues each once."""
     settings = {"QUEUE_WAIT_REPLICAS": 1, "QUEUE_WAIT_TIMEOUT": 0.05}
     members = [tasks.member.using(queue_name=queue).si(queue) for queue in QUEUES]
     with override_settings(REDIS_COMPONENTS=settings), pytest.raises(TaskNotDurable) as info:
         group(members).enqueue()
-    assert "and 2 more stay in the workflows' outbox for now" in caplog.text
+    waits = re.findall(r"Workflow steps released: (\d+), but 0 of 1 replicas", caplog.text)
+    assert len(waits) == len({server_of(client_at(home(queue))) for queue in QUEUES})
+    assert sum(int(count) for count in waits) == len(QUEUES)
     assert r.hlen(released_key()) == len(QUEUES)
     assert carry_left(QUEUES) == len(QUEUES)
     assert r.hlen(released_key()) == 0

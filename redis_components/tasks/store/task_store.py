@@ -1132,26 +1132,40 @@ class TaskStore:
     def carry_released(self, entries: Sequence[str] | dict[bytes, bytes]) -> int:
         """Enqueue in their queues' homes the steps waiting in the workflows' outbox
         (``entries``: their ids, or the entries read already), each once
-        (lua/flow_release.lua), and take them out of it: with ``QUEUE_WAIT_REPLICAS``,
-        once the replicas have the step, as for any enqueue (else it and those after it
-        stay, for a later carry: one wait for replicas that fail, not one per step). How
-        many it carried."""
+        (lua/flow_release.lua), in one pipeline per node, and take them out of it: with
+        ``QUEUE_WAIT_REPLICAS``, once the replicas have them, as for any enqueue (one
+        ``WAIT`` per node; the steps of a node whose replicas were late stay, for a
+        later carry). How many it carried."""
         key = released_key()
         if not isinstance(entries, dict):
             entries = _read(self.client, key, entries)
+        ids = list(entries)
+        calls = [flow_release_call(task_id=i.decode(), entry=entries[i]) for i in ids]
+        replicas, timeout = conf.QUEUE_WAIT_REPLICAS or 0, conf.QUEUE_WAIT_TIMEOUT
         carried: list[bytes] = []
-        for task_id, entry in entries.items():
-            call = flow_release_call(task_id=task_id.decode(), entry=entry)
-            _, problem = self._run_durable(call, f"Step {task_id.decode()} was released")
-            if problem:
+        errors: list[Exception] = []
+        for client, indexes in self._by_client([head_of(call[1][0]) for call in calls]):
+            mine = [calls[i] for i in indexes]
+            if replicas:
+                replies, acknowledged = scripts.run_many_and_wait(client, mine, replicas, timeout)
+            else:
+                replies, acknowledged = scripts.run_many(client, mine), 0
+            if acknowledged < replicas:
                 logger.warning(
-                    "%s; it and %d more stay in the workflows' outbox for now",
-                    *(problem, len(entries) - len(carried) - 1),
+                    "Workflow steps released: %d, but %d of %d replicas acknowledged "
+                    "them within %g s; they stay in the workflows' outbox for now",
+                    *(len(mine), acknowledged, replicas, timeout),
                 )
-                break
-            carried.append(task_id)
+                continue
+            for i, reply in zip(indexes, replies, strict=True):
+                if isinstance(reply, Exception):
+                    errors.append(reply)
+                else:
+                    carried.append(ids[i])
         if carried:
             raw(self.client, "HDEL", key, *carried)
+        if errors:  # (after the others are out of the outbox)
+            raise errors[0]
         return len(carried)
 
     def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:

@@ -189,8 +189,13 @@ def server_of(client: Redis) -> tuple[Any, ...]:
     return (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"))
 
 
-#: Errors that mean "Redis cannot be reached now": wait and try again.
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: Errors that mean "Redis cannot be reached now": wait and try again. A Redis Cluster
+#: answers ``CLUSTERDOWN`` while it elects a replica in the place of a dead master.
+REDIS_DOWN = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+)
 
 #: An option of :meth:`OneConnection.execute_command`: what to do while the server works.
 MEANWHILE = "meanwhile"

@@ -22,6 +22,7 @@ from django.test import override_settings
 
 from conftest import CLUSTER
 from redis_components import GroupChat, RedisLock, RedisSemaphore, get_client
+from redis_components.connection import REDIS_DOWN
 from redis_components.embedded import EmbeddedCluster, EmbeddedSentinelGroup
 from redis_components.tasks.store.layout import split_homes
 from tests.processes import WorkerProcess, wait_until
@@ -70,7 +71,7 @@ def retrying(action: Callable[[], object], seconds: float = 20) -> object:
     while True:
         try:
             return action()
-        except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+        except (*REDIS_DOWN, redis.ReadOnlyError):
             assert time.monotonic() < deadline, "the client never reached the new master"
             time.sleep(0.1)
 

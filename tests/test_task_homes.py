@@ -67,7 +67,7 @@ from redis_components.tasks.store import (
     tick_enqueue_call,
     worker_store,
 )
-from redis_components.tasks.store.layout import queue_homes, split_homes, task_home
+from redis_components.tasks.store.layout import queue_homes, split_homes, task_home, waiting_key
 from redis_components.tasks.store.worker_store import runs
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
@@ -868,6 +868,7 @@ def test_a_released_step_left_in_the_workflows_outbox_is_enqueued_once(
         message = tasks_store.queued_message(step.task_id)
         assert message is not None
         assert client_at(home(queue)).delete(result_key(step.task_id), ready_key(queue)) == 2
+        assert client_at(home(queue)).hdel(waiting_key(home(queue)), step.task_id) == 1
         entry = f"{queue}\n{rank(0)}\n{message.encode()}".encode()
         r.hset(released_key(), step.task_id, entry)
         return workflow, step.task_id, entry
@@ -887,6 +888,30 @@ def test_a_released_step_left_in_the_workflows_outbox_is_enqueued_once(
     assert other.finished
     assert carry_left(["third"]) == 0
     assert tasks_store.waiting("third", "ready", 0, 10)[0] == 0
+
+
+def test_a_release_left_in_the_outbox_never_enqueues_its_step_again(r: redis.Redis) -> None:
+    """A copy of a step's release that its carrier left in the workflows' outbox (it died
+    before deleting it) enqueues nothing more: not while the step waits, even once its
+    result has expired (its payload waits in its home's ``flows:waiting``), and not
+    after it ran (settling its outcome deleted the copy)."""
+    workflow = group([tasks.member.using(queue_name="first").si("first")]).enqueue()
+    [step] = workflow.steps()
+    message = TaskStore().queued_message(step.task_id)
+    assert message is not None
+    entry = f"first\n{rank(0)}\n{message.encode()}".encode()
+    r.hset(released_key(), step.task_id, entry)
+    assert client_at(home("first")).delete(result_key(step.task_id)) == 1  # expired
+    assert carry_left(["first"]) == 1
+    assert not client_at(home("first")).exists(result_key(step.task_id))  # nothing written
+    assert TaskStore().waiting("first", "ready", 0, 10)[0] == 1
+    r.hset(released_key(), step.task_id, entry)  # left again, then the step runs
+    with running_worker(["first"]):
+        assert workflow.wait(10) == "SUCCESSFUL"
+    assert not r.hexists(released_key(), step.task_id)
+    assert client_at(home("first")).delete(result_key(step.task_id)) == 1  # expired
+    carry_left(["first"])  # (what the outboxes hold: the step's outcome, settled already)
+    assert TaskStore().waiting("first", "ready", 0, 10)[0] == 0
 
 
 def test_released_steps_are_carried_with_one_wait_per_node(

@@ -233,6 +233,11 @@ local function flow_settle(flow, n, state, record, now, keep)
     return false
   end
   local failed_id = redis.call('HGET', flow.key, 'id:' .. n)
+  if flow.released and failed_id then
+    -- It ran: a copy of its release still in the outbox (a carry that died before it
+    -- deleted it) must not enqueue it again once its result has expired.
+    redis.call('HDEL', flow.released, failed_id)
+  end
   local work, i = {{n, state, record}}, 1
   local left = 0
   while i <= #work do

@@ -23,7 +23,7 @@ from django_redis.client import DefaultClient
 from redis import ConnectionPool, Redis
 from redis.client import NEVER_DECODE, Pipeline, PubSub
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisClusterException, ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from .conf import conf
@@ -424,7 +424,8 @@ def rediscover(client: Any) -> None:
     :func:`node_client` goes on naming a dead master until then. Nothing for a single
     server, or while no node answers (the next error asks again)."""
     if isinstance(client, RedisCluster):
-        with contextlib.suppress(redis.exceptions.RedisError):
+        # (No node answers, or the slots are not all served yet: RedisClusterException.)
+        with contextlib.suppress(redis.exceptions.RedisError, RedisClusterException):
             client.nodes_manager.initialize()
 
 

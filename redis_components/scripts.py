@@ -154,7 +154,7 @@ def run_many_and_wait(
     the writes of its own connection). Calls refused with NOSCRIPT did not run: they
     alone are repeated after loading their scripts, with a ``WAIT`` of their own.
     Returns the results in order (an error in its place) and how many replicas
-    acknowledged all of them within ``timeout`` seconds.
+    acknowledged all of them within ``timeout`` seconds (at most ``replicas``).
     """
     if isinstance(client, RedisCluster):
         cluster: Any = client
@@ -169,7 +169,11 @@ def run_many_and_wait(
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         pipe.execute_command("WAIT", replicas, max(1, round(timeout * 1000)))
         *replies, acknowledged_now = pipe.execute(raise_on_error=False)
-        acknowledged = min(acknowledged, int(acknowledged_now))
+        if not all(isinstance(reply, NoScriptError) for reply in replies):  # (else no writes)
+            # (A WAIT refused, as by a master demoted meanwhile, counts as none: the
+            # scripts' own errors say why.)
+            ok = not isinstance(acknowledged_now, Exception)
+            acknowledged = min(acknowledged, int(acknowledged_now) if ok else 0)
         for i, reply in zip(todo, replies, strict=True):
             results[i] = reply
         todo = [i for i in todo if isinstance(results[i], NoScriptError)]

@@ -24,6 +24,7 @@ from django.test import override_settings
 from django.utils import timezone
 from redis.crc import key_slot
 
+from conftest import CLUSTER
 from conftest import cancelled as is_cancelled
 from redis_components import chain, get_result, get_workflow, group, redis_task
 from redis_components.connection import (
@@ -912,6 +913,23 @@ def test_a_release_left_in_the_outbox_never_enqueues_its_step_again(r: redis.Red
     assert client_at(home("first")).delete(result_key(step.task_id)) == 1  # expired
     carry_left(["first"])  # (what the outboxes hold: the step's outcome, settled already)
     assert TaskStore().waiting("first", "ready", 0, 10)[0] == 0
+
+
+@pytest.mark.skipif(not CLUSTER, reason="a cluster's map of slots: the cluster's pass")
+def test_a_call_told_moved_has_the_cluster_client_read_the_slots_again() -> None:
+    """A process whose map of the slots is out of date (a node that served a task's
+    home serves other slots now) is told MOVED by that node: the store's call raises
+    it, and the next call reaches the node that serves the home now."""
+    task_id = enqueue("first", "x")
+    cluster: Any = get_client()
+    slot = key_slot(result_key(task_id).encode())
+    right = cluster.nodes_manager.slots_cache[slot]
+    wrong = next(node for node in cluster.get_primaries() if node.name != right[0].name)
+    cluster.nodes_manager.slots_cache[slot] = [wrong]  # as before a failover or a reshard
+    with pytest.raises(redis.exceptions.MovedError):
+        get_result(task_id)
+    assert get_result(task_id).id == task_id
+    assert cluster.nodes_manager.slots_cache[slot][0].name == right[0].name
 
 
 def test_released_steps_are_carried_with_one_wait_per_node(

@@ -203,20 +203,31 @@ def _fetched(reply: list[Any]) -> Fetched:
 _T = TypeVar("_T")
 
 
+# What a call through a node's client meets when the cluster's map of slots it was given
+# is out of date: the node is gone, is being replaced, or serves other slots now.
+_STALE_NODES = (*REDIS_DOWN, redis.exceptions.MovedError, redis.exceptions.ReadOnlyError)
+
+
 def _finding_nodes_again(cls: type[_T]) -> type[_T]:
-    """Make every public method of ``cls``, when it loses its connection, have a Redis
-    Cluster's client read again which node serves which slots before the error goes on
-    (nothing on one server). A failover promotes a replica, and the node clients that
+    """Make every public method of ``cls``, when a node's client meets a stale map of the
+    slots (a lost connection, ``CLUSTERDOWN``, ``MOVED``), have a Redis Cluster's client
+    read again which node serves which slots before the error goes on (nothing on one
+    server). A failover promotes a replica, and the node clients that
     :func:`~.layout.tasks_client` hands out go on naming the dead master until then: a
-    web process's next call after the failover reaches the new one, as a worker's does."""
+    web process's next call after the failover reaches the new one. A store given its
+    clients (a worker's) leaves it to the worker, which does so outside its locks; a
+    call made within another reads the map once."""
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
-        def finding(*args: Any, **kwargs: Any) -> Any:
+        def finding(store: TaskStore, *args: Any, **kwargs: Any) -> Any:
             try:
-                return method(*args, **kwargs)
-            except REDIS_DOWN:
-                find_nodes_again()
+                return method(store, *args, **kwargs)
+            except _STALE_NODES as error:
+                mine = store._client is None and store._at is None
+                if mine and not getattr(error, "nodes_found_again", False):
+                    find_nodes_again()
+                    error.nodes_found_again = True  # type: ignore[union-attr]
                 raise
 
         return finding
@@ -1150,17 +1161,17 @@ class TaskStore:
                 replies, acknowledged = scripts.run_many_and_wait(client, mine, replicas, timeout)
             else:
                 replies, acknowledged = scripts.run_many(client, mine), 0
-            if acknowledged < replicas:
+            late = acknowledged < replicas
+            if late:
                 logger.warning(
                     "Workflow steps released: %d, but %d of %d replicas acknowledged "
                     "them within %g s; they stay in the workflows' outbox for now",
                     *(len(mine), acknowledged, replicas, timeout),
                 )
-                continue
             for i, reply in zip(indexes, replies, strict=True):
                 if isinstance(reply, Exception):
                     errors.append(reply)
-                else:
+                elif not late:
                     carried.append(ids[i])
         if carried:
             raw(self.client, "HDEL", key, *carried)

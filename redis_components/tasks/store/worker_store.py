@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from ...conf import conf
+from ...connection import REDIS_DOWN
 from ...scripts import Call
 from ..limits import settings_json
 from ..messages import flow_of
@@ -328,7 +327,7 @@ class WorkerStore:
                 task_id, known if finished.kind == "ok" else None, delete=False
             ):
                 self._carried_ids.setdefault(task_home(task_id), []).append(task_id)
-        except (redis.ConnectionError, redis.TimeoutError) as error:
+        except REDIS_DOWN as error:
             logger.warning(
                 "Worker %s could not carry the outcome of step %s to its workflow yet: %s",
                 self.worker_id,

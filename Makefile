@@ -19,30 +19,67 @@ OLDEST_BIN := $(OLDEST)/bin
 # .venv-dist  build and twine only: make dist
 DIST := .venv-dist
 DIST_BIN := $(DIST)/bin
+# .venv-newest  as .venv, but with the newest release of everything: the newest-leg of
+# make test, which reports what a new release breaks before the lock takes it
+NEWEST := .venv-newest
+NEWEST_BIN := $(NEWEST)/bin
 
-.PHONY: demo test lint docs dist browser gettext postgres legacy-leg valkey-leg oldest-leg clean
+# Each virtualenv installs exactly the versions locked in requirements/<env>.txt (pip
+# constraints: the project's version ranges still decide what is allowed), so a fresh
+# clone's make test gives the result it gave on the day it landed. make lock refreshes
+# them on purpose, from the newest releases the ranges allow. Library users install
+# from the ranges in pyproject.toml; the lock is the developers' and CI's only.
+LOCKS := requirements
+DEV_INSTALL := -e '.[embedded,hiredis]' --group dev --group docs
+LTS_INSTALL := -e '.[embedded,tasks-backport]' --group test 'django>=5.2,<6'
+OLDEST_INSTALL := -e '.[embedded]' --group test 'redis==6.4.*' 'django==6.0.*'
+DIST_INSTALL := --group dist
 
-$(VENV)/.installed: pyproject.toml Makefile
-	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
-	rm -rf $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[embedded,hiredis]' --group dev --group docs
+.PHONY: demo test lint docs dist browser gettext postgres legacy-leg valkey-leg oldest-leg newest-leg lock clean
+
+# $(call venv,FOLDER,PYTHON,WHAT TO INSTALL,LOCK FILE or empty for the newest releases)
+define venv
+	@test -n "$(2)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
+	rm -rf $(1)
+	$(2) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet $(if $(4),-c $(4)) --upgrade pip
+	$(1)/bin/python -m pip install --quiet $(if $(4),-c $(4)) $(3)
+endef
+
+$(VENV)/.installed: pyproject.toml Makefile $(LOCKS)/dev.txt
+	$(call venv,$(VENV),$(PYTHON),$(DEV_INSTALL),$(LOCKS)/dev.txt)
 	@touch $@
 
-$(LTS)/.installed: pyproject.toml Makefile
-	rm -rf $(LTS)
-	$(PYTHON_LTS) -m venv $(LTS)
-	$(LTS_BIN)/python -m pip install --quiet --upgrade pip
-	$(LTS_BIN)/python -m pip install --quiet -e '.[embedded,tasks-backport]' --group test 'django>=5.2,<6'
+$(LTS)/.installed: pyproject.toml Makefile $(LOCKS)/lts.txt
+	$(call venv,$(LTS),$(PYTHON_LTS),$(LTS_INSTALL),$(LOCKS)/lts.txt)
 	@touch $@
 
-$(OLDEST)/.installed: pyproject.toml Makefile
-	rm -rf $(OLDEST)
-	$(PYTHON) -m venv $(OLDEST)
-	$(OLDEST_BIN)/python -m pip install --quiet --upgrade pip
-	$(OLDEST_BIN)/python -m pip install --quiet -e '.[embedded]' --group test 'redis==6.4.*' 'django==6.0.*'
+$(OLDEST)/.installed: pyproject.toml Makefile $(LOCKS)/oldest.txt
+	$(call venv,$(OLDEST),$(PYTHON),$(OLDEST_INSTALL),$(LOCKS)/oldest.txt)
 	@touch $@
+
+# Always rebuilt: its point is whatever was released since the last run.
+$(NEWEST)/.installed: FORCE
+	$(call venv,$(NEWEST),$(PYTHON),$(DEV_INSTALL),)
+	@touch $@
+
+FORCE:
+
+# Refresh the lock files from the newest releases that pyproject.toml allows, in fresh
+# virtualenvs of their own (the working ones are left alone). Review the diff, then run
+# make test, which rebuilds every virtualenv from the new locks.
+lock:
+	@mkdir -p $(LOCKS)
+	$(call venv,.venv-lock,$(PYTHON),$(DEV_INSTALL),)
+	.venv-lock/bin/python -m pip freeze --all --exclude-editable > $(LOCKS)/dev.txt
+	$(call venv,.venv-lock,$(PYTHON_LTS),$(LTS_INSTALL),)
+	.venv-lock/bin/python -m pip freeze --all --exclude-editable > $(LOCKS)/lts.txt
+	$(call venv,.venv-lock,$(PYTHON),$(OLDEST_INSTALL),)
+	.venv-lock/bin/python -m pip freeze --all --exclude-editable > $(LOCKS)/oldest.txt
+	$(call venv,.venv-lock,$(PYTHON),$(DIST_INSTALL),)
+	.venv-lock/bin/python -m pip freeze --all > $(LOCKS)/dist.txt
+	rm -rf .venv-lock
+	@git diff --stat -- $(LOCKS)
 
 demo: $(VENV)/.installed
 	$(BIN)/python manage.py demo
@@ -60,12 +97,8 @@ docs: $(VENV)/.installed
 # The release files: the sdist and the wheel (built from that sdist) into dist/, checked
 # as the package index will read them. Uploading is a separate step (CONTRIBUTING.md).
 # Building takes only build and twine (the dist group), in a virtualenv of their own.
-$(DIST)/.installed: pyproject.toml Makefile
-	@test -n "$(PYTHON)" || { echo "No Python >= 3.10 found; install one or set PYTHON=..."; exit 1; }
-	rm -rf $(DIST)
-	$(PYTHON) -m venv $(DIST)
-	$(DIST_BIN)/python -m pip install --quiet --upgrade pip
-	$(DIST_BIN)/python -m pip install --quiet --group dist
+$(DIST)/.installed: pyproject.toml Makefile $(LOCKS)/dist.txt
+	$(call venv,$(DIST),$(PYTHON),$(DIST_INSTALL),$(LOCKS)/dist.txt)
 	@touch $@
 
 dist: $(DIST)/.installed
@@ -120,7 +153,7 @@ test: lint docs browser gettext postgres
 	RC_TEST_LONG=1 $(BIN)/pytest --cov
 	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append -m 'not static and not browser and not once'
 	$(BIN)/coverage report
-	@$(MAKE) --no-print-directory -j2 --output-sync=target legacy-leg valkey-leg oldest-leg
+	@$(MAKE) --no-print-directory -j2 --output-sync=target legacy-leg valkey-leg oldest-leg newest-leg
 
 # Leg 2: Django 5.2 LTS with the backport, the oldest Python, redis-py's pure-Python
 # parser: the Django and client tests, and a worker's smoke tests.
@@ -153,5 +186,27 @@ oldest-leg:
 		RC_TEST_CLUSTER=1 $(OLDEST_BIN)/pytest -m 'client or smoke'; \
 	fi
 
+# The newest leg: the newest release of every dependency (what the lock will take at the
+# next make lock), linted, type-checked and run on the client, peers' and smoke tests. It
+# reports and never fails the build: a new release's breakage is printed, named and
+# fixed on purpose, not found by a fresh clone on the day of an unrelated change.
+newest-leg:
+	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		echo "No Python >= 3.12 here: the newest leg skipped."; \
+	else \
+		failed=""; \
+		$(MAKE) --no-print-directory $(NEWEST)/.installed || failed="$$failed install"; \
+		if [ -z "$$failed" ]; then \
+			echo "Newest leg: what differs from $(LOCKS)/dev.txt:"; \
+			$(NEWEST_BIN)/python -m pip freeze --all --exclude-editable | diff $(LOCKS)/dev.txt - | grep '^[<>]' || echo "  nothing"; \
+			$(NEWEST_BIN)/ruff check . || failed="$$failed ruff"; \
+			$(NEWEST_BIN)/mypy || failed="$$failed mypy"; \
+			$(NEWEST_BIN)/pytest -m '(client or peers or smoke) and not once' || failed="$$failed pytest"; \
+		fi; \
+		if [ -n "$$failed" ]; then \
+			echo "NEWEST RELEASES BREAK:$$failed (reported, not failing the build; see above)"; \
+		else echo "Newest leg: the newest releases pass."; fi; \
+	fi
+
 clean:
-	rm -rf $(VENV) $(LTS) $(OLDEST) $(DIST) dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) $(LTS) $(OLDEST) $(DIST) $(NEWEST) .venv-lock dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build

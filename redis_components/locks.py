@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -63,7 +64,7 @@ from .exceptions import (
     LockNotOwned,
 )
 from .guard import Busy, Guard
-from .keys import is_integer, key, validate_name
+from .keys import MAX_SECONDS, is_integer, key, seconds, shorten, validate_name
 from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
 from .waiting import (
     LONGEST_REGISTRATION_MS,
@@ -285,6 +286,23 @@ class RedisLock:
         return handle
 
 
+def _extension_ms(value: object) -> int:
+    """``extend()``'s ``additional_time`` in ms: any finite number of seconds (at most
+    ``MAX_SECONDS`` either way), as redis-py takes it; 0 or less asks for no change."""
+    if (is_integer(value) or isinstance(value, float)) and value < 0:
+        try:
+            number = seconds(-value, "additional_time")
+        except InvalidInput:
+            raise InvalidInput(
+                "additional_time",
+                f"must be a finite number of seconds, at least -{MAX_SECONDS:,}, "
+                f"not {shorten(value)}",
+            ) from None
+        return -math.floor(number * 1000)
+    number = seconds(value, "additional_time")
+    return ms(number) if number > 0 else 0
+
+
 def _counted(handle: LockHandle | None, waited: bool) -> None:
     """Count an acquisition for the metrics (nothing is counted unless METRICS is on)."""
     if waited:
@@ -459,7 +477,10 @@ class LockHandle:
     # -- renew and extend -------------------------------------------------------
 
     def _extend_call(self, seconds: float, add: bool = False) -> Call:
-        args: list[Arg] = [self.token, ms(seconds), "add" if add else "set"]
+        return self._extend_ms_call(ms(seconds), add)
+
+    def _extend_ms_call(self, milliseconds: int, add: bool) -> Call:
+        args: list[Arg] = [self.token, milliseconds, "add" if add else "set"]
         return load(EXTEND), self.lock.keys[:1], args
 
     def _extended(self, result: object) -> None:
@@ -484,14 +505,15 @@ class LockHandle:
         if additional_time is None:
             deprecated("extend() without additional_time", "use renew()", stacklevel=3)
             return self._extend_call(self.lock.timeout)
-        seconds = positive_seconds(additional_time, "additional_time")
-        return self._extend_call(seconds, add=not replace_ttl)
+        return self._extend_ms_call(_extension_ms(additional_time), add=not replace_ttl)
 
     def extend(self, additional_time: float | None = None, replace_ttl: bool = False) -> None:
-        """Lengthen the lease, as redis-py's ``Lock.extend`` does: add ``additional_time``
+        """Change the lease, as redis-py's ``Lock.extend`` does: add ``additional_time``
         seconds to what is left of it, or, with ``replace_ttl=True``, make it
-        ``additional_time`` seconds from now. (Without arguments it renews, as
-        :meth:`renew` does, with a deprecation warning.)
+        ``additional_time`` seconds from now. Where that comes to 0 seconds or less (a
+        time of 0 or less, or a negative one larger than what is left), the lease stays
+        as it is, as in redis-py. (Without arguments it renews, as :meth:`renew` does,
+        with a deprecation warning.)
 
         Raises :class:`LockNotOwned` (and marks the handle lost) if the lease had run out.
         """

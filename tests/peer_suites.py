@@ -98,10 +98,12 @@ def check(
     output: str,
     at_least: int,
 ) -> None:
-    """Every test passed or is listed (and every listed one still fails); say so.
+    """Every test passed or is listed (and every listed one that ran still fails); say so.
 
     A listed name is a test's full name, or its name without parameters (then it stands
-    for all of them)."""
+    for all of them). A listed test that did not run at all is one that an older version
+    of the suite lacks (the list covers every version we support): it is fine, and named
+    in the summary; one that ran and passed (or was skipped) must leave the list."""
 
     def listed(name: str) -> str | None:
         return name if name in not_applicable else (name.split("[")[0] if "[" in name else None)
@@ -109,12 +111,15 @@ def check(
     failed = {name for name, outcome in outcomes.items() if outcome == "failed"}
     unexpected = {name for name in failed if listed(name) not in not_applicable}
     assert not unexpected, f"{title}: failed on our code: {sorted(unexpected)}\n{output[-8000:]}"
-    stale = set(not_applicable) - {listed(name) for name in failed}
-    assert not stale, f"listed as not applicable, yet they pass or are gone: {sorted(stale)}"
+    ran = {listed(name) for name in outcomes}
+    absent = set(not_applicable) - ran
+    stale = set(not_applicable) - absent - {listed(name) for name in failed}
+    assert not stale, f"listed as not applicable, yet they ran without failing: {sorted(stale)}"
     passed = sum(outcome == "passed" for outcome in outcomes.values())
     assert passed >= at_least, outcomes  # the suite ran, not just collected
     reasons = sorted({(str(listed(name)), not_applicable[str(listed(name))]) for name in failed})
     print(
         f"\n{title}: {passed} passed, {len(failed)} not applicable:\n"
         + "\n".join(f"  {name}: {why}" for name, why in reasons)
+        + (f"\nlisted, not in this version's suite: {sorted(absent)}" if absent else "")
     )

@@ -25,6 +25,7 @@ from redis_components.connection import (
     get_async_client,
     get_client,
     node_client,
+    text,
 )
 from redis_components.exceptions import (
     ConfigurationError,
@@ -936,8 +937,67 @@ def test_extend_adds_time_or_replaces_it_as_in_redis_py() -> None:
     assert 500 < get_client().pttl("rc:lock:{ext2}") <= 1_000
     handle.renew()  # the lock's timeout from now
     assert 1_500 < get_client().pttl("rc:lock:{ext2}") <= 2_000
-    with pytest.raises(InvalidInput, match="additional_time"):
-        handle.extend(0)
+    handle.extend(-0.5)  # negative: 0.5 s less than what is left, as in redis-py
+    assert 1_000 < get_client().pttl("rc:lock:{ext2}") <= 1_500
+    handle.release()
+
+
+@pytest.mark.parametrize(
+    ("additional_time", "replace_ttl"),
+    [(0, True), (0.0, False), (-1, True), (-20, False), (-0.0001, False), (0.0004, False)],
+)
+def test_an_extension_to_0_seconds_or_less_keeps_the_lease_as_in_redis_py(
+    additional_time: float, replace_ttl: bool
+) -> None:
+    """redis-py 8.2's extend(): where the new lease would be 0 s or less (a time of 0 or
+    less; a negative one larger than what is left), the lease stays and it succeeds."""
+    handle = RedisLock("keep", timeout=10).acquire()
+    assert handle is not None
+    client = get_client()
+    before = client.pttl("rc:lock:{keep}")
+    handle.extend(additional_time, replace_ttl=replace_ttl)
+    assert text(client.get("rc:lock:{keep}")) == handle.token
+    assert before - 100 < client.pttl("rc:lock:{keep}") <= before + 1
+    assert 9 < handle.lease_ends - time.monotonic() <= 10.01  # what is left, as Redis said
+    handle.check()
+    handle.release()
+
+
+def test_an_extension_to_0_seconds_or_less_still_finds_a_lost_lock() -> None:
+    handle = hold_elsewhere("gone", timeout=5)
+    get_client().delete("rc:lock:{gone}")
+    with pytest.raises(LockNotOwned) as caught:
+        handle.extend(0, replace_ttl=True)
+    assert caught.value.lock_name == "gone"  # redis-py's attribute: the lock's name
+    assert handle.lost
+
+
+def test_an_async_extension_to_0_seconds_or_less_keeps_the_lease() -> None:
+    async def scenario() -> None:
+        handle = await RedisLock("akeep", timeout=10).aacquire()
+        assert handle is not None
+        await handle.aextend(-1, replace_ttl=True)
+        assert 9_000 < get_client().pttl("rc:lock:{akeep}") <= 10_000
+        await handle.arelease()
+        await aclose_async_client()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "additional_time",
+    [-1e300, -math.inf, math.nan, -(10**5000), True, "1"],
+    ids=["-1e300", "-inf", "nan", "-10**5000", "True", "'1'"],
+)
+def test_an_extension_that_is_no_finite_number_of_seconds_is_refused(
+    additional_time: object, count_commands: CommandCount
+) -> None:
+    handle = RedisLock("bad", timeout=5).acquire()
+    assert handle is not None
+    with count_commands as counted, pytest.raises(InvalidInput, match="additional_time") as info:
+        handle.extend(additional_time)  # type: ignore[arg-type]
+    assert counted.sent == 0
+    assert len(str(info.value)) < 150
     handle.release()
 
 

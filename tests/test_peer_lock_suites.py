@@ -48,6 +48,35 @@ _LEASE = (
     "expects a lock made without a timeout to refuse extend() or reacquire(); every lock "
     "here has a lease (LOCK_TIMEOUT by default), so it can always be extended"
 )
+_UUID = (
+    "expects the token to be a version-4 UUID; ours are 128 random bits (secrets.token_hex: "
+    "no host or clock data, what the test guards against) with no UUID version digit, and a "
+    "lock handed over by a release carries '<token>:<fence>'"
+)
+_KEEPS = (
+    _KEY + "; what it tests, extend() by 0 s or less keeping the lease, is ours too "
+    "(tests/test_locks.py checks it on rc:lock:{name})"
+)
+_NO_EXPIRY = (
+    "makes a lock with timeout=0, which redis-py takes as no expiry (its bare key 'foo' has "
+    "PTTL -1), so that extend() finds no lease to change and raises LockNotOwnedError; here "
+    "timeout=0 takes LOCK_TIMEOUT, as None does: every lock has a lease, which extend() keeps"
+)
+_NO_EXPIRY_REACQUIRE = (
+    "makes a lock with timeout=0, which redis-py takes as no expiry, and expects its bare key "
+    "'foo' to hold the token with no TTL (PTTL -1) after reacquire(); here timeout=0 takes "
+    "LOCK_TIMEOUT, as None does, and the key is rc:lock:{name}: reacquire() keeps the lock "
+    "and restarts its lease"
+)
+_NAME = (
+    _KEY + "; it takes the lock over with SET foo, and the extend it expects to fail succeeds "
+    "(our LockNotOwned's lock_name is the lock's name: tests/test_locks.py)"
+)
+_POLL_SLEEP = (
+    _SAME_THREAD + "; and it counts the polling sleeps: ours waits on the grant list without "
+    "polling, so acquire(sleep=...) is accepted and changes nothing"
+)
+# The tests of every version we support (6.4 to 8.2); one that a version lacks is fine there.
 _BOTH = {
     "test_lock": _KEY,
     "test_lock_token": _TOKEN,
@@ -67,18 +96,32 @@ _BOTH = {
     "test_reacquire_lock": _KEY,
     "test_reacquiring_lock_with_no_timeout_raises_error": _LEASE,
     "test_reacquiring_lock_no_longer_owned_raises_error": _KEY,
+    "test_lock_error_gives_correct_lock_name": _KEY,
+    # New in redis-py 8.2:
+    "test_default_token_is_random_uuid4": _UUID,
+    "test_lock_not_owned_error_gives_correct_lock_name": _NAME,
+    "test_reacquire_lock_zero_timeout_keeps_lock": _NO_EXPIRY_REACQUIRE,
+    "test_extend_lock_zero_additional_time_replace_ttl_raises_error": _NO_EXPIRY,
+    "test_extend_lock_zero_timeout_without_replace_raises_error": _NO_EXPIRY,
+    "test_extend_lock_zero_timeout_replace_ttl_keeps_existing_ttl": _KEEPS,
+    "test_extend_lock_negative_timeout_replace_ttl_keeps_existing_ttl": _KEEPS,
+    "test_extend_lock_negative_additional_time_without_replace_keeps_existing_ttl": _KEEPS,
 }
 _SYNC_ONLY = {
     "test_context_manager_blocking_timeout": _SAME_THREAD,
     "test_context_manager_reacquiring_lock_with_no_timeout_raises_error": _LEASE,
     "test_context_manager_reacquiring_lock_no_longer_owned_raises_error": _KEY,
-    "test_lock_error_gives_correct_lock_name": _KEY,
+}
+_ASYNC_ONLY = {  # new in redis-py 8.2
+    "test_acquire_sleep_overrides_constructor_sleep": _POLL_SLEEP,
+    "test_blocking_timeout_sleep_overrides_constructor_sleep": _POLL_SLEEP,
 }
 REDIS_PY_NOT_APPLICABLE = {
     **{f"redis_py_tests.test_lock.TestLock.{name}": why for name, why in _BOTH.items()},
     **{f"redis_py_tests.test_lock.TestLock.{name}": why for name, why in _SYNC_ONLY.items()},
     **{
-        f"redis_py_tests.test_asyncio.test_lock.TestLock.{name}": why for name, why in _BOTH.items()
+        f"redis_py_tests.test_asyncio.test_lock.TestLock.{name}": why
+        for name, why in {**_BOTH, **_ASYNC_ONLY}.items()
     },
 }
 

@@ -3,7 +3,12 @@
 The constructor is the one ``Redis.lock(name, ..., lock_class=...)`` calls. The Redis
 client given is not used: our lock talks to the server that the Django settings name
 (the same one, in these tests). ``timeout=None`` takes ``LOCK_TIMEOUT``: every lock has
-a lease here.
+a lease here; so does ``timeout=0``, which redis-py takes as ``None`` (no expiry).
+
+``release()`` is redis-py's: it sends the release through ``do_release(token)`` and
+forgets the token once the release is done, or found the lock gone (``LockError``), and
+only if the token is still the one it released (``thread_local=False`` shares it). A
+release that fails otherwise (a lost connection) keeps the lock held: call it again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ class _Base:
     ) -> None:
         self.redis = redis
         self.name = name
-        self.lock = RedisLock(name, timeout)
+        self.lock = RedisLock(name, timeout or None)
         self.blocking = blocking
         self.blocking_timeout = blocking_timeout
         self.raise_on_release_error = raise_on_release_error
@@ -59,9 +64,18 @@ class _Base:
             raise LockError(f"Cannot {doing} an unlocked lock", lock_name=self.name)
         return handle
 
-    def _forget(self) -> None:
-        self.local.handle = None
-        self.local.token = None
+    def _unlocked(self) -> bytes:
+        """The token to release, or ``LockError`` if this lock holds none."""
+        token: bytes | None = self.local.token
+        if token is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        return token
+
+    def _forget(self, token: bytes) -> None:
+        """Forget the lock released with ``token``, unless another acquirer's is there now."""
+        if self.local.token == token:
+            self.local.handle = None
+            self.local.token = None
 
     def _release_error(self, error: LockError) -> None:
         if self.raise_on_release_error:
@@ -88,13 +102,16 @@ class Lock(_Base):
         return handle is not None and handle.owned()
 
     def release(self) -> None:
-        handle = self._held("release")
+        token = self._unlocked()
         try:
-            handle.release()
+            self.do_release(token)
         except LockError:
-            self._forget()  # gone from Redis: nothing to retry
+            self._forget(token)  # gone from Redis: nothing to retry
             raise
-        self._forget()
+        self._forget(token)
+
+    def do_release(self, expected_token: bytes) -> None:
+        self._held("release").release()
 
     def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         self._held("extend").extend(additional_time, replace_ttl)
@@ -122,7 +139,10 @@ class AsyncLock(_Base):
         blocking: bool | None = None,
         blocking_timeout: float | None = None,
         token: object = None,
+        *,
+        sleep: float | None = None,
     ) -> bool:
+        # ``sleep`` (redis-py's time between polls) has no use here: waiters never poll.
         if token is not None:
             return self._took(None, token)
         handle = await self.lock.aacquire(**self._waits(blocking, blocking_timeout))
@@ -136,13 +156,16 @@ class AsyncLock(_Base):
         return handle is not None and await handle.aowned()
 
     async def release(self) -> None:
-        handle = self._held("release")
+        token = self._unlocked()
         try:
-            await handle.arelease()
+            await self.do_release(token)
         except LockError:
-            self._forget()
+            self._forget(token)
             raise
-        self._forget()
+        self._forget(token)
+
+    async def do_release(self, expected_token: bytes) -> None:
+        await self._held("release").arelease()
 
     async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         await self._held("extend").aextend(additional_time, replace_ttl)

@@ -76,6 +76,11 @@ DEFAULTS: dict[str, Any] = {
     # (jittered), at most TASK_RETRY_BACKOFF_MAX.
     "TASK_RETRY_BACKOFF": 2.0,
     "TASK_RETRY_BACKOFF_MAX": 600.0,
+    # A task that a worker does not know (no such task in its code: during a rolling
+    # deploy, a task that only the new code has) goes back on its queue, no retry charged,
+    # until this many seconds after its enqueue, so that a worker with the new code takes
+    # it; only then is it dead-lettered (TaskNotRegistered).
+    "TASK_UNREGISTERED_GRACE": 300.0,
     # A task found in the in-progress list of this many dead workers is dead-lettered.
     "TASK_MAX_CRASHES": 3,
     # After a stop signal, rc_worker lets running tasks finish for this many seconds,
@@ -258,6 +263,10 @@ class Settings:
     def TASK_SHUTDOWN_GRACE(self) -> float | None:
         value = self.get("TASK_SHUTDOWN_GRACE")
         return None if value is None else float(value)
+
+    @property
+    def TASK_UNREGISTERED_GRACE(self) -> float:
+        return float(self.get("TASK_UNREGISTERED_GRACE"))
 
     @property
     def TASK_MAX_CRASHES(self) -> int:

@@ -106,7 +106,9 @@ def get_async_client() -> redis.asyncio.Redis:
                 )
                 for s in sentinel_pool.sentinel_manager.sentinels
             ]
-            manager = redis.asyncio.sentinel.Sentinel(sentinels, **kwargs)  # type: ignore[no-untyped-call]
+            # Typed from redis-py 8.2 on, untyped before: Any holds on both.
+            sentinel_class: Any = redis.asyncio.sentinel.Sentinel
+            manager = sentinel_class(sentinels, **kwargs)
             client = manager.master_for(sentinel_pool.service_name, **kwargs)
         else:
             kind = sync.connection_pool.connection_class.__name__
@@ -124,6 +126,15 @@ async def aclose_async_client() -> None:
             await client.aclose()
         else:
             await client.aclose(close_connection_pool=True)
+
+
+class ClusterUnavailable(RedisClusterException, redis.exceptions.ConnectionError):
+    """No Redis Cluster to use at the cache's ``LOCATION`` now: no node answers, or the
+    nodes do not serve every slot yet (a cluster still starting), so a cluster client
+    cannot be built. Raised by :func:`get_client` in place of redis-py's
+    ``RedisClusterException`` (its cause), and a ``ConnectionError`` too: what waits for
+    Redis to come back (``REDIS_DOWN``, ``rc_worker``) waits for the cluster to come up.
+    """
 
 
 class ClusterClient(DefaultClient):  # type: ignore[misc]
@@ -150,7 +161,11 @@ class ClusterClient(DefaultClient):  # type: ignore[misc]
         cache_key = (url, repr(sorted(options.items())))
         cluster = self._clusters.get(cache_key)
         if cluster is None:
-            cluster = self._clusters[cache_key] = RedisCluster.from_url(url, **options)
+            try:
+                cluster = RedisCluster.from_url(url, **options)
+            except RedisClusterException as error:  # (building it asks the nodes for the slots)
+                raise ClusterUnavailable(str(error)) from error
+            self._clusters[cache_key] = cluster
         return cluster
 
     def disconnect(self, index: int = 0, client: Any = None) -> None:
@@ -190,11 +205,14 @@ def server_of(client: Redis) -> tuple[Any, ...]:
 
 
 #: Errors that mean "Redis cannot be reached now": wait and try again. A Redis Cluster
-#: answers ``CLUSTERDOWN`` while it elects a replica in the place of a dead master.
+#: answers ``CLUSTERDOWN`` while it elects a replica in the place of a dead master; its
+#: client cannot be built before the cluster is up (:class:`ClusterUnavailable`), and
+#: redis-py 8 fails its commands with ``RedisClusterUnreachableError`` once no node answers.
 REDIS_DOWN = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterDownError,
+    getattr(redis.exceptions, "RedisClusterUnreachableError", ClusterUnavailable),
 )
 
 #: An option of :meth:`OneConnection.execute_command`: what to do while the server works.

@@ -36,7 +36,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -331,13 +331,20 @@ class EmbeddedCluster:
     Each node is an :class:`EmbeddedRedis` in cluster mode with its own directory; the
     slots are split evenly and the nodes are introduced to each other (CLUSTER MEET).
     ``url`` names the first node; a cluster client discovers the others from it.
+    ``ports``: the masters' ports (one each; free ones by default), for clients told of
+    them before the cluster starts.
     """
 
     def __init__(
-        self, masters: int = 3, config: Mapping[str, str] | None = None, replicas: int = 0
+        self,
+        masters: int = 3,
+        config: Mapping[str, str] | None = None,
+        replicas: int = 0,
+        ports: Sequence[int] = (),
     ) -> None:
         self.masters = masters
         self.replicas = replicas
+        self.ports = list(ports)
         self.config = {
             "cluster-enabled": "yes",
             "cluster-config-file": "nodes.conf",
@@ -352,8 +359,9 @@ class EmbeddedCluster:
 
     def start(self) -> EmbeddedCluster:
         try:
-            for _ in range(self.masters):
-                node = EmbeddedRedis(port=free_cluster_port(), config=self.config)
+            for n in range(self.masters):
+                port = self.ports[n] if self.ports else free_cluster_port()
+                node = EmbeddedRedis(port=port, config=self.config)
                 self.nodes.append(node.start())
             share = CLUSTER_SLOTS // self.masters
             for n, node in enumerate(self.nodes):

@@ -84,9 +84,11 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_workflows.py": ("server", "processes"),
 }
 # Single tests with a purpose of their own: "smoke" (a worker on the legs that run no
-# process tests otherwise), "once" (a peers' suite that no other leg needs to repeat).
+# process tests otherwise), "once" (a peers' suite that no other leg needs to repeat),
+# "client" (a process test that depends on what redis-py's cluster client raises).
 SINGLE_PURPOSE: dict[str, tuple[str, ...]] = {
     "test_rc_worker.py::test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight": ("smoke",),
+    "test_rc_worker.py::test_a_worker_started_before_its_cluster_waits_for_it": ("client",),
     "test_task_threads.py::test_four_threads_run_four_tasks_at_once": ("smoke",),
     "test_peer_lock_suites.py::test_python_redis_locks_tests_pass_on_our_lock": ("once",),
 }

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +28,9 @@ from redis_components import (
     redis_task,
 )
 from redis_components.exceptions import InvalidInput, QueueFull
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.status import queue_stats, workers
+from redis_components.tasks.status import queue_stats, waiting_tasks, workers
 from redis_components.tasks.store import TaskStore, home, ready_key
 from redis_components.tasks.store.layout import split_homes
 from redis_components.tasks.worker import Worker
@@ -56,7 +60,7 @@ def left_over(r: redis.Redis) -> list[bytes]:
     """The limits' keys still there, but for a rate's, which expire once it is idle."""
     head = home("test").encode()
     found = r.keys(at("limit:*"))
-    rates = [key for key in found if key[len(head) :].split(b":")[1] in (b"tat", b"next")]
+    rates = [key for key in found if key[len(head) :].split(b":")[1] in (b"tat", b"every")]
     assert all(r.pttl(key) > 0 for key in rates)
     return [key for key in found if key not in rates]
 
@@ -108,6 +112,27 @@ def test_a_bad_limit_is_refused_naming_its_argument(make: Callable[[], object], 
     with pytest.raises(InvalidInput) as refused:
         make()
     assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("c:{a:d}", "{a:d} may not have a format spec"),
+        ("c:{a!r}", "{a!r} may not have a conversion"),
+        ("c:{a:>{b}}", "{a:>{b}} may not have a format spec"),
+    ],
+)
+def test_a_key_with_a_format_spec_or_conversion_is_refused_where_it_is_made(
+    key: str, problem: str
+) -> None:
+    """A spec or conversion would fail (or change the key) only at enqueue, with a bare
+    ValueError: the limit's constructor refuses it, as a partition key's is refused."""
+    with pytest.raises(InvalidInput, match=re.escape(problem)) as refused:
+        concurrency_limit(1, key=key)
+    assert refused.value.field == "key"
+    with pytest.raises(InvalidInput, match=re.escape(problem)) as refused:
+        redis_task(name="tests.limits.spec", partition_key=key)(lambda a, b: None)
+    assert refused.value.field == "partition_key"
 
 
 def test_a_key_naming_no_argument_of_the_function_is_refused_when_the_task_is_defined() -> None:
@@ -374,6 +399,52 @@ def test_a_lowered_limit_holds_its_permits_back_until_under_it(r: redis.Redis) -
     assert left_over(r) == []
 
 
+def test_tasks_handed_permits_under_an_old_limit_keep_to_a_lowered_one(
+    r: redis.Redis,
+) -> None:
+    """A worker stopping under the task's own limit (3) hands its permits to 3 waiting
+    tasks as its tasks end; a worker started with a lower one (1) runs one of them at a
+    time: the others give their permits back and wait again."""
+    old = ScriptedWorker(["test"])
+    running = [tasks.per_customer.enqueue("X", f"run{i}").id for i in range(3)]
+    assert [old.take().id for _ in running] == running  # type: ignore[union-attr]
+    for i in range(3):
+        tasks.per_customer.enqueue("X", f"waits{i}")
+    assert old.take() is None
+    for task_id in running:
+        old.succeed(task_id)
+    assert r.zcard(at("limit:wait:customer:X")) == 0  # all three handed a permit
+    with with_settings(TASK_LIMITS={"customer:X": {"concurrency": 1}}):
+        new = ScriptedWorker(["test"])
+    for _ in range(3):
+        taken = new.take()
+        assert taken is not None
+        assert new.take() is None  # one at a time, as the new limit says
+        assert len(held(r, "customer:X")) == 1
+        new.succeed(taken.id)
+    assert new.take() is None
+    assert left_over(r) == []
+
+
+def test_tasks_naming_one_key_with_different_numbers_each_keep_their_own(
+    r: redis.Redis,
+) -> None:
+    """mix_high (4 at once) and mix_low (1 at once) name one key: a mix_low starts only
+    while fewer than 1 others run (alone), a mix_high while fewer than 4 do."""
+    for i in range(6):
+        tasks.mix_high.enqueue(f"h{i}", 0.2)
+    for i in range(3):
+        tasks.mix_low.enqueue(f"l{i}", 0.05)
+    for i in range(6, 12):
+        tasks.mix_high.enqueue(f"h{i}", 0.2)
+    with running_worker(["test"], threads=6):
+        wait_until(lambda: r.llen("{test}:mix") == 15)
+    starts = [line.decode().split() for line in r.lrange("{test}:mix", 0, -1)]
+    assert [int(seen) for label, seen in starts if label[0] == "l"] == [1, 1, 1], starts
+    assert most(r) == {"mix": 4}
+    assert left_over(r) == []
+
+
 def test_a_limit_raised_by_settings_falls_back_once_a_worker_without_them_takes(
     r: redis.Redis,
 ) -> None:
@@ -472,6 +543,27 @@ def test_a_rate_limit_spreads_starts_exactly_and_charges_no_retry(
     assert set(runs(r).values()) == {1}
 
 
+def test_a_rates_bound_holds_for_the_starts_the_tasks_code_sees(r: redis.Redis) -> None:
+    """20 tasks under 4 a second, on 2 threads: the starts of their code (not only their
+    takes) never number more than 4 in any second, given up to 10 ms between a take and
+    its code's start (the window is shortened by any longer gap this machine had)."""
+    handles = {f"f{i}": tasks.four_a_second.enqueue(f"f{i}") for i in range(20)}
+    with running_worker(["test"], threads=2):
+        wait_until(lambda: r.llen("{test}:code_starts") == 20, timeout=30)
+    starts = {
+        label: float(at)
+        for label, at in (entry.decode().split() for entry in r.lrange("{test}:code_starts", 0, -1))
+    }
+    taken = {label: get_result(h.id).started_at.timestamp() for label, h in handles.items()}
+    late = max(starts[label] - taken[label] for label in starts)
+    window = 1.0 - max(0.0, late - 0.010)
+    times = sorted(starts.values())
+    most_in_a_window = max(
+        sum(1 for later in times[i:] if later <= start + window) for i, start in enumerate(times)
+    )
+    assert most_in_a_window <= 4, (times, late)
+
+
 def starts_in_a_second(handles: list[Any]) -> int:
     """The most starts (by the server's clock, as the results say) in any second."""
     starts = sorted(get_result(handle.id).started_at.timestamp() for handle in handles)
@@ -512,6 +604,149 @@ def test_a_key_with_few_tasks_is_not_starved_by_one_with_many(r: redis.Redis) ->
     assert max(order.index(f"small{i}") for i in range(10)) < 100, order[:120]
     assert most(r)["small"] <= 2
     assert most(r)["big"] <= 2
+
+
+def test_keys_take_turns_when_their_permits_are_handed_on(r: redis.Redis) -> None:
+    """Three keys of 20 tasks each under one at a time, enqueued key by key, on one
+    worker with 2 threads: a permit that a task of a frees goes to a's next task behind
+    the tasks of c already ready, not ahead of them, so c runs beside a and b, not after
+    them (with a steady backlog of a and b, c would never run)."""
+    for key in "abc":
+        for i in range(20):
+            tasks.one_per_key.enqueue(key, f"{key}{i}", pause=0.05)
+    with running_worker(["test"], threads=2):
+        wait_until(lambda: len(runs(r)) == 60, timeout=60)
+    order = [label.decode()[0] for label in r.lrange("{test}:order", 0, -1)]
+    # Turns: each key has its share of every stretch of starts, not abab...ab then c.
+    for start in range(0, 45, 15):
+        stretch = order[start : start + 15]
+        assert all(stretch.count(key) >= 4 for key in "abc"), "".join(order)
+    assert most(r) == {"a": 1, "b": 1, "c": 1}
+    assert left_over(r) == []
+
+
+def test_a_permit_stays_held_until_code_past_its_hard_limit_really_ends(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """Three tasks of one key under one at a time, each 2.5 s in one call, past their hard
+    limit of 1 s, on 4 threads: each is settled at 1 s (FAILED), but its code runs on
+    until 2.5 s, and the key's next task waits for that, not for the settle."""
+    handles = [tasks.past_its_limit.enqueue(f"p{i}", 2.5) for i in range(3)]
+    worker = start_worker("test", "--threads", "4")
+
+    def all_ended() -> bool:
+        finished = all(get_result(handle.id).is_finished for handle in handles)
+        return finished and r.hget("{test}:now", "past") == b"0" and not held(r, "past")
+
+    wait_until(all_ended, worker.output)
+    assert most(r) == {"past": 1}
+    for handle in handles:
+        [error] = get_result(handle.id).errors
+        assert error.exception_class_path == "redis_components.exceptions.TimeLimitExceeded"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert left_over(r) == []
+
+
+def test_a_terminated_tasks_permit_stays_held_until_its_code_ends(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """cancel(terminate=True) settles a task at once; its permit goes only when its code,
+    stuck 2 s in one call, ends: the key's next task never runs beside it."""
+    first = tasks.stuck_on_key.enqueue("s0", 2.0)
+    second = tasks.stuck_on_key.enqueue("s1", 0.1)
+    worker = start_worker("test", "--threads", "2")
+    wait_until(lambda: r.hget("{test}:now", "stuck") == b"1", worker.output)
+    cancel(first.id, terminate=True)
+    wait_until(lambda: get_result(first.id).is_finished, worker.output)
+    wait_until(lambda: get_result(second.id).is_finished, worker.output)
+    assert get_result(second.id).status == TaskResultStatus.SUCCESSFUL
+    assert most(r) == {"stuck": 1}
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert left_over(r) == []
+
+
+def test_a_worker_taken_for_dead_holds_the_permits_of_what_it_still_runs(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """Worker A runs t1 (5 s) under one at a time; A stops (SIGSTOP) past its lease;
+    worker B recovers t1, runs it again and the key's next tasks; A resumes and its t1
+    runs on: from A's next heartbeat until t1 ends there, B starts no task of the key."""
+    settings = {"TASK_HEARTBEAT_INTERVAL": 0.5}
+    tasks.key_spans.enqueue("t1", 5.0)
+    a = start_worker("test", **settings)
+    wait_until(lambda: r.hexists("{test}:first", "t1"), a.output)
+    os.killpg(a.process.pid, signal.SIGSTOP)
+    for i in range(2, 10):
+        tasks.key_spans.enqueue(f"t{i}", 0.8)
+    b = start_worker("test", **settings)
+    try:
+        wait_until(lambda: r.llen("{test}:spans") >= 2, b.output)  # t1 again, and t2
+    finally:
+        os.killpg(a.process.pid, signal.SIGCONT)
+    resumed = time.time()
+    wait_until(lambda: r.llen("{test}:spans") == 10, b.output)
+    spans = [line.decode().split() for line in r.lrange("{test}:spans", 0, -1)]
+    [first_end] = [float(end) for label, start, end in spans if float(end) - float(start) > 4]
+    noticed = resumed + 2 * 0.5  # A's next heartbeat, with room for a busy machine
+    late = [label for label, start, _ in spans if noticed < float(start) < first_end]
+    assert late == [], (spans, resumed, first_end)
+    for worker in (a, b):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    assert left_over(r) == []
+
+
+def latest_due_in(queue: str) -> float:
+    """Seconds until the last delayed task of ``queue`` is due (by the server's clock)."""
+    count, delayed = waiting_tasks(queue, "delayed", count=1000)
+    assert count == len(delayed)
+    last = max((task.due_ms or 0 for task in delayed), default=0)
+    return last / 1000 - time.time()  # (the server runs on this machine)
+
+
+@pytest.mark.parametrize("how", ["cancel", "purge"])
+def test_tasks_set_aside_on_a_rate_give_their_turns_back_when_cancelled(
+    r: redis.Redis, how: str
+) -> None:
+    """100 tasks under 20 a second (burst 5): 6 start, 94 are set aside on turns up to
+    4.7 s away. Cancelling the last 93 (or purging the queue) gives their turns back:
+    tasks enqueued next are due within a few turns, not after 4.7 s."""
+    worker = ScriptedWorker(["test"])
+    handles = [tasks.rated.enqueue(f"r{i}") for i in range(100)]
+    started = [worker.take() for _ in range(6)]
+    assert None not in started
+    assert worker.take() is None
+    assert latest_due_in("test") > 4.0
+    if how == "cancel":
+        for handle in handles[7:]:
+            cancel(handle.id)
+    else:
+        call_command("rc_queues", "--purge", "test", "--yes", stdout=io.StringIO())
+    for i in range(3):
+        tasks.rated.enqueue(f"new{i}")
+    while worker.take() is not None:  # (after a purge, the rate may let one start now)
+        pass
+    assert latest_due_in("test") < 0.6
+
+
+def test_a_rate_raised_by_settings_speeds_up_the_tasks_set_aside_before(
+    r: redis.Redis,
+) -> None:
+    """40 tasks under 20 a second (burst 5) set aside up to 1.7 s away; a worker started
+    with the rate at 1,000 a second moves them, and the next ones, to its turns."""
+    old = ScriptedWorker(["test"])
+    for i in range(40):
+        tasks.rated.enqueue(f"r{i}")
+    assert None not in [old.take() for _ in range(6)]
+    assert old.take() is None
+    assert latest_due_in("test") > 1.5
+    with with_settings(TASK_LIMITS={"api": {"rate": 1000, "per": 1.0, "burst": 5}}):
+        new = ScriptedWorker(["test"])
+    tasks.rated.enqueue("next")
+    new.take()
+    assert latest_due_in("test") < 0.8
 
 
 def test_a_burst_worker_leaves_tasks_waiting_on_a_rate_for_later(r: redis.Redis) -> None:

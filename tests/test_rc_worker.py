@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -18,10 +19,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.test import override_settings
 
+from conftest import CLUSTER, SERVER_CONFIG
 from conftest import cancelled as cancelled_result
-from redis_components import cancel, get_result
-from redis_components.embedded import EmbeddedRedis
+from redis_components import cancel, get_client, get_result
+from redis_components.embedded import EmbeddedCluster, EmbeddedRedis, free_cluster_port, free_port
 from redis_components.exceptions import TaskNotCancellable
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
@@ -34,6 +37,7 @@ from redis_components.tasks.status import (
 )
 from redis_components.tasks.store import ready_key, registry
 from tests.processes import ROOT, WorkerProcess, wait_until
+from tests.settings import caches
 from tests.testapp import tasks
 
 
@@ -240,6 +244,39 @@ def test_without_redis_the_worker_says_so_in_one_line_and_keeps_trying(
     assert "Traceback" not in output
 
 
+@pytest.mark.skipif(not CLUSTER, reason="a Redis Cluster's client: the cluster's pass")
+def test_a_worker_started_before_its_cluster_waits_for_it(
+    start_worker: Callable[..., WorkerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compose file may start the workers before the cluster: its client cannot even be
+    built then (no node answers), and the worker waits as it does for a single server."""
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_cluster_port())
+    url = f"redis://127.0.0.1:{min(ports)}/0"
+    monkeypatch.setenv("RC_TEST_REDIS_URL", url)
+    monkeypatch.delenv("RC_TEST_REDIS_OTHER_URL", raising=False)
+    worker = start_worker("test")
+    wait_until(lambda: "keep trying" in worker.output(), worker.output)
+    time.sleep(2)  # several tries
+    assert worker.process.poll() is None, worker.output()
+    output = worker.output()
+    assert "Traceback" not in output
+    assert output.count("cannot reach Redis") == 1
+    [line] = [line for line in output.splitlines() if "keep trying" in line]
+    assert f"Redis cannot be reached at {url} (CACHES['default']): Redis Cluster cannot" in line
+    with EmbeddedCluster(ports=sorted(ports), config=SERVER_CONFIG) as cluster:
+        with override_settings(CACHES=caches(cluster.url)):
+            tasks.record.enqueue("after")
+            wait_until(lambda: get_client().hget("{test}:runs", "after") == b"1", worker.output)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    output = worker.output()
+    assert "reached Redis after" in output
+    assert "Traceback" not in output
+    assert output.count("Started worker process") == 1
+
+
 def test_help_explains_the_guarantees() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "django", "rc_worker", "--help"],
@@ -254,12 +291,55 @@ def test_help_explains_the_guarantees() -> None:
     # Both things it turns off are named (the help text is wrapped: compare words).
     words = " ".join(result.stdout.split())
     assert "do not enqueue the ticks of periodic schedules (@periodic)" in words
+    assert "one at a time; at most 1024)" in words
 
 
 def test_bad_queue_names_are_refused(start_worker: Callable[..., WorkerProcess]) -> None:
     worker = start_worker("ok", "")
     assert worker.wait() == 1
     assert "queues: must not be empty" in worker.output()
+
+
+def test_more_threads_than_the_bound_are_refused_in_one_line(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    worker = start_worker("test", "--threads", "100000", "--burst")
+    assert worker.wait(timeout=15) == 1
+    assert worker.output().splitlines() == [
+        "CommandError: --threads: must be at most 1024 (a thread each), not 100000"
+    ]
+
+
+def test_a_worker_process_refused_its_threads_says_so_once_and_rc_worker_stops(
+    start_worker: Callable[..., WorkerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the bound, the system may still refuse threads (ulimit -u, a container's
+    pids limit): here a limit on memory that its threads' stacks soon reach. The worker
+    process is not replaced (a new one would be refused too): rc_worker exits 1."""
+    port = free_port()
+    monkeypatch.setenv("RC_TEST_REDIS_URL", f"redis://127.0.0.1:{port}/0")
+    monkeypatch.delenv("RC_TEST_REDIS_OTHER_URL", raising=False)
+    monkeypatch.delenv("RC_TEST_CLUSTER", raising=False)  # this one is a single server
+    # One malloc arena: the stacks are what the limit counts.
+    worker = start_worker("test", "--threads", "1000", environment={"MALLOC_ARENA_MAX": "1"})
+    wait_until(lambda: "lost Redis" in worker.output(), worker.output)  # no thread started yet
+    [child] = re.findall(r"Started worker process 1 \(pid (\d+)\)", worker.output())
+    status = Path(f"/proc/{child}/status").read_text()
+    size = int(re.search(r"VmSize:\s+(\d+) kB", status).group(1)) * 1024  # type: ignore[union-attr]
+    # Room for a few dozen stacks of 8 MiB, in this process and in any that replaces it.
+    for pid in (int(child), worker.process.pid):
+        resource.prlimit(pid, resource.RLIMIT_AS, (size + 256 * 2**20, resource.RLIM_INFINITY))
+    with EmbeddedRedis(port=port):
+        assert worker.wait() == 1
+    output = worker.output()
+    [line] = [line for line in output.splitlines() if " ERROR " in line]
+    assert "could not start its threads: can't start new thread (" in line
+    assert "lower --threads" in line
+    assert output.count("Started worker process") == 1
+    assert "Traceback" not in output
+    assert output.splitlines()[-1] == (
+        "CommandError: A worker process could not start its threads (see above): rc_worker stopped"
+    )
 
 
 def test_a_queue_that_no_task_uses_is_served_with_a_warning(

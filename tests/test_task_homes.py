@@ -854,6 +854,19 @@ def test_an_outcome_left_in_its_homes_outbox_is_carried_once(
     assert int(r.hget("{test}:runs", "b") or 0) == 1
 
 
+def test_a_worker_that_stops_cleanly_leaves_its_outboxes_empty(r: redis.Redis) -> None:
+    """A step's outcome carried to its workflow leaves its outbox entry to the next fetch
+    in its home; the last one's goes when the worker stops, not when a worker of that
+    home runs again."""
+    workflow = chain(
+        tasks.member.using(queue_name="first").si("a"),
+        tasks.member.using(queue_name="third").si("b"),
+    ).enqueue()
+    assert Worker(["first", "third"], burst=True).run() == 2
+    assert workflow.wait(10) == "SUCCESSFUL"
+    assert TaskStore().outbox_entries(QUEUES) == set()
+
+
 def test_a_released_step_left_in_the_workflows_outbox_is_enqueued_once(
     r: redis.Redis,
 ) -> None:

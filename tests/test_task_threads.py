@@ -115,6 +115,49 @@ def test_a_soft_time_limit_is_raised_in_the_tasks_own_thread(r: redis.Redis) -> 
     assert met(r) == {"beside": 1}
 
 
+def test_a_soft_limit_that_lands_after_the_code_ended_changes_nothing(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look at the task's frame and the raise are two steps: force a thread switch
+    between them (0.3 s), long enough for the task to return and reach Django's
+    task_finished signal. A soft limit that comes once the code's end is claimed must
+    neither fail a task that succeeded nor leave it unrecorded."""
+    from redis_components.tasks import slots
+
+    raise_now = slots.raise_in_thread
+
+    def raise_late(ident: int, error: type[BaseException]) -> bool:
+        time.sleep(0.3)
+        return raise_now(ident, error)
+
+    def slow_receiver(**kwargs: Any) -> None:
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:
+            time.sleep(0.01)
+
+    monkeypatch.setattr(slots, "raise_in_thread", raise_late)
+    task_finished.connect(slow_receiver)
+    try:
+        handle = tasks.ends_at_its_soft_limit.enqueue("late")
+        with running_worker(["test"]):
+            wait_until(
+                lambda: (
+                    get_result(handle.id).status != TaskResultStatus.RUNNING
+                    and get_result(handle.id).status != TaskResultStatus.READY
+                ),
+                timeout=10,
+            )
+    finally:
+        task_finished.disconnect(slow_receiver)
+    result = get_result(handle.id)
+    assert (result.status, result.return_value, result.errors) == (
+        TaskResultStatus.SUCCESSFUL,
+        "late",
+        [],
+    )
+    assert queue_stats(["test"])[0].dead == 0
+
+
 def test_a_task_past_its_hard_limit_is_settled_without_stopping_the_others(
     r: redis.Redis,
 ) -> None:

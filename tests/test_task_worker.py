@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime
 import logging
 import random
+import signal
+import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -37,7 +40,7 @@ from redis_components.tasks.store import (
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.commands import commands_per_task
-from tests.processes import run_processes, running_worker, wait_until
+from tests.processes import WorkerProcess, run_processes, running_worker, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -193,6 +196,51 @@ def test_unknown_tasks_are_dead_lettered_and_the_worker_goes_on(
     assert (unknown.reason, unknown.task) == ("unknown task", stranger)
     assert "nobody.knows" in unknown.error
     assert "each installed app's tasks module" in unknown.error  # where workers look
+
+
+def deployed(label: str) -> None:
+    tasks.record.call(label)
+
+
+def test_a_task_a_worker_does_not_know_yet_waits_for_one_that_does(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """A rolling deploy: new web processes enqueue a task that only the new code has. A
+    worker still on the old code puts it back (no retry charged, its result still
+    READY) for TASK_UNREGISTERED_GRACE, so that a worker with the new code runs it."""
+    new_task = redis_task(name="tests.test_task_worker.deployed", queue="test")(deployed)
+    old = start_worker("test", TASK_UNREGISTERED_GRACE=60)
+    wait_until(lambda: workers(), old.output)
+    result = new_task.enqueue("new")
+    wait_until(lambda: "is not registered here" in old.output(), old.output)
+    time.sleep(0.3)  # more takes by the old worker, if it took it again at once
+    assert get_result(result.id).status == TaskResultStatus.READY
+    assert dead_letters("test") == []
+    old.signal(signal.SIGTERM)
+    assert old.wait() == 0
+    with running_worker(["test"]):  # the new code: this process registered the task
+        wait_until(lambda: order(r) == ["new"])
+    ran = get_result(result.id)
+    assert ran.status == TaskResultStatus.SUCCESSFUL
+    assert ran.errors == []
+
+
+def test_a_task_no_worker_knows_is_dead_lettered_after_the_grace(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    new_task = redis_task(name="tests.test_task_worker.deployed", queue="test")(deployed)
+    result = new_task.enqueue("never")
+    old = start_worker("test", TASK_UNREGISTERED_GRACE=1.0)
+    wait_until(lambda: dead_letters("test"), old.output)
+    old.signal(signal.SIGTERM)
+    assert old.wait() == 0
+    [letter] = dead_letters("test")
+    assert letter.reason == "unknown task"
+    assert "tests.test_task_worker.deployed" in letter.error
+    failed = get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[-1].exception_class_path == "redis_components.exceptions.TaskNotRegistered"
+    assert "put back" in old.output()
 
 
 DEEP = b"[" * 100_000 + b"]" * 100_000

@@ -113,7 +113,7 @@ for _, step in ipairs(plan) do
         local limits = step[5][i] and limits_of(step[5][i])
         if limits then
           limits_unwait(base, limits, queue, step[5][i])
-          limits_cancel(base, limits, id)
+          limits_cancel(base, limits, id, queue, step[5][i], true)
         end
       end
       local result = KEYS[4 * n + 2]

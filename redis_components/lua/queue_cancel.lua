@@ -38,7 +38,7 @@ if limits and removed == 0 then  -- it may wait for a permit
 end
 if removed > 0 then
   if limits then
-    limits_cancel(base, limits, ARGV[1])
+    limits_cancel(base, limits, ARGV[1], ARGV[8], ARGV[2], true)
   end
   free_unique()
   local now = queue_now()

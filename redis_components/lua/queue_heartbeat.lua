@@ -11,11 +11,13 @@
 -- Returns: {ids of workers whose lease has run out (never the caller's own),
 --           1 when this worker holds the scheduler's lease, else 0,
 --           the ids of its running tasks that are to be terminated,
---           the lease's new expiry (epoch ms)}
+--           the lease's new expiry (epoch ms),
+--           1 when it registered the worker (a first beat, or one taken for dead), else 0}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Registration; a worker that was taken for dead (its tasks recovered) registers again.
-if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) == 1 then
+local registered = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+if registered == 1 then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
   local first = 7 + tonumber(ARGV[6])
   for i = first, #ARGV, 1000 do  -- unpack() takes a few thousand values at most
@@ -40,4 +42,4 @@ for i = 1, tonumber(ARGV[6]) do
   end
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[4]))
-return {expired, leader, terminate, now + tonumber(ARGV[2])}
+return {expired, leader, terminate, now + tonumber(ARGV[2]), registered}

@@ -40,7 +40,7 @@ redis.call('HDEL', base .. 'limit:waiting', ARGV[1])
 for _, payload in ipairs(limited) do
   local id = queue_id(payload)
   if id then
-    limits_cancel(base, limits_of(payload), id)
+    limits_cancel(base, limits_of(payload), id, ARGV[1], payload, false)
   end
 end
 return count

@@ -155,6 +155,8 @@ for i = 1, queues do
       })), now, keep)
     end
   end
+  -- The runs it held permits for beyond their tasks' records end with it.
+  limits_free_runs(base, ARGV[1])
   if was_empty and redis.call('ZCARD', ready) > 0 then
     redis.call('PUBLISH', ready, 'ready')
   end

@@ -482,8 +482,9 @@ def redis_task(
     ``unique_for`` (seconds): an enqueue equal to one made within that time (same
     task, same arguments) enqueues nothing and returns the first one's result.
     ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`, which
-    it may catch. ``time_limit``: its worker process is stopped and replaced (by
-    ``rc_worker``'s supervisor), and the run counts as a failed attempt. Bad values
+    it may catch. ``time_limit``: the run is settled as a failed attempt and its thread
+    left behind, told to stop (its concurrency permits stay held until its code ends;
+    ``rc_worker`` replaces a process with 3 such threads). Bad values
     raise :class:`~redis_components.exceptions.InvalidInput`.
 
     ``limits``: a list of :func:`~redis_components.concurrency_limit` and

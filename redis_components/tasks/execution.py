@@ -24,7 +24,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from ..exceptions import TaskArgumentsMismatch, TimeLimitExceeded
+from ..conf import conf
+from ..exceptions import TaskArgumentsMismatch, TaskNotRegistered, TimeLimitExceeded
 from .jobs import Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, backoff, running, stop_running
@@ -57,9 +58,45 @@ def prepare(
         return bury(position, queue, payload, message.id, "no input", reason)
     job = job_for(complete, worker_id, now_ms)
     if isinstance(job, str):
-        logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, job)
-        return bury(position, queue, payload, message.id, "unknown task", job)
+        return unknown(message, job, payload, position=position, queue=queue, now_ms=now_ms)
     return job
+
+
+def unknown(
+    message: TaskMessage, why: str, payload: bytes, *, position: int, queue: str, now_ms: int
+) -> Outcome:
+    """A task this worker cannot run (``why``): put back, no retry charged, until
+    ``TASK_UNREGISTERED_GRACE`` after its enqueue, for a worker that knows it (a rolling
+    deploy's new code); dead-lettered as :class:`TaskNotRegistered` after that."""
+    enqueued_ms = message.enqueued_at
+    if enqueued_ms is None:  # a deferred run, a requeued dead letter: its result says
+        [record] = TaskStore().task_records([message.id])
+        enqueued = record and record.enqueued_at
+        enqueued_ms = round(enqueued.timestamp() * 1000) if enqueued else None
+    grace_ms = round(conf.TASK_UNREGISTERED_GRACE * 1000)
+    waited_ms = now_ms - enqueued_ms if enqueued_ms is not None else grace_ms
+    if waited_ms < grace_ms:
+        # Looked at again soon after the enqueue (a deploy's workers restart within
+        # seconds), then less often: a task no worker knows costs a few takes a minute.
+        delay_ms = min(max(waited_ms, 500), 30_000, grace_ms - waited_ms)
+        said = LogLine(
+            logger.warning,
+            "Task %s[%s] is not registered here; put back for %.3g s for a worker that "
+            "knows it (dead-lettered %.0f s after its enqueue): %s",
+            *(message.task, message.id, delay_ms / 1000, grace_ms / 1000, why),
+        )
+        return Outcome(
+            position=position,
+            payload=payload,
+            task_id=message.id,
+            kind="defer",
+            again=payload,
+            delay_ms=delay_ms,
+            said=said,
+        )
+    logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, why)
+    error = TaskNotRegistered(why)
+    return bury(position, queue, payload, message.id, "unknown task", why, error)
 
 
 def run_job(

@@ -114,7 +114,9 @@ class Lease(Generic[Running]):
     ``tasks``: the worker's side of the store, for the lease's thread (see
     :class:`~redis_components.tasks.store.WorkerStore`). ``running`` says what the worker
     runs now, as a map from task ids to whatever :attr:`terminate` needs; a heartbeat
-    that finds one of those tasks to be terminated calls ``terminate`` with it.
+    that finds one of those tasks to be terminated calls ``terminate`` with it. A
+    heartbeat of its thread that finds the worker taken for dead (its lease ran out and
+    its tasks were recovered: it registers again) calls ``revived``.
     ``schedules``: the schedules to claim while this worker holds the scheduler's lease
     (none: it never asks for it). ``threads``: how many tasks it runs at once, for its
     description.
@@ -128,6 +130,7 @@ class Lease(Generic[Running]):
         terminate: Callable[[Running], None],
         schedules: list[Schedule],
         threads: int = 1,
+        revived: Callable[[], None] = lambda: None,
     ) -> None:
         self.tasks = tasks
         self.worker_id = tasks.worker_id
@@ -135,6 +138,7 @@ class Lease(Generic[Running]):
         self.leader = False
         self._running = running
         self._terminate = terminate
+        self._revived = revived
         self._schedules = schedules
         self._info = description(tasks.queues, threads)
         self._stop = threading.Event()
@@ -192,7 +196,14 @@ class Lease(Generic[Running]):
         recover_after = 0.0
         while not self._stop.wait(self.interval / 2):
             try:
-                expired = self.beat().expired
+                beat = self.beat()
+                if beat.registered:  # (the worker registered before its thread started)
+                    logger.warning(
+                        "Worker %s was taken for dead (its lease ran out) and registers again",
+                        self.worker_id,
+                    )
+                    self._revived()
+                expired = beat.expired
                 if time.monotonic() >= recover_after:
                     for worker_id in expired:
                         self._recover_expired(worker_id)

@@ -105,12 +105,19 @@ def _template(key: object) -> str | None:
         return None
     template = keys.validate_name(key, "key", MAX_KEY)
     try:
-        fields = [name for _, name, _, _ in string.Formatter().parse(template)]
+        fields = [field for field in string.Formatter().parse(template) if field[1] is not None]
     except ValueError as error:
         raise InvalidInput("key", f"is not a valid template: {error}") from None
-    for name in fields:
-        if name is not None and not name.isidentifier():
+    for _, name, spec, conversion in fields:
+        assert name is not None
+        if not name.isidentifier():
             raise InvalidInput("key", f"{{{name}}} must name an argument of the task")
+        # A spec or a conversion would fail (or change the key) only at enqueue: the
+        # argument's str() is the key's part, nothing else.
+        if spec:
+            raise InvalidInput("key", f"{{{name}:{spec}}} may not have a format spec")
+        if conversion:
+            raise InvalidInput("key", f"{{{name}!{conversion}}} may not have a conversion")
     return template
 
 

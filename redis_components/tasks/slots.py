@@ -21,9 +21,10 @@ next task (no signals: they reach the main thread only):
 * the **soft limit** raises :class:`~redis_components.exceptions.SoftTimeLimitExceeded`
   in the task's thread when that thread is seen running the task's own code (the rule
   of :func:`task_frame`): the loop reads the thread's innermost frame and asks again shortly
-  when it is in redis-py or this library. The read and the raise are two steps, so a
-  thread switch between them can, rarely, land it a few bytecodes later (redis-py
-  drops a connection that an exception interrupts);
+  when it is in redis-py or this library. The read and the raise happen under the
+  execution's lock, never once the code's end is claimed; one that lands only as the
+  code ends (a thread switch between the read and the raise) is dropped where the end
+  is claimed (:meth:`Execution.end_code`), so it never fails a task whose code returned;
 * at the **hard limit** the task is settled at once (retried or dead-lettered, recorded
   :class:`~redis_components.exceptions.TimeLimitExceeded`) and its thread abandoned: a
   new thread takes its slot, so capacity stays N, and the old one is sent
@@ -55,7 +56,7 @@ from types import CodeType, FrameType
 
 from django.db import connections
 
-from ..exceptions import SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
+from ..exceptions import InvalidInput, SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
 from .execution import Abandoned
 from .jobs import Job
 from .store import Outcome
@@ -64,6 +65,9 @@ logger = logging.getLogger("redis_components.worker")
 
 # Abandoned threads (stuck past their hard limit) a process may carry before it is replaced.
 MAX_ABANDONED = 3
+# The most thread slots a process may have (rc_worker --threads): each is a thread, whose
+# stack the system counts against its limits. More tasks at once need more processes.
+MAX_THREADS = 1024
 # How soon to look again at a thread that a soft limit found outside the task's own code.
 RETRY_SOFT_LIMIT = 0.01
 # And at an abandoned one, to send it its stop.
@@ -98,6 +102,16 @@ def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
     return None
 
 
+def validate_slots(count: object, name: str, most: int | None = None) -> int:
+    """``count`` if it is a positive integer (up to ``most``), else :class:`InvalidInput`
+    naming ``name``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidInput(name, f"must be a positive integer, not {count!r}")
+    if most is not None and count > most:
+        raise InvalidInput(name, f"must be at most {most} (a thread each), not {count}")
+    return count
+
+
 @dataclass(eq=False)
 class Execution:
     """One delivery of a task to this process: what it took, and how its run goes."""
@@ -120,6 +134,8 @@ class Execution:
     coroutine: asyncio.Task[None] | None = None  # an async task's, on the event loop
     cancelled_by: type[BaseException] | None = None  # why its coroutine was cancelled
     code_ended: bool = False  # its task's code returned or raised: its outcome is decided
+    soft_sent: bool = False  # its soft limit was raised in its thread
+    run_held: bool = False  # its run holds its permits beyond its record (hold_run)
     last_resort: float = 0.0  # with a hard limit: when the supervisor replaces the process
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -142,14 +158,26 @@ class Execution:
     def end_code(self) -> bool:
         """Its task's code returned or raised (in the thread that ran it): from now no
         limit settles it. False if the loop abandoned it first (its end is not its own:
-        it was settled already)."""
-        with self.lock:
-            if self.abandoned:
-                return False
-            self.code_ended = True
-            self.entry = None
-            self.soft_at = self.hard_at = math.inf
-            return True
+        it was settled already).
+
+        A soft limit is raised only under the lock, while the code runs (see
+        :meth:`Slots._interrupt`), but it lands at the thread's next check: when the code
+        had just ended, that is here. It is dropped then (lands in this call, or is
+        cleared before it can land later: in the result's encoding, in a signal)."""
+        while True:
+            try:
+                with self.lock:
+                    if self.abandoned:
+                        return False
+                    self.code_ended = True
+                    self.entry = None
+                    self.soft_at = self.hard_at = math.inf
+                    if self.soft_sent:
+                        clear_raised_here()
+                    return True
+            except SoftTimeLimitExceeded:
+                if not self.soft_sent:
+                    raise
 
     def abandon(self) -> bool:
         """The loop settles it (hard limit, terminate): False if its code ended first,
@@ -166,6 +194,12 @@ def raise_in_thread(ident: int, error: type[BaseException]) -> bool:
     set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
     affected: int = set_async_exc(ctypes.c_ulong(ident), ctypes.py_object(error))
     return affected == 1
+
+
+def clear_raised_here() -> None:
+    """Drop an exception raised in this thread by :func:`raise_in_thread` that has not
+    landed yet."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
 
 
 def raise_in_task_code(execution: Execution, error: type[BaseException]) -> bool:
@@ -195,6 +229,7 @@ class Pool:
         self._done: queue.SimpleQueue[Execution] = queue.SimpleQueue()
         self._abandoned: list[Execution] = []  # whose code still runs
         self._unstopped: list[Execution] = []  # abandoned, not yet sent their stop
+        self.ended_late: list[Execution] = []  # abandoned, whose code has ended since
         self._stopped = False
 
     @property
@@ -207,6 +242,11 @@ class Pool:
         return len(self._abandoned)
 
     @property
+    def alive(self) -> list[Execution]:
+        """The executions whose code may still run: those running, and those abandoned."""
+        return [*self.running, *self._abandoned]
+
+    @property
     def busy(self) -> bool:
         """Executions run that may still end (and should be waited for)."""
         return bool(self.running)
@@ -216,7 +256,7 @@ class Pool:
 
     def finished(self) -> list[Execution]:
         """The executions finished since the last call (abandoned ones left out: they
-        were settled when abandoned)."""
+        were settled when abandoned; they go to ``ended_late``)."""
         ended: list[Execution] = []
         while True:
             try:
@@ -227,6 +267,7 @@ class Pool:
                 self._abandoned.remove(execution)
                 if execution in self._unstopped:
                     self._unstopped.remove(execution)
+                self.ended_late.append(execution)
                 continue
             self.running.remove(execution)
             ended.append(execution)
@@ -321,8 +362,11 @@ class Slots(Pool):
         self._started = 0
 
     def start(self) -> None:
-        for _ in range(self.count - 1):
-            self._start_thread()
+        for started in range(1, self.count):
+            try:
+                self._start_thread()
+            except RuntimeError as error:  # the system's limit on threads (or memory)
+                raise RuntimeError(f"{error} ({started} of {self.count} slots started)") from error
 
     def serve_here(self) -> None:
         """Be the first slot's thread until :meth:`stop`, or until the execution it runs
@@ -354,7 +398,13 @@ class Slots(Pool):
         return True
 
     def _interrupt(self, execution: Execution, error: type[BaseException]) -> bool:
-        return raise_in_task_code(execution, error)
+        # Under the execution's lock: never once its code's end is claimed (end_code).
+        with execution.lock:
+            if error is SoftTimeLimitExceeded and (execution.code_ended or execution.done):
+                return True
+            raised = raise_in_task_code(execution, error)
+            execution.soft_sent |= raised and error is SoftTimeLimitExceeded
+            return raised
 
     def _start_thread(self) -> None:
         self._started += 1
@@ -421,6 +471,11 @@ class LoopSlots(Pool):
         return time.monotonic() - self._tick > BLOCKED_AFTER
 
     @property
+    def alive(self) -> list[Execution]:
+        """The executions whose code may still run: those running, and those abandoned."""
+        return [*self.running, *self._abandoned]
+
+    @property
     def busy(self) -> bool:
         """A stuck loop's other tasks cannot end: they go back on their queues when the
         process stops."""
@@ -442,8 +497,9 @@ class LoopSlots(Pool):
             self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             self._loop.close()
 
-        self._thread = threading.Thread(target=serve, name="rc-event-loop", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=serve, name="rc-event-loop", daemon=True)
+        thread.start()
+        self._thread = thread  # (once started: stop() joins it)
 
     def submit(self, execution: Execution) -> None:
         super().submit(execution)

@@ -28,8 +28,10 @@ from ..conf import conf
 from ..connection import REDIS_DOWN
 from ..exceptions import InvalidInput
 from .lease import new_worker_id, put_back_tasks
+from .slots import MAX_THREADS, validate_slots
 from .store import TaskStore
-from .worker import Worker, validate_queues, validate_threads
+from .waker import backoff
+from .worker import Worker, validate_queues
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -37,6 +39,10 @@ logger = logging.getLogger("redis_components.worker")
 QUICK_DEATH = 1.0
 # The exit code of a worker process that stopped to be replaced (stuck threads or loop).
 WORN_OUT = 75
+# The exit code of a worker process that the system refused a thread (EX_OSERR): it is
+# not replaced, since a new one would be refused too; rc_worker stops.
+NO_THREADS = 71
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 FORK = multiprocessing.get_context("fork")
 
 
@@ -63,8 +69,10 @@ def _child_main(
     die_with_parent()
     if os.getppid() != parent:  # the supervisor died before we asked to follow it
         return
-
-    worker = Worker(worker_id=worker_id, deadline=deadline, **options)
+    worker = _new_worker(worker_id, options, deadline)
+    if worker is None:  # stopped before Redis answered
+        finished.value = 1
+        return
 
     def handle(signum: int, frame: FrameType | None) -> None:
         worker.request_stop()
@@ -72,17 +80,60 @@ def _child_main(
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     signal.set_wakeup_fd(worker.wakeup_fd)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     # The main thread only handles signals: a task that its slot gave up on (stuck in a
     # call past its hard limit) may still run in any slot thread when the worker stops.
-    threading.Thread(target=_serve, args=(worker,), name="rc-slot-1", daemon=True).start()
-    worker.stopped.wait()
+    try:
+        threading.Thread(target=_serve, args=(worker,), name="rc-slot-1", daemon=True).start()
+    except RuntimeError as error:  # the system refused it
+        worker.failure = error
+    else:
+        worker.stopped.wait()
     signal.set_wakeup_fd(-1)  # the worker closed its pipe: that fd may be reused
     if worker.failure is not None:
+        if _refused_a_thread(worker.failure):
+            logger.error(
+                "Worker %s could not start its threads: %s. The system allows fewer threads "
+                "(or less memory) than --threads asks: lower --threads or -c, or raise the "
+                "limit (ulimit -u, a container's pids limit)",
+                *(worker_id, worker.failure),
+            )
+            sys.exit(NO_THREADS)
         raise worker.failure
     if worker.worn_out:
         sys.exit(WORN_OUT)
     finished.value = 1
+
+
+def _new_worker(worker_id: str, options: dict[str, Any], deadline: Any) -> Worker | None:
+    """The process's worker, once Redis answers; ``None`` if a stop signal came first.
+
+    Making a worker asks where its queues live, and a Redis Cluster's client cannot be
+    made before the cluster is up (a compose file may start the workers first): this
+    waits as a worker waits for a lost Redis, saying so once. The stop signals are still
+    blocked here: the wait takes them.
+    """
+    down_since = None
+    while True:
+        try:
+            worker = Worker(worker_id=worker_id, deadline=deadline, **options)
+        except REDIS_DOWN as error:
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+                logger.warning("Worker %s cannot reach Redis (%s); retrying", worker_id, error)
+            if signal.sigtimedwait(STOP_SIGNALS, backoff(now - down_since)) is not None:
+                return None
+            continue
+        if down_since is not None:
+            waited = time.monotonic() - down_since
+            logger.warning("Worker %s reached Redis after %.1f s", worker_id, waited)
+        return worker
+
+
+def _refused_a_thread(error: BaseException) -> bool:
+    """Whether ``error`` is the system refusing to start a thread (CPython's message)."""
+    return isinstance(error, RuntimeError) and "can't start new thread" in str(error)
 
 
 def _serve(worker: Worker) -> None:
@@ -131,16 +182,20 @@ class Supervisor:
             "scheduler": scheduler,
             "burst": burst,
             "max_tasks": max_tasks,
-            "threads": validate_threads(threads),
+            "threads": validate_slots(threads, "threads", MAX_THREADS),
             "async_tasks": None
             if async_tasks is None
-            else validate_threads(async_tasks, "async_tasks"),
+            else validate_slots(async_tasks, "async_tasks"),
         }
         self._signals = 0
+        #: Set when a worker process could not start its threads: rc_worker stops.
+        self.refused_threads = False
         self._children: dict[int, _Child] = {}
 
     def run(self) -> int:
-        """Run until stopped by signals or until every worker process has finished."""
+        """Run until stopped by signals or until every worker process has finished; 0,
+        or 1 when a worker process could not start its threads (and the others were
+        stopped)."""
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -158,7 +213,7 @@ class Supervisor:
                 signal.signal(signum, handler)
             os.close(wake_r)
             os.close(wake_w)
-        return 0
+        return int(self.refused_threads)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
@@ -207,7 +262,7 @@ class Supervisor:
                     pass
             except BlockingIOError:
                 pass
-            if self._signals and not stopping:
+            if (self._signals or self.refused_threads) and not stopping:
                 stopping = True
                 restarts.clear()
                 if grace is not None:
@@ -275,6 +330,17 @@ class Supervisor:
         code = child.process.exitcode
         if code == 0 and child.finished.value:
             logger.info("Worker process %d (pid %s) finished", child.slot, child.process.pid)
+            return False
+        if code == NO_THREADS:  # (it said why)
+            self.refused_threads = True
+            put_back_tasks(
+                TaskStore(),
+                child.worker_id,
+                self.queues,
+                f"Worker process {child.slot} (pid {child.process.pid}) stopped",
+                crashed=False,
+                quiet_if_none=True,
+            )
             return False
         if code == WORN_OUT:
             put_back_tasks(

@@ -30,6 +30,12 @@ CONFIRM_TIMEOUT = 10.0
 POLL_INTERVAL = 0.1
 
 
+def backoff(down_for: float) -> float:
+    """Seconds to wait before trying Redis again once it has been away ``down_for``
+    seconds: from 0.1 s, doubled each half second, up to 5 s."""
+    return min(5.0, 0.1 * 2.0 ** min(6, int(down_for / 0.5)))
+
+
 class Waker:
     """The idle wait of one worker over the wake-up ``channels`` of its queues.
 

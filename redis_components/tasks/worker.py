@@ -114,7 +114,7 @@ from .jobs import Job
 from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .messages import task_id_of, validate_queue
 from .schedules import schedules
-from .slots import MAX_ABANDONED, Execution, LoopSlots, Pool, Slots
+from .slots import MAX_ABANDONED, MAX_THREADS, Execution, LoopSlots, Pool, Slots, validate_slots
 from .store import (
     Ahead,
     Fetched,
@@ -127,7 +127,7 @@ from .store import (
     registry,
     tasks_client,
 )
-from .waker import Waker
+from .waker import Waker, backoff
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -174,13 +174,6 @@ def validate_queues(queues: Sequence[str]) -> list[str]:
     return names
 
 
-def validate_threads(threads: object, name: str = "threads") -> int:
-    """``threads`` if it is a positive integer, else :class:`InvalidInput` naming ``name``."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InvalidInput(name, f"must be a positive integer, not {threads!r}")
-    return threads
-
-
 class Worker:
     """One process's task loop over ``queues``, highest priority first.
 
@@ -213,10 +206,8 @@ class Worker:
         self.queues = validate_queues(queues)
         if max_tasks is not None and max_tasks < 1:
             raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
-        validate_threads(threads)
-        async_tasks = validate_threads(
-            threads if async_tasks is None else async_tasks, "async_tasks"
-        )
+        validate_slots(threads, "threads", MAX_THREADS)
+        async_tasks = validate_slots(threads if async_tasks is None else async_tasks, "async_tasks")
         self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
         self.scheduler = scheduler
         self.burst = burst
@@ -244,10 +235,12 @@ class Worker:
             terminate=self._terminate_running,
             schedules=schedules() if scheduler else [],
             threads=threads,
+            revived=self._taken_for_dead,
         )
         # Held by whoever records, takes and hands out: the loop's thread, or a slot's
         # thread whose task just ended (see _then). Never while waiting or running a task.
         self._step_lock = threading.Lock()
+        self._revived = False  # taken for dead: the permits of what runs are held again
         # When the loop's current wait ends (-inf: it is not waiting).
         self._loop_wakes_at = -math.inf
         # Finished executions whose outcomes the next fetch records (kept until recorded).
@@ -348,8 +341,14 @@ class Worker:
         """
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
         self._pid = os.getpid()  # a process forked by a task has another
+        loop = threading.Thread(target=self._run_loop, name="rc-worker-loop", daemon=True)
         try:
             registered = self._register()
+            if registered:
+                self._lease.start()
+                for pool in self._pools:  # (the system may refuse their threads)
+                    pool.start()
+                loop.start()
         except BaseException as error:
             self.failure = error
             self._end(crashed=True)
@@ -357,11 +356,6 @@ class Worker:
         if not registered:
             self._end(crashed=False)
             return 0
-        self._lease.start()
-        for pool in self._pools:
-            pool.start()
-        loop = threading.Thread(target=self._run_loop, name="rc-worker-loop", daemon=True)
-        loop.start()
         try:
             self._threads.serve_here()  # until the loop ends, or this slot is abandoned
             loop.join()
@@ -465,6 +459,7 @@ class Worker:
                     self.id,
                 )
                 self._lease.beat()
+                self._taken_for_dead()
                 return _go_on
             self._connected()
             if fetched.payload is None:
@@ -566,9 +561,18 @@ class Worker:
         """Gather what the slots' threads finished and settle what their limits ended;
         the seconds until the next limit is due."""
         pause = math.inf
+        if self._revived:
+            # Its tasks went back on their queues (their permits to others), but the code
+            # of those it still runs goes on: their permits are held again, until it ends.
+            self._revived = False
+            for pool in self._pools:
+                for execution in pool.alive:
+                    self._hold_run(execution)
         for pool in self._pools:
             for execution in pool.finished():
                 self._ended(execution)
+            while pool.ended_late:  # abandoned, its code has ended: its permits go now
+                self._hold_run(pool.ended_late.pop(), hold=False)
             abandoned, until_due = pool.enforce_limits()
             for execution in abandoned:
                 self._settle(execution)
@@ -617,6 +621,8 @@ class Worker:
     def _ended(self, execution: Execution) -> None:
         if execution is self._alone:
             self._alone = None
+        if execution.run_held:
+            self._hold_run(execution, hold=False)
         if execution.called:
             self.processed += 1
         if execution.outcome is None:
@@ -655,6 +661,24 @@ class Worker:
             )
         if execution.outcome is not None:
             self._outcomes.append(execution)
+        # Its code may run on: its permits stay held until it ends (see _collect).
+        self._hold_run(execution)
+
+    def _hold_run(self, execution: Execution, *, hold: bool = True) -> None:
+        """Keep (``hold``) the concurrency permits of an execution whose code runs on
+        beyond its end as recorded, or give them back once it has ended (see
+        WorkerStore.hold_run). Without Redis they go with its record (or its recovery)."""
+        if not execution.called:
+            return
+        try:
+            self._tasks.hold_run(execution.payload, execution.task_id, hold=hold)
+        except REDIS_DOWN as error:
+            logger.warning(
+                "Could not %s the permits of task %s: %s",
+                *("keep" if hold else "give back", execution.task_id, error),
+            )
+            return
+        execution.run_held = hold
 
     def _finish(self) -> None:
         """Once stopped: let the running tasks finish, recording each as it ends."""
@@ -917,6 +941,12 @@ class Worker:
         running = [e for pool in self._pools for e in list(pool.running)]
         return {e.task_id: e for e in running if e.task_id}
 
+    def _taken_for_dead(self) -> None:
+        """It was taken for dead and registers again (any thread): the loop holds the
+        permits of what still runs (see _collect)."""
+        self._revived = True
+        self._waker.wake()
+
     def _terminate_running(self, execution: Execution) -> None:
         """Stop a running task that was cancelled with ``terminate=True`` (the lease's
         thread asks): its slot abandons it."""
@@ -924,7 +954,13 @@ class Worker:
         self._waker.wake()
 
     def _leave(self, crashed: bool) -> None:
-        """Deregister; a task still held (after an error) goes back on its queue."""
+        """Deregister; a task still held (after an error) goes back on its queue. Its
+        outboxes are left empty (without Redis, a heartbeat of another worker empties
+        them)."""
+        try:
+            self._tasks.clear_carried()
+        except REDIS_DOWN as error:
+            logger.warning("Worker %s left workflow outcomes in an outbox: %s", self.id, error)
         for execution in self._outcomes:  # not recorded: how they ended is still said
             if execution.outcome is not None and execution.outcome.said is not None:
                 execution.outcome.said()
@@ -947,9 +983,7 @@ class Worker:
         self._reclaim = True
         self._waker.unsubscribe()
         find_nodes_again()  # (on a cluster, a replica may have taken over)
-        # Back off from 0.1 s to 5 s while Redis stays away; a stop request ends the wait.
-        pause = min(5.0, 0.1 * 2 ** min(6, int((now - self._down_since) / 0.5)))
-        self._waker.pause(pause)
+        self._waker.pause(backoff(now - self._down_since))  # (a stop request ends it)
 
     def _connected(self) -> None:
         if self._down_since is not None:

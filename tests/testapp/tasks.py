@@ -145,6 +145,16 @@ def near_soft_limit(label: str, seconds: float) -> None:
         client.hincrby("{test}:spins", label, 1)
 
 
+@redis_task(queue="test", soft_time_limit=0.1, max_retries=0)
+def ends_at_its_soft_limit(label: str) -> str:
+    """Run 0.15 s in small sleeps (past its soft limit of 0.1 s, unless it lands), then
+    return ``label``."""
+    end = time.monotonic() + 0.15
+    while time.monotonic() < end:
+        time.sleep(0.005)
+    return label
+
+
 @redis_task(queue="test")
 def exit_process(label: str) -> None:
     """Count a start, then end the worker process with exit code 0 (no clean-up)."""
@@ -430,6 +440,60 @@ def per_customer(customer: str, label: str, pause: float = 0.0) -> None:
     record.call(label)
 
 
+@redis_task(queue="test", limits=[concurrency_limit(1, key="turn:{key}")])
+def one_per_key(key: str, label: str, pause: float = 0.0) -> None:
+    """One at a time per key."""
+    _at_once(key, pause)
+    record.call(label)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(1, key="past")], time_limit=1.0, max_retries=0)
+def past_its_limit(label: str, seconds: float) -> None:
+    """One at a time; counted as running ("past") for ``seconds`` in one call, past its
+    hard limit of 1 s: until its code really ends, not until it is settled."""
+    _at_once("past", seconds)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(1, key="spans")])
+def key_spans(label: str, seconds: float) -> None:
+    """One at a time; its first run sleeps ``seconds``, a run again 0.05 s; each run adds
+    "<label> <start> <end>" (time.time()) to "{test}:spans"."""
+    client = get_client()
+    first = client.hsetnx("{test}:first", label, os.getpid())
+    start = time.time()
+    time.sleep(seconds if first else 0.05)
+    client.rpush("{test}:spans", f"{label} {start} {time.time()}")
+
+
+def _mixed(label: str, pause: float) -> None:
+    """Count "mix" as running while sleeping ``pause``; note how many ran at the start."""
+    client = get_client()
+    client.eval(_AT_ONCE, 2, "{test}:now", "{test}:most", "mix", 1)
+    try:
+        client.rpush("{test}:mix", f"{label} {client.hget('{test}:now', 'mix').decode()}")
+        time.sleep(pause)
+    finally:
+        client.eval(_AT_ONCE, 2, "{test}:now", "{test}:most", "mix", -1)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(1, key="mix")])
+def mix_low(label: str, pause: float) -> None:
+    """Key "mix" at 1 at once."""
+    _mixed(label, pause)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(4, key="mix")])
+def mix_high(label: str, pause: float) -> None:
+    """Key "mix" at 4 at once."""
+    _mixed(label, pause)
+
+
+@redis_task(queue="test", limits=[concurrency_limit(1, key="stuck")])
+def stuck_on_key(label: str, seconds: float) -> None:
+    """One at a time; counted as running ("stuck") for ``seconds`` in one call."""
+    _at_once("stuck", seconds)
+
+
 @redis_task(queue="test", limits=[concurrency_limit(2, key="account:{account}")])
 def per_account(account: str, label: str) -> None:
     """At most 2 at once per account; counts its run."""
@@ -441,6 +505,12 @@ def per_account(account: str, label: str) -> None:
 def rated(label: str) -> None:
     """At most 20 starts a second, 5 more in a burst."""
     record.call(label)
+
+
+@redis_task(queue="test", limits=[rate_limit(4, per=1.0, key="four")])
+def four_a_second(label: str) -> None:
+    """At most 4 starts a second; notes "<label> <time.time()>" as its code starts."""
+    get_client().rpush("{test}:code_starts", f"{label} {time.time()}")
 
 
 @redis_task(queue="test", limits=[concurrency_limit(1)])

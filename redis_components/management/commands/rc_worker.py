@@ -17,6 +17,7 @@ from ...tasks.backend import django_backends, queues_in_use
 from ...tasks.limits import from_settings
 from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import registered_tasks
+from ...tasks.slots import MAX_THREADS
 from ...tasks.store import server_warnings
 from ...tasks.supervisor import Supervisor
 from ..base import RedisCommand, unreachable
@@ -28,7 +29,7 @@ logger = logging.getLogger("redis_components.worker")
 # this logger ("django_tasks" on the backport); the workers log each run themselves.
 DJANGO_TASK_LOGGERS = ("django.tasks", "django_tasks")
 
-HELP = """Run task workers: processes that take tasks from Redis queues and run them.
+HELP = f"""Run task workers: processes that take tasks from Redis queues and run them.
 
 Queues are served in the order given: a ready task in an earlier queue always runs
 before one in a later queue; within a queue, higher priorities first, then the oldest.
@@ -38,17 +39,32 @@ while it runs, and if the worker dies (kill -9, a crash, a lost machine) its tas
 back on their queue within about twice TASK_HEARTBEAT_INTERVAL.
 So a task may run twice after a crash, never zero times.
 
---threads N: each process runs up to N sync tasks at once, in threads, and up to M
-async def tasks on an event loop (--async-tasks M, by default N); it takes a task only
-when it has room for it (priorities hold across processes). Time limits are per
-task: past its time_limit a task is settled and its thread left behind, a new thread
-takes the slot; a process with 3 such threads still running is replaced.
+--threads N: each process runs up to N sync tasks at once, in threads (N at most
+{MAX_THREADS}), and up to M async def tasks on an event loop (--async-tasks M, by default N);
+it takes a task only when it has room for it (priorities hold across processes). Time
+limits are per task: past its time_limit a task is settled and its thread left behind,
+a new thread takes the slot; a process with 3 such threads still running is replaced.
+A process that the system refuses a thread (ulimit -u, a container's pids limit) is
+not replaced: rc_worker says so, stops the others and exits 1.
+
+Redis may start after rc_worker (a single server, or a Redis Cluster whose nodes are
+not up or do not serve every slot yet): the workers say so in one line and keep trying,
+backing off up to 5 s, and serve once it answers.
 
 Ctrl-C or SIGTERM: each worker finishes its running tasks, then exits; a task still
 running TASK_SHUTDOWN_GRACE seconds later (25 by default) goes back on its queue, and
 the worker exits all the same. A second Ctrl-C or SIGTERM: stop at once (the running
 tasks go back on their queue). Either way nothing is lost, and rc_worker exits 0.
 """
+
+
+# The options that name the Supervisor's arguments, in its errors.
+OPTIONS = {
+    "threads": "--threads",
+    "async_tasks": "--async-tasks",
+    "concurrency": "--concurrency",
+    "max_tasks": "--max-tasks",
+}
 
 
 def positive(value: str) -> int:
@@ -92,7 +108,7 @@ class Command(RedisCommand):
             default=1,
             metavar="N",
             help="Tasks each worker process runs at once, each in its own thread (default "
-            "1: one at a time). Raise it for tasks that wait "
+            f"1: one at a time; at most {MAX_THREADS}). Raise it for tasks that wait "
             "(e-mail, HTTP, the database): each slot costs a thread and, once used, a "
             "database connection, not a process. Keep it at 1 for CPU-bound tasks and add "
             "processes (-c) instead.",
@@ -144,7 +160,8 @@ class Command(RedisCommand):
                 async_tasks=options["async_tasks"],
             )
         except InvalidInput as error:
-            raise CommandError(str(error)) from None
+            option = OPTIONS.get(error.field, error.field)
+            raise CommandError(f"{option}: {error.problem}") from None
         logger.info(
             "rc_worker: %d process%s of %d thread%s serving %s (in this priority order); "
             "heartbeat every %.3g s; delayed tasks and schedules %s",
@@ -185,4 +202,7 @@ class Command(RedisCommand):
                 logger.warning(warning)
         except (redis.exceptions.RedisError, RedisClusterException) as error:
             logger.warning("%s; the workers will keep trying", unreachable(error))
-        supervisor.run()
+        if supervisor.run():
+            raise CommandError(
+                "A worker process could not start its threads (see above): rc_worker stopped"
+            )

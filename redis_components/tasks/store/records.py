@@ -281,6 +281,7 @@ class Heartbeat:
     expired: list[bytes]  # workers whose lease ran out (bytes: anything may be written there)
     leader: bool  # this worker holds the scheduler's lease
     terminate: list[str]  # the ids of its running tasks that are to be terminated
+    registered: bool = False  # it registered the worker: a first beat, or taken for dead
 
 
 def dead_entry(payload: str | bytes, queue: str, reason: str, error: str, traceback: str) -> str:

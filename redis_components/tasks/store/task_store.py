@@ -424,6 +424,10 @@ class TaskStore:
         """Run a :func:`put_back_call`: whether the task went back to its queue."""
         return bool(self._run(call))
 
+    def limits_run(self, call: scripts.Call) -> None:
+        """Run a :func:`limits_run_call`."""
+        self._run(call)
+
     def heartbeat(
         self,
         worker_id: str,
@@ -454,7 +458,7 @@ class TaskStore:
             lead=lead,
             running_ids=by_home.pop(here, []),
         )
-        expired, leader, terminate, expiry = self._run(call, raw=True)
+        expired, leader, terminate, expiry, registered = self._run(call, raw=True)
         stop = [text(i) for i in terminate]
         commands: list[tuple[str, tuple[Any, ...]]] = []
         asked: list[str | None] = []  # the task each reply is about (None: a copy's)
@@ -464,7 +468,9 @@ class TaskStore:
             asked += [None, *ids]
         replies = self._each_home(commands)  # (a pipeline per node, whatever the homes)
         stop += [i for i, gone in zip(asked, replies, strict=True) if i is not None and gone]
-        return Heartbeat(expired=expired, leader=bool(leader), terminate=stop)
+        return Heartbeat(
+            expired=expired, leader=bool(leader), terminate=stop, registered=bool(registered)
+        )
 
     def recover_worker(
         self,
@@ -635,7 +641,8 @@ class TaskStore:
         """Cancel a task that has not started: it leaves its queue, its result is CANCELLED.
 
         A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
-        then its worker stops it at its next heartbeat (the worker process is replaced), and
+        then its worker settles it at its next heartbeat and leaves its thread behind (told
+        to stop; its concurrency permits stay held until its code ends), and
         ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
         A cancelled unique task frees its key: an equal task may be enqueued at once.
         """

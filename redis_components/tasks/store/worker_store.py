@@ -17,7 +17,7 @@ from ...connection import REDIS_DOWN
 from ...scripts import Call
 from ..limits import settings_json
 from ..messages import flow_of
-from .calls import fetch_call, fetch_keys, put_back_call
+from .calls import fetch_call, fetch_keys, limits_run_call, put_back_call
 from .layout import own_homes, ready_key, shared_home, task_home, tasks_client
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
@@ -336,12 +336,30 @@ class WorkerStore:
             )
         return fetched
 
+    def clear_carried(self) -> None:
+        """Delete the outbox entries of the outcomes it carried that its next fetches
+        were to delete (it stops): carried again first, which counts nothing twice."""
+        while self._carried_ids:
+            head, task_ids = self._carried_ids.popitem()
+            self.store.carry_outcomes(head, task_ids)
+
     def put_back_ahead(self, held: Fetched, task_id: str) -> bool:
         """Give back a task it took ahead and has not started; whether it still held it."""
         assert held.payload is not None
         queue = self.queue_at(held.position)
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
+
+    def hold_run(self, payload: bytes, task_id: str, *, hold: bool = True) -> None:
+        """A run of task ``task_id`` goes on beyond its end as recorded (``hold``: its
+        thread abandoned, or this worker taken for dead): its concurrency permits stay
+        held until it really ends (called again with ``hold=False``) or this worker's
+        tasks are recovered. Nothing for a task without limits."""
+        if task_id:
+            call = limits_run_call(
+                worker_id=self.worker_id, task_id=task_id, payload=payload, hold=hold
+            )
+            self.store.limits_run(call)
 
     def _over_runs(
         self,

@@ -671,7 +671,9 @@ class Worker:
         if not execution.called:
             return
         try:
-            self._tasks.hold_run(execution.payload, execution.task_id, hold=hold)
+            self._tasks.hold_run(
+                execution.position, execution.payload, execution.task_id, hold=hold
+            )
         except REDIS_DOWN as error:
             logger.warning(
                 "Could not %s the permits of task %s: %s",

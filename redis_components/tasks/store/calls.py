@@ -191,12 +191,14 @@ def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) ->
     )
 
 
-def limits_run_call(*, worker_id: str, task_id: str, payload: bytes, hold: bool) -> scripts.Call:
+def limits_run_call(
+    *, worker_id: str, head: str, task_id: str, payload: bytes, hold: bool
+) -> scripts.Call:
     """lua/limits_run.lua: keep (``hold``) or free the permits of a run of a task that
-    goes on beyond its end as recorded."""
+    goes on beyond its end as recorded, in the home ``head`` it was taken in."""
     return (
         scripts.load("limits_run"),
-        [counter_key(task_home(task_id))],
+        [counter_key(head)],
         ["hold" if hold else "free", worker_id, task_id, payload],
     )
 

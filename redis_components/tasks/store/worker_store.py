@@ -350,14 +350,17 @@ class WorkerStore:
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
 
-    def hold_run(self, payload: bytes, task_id: str, *, hold: bool = True) -> None:
-        """A run of task ``task_id`` goes on beyond its end as recorded (``hold``: its
-        thread abandoned, or this worker taken for dead): its concurrency permits stay
-        held until it really ends (called again with ``hold=False``) or this worker's
-        tasks are recovered. Nothing for a task without limits."""
+    def hold_run(self, position: int, payload: bytes, task_id: str, *, hold: bool = True) -> None:
+        """A run of task ``task_id`` (taken at ``position``) goes on beyond its end as
+        recorded (``hold``: its thread abandoned, or this worker taken for dead): its
+        concurrency permits stay held until it really ends (called again with
+        ``hold=False``) or this worker's tasks are recovered. Nothing for a task without
+        limits."""
         if task_id:
+            head = next((run.head for run in self._own if run.holds(position)), self._shared)
+            assert head is not None
             call = limits_run_call(
-                worker_id=self.worker_id, task_id=task_id, payload=payload, hold=hold
+                worker_id=self.worker_id, head=head, task_id=task_id, payload=payload, hold=hold
             )
             self.store.limits_run(call)
 

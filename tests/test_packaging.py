@@ -91,7 +91,7 @@ def test_sdist_carries_what_a_packager_needs_to_run_the_tests(built: tuple[Path,
     for needed in ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "manage.py"]:
         assert needed in names
     # What the README points to: make demo and make test, and CONTRIBUTING.md.
-    for needed in ["Makefile", "tools/find-python", "CONTRIBUTING.md"]:
+    for needed in ["Makefile", "tools/find-python", "CONTRIBUTING.md", "requirements/dev.txt"]:
         assert needed in names
     for folder in ["redis_components/", "tests/", "demo_project/", "docs/"]:
         assert any(name.startswith(folder) for name in names), folder
@@ -105,9 +105,10 @@ def test_make_dist_installs_only_what_building_takes() -> None:
     """`make dist` installs the dist group (build and twine), not the dev or docs tools."""
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile[makefile.index("$(DIST)/.installed:") : makefile.index("\ndist:")]
-    assert "--group dist" in recipe
-    assert "--group dev" not in recipe
-    assert "--group docs" not in recipe
+    assert "$(DIST_INSTALL)" in recipe
+    assert "$(LOCKS)/dist.txt" in recipe  # the locked versions
+    [installs] = re.findall(r"^DIST_INSTALL := (.*)$", makefile, re.MULTILINE)
+    assert installs == "--group dist"
     assert re.search(r"^dist: \$\(DIST\)/\.installed$", makefile, re.MULTILINE)
 
 

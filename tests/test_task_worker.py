@@ -229,8 +229,9 @@ def test_a_task_no_worker_knows_is_dead_lettered_after_the_grace(
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
     new_task = redis_task(name="tests.test_task_worker.deployed", queue="test")(deployed)
+    old = start_worker("test", TASK_UNREGISTERED_GRACE=2.0)
+    wait_until(lambda: workers(), old.output)  # (its start may take longer than the grace)
     result = new_task.enqueue("never")
-    old = start_worker("test", TASK_UNREGISTERED_GRACE=1.0)
     wait_until(lambda: dead_letters("test"), old.output)
     old.signal(signal.SIGTERM)
     assert old.wait() == 0

@@ -5,8 +5,8 @@
 --       has ended  2) the worker's id  3) the task's id  4) its payload (its limits)
 -- Returns: 1 if the task has limits, else 0
 -- The permits of a run that outlives its record stay held until its code really ends,
--- so that the key's next task never runs beside it (lib/limits.lua, limits_hold_run).
--- @include limits
+-- so that the key's next task never runs beside it (lib/limit_runs.lua, limits_hold_run).
+-- @include limit_runs
 local limits = limits_of(ARGV[4])
 if not limits then
   return 0

@@ -37,7 +37,7 @@
 --       that the script reads no clock; ">=<ms>" to read the clock, but never go
 --       below it (the worker's times never step back); "" to read the clock
 --       24) the limits set in the worker's settings, which replace those of the same
---       kind and key in the payloads it takes (see limits_settings in lib/limits.lua)
+--       kind and key in the payloads it takes (see limits_settings in lib/limit_settings.lua)
 --       25) the task ids of steps whose outcomes the worker carried from this home's
 --       outbox (space-separated), their entries deleted when the finished task is a
 --       step of this home's (whose section names that outbox: lib/flow.lua)
@@ -57,6 +57,7 @@ local REFUSALS = 50  -- at most this many tasks over their limits are set aside 
 -- @include flow
 -- @include attempts
 -- @include limits
+-- @include limit_settings
 local flow_keys = tonumber(ARGV[17])
 local queues = (#KEYS - 6 - flow_keys) / 4
 local base = limits_base(KEYS[3], 'counter')

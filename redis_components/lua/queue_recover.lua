@@ -28,7 +28,7 @@
 -- workflow is not put back; a step dead-lettered here fails its workflow's later steps.
 -- @include flow
 -- @include attempts
--- @include limits
+-- @include limit_runs
 local now = queue_now()
 if ARGV[2] == 'expired' then
   local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])

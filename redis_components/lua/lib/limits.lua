@@ -8,16 +8,13 @@
 --   limit:wait:<key>    ZSET: the tasks waiting for a permit, "<queue>\n<payload>",
 --                       scored as they were in their queue
 --   limit:tat:<key>     its rate's theoretical arrival time (GCRA, epoch ms)
---   limit:turns:<key>   ZSET: the tasks set aside on its rate, "<queue>\n<payload>",
---                       scored by their turns (epoch ms)
---   limit:every:<key>   the interval (ms) the turns are spaced by
+--   limit:turns:<key>, limit:every:<key>  its rate's turns (lib/limit_turns.lua)
 --   limits              HASH: each concurrency key held or waited on -> its limit, as the
 --                       last take set it (what hands permits on, what operations read,
 --                       and what a purge looks through)
 --   limit:waiting       HASH: each queue -> how many of its tasks wait for a permit
---   limit:runs:<worker> SET: "<key>\n<member>" for each permit that a run of worker
---                       <worker> holds beyond its task's (limits_hold_run)
 -- @include queue
+-- @include limit_turns
 
 local LIMITS_HEAD = '^{"id":"%x+","priority":%-?%d+,"limits":(%b[])'
 
@@ -52,35 +49,6 @@ local function limits_base(key, tail)
   return string.sub(key, 1, #key - #tail)
 end
 
--- The limits set in the settings (TASK_LIMITS), as the worker passes them to its takes:
--- a JSON list of limits as in a payload, whose key ends in '*' where it is a prefix, the
--- exact keys first, then the longest prefixes (tasks/limits.py), or ''. nil for none.
-local function limits_settings(text)
-  if text == '' then
-    return nil
-  end
-  local set = cjson.decode(text)
-  for _, limit in ipairs(set) do
-    limit.prefix = string.match(limit[2], '^(.*)%*$')
-  end
-  return set
-end
-
--- Each of ``limits`` (a payload's) that the settings ``set`` name takes the settings'
--- numbers (the first match: an exact key, else the longest prefix), and is marked.
-local function limits_set(limits, set)
-  for _, limit in ipairs(limits) do
-    for _, setting in ipairs(set) do
-      local prefix = setting.prefix
-      if setting[1] == limit[1] and (setting[2] == limit[2]
-          or (prefix and string.sub(limit[2], 1, #prefix) == prefix)) then
-        limit[3], limit[4], limit[5], limit.set = setting[3], setting[4], setting[5], true
-        break
-      end
-    end
-  end
-end
-
 -- One more (or, with ``by`` -1, one less) of ``queue``'s tasks waits for a permit.
 local function limits_count_waiting(base, queue, by)
   local counts = base .. 'limit:waiting'
@@ -89,31 +57,10 @@ local function limits_count_waiting(base, queue, by)
   end
 end
 
--- How far apart (ms) a rate's starts are: per / limit, as the tasks' code sees them.
--- A start is counted when its task is taken; its code starts up to LIMITS_JITTER_MS
--- later, so that the starts the code sees never exceed limit + burst in any window of
--- ``per`` (closed, too): the interval is that of limit starts in per + the jitter + 1 ms.
-local LIMITS_JITTER_MS = 10
-local function limits_interval(limit)
-  return (limit[4] + LIMITS_JITTER_MS + 1) / limit[3]
-end
-
 -- A waiting task's entry in the ZSET of the concurrency limit it waits on, or of the
 -- turns of a rate it was set aside on.
 local function limits_entry(queue, payload)
   return queue .. '\n' .. payload
-end
-
--- A task set aside on a rate gives its turn back (``entry`` in ``turns``, at ``turn``):
--- each task whose turn came after it moves one ``interval`` sooner.
-local function limits_give_turn(base, turns, entry, turn, interval)
-  redis.call('ZREM', turns, entry)
-  for _, later in ipairs(redis.call('ZRANGEBYSCORE', turns, '(' .. turn, '+inf')) do
-    local at = math.ceil(tonumber(redis.call('ZSCORE', turns, later)) - interval)
-    local queue, payload = string.match(later, '^([^\n]*)\n(.*)$')
-    redis.call('ZADD', turns, at, later)
-    redis.call('ZADD', base .. 'delayed:' .. queue, 'XX', at, payload)
-  end
 end
 
 -- Hand the free permits of concurrency key ``key`` to the tasks waiting for one, the
@@ -152,31 +99,6 @@ local function limits_release(base, limits, id)
     if limit[1] == 'c' and redis.call('SREM', base .. 'limit:held:' .. limit[2], id) == 1 then
       limits_hand_over(base, limit[2], limit[3])
     end
-  end
-end
-
--- The tasks set aside on rate ``key`` take turns ``interval`` ms apart; spaced by
--- another interval (a restart changed the rate: TASK_LIMITS), they are spaced again,
--- the first at ``first`` at the latest, and move in their delayed ZSETs to their new
--- turns (a raised rate speeds the queued ones up too).
-local function limits_respace(base, key, interval, first)
-  local every, turns = base .. 'limit:every:' .. key, base .. 'limit:turns:' .. key
-  local spacing = string.format('%.3f', interval)
-  local was = redis.call('GET', every)
-  if was == spacing then
-    return
-  end
-  redis.call('SET', every, spacing, 'PX', math.max(redis.call('PTTL', turns), 0) + 86400000)
-  if not was then
-    return
-  end
-  local booked = redis.call('ZRANGE', turns, 0, -1, 'WITHSCORES')
-  local at = nil
-  for i = 1, #booked, 2 do
-    at = at and at + interval or math.min(tonumber(booked[i + 1]), first)
-    local queue, payload = string.match(booked[i], '^([^\n]*)\n(.*)$')
-    redis.call('ZADD', turns, math.ceil(at), booked[i])
-    redis.call('ZADD', base .. 'delayed:' .. queue, 'XX', math.ceil(at), payload)
   end
 end
 
@@ -307,52 +229,4 @@ local function limits_cancel(base, limits, id, queue, payload, shift)
     end
   end
   limits_release(base, limits, id)
-end
-
--- A run of task ``id`` in ``worker`` goes on beyond its task's end as recorded (its thread
--- was abandoned at a hard limit or terminated; its worker was taken for dead and its
--- task put back): its concurrency permits stay held, by "<id>@<worker>", until that run
--- really ends (limits_free_run) or its worker's tasks are recovered (limits_free_runs).
-local function limits_hold_run(base, limits, id, worker)
-  local runs = base .. 'limit:runs:' .. worker
-  for _, limit in ipairs(limits) do
-    if limit[1] == 'c' then
-      local held, member = base .. 'limit:held:' .. limit[2], id .. '@' .. worker
-      redis.call('SADD', held, member)
-      redis.call('SADD', runs, limit[2] .. '\n' .. member)
-      redis.call('HSETNX', base .. 'limits', limit[2], limit[3])
-    end
-  end
-end
-
--- A run's permit of ``key`` held by ``member`` ("<id>@<worker>") goes to the tasks
--- waiting for it.
-local function limits_free_member(base, key, member)
-  if redis.call('SREM', base .. 'limit:held:' .. key, member) == 1 then
-    limits_hand_over(base, key, 1)
-  end
-end
-
--- The run of task ``id`` in ``worker`` has ended: the permits it held (limits_hold_run)
--- go to the tasks waiting for them.
-local function limits_free_run(base, limits, id, worker)
-  local runs = base .. 'limit:runs:' .. worker
-  for _, limit in ipairs(limits) do
-    if limit[1] == 'c' then
-      local member = id .. '@' .. worker
-      if redis.call('SREM', runs, limit[2] .. '\n' .. member) == 1 then
-        limits_free_member(base, limit[2], member)
-      end
-    end
-  end
-end
-
--- ``worker`` is gone (its tasks recovered): every permit its runs held is handed on.
-local function limits_free_runs(base, worker)
-  local runs = base .. 'limit:runs:' .. worker
-  for _, entry in ipairs(redis.call('SMEMBERS', runs)) do
-    local key, member = string.match(entry, '^(.*)\n([^\n]*)$')
-    limits_free_member(base, key, member)
-  end
-  redis.call('DEL', runs)
 end

@@ -617,10 +617,11 @@ def test_keys_take_turns_when_their_permits_are_handed_on(r: redis.Redis) -> Non
     with running_worker(["test"], threads=2):
         wait_until(lambda: len(runs(r)) == 60, timeout=60)
     order = [label.decode()[0] for label in r.lrange("{test}:order", 0, -1)]
-    # Turns: each key has its share of every stretch of starts, not abab...ab then c.
+    # Turns: each key has a share of every stretch of starts, not abab...ab then c (a
+    # third, but for the jitter of which of the 2 threads ends first: a fifth at least).
     for start in range(0, 45, 15):
         stretch = order[start : start + 15]
-        assert all(stretch.count(key) >= 4 for key in "abc"), "".join(order)
+        assert all(stretch.count(key) >= 3 for key in "abc"), "".join(order)
     assert most(r) == {"a": 1, "b": 1, "c": 1}
     assert left_over(r) == []
 

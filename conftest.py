@@ -29,6 +29,7 @@ from django.test import override_settings
 from redis.cluster import RedisCluster
 
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis, find_server_binary
+from redis_components.tasks.store import layout
 from tests.settings import caches
 
 
@@ -125,8 +126,10 @@ def _admin_client(redis_server: EmbeddedRedis | EmbeddedCluster) -> Iterator[red
 
 @pytest.fixture(autouse=True)
 def _empty_redis(_admin_client: redis.Redis) -> None:
-    """Every test starts from an empty database on the session's own server."""
+    """Every test starts from an empty database on the session's own server (and with
+    no count of partitions noted: see layout.noted_counts)."""
     _admin_client.flushall()
+    layout.forget_noted()
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
 from redis_components.tasks.schedules import Claim, Scheduler, build
-from redis_components.tasks.status import running_tasks
+from redis_components.tasks.status import queue_stats, running_tasks
 from redis_components.tasks.store import (
     Fetched,
     Outcome,
@@ -68,7 +68,13 @@ from redis_components.tasks.store import (
     tick_enqueue_call,
     worker_store,
 )
-from redis_components.tasks.store.layout import queue_homes, split_homes, task_home, waiting_key
+from redis_components.tasks.store.layout import (
+    noted_counts,
+    queue_homes,
+    split_homes,
+    task_home,
+    waiting_key,
+)
 from redis_components.tasks.store.worker_store import runs
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
@@ -1279,3 +1285,67 @@ def test_a_partitioned_queues_limit_is_shared_by_its_partitions() -> None:
             tasks.customer_step.using(queue_name=HOT).enqueue("ann", 2)
         assert (full.value.queue, full.value.limit) == (HOT, 4)
         tasks.customer_step.using(queue_name=HOT).enqueue("bob", 0)  # (another partition)
+
+
+@pytest.mark.parametrize(("before", "after"), [(6, 3), (3, 6), (4, 1)])
+def test_a_changed_count_of_partitions_hides_no_task(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture, before: int, after: int
+) -> None:
+    """120 tasks enqueued in ``before`` partitions, then QUEUE_PARTITIONS says ``after``
+    (a change of the setting, or a web process and a worker of two deploys): the
+    readers count every task, and a worker of ``after`` partitions runs each once,
+    saying where it found them."""
+    with override_settings(REDIS_COMPONENTS=with_partitions(before)):
+        ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(120)]
+    with override_settings(REDIS_COMPONENTS=with_partitions(after)):
+        stray = {task_home(task_id) for task_id in ids} - set(own_homes(HOT))
+        assert stray, "tasks wait in homes that the new count has not"
+        assert set(queue_homes(HOT)) >= stray
+        assert TaskStore().waiting(HOT, "ready", 0, 1000)[0] == 120
+        (stats,) = queue_stats([HOT])
+        assert stats.ready == 120
+        with running_worker([HOT]):
+            wait_until(lambda: r.hlen("{test}:runs") == 120)
+        records = TaskStore().task_records(ids)
+        ran = [(record.status, len(record.worker_ids)) for record in records if record]
+        assert ran == [(TaskResultStatus.SUCCESSFUL, 1)] * 120
+    assert f"left in a home of {before} partitions" in caplog.text
+
+
+def with_partitions(count: int) -> dict[str, Any]:
+    return {**settings.REDIS_COMPONENTS, "QUEUE_PARTITIONS": {HOT: count}}
+
+
+def test_a_worker_process_of_another_deploy_runs_the_tasks_of_every_count(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """A rolling deploy: web processes add tasks to 6 partitions, a worker process
+    that says 3 runs them all and says so."""
+    with override_settings(REDIS_COMPONENTS=with_partitions(6)):
+        ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(60)]
+    worker = start_worker(HOT, "--burst", environment=SPLIT, QUEUE_PARTITIONS={HOT: 3})
+    assert worker.wait(60) == 0, worker.output()
+    assert r.hlen("{test}:runs") == 60
+    assert {get_result(task_id).status for task_id in ids} == {TaskResultStatus.SUCCESSFUL}
+    assert "left in a home of 6 partitions" in worker.output()
+
+
+def test_a_count_no_process_notes_is_forgotten_once_its_partitions_are_empty(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with override_settings(REDIS_COMPONENTS=with_partitions(6)):
+        ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(30)]
+    store = TaskStore()
+    with override_settings(REDIS_COMPONENTS=with_partitions(3)):
+        later = int(time.time() * 1000) + 1
+        assert not store.forget_count(HOT, 6, later), "its partitions hold tasks"
+        assert not store.forget_count(HOT, 6, later - 60_000), "noted since"
+        assert set(noted_counts(fresh=True)[HOT]) == {6}
+        # A worker forgets it once it is empty (and no process noted it for a while).
+        monkeypatch.setattr(worker_store, "FORGET_AFTER_MS", 0)
+        monkeypatch.setattr(worker_store, "SHARED_EVERY", 0.05)
+        with running_worker([HOT]):
+            wait_until(lambda: r.hlen("{test}:runs") == 30)
+            wait_until(lambda: HOT not in noted_counts(fresh=True))
+        assert {get_result(task_id).status for task_id in ids} == {TaskResultStatus.SUCCESSFUL}
+        assert queue_homes(HOT) == [*own_homes(HOT), registry()]

@@ -52,7 +52,12 @@ idempotent: see lua/lib/flow.lua). The tasks written before queues had homes of 
 own stay in the registry's home (``layout.shared_home``), workflows' steps among them,
 which settle there in place: their 32-digit ids name that home, a call about one of
 them uses its keys there, and a worker serves that home too (as a last run) while it
-holds tasks of its queues. A script is given the keys of one home (``layout.one_home``
+holds tasks of its queues. So are the homes of another count of a queue's partitions
+(a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on it): each process that
+adds a task to several partitions notes their count in the registry's home, and the
+workers, the readers and recovery cover the homes of every count noted
+(``layout.stray_homes``) until it is forgotten once empty (:meth:`TaskStore.forget_count`).
+A script is given the keys of one home (``layout.one_home``
 refuses queues of different homes). With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
@@ -70,6 +75,7 @@ refuses queues of different homes). With the default prefix::
     rc:queue:{tasks}:leases                     ZSET  per home: worker id -> lease expiry (ms)
     rc:queue:{tasks}:workers                    HASH  worker id -> JSON description (queues, pid)
     rc:queue:{tasks}:queues                     SET   every queue a worker has served
+    rc:queue:{tasks}:partitions                 HASH  "<queue>#<count>" -> last noted (ms)
     rc:queue:{tasks}:scheduler                  STR   the worker that claims the schedules' ticks
     rc:queue:{tasks}:schedule:next, :last       HASH  each schedule's next tick, last claimed one
     rc:queue:{tasks}:flow:<workflow id>         HASH  a workflow: its steps and their states

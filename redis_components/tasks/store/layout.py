@@ -6,6 +6,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 
@@ -14,7 +15,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ... import keys
 from ...conf import MAX_PARTITIONS, conf
-from ...connection import get_client, is_cluster, node_client, rediscover
+from ...connection import REDIS_DOWN, get_client, is_cluster, node_client, rediscover
 from ..messages import MAX_PRIORITY, FlowStep, TaskMessage
 
 COMPONENT = "queue"
@@ -117,16 +118,102 @@ def own_homes(queue: str) -> list[str]:
     its first partition's (:func:`home`) first."""
     if not _split():
         return [_head()]
-    return [_own(conf.KEY_PREFIX, tag) for tag in _tags(queue, partitions(queue))]
+    return count_homes(queue, partitions(queue))
+
+
+def count_homes(queue: str, count: int) -> list[str]:
+    """The heads of the homes of ``queue``'s partitions when it has ``count``."""
+    return [_own(conf.KEY_PREFIX, tag) for tag in _tags(queue, count)]
+
+
+# Where a queue's tasks may be besides its partitions' homes: in those of another count
+# of partitions, which a process used before a change of QUEUE_PARTITIONS (or uses
+# still, in a deploy that disagrees on it). Each process that picks a partition for a
+# new task notes the count it uses (at most every NOTE_EVERY seconds per queue, before
+# the task is added), and the workers and readers serve and read the homes of every
+# count noted: no setting hides a task. A count of 1 is never noted: its home is the
+# first partition's of any count.
+NOTE_EVERY = 60.0
+# How long (seconds) a process keeps the counts it read before it reads them again.
+READ_EVERY = 10.0
+# How long (ms) after a count was last noted its homes may be left once empty (see
+# TaskStore.forget_count): far longer than NOTE_EVERY, so no process adds to them still.
+FORGET_AFTER_MS = 600_000
+_noted: dict[tuple[str, int], float] = {}  # (queue, count) -> when it notes it next
+# Until when (monotonic) the counts read are kept, and queue -> count -> noted at (ms).
+_read: tuple[float, dict[str, dict[int, int]]] = (0.0, {})
+
+
+def partitions_key() -> str:
+    """The counts of partitions that processes use or used for each queue: a field
+    "<queue>#<count>" for each, whose value is when a process last said so (ms)."""
+    return f"{registry()}partitions"
+
+
+def _note(queue: str, count: int) -> None:
+    """Note that this process adds tasks of ``queue`` to ``count`` partitions."""
+    if count < 2 or time.monotonic() < _noted.get((queue, count), 0.0):
+        return
+    try:
+        tasks_client().hset(partitions_key(), f"{queue}#{count}", int(time.time() * 1000))
+    except REDIS_DOWN:
+        return  # (the enqueue that follows says Redis is away; the next one notes it)
+    _noted[(queue, count)] = time.monotonic() + NOTE_EVERY
+
+
+def noted_counts(*, fresh: bool = False) -> dict[str, dict[int, int]]:
+    """The counts of partitions noted for each queue (see :func:`partitions_key`), each
+    with when it was last noted (ms), as read at most ``READ_EVERY`` ago (``fresh``:
+    now). Empty on one server."""
+    global _read
+    if not _split():
+        return {}
+    until, found = _read
+    if fresh or time.monotonic() >= until:
+        found = {}
+        for field, at in tasks_client().hgetall(partitions_key()).items():
+            name = field.decode() if isinstance(field, bytes) else str(field)
+            queue, _, count = name.rpartition("#")
+            if count.isdigit() and 1 < int(count) <= MAX_PARTITIONS:
+                found.setdefault(queue, {})[int(count)] = int(at)
+        _read = (time.monotonic() + READ_EVERY, found)
+    return found
+
+
+def forget_noted() -> None:
+    """Forget the counts this process noted and read (for the tests, which empty the
+    server between them)."""
+    global _read
+    _noted.clear()
+    _read = (0.0, {})
+
+
+def stray_homes(queue: str) -> dict[str, int]:
+    """The homes of ``queue``'s partitions under the counts noted (see
+    :func:`noted_counts`) that its own count has not (see :func:`own_homes`), each with
+    the count it is of."""
+    own = set(own_homes(queue))
+    found: dict[str, int] = {}
+    for count in sorted(noted_counts().get(queue, ())):
+        for head in count_homes(queue, count):
+            if head not in own:
+                found.setdefault(head, count)
+    return found
 
 
 def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
-    """The own homes of ``queues`` (see :func:`own_homes`), each with the queues it
-    holds, in their order."""
+    """The homes of ``queues``' partitions (see :func:`own_homes`), then those of the
+    other counts noted (:func:`stray_homes`), each with the queues it holds, in their
+    order."""
     found: dict[str, list[str]] = {}
+    queues = list(queues)
     for queue in queues:
         for head in own_homes(queue):
             found.setdefault(head, []).append(queue)
+    for queue in queues:
+        for head in stray_homes(queue):
+            if queue not in found.setdefault(head, []):
+                found[head].append(queue)
     return found
 
 
@@ -169,6 +256,7 @@ def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> 
     if not _split():
         return digits
     tags = _tags(queue, partitions(queue))
+    _note(queue, len(tags))
     by = digits if partition_by is None else partition_by
     return tags[zlib.crc32(by.encode()) % len(tags)] + digits
 
@@ -204,10 +292,11 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
 
 
 def queue_homes(queue: str) -> list[str]:
-    """Every home that may hold tasks of ``queue``: its own (one per partition), then
-    (when queues have homes of their own) the registry's (see :func:`shared_home`)."""
+    """Every home that may hold tasks of ``queue``: its own (one per partition), those
+    of the other counts of partitions noted (see :func:`stray_homes`), then (when queues
+    have homes of their own) the registry's (see :func:`shared_home`)."""
     own = own_homes(queue)
-    return own if own == [_head()] else [*own, _head()]
+    return own if own == [_head()] else [*own, *stray_homes(queue), _head()]
 
 
 def head_of(key: str) -> str:

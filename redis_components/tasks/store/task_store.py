@@ -41,6 +41,7 @@ from .calls import (
     tick_enqueue_call,
 )
 from .layout import (
+    count_homes,
     dead_key,
     delayed_key,
     find_nodes_again,
@@ -57,7 +58,9 @@ from .layout import (
     limit_wait_key,
     limits_key,
     limits_waiting_key,
+    own_homes,
     partitions,
+    partitions_key,
     queue_homes,
     queues_key,
     ready_key,
@@ -816,8 +819,9 @@ class TaskStore:
         """The counts of each queue of ``serving`` (queue -> the workers serving it), in one
         round trip per home."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
+        heads = {name: queue_homes(name) for name in serving}  # (read once: see layout)
         for name, worker_ids in serving.items():
-            for head in queue_homes(name):
+            for head in heads[name]:
                 commands += [
                     (head, ("ZCARD", ready_key(name, head))),
                     (head, ("ZCARD", delayed_key(name, head))),
@@ -832,7 +836,7 @@ class TaskStore:
         found = {}
         for name, worker_ids in serving.items():
             summed = [0] * 5
-            for _ in queue_homes(name):
+            for _ in heads[name]:
                 ready, delayed, dead, on_limits = (next(counts) for _ in range(4))
                 held = sum(next(counts) for _ in worker_ids)
                 for i, count in enumerate([ready, delayed, dead, held, int(on_limits or 0)]):
@@ -842,6 +846,47 @@ class TaskStore:
                 ready=ready, delayed=delayed, dead=dead, in_progress=held, on_limits=on_limits
             )
         return found
+
+    def copy_lease(self, worker_id: str, head: str) -> None:
+        """Copy the worker's lease to the home ``head``, which its takes start to serve
+        (the heartbeat renews it from then on: see :meth:`heartbeat`)."""
+        expiry = raw(self.client, "ZSCORE", leases_key(), worker_id)
+        if expiry is not None:
+            raw(self.at(head), "ZADD", lease_copy_key(head), expiry, worker_id)
+
+    def forget_count(self, queue: str, count: int, noted_before_ms: int) -> bool:
+        """Forget the count ``count`` of partitions noted for ``queue`` (see
+        layout.noted_counts) if no process noted it since ``noted_before_ms`` and the
+        homes of its partitions (but those of the queue's own count) hold none of its
+        tasks, ready, delayed, dead or waiting on a limit, nor any running task. Whether
+        it did: not when a process notes it meanwhile (it is watched)."""
+        key, field = partitions_key(), f"{queue}#{count}"
+        own = own_homes(queue)
+        heads = [head for head in count_homes(queue, count) if head not in own]
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.watch(key)
+            noted = pipe.hget(key, field)
+            if noted is None or int(noted) >= noted_before_ms or self._holds_any(queue, heads):
+                return False
+            pipe.multi()
+            pipe.hdel(key, field)
+            try:
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        return True
+
+    def _holds_any(self, queue: str, heads: Sequence[str]) -> bool:
+        """Whether any of the homes ``heads`` holds a task of ``queue`` (ready, delayed,
+        dead or waiting on a limit), or any running task."""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for head in heads:
+            queue_keys = [ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)]
+            commands += [
+                (head, ("EXISTS", *queue_keys, running_tasks_key(head))),
+                (head, ("HEXISTS", limits_waiting_key(head), queue)),
+            ]
+        return any(int(found) for found in self._each_home(commands))
 
     def holds_tasks(self, head: str, queues: Sequence[str], worker_id: str) -> bool:
         """Whether the home ``head`` holds tasks of ``queues`` (ready, delayed, or taken by
@@ -998,12 +1043,13 @@ class TaskStore:
         now_minute = int(seconds) // 60
         hour = now_minute // 60
         first = now_minute - hours * 60 + 1
+        heads = {name: queue_homes(name) for name in queues}  # (read once: see layout)
         found_hours = iter(
             self._each_home(
                 [
                     (head, ("HGETALL", stats_key(name, h, head)))
                     for name in queues
-                    for head in queue_homes(name)
+                    for head in heads[name]
                     for h in range(hour - hours, hour + 1)
                 ]
             )
@@ -1011,7 +1057,7 @@ class TaskStore:
         found: dict[str, dict[int, dict[str, int]]] = {}
         for name in queues:
             summed = found[name] = {}
-            for _ in queue_homes(name):
+            for _ in heads[name]:
                 merged: dict[str, bytes] = {}
                 for _ in range(hours + 1):
                     merged.update(fields_of(next(found_hours)))

@@ -18,7 +18,17 @@ from ...scripts import Call
 from ..limits import settings_json
 from ..messages import flow_of
 from .calls import fetch_call, fetch_keys, limits_run_call, put_back_call
-from .layout import own_homes, ready_key, shared_home, task_home, tasks_client
+from .layout import (
+    FORGET_AFTER_MS,
+    noted_counts,
+    own_homes,
+    partitions,
+    ready_key,
+    shared_home,
+    stray_homes,
+    task_home,
+    tasks_client,
+)
 from .records import Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
@@ -32,7 +42,8 @@ MOVE_EVERY_MS = 100
 # move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
 RECKON_FOR = 1.0
 # How often (seconds) a worker whose queues have homes of their own looks for tasks of
-# them in the registry's home (see layout.shared_home), unless a wake-up says so sooner.
+# them in the registry's home (see layout.shared_home), unless a wake-up says so sooner,
+# and in the homes of the other counts of partitions noted (see layout.stray_homes).
 SHARED_EVERY = 10.0
 # For how long (seconds) at most the takes of a worker whose queues are in several homes
 # leave out a home they found empty, unless a wake-up from it is heard first.
@@ -171,7 +182,10 @@ class WorkerStore:
         self._client = client
         self._own = runs(worker_id, self.queues)
         self._runs = self._own
-        # The queue at each of its positions: its lanes', then the shared home's.
+        # The runs after its own, in homes that hold tasks of its queues while they do
+        # (see _watch_others): by home, each made once (positions are never reused).
+        self._others: dict[str, Run] = {}
+        # The queue at each of its positions: its lanes', then the other runs'.
         self._lanes = [queue for run in self._own for queue in run.queues]
         self._shared = shared_home()
         self._shared_channels = frozenset(
@@ -197,26 +211,69 @@ class WorkerStore:
 
     def queue_at(self, position: int) -> str:
         """The queue of a task taken at ``position`` (see :class:`Fetched`)."""
-        if position <= len(self._lanes):
-            return self._lanes[position - 1]
-        return self.queues[position - len(self._lanes) - 1]
+        return self._lanes[position - 1]
 
-    def _watch_shared(self) -> None:
-        """Serve the registry's home (as a last run, at positions after its queues')
-        while it holds tasks of its queues: those that a worker of an earlier release (or
-        of one server's layout) enqueued there, workflows' steps among them. Looked at
-        every ``SHARED_EVERY``, and when a wake-up from there is heard."""
+    def _watch_others(self) -> None:
+        """Serve the other homes that hold tasks of its queues, while they do, as runs
+        after its own (at positions after theirs): the registry's, where a worker of an
+        earlier release (or of one server's layout) enqueued them, workflows' steps
+        among them; and those of the other counts of partitions noted (a changed
+        ``QUEUE_PARTITIONS``, or a deploy that disagrees on it). Looked at every
+        ``SHARED_EVERY``, and when a wake-up from the registry's home is heard."""
         if self._shared is None or _now() < self._shared_at:
             return
         self._shared_at = _now() + SHARED_EVERY
-        serving = self._runs is not self._own
-        holds = self.store.holds_tasks(self._shared, self.queues, self.worker_id)
-        if holds and not serving:
-            last = _run(self.worker_id, self._shared, self.queues, len(self._lanes) + 1)
-            self._runs = [*self._own, last]
-        elif serving and not holds:
-            self._runs = self._own
-            self._empty.pop(len(self._lanes) + 1, None)
+        others: dict[str, tuple[list[str], int]] = {self._shared: (self.queues, 0)}
+        noted_counts(fresh=True)
+        for queue in self.queues:
+            self._forget_counts(queue)
+            for head, count in stray_homes(queue).items():
+                others.setdefault(head, ([], count))[0].append(queue)
+        serving = [run for run in self._runs[len(self._own) :] if run.head in others]
+        for head, (queues, count) in others.items():
+            held = any(run.head == head for run in serving)
+            if self.store.holds_tasks(head, queues, self.worker_id):
+                if not held:
+                    serving.append(self._other(head, queues, count))
+            elif held:
+                serving = [run for run in serving if run.head != head]
+                self._empty.pop(self._others[head].first, None)
+        self._runs = [*self._own, *serving] if serving else self._own
+
+    def _forget_counts(self, queue: str) -> None:
+        """Forget the counts of partitions of ``queue`` that no process noted for
+        ``FORGET_AFTER_MS`` and whose homes are empty (see TaskStore.forget_count)."""
+        before = self.now_ms - FORGET_AFTER_MS
+        for count, noted_ms in noted_counts().get(queue, {}).items():
+            stale = count != partitions(queue) and noted_ms < before
+            if stale and self.store.forget_count(queue, count, before):
+                logger.info(
+                    "Worker %s: no task of %s is left in a home of %d partitions",
+                    self.worker_id,
+                    queue,
+                    count,
+                )
+
+    def _other(self, head: str, queues: list[str], count: int) -> Run:
+        """The run in another home (see :meth:`_watch_others`), which its lease's copy
+        there fences from its first take."""
+        known = self._others.get(head)
+        new = known is None or known.queues != queues
+        if known is None or new:
+            known = self._others[head] = _run(self.worker_id, head, queues, len(self._lanes) + 1)
+            self._lanes += queues
+        if count:
+            self.store.copy_lease(self.worker_id, head)
+        if count and new:
+            logger.warning(
+                "Worker %s takes the tasks of %s left in a home of %d partitions, which "
+                "QUEUE_PARTITIONS said before (or says in another process), until none "
+                "is left",
+                self.worker_id,
+                ", ".join(queues),
+                count,
+            )
+        return known
 
     @property
     def may_take_ahead(self) -> bool:
@@ -228,7 +285,7 @@ class WorkerStore:
         if self._heard is None:  # (then its takes never leave a run out)
             return False
         self._listen()
-        self._watch_shared()
+        self._watch_others()
         return self._take_mode() == "take" and self._open_run() is not None
 
     @property
@@ -255,7 +312,7 @@ class WorkerStore:
         looked in. ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
         (``Outcome.said``) is written while the server runs the script."""
         self._listen()
-        self._watch_shared()
+        self._watch_others()
         mode = self._take_mode()
         fetched = self._carried(finished, self._over_runs(mode, finished, taken_ms, start))
         if (
@@ -357,8 +414,8 @@ class WorkerStore:
         ``hold=False``) or this worker's tasks are recovered. Nothing for a task without
         limits."""
         if task_id:
-            head = next((run.head for run in self._own if run.holds(position)), self._shared)
-            assert head is not None
+            runs = [*self._own, *self._others.values()]
+            head = next(run.head for run in runs if run.holds(position))
             call = limits_run_call(
                 worker_id=self.worker_id, head=head, task_id=task_id, payload=payload, hold=hold
             )
@@ -419,9 +476,10 @@ class WorkerStore:
         """The runs in the order a fetch in ``mode`` looks in them: the partitions of
         each queue that has several from the one the worker's takes start at (the next
         one every ``ROTATE_EVERY``, so that none waits long for the others to run out);
-        and while it serves the registry's home, every other take (a take ahead too)
-        looks there first, so that neither its queues' own tasks nor the workflows'
-        steps there wait for the others (see :meth:`_take_turn`)."""
+        and while it serves other homes (see :meth:`_watch_others`), every other take (a
+        take ahead too) looks there first, so that neither its queues' own tasks nor
+        those there (workflows' steps among them) wait for the others (see
+        :meth:`_take_turn`)."""
         if not mode or len(self._runs) == 1:
             return self._runs
         order: list[Run] = []
@@ -431,10 +489,8 @@ class WorkerStore:
                 start = self._rotation % len(found)
                 found = found[start:] + found[:start]
             order += found
-        if self._runs is not self._own:
-            shared = self._runs[-1]
-            order = [shared, *order] if self._turns % 2 == 0 else [*order, shared]
-        return order
+        others = self._runs[len(self._own) :]
+        return [*others, *order] if self._turns % 2 == 0 else [*order, *others]
 
     def _take_turn(self) -> None:
         """A take was made: the next one looks in the next order (see :meth:`_in_turn`)."""

@@ -162,33 +162,6 @@ class Guard(ABC, Generic[T]):
                 ) from None
             return Busy(names, 0.0, args, kwargs, request)
 
-        def when_busy(call: Busy, busy: Busy) -> Any:
-            busy = Busy(
-                call.names, busy.retry_after, call.args, call.kwargs, call.request, busy.held
-            )
-            if self.on_busy is not None:
-                return self.on_busy(busy)
-            if busy.request is not None:
-                return self.busy_response(busy)
-            raise self.not_taken(busy)
-
-        def unavailable(call: Busy, error: Exception) -> HttpResponse:
-            """A view that could not reach Redis to take its lock or permit."""
-            if call.request is None:
-                raise error
-            logger.warning("%s %r: Redis is unavailable: %s", self.kind, call.names, error)
-            body = {"error": str(UNAVAILABLE_MESSAGE)}
-            response = _respond(call.request, 503, body)
-            response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
-            return response
-
-        def refused(args: tuple[Any, ...], error: InvalidInput) -> HttpResponse:
-            """A view whose arguments make a bad name (too long, a control character)."""
-            request = _find_request(args)
-            if request is None:
-                raise error
-            return _respond(request, 400, {"error": str(error), "field": error.field})
-
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
@@ -196,13 +169,13 @@ class Guard(ABC, Generic[T]):
                 try:
                     call = prepare(args, kwargs)
                 except InvalidInput as error:
-                    return refused(args, error)
+                    return self._refused(args, error)
                 try:
                     taken = await self.atake(call.names)
                 except UNAVAILABLE as error:
-                    return unavailable(call, error)
+                    return self._unavailable(call, error)
                 if isinstance(taken, Busy):
-                    result = when_busy(call, taken)
+                    result = self._when_busy(call, taken)
                     return await result if inspect.isawaitable(result) else result
                 ok = False
                 try:
@@ -219,13 +192,13 @@ class Guard(ABC, Generic[T]):
             try:
                 call = prepare(args, kwargs)
             except InvalidInput as error:
-                return refused(args, error)
+                return self._refused(args, error)
             try:
                 taken = self.take(call.names)
             except UNAVAILABLE as error:
-                return unavailable(call, error)
+                return self._unavailable(call, error)
             if isinstance(taken, Busy):
-                return when_busy(call, taken)
+                return self._when_busy(call, taken)
             ok = False
             try:
                 value = func(*args, **kwargs)
@@ -235,6 +208,33 @@ class Guard(ABC, Generic[T]):
                 self.give_back(taken, ok)
 
         return wrapper  # type: ignore[return-value]
+
+    def _when_busy(self, call: Busy, busy: Busy) -> Any:
+        """What a call that found its names busy returns (see ``on_busy``)."""
+        busy = Busy(call.names, busy.retry_after, call.args, call.kwargs, call.request, busy.held)
+        if self.on_busy is not None:
+            return self.on_busy(busy)
+        if busy.request is not None:
+            return self.busy_response(busy)
+        raise self.not_taken(busy)
+
+    def _unavailable(self, call: Busy, error: Exception) -> HttpResponse:
+        """A view that could not reach Redis to take its lock or permit."""
+        if call.request is None:
+            raise error
+        logger.warning("%s %r: Redis is unavailable: %s", self.kind, call.names, error)
+        body = {"error": str(UNAVAILABLE_MESSAGE)}
+        response = _respond(call.request, 503, body)
+        response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+        return response
+
+    @staticmethod
+    def _refused(args: tuple[Any, ...], error: InvalidInput) -> HttpResponse:
+        """A view whose arguments make a bad name (too long, a control character)."""
+        request = _find_request(args)
+        if request is None:
+            raise error
+        return _respond(request, 400, {"error": str(error), "field": error.field})
 
     @classmethod
     def busy_response(cls, busy: Busy) -> HttpResponse:

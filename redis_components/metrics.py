@@ -100,7 +100,6 @@ class TaskCollector:
             HistogramMetricFamily,
         )
 
-        from .tasks.backend import queues_in_use
         from .tasks.status import queue_stats, workers
         from .tasks.store import DURATION_BUCKETS, TaskStore
 
@@ -111,37 +110,16 @@ class TaskCollector:
             labels=["queue", "state"],
         )
         stats = queue_stats()
-        states = ("ready", "delayed", "on_limits", "in_progress", "dead")
         for queue in stats:
-            for state in states:
+            for state in STATES:
                 depth.add_metric([queue.name, state], getattr(queue, state))
         yield depth
         registered = workers()
         alive = GaugeMetricFamily("redis_components_workers", "Workers whose lease is alive")
         alive.add_metric([], sum(worker.lease_left >= 0 for worker in registered))
         yield alive
-        # Queue names are remembered when a worker serves them; the empty ones that no
-        # worker serves, no task declares and no setting limits are forgotten (if they
-        # finished no task lately), so the set, and each scrape, does not grow forever.
-        kept = queues_in_use() | set(conf.TASK_QUEUE_LIMITS)
-        kept.update(name for worker in registered for name in worker.queues)
-        store.forget_queues(
-            [
-                queue.name
-                for queue in stats
-                if not any(getattr(queue, state) for state in states) and queue.name not in kept
-            ]
-        )
-
-        # Fields "<queue>:<outcome>:<bucket>" (a count) and "<queue>:us" (total µs).
-        counts: dict[tuple[str, str, str], float] = {}
-        micros: dict[str, float] = {}
-        for name, number in store.totals().items():
-            if name.endswith(":us"):
-                micros[name[:-3]] = number
-            elif name.count(":") >= 2:
-                queue_name, kind, bound = name.rsplit(":", 2)
-                counts[queue_name, kind, bound] = number
+        _forget_idle_queues(store, stats, registered)
+        counts, micros = _totals(store)
         bounds = [f"{bound:g}" for bound in DURATION_BUCKETS] + ["+Inf"]
         kinds = ("processed", "failed", "retried")
         for kind, help_text in zip(
@@ -184,6 +162,40 @@ class TaskCollector:
             seconds = micros.get(queue.name, 0) / 1_000_000
             histogram.add_metric([queue.name], buckets, seconds)
         yield histogram
+
+
+STATES = ("ready", "delayed", "on_limits", "in_progress", "dead")
+
+
+def _forget_idle_queues(store: Any, stats: list[Any], registered: list[Any]) -> None:
+    """Queue names are remembered when a worker serves them; the empty ones that no
+    worker serves, no task declares and no setting limits are forgotten (if they
+    finished no task lately), so the set, and each scrape, does not grow forever."""
+    from .tasks.backend import queues_in_use
+
+    kept = queues_in_use() | set(conf.TASK_QUEUE_LIMITS)
+    kept.update(name for worker in registered for name in worker.queues)
+    store.forget_queues(
+        [
+            queue.name
+            for queue in stats
+            if not any(getattr(queue, state) for state in STATES) and queue.name not in kept
+        ]
+    )
+
+
+def _totals(store: Any) -> tuple[dict[tuple[str, str, str], float], dict[str, float]]:
+    """The metrics' running totals: the count of each ``(queue, outcome, bucket)`` (the
+    fields "<queue>:<outcome>:<bucket>"), and each queue's total µs ("<queue>:us")."""
+    counts: dict[tuple[str, str, str], float] = {}
+    micros: dict[str, float] = {}
+    for name, number in store.totals().items():
+        if name.endswith(":us"):
+            micros[name[:-3]] = number
+        elif name.count(":") >= 2:
+            queue_name, kind, bound = name.rsplit(":", 2)
+            counts[queue_name, kind, bound] = number
+    return counts, micros
 
 
 def _authorized(request: HttpRequest, token: str) -> bool:

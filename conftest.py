@@ -21,7 +21,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import redis
@@ -54,6 +54,29 @@ SERVER_BANNER = subprocess.run(
     [SERVER_BINARY, "--version"], capture_output=True, text=True, check=True
 ).stdout.strip()
 SERVER_MAJOR = int(re.search(r" v=(\d+)\.", SERVER_BANNER).group(1))  # type: ignore[union-attr]
+# In CI (.ci/run sets RC_REQUIRE_ENVIRONMENT=1) a test whose environment is missing
+# (Chromium, PostgreSQL, GNU gettext, a peer's source distribution) fails, so that no
+# leg passes green without running it; elsewhere it is skipped, saying why.
+REQUIRE_ENVIRONMENT = os.environ.get("RC_REQUIRE_ENVIRONMENT") == "1"
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip (or, in CI, fail) a test whose environment is missing, saying why."""
+    if REQUIRE_ENVIRONMENT:
+        pytest.fail(f"{reason} (RC_REQUIRE_ENVIRONMENT=1: every test must run)", pytrace=False)
+    pytest.skip(reason)
+
+
+def long_test(what: str) -> pytest.MarkDecorator:
+    """A test that ``what`` (minutes of work): marked ``long``, which ``make test`` runs in
+    a pass of its own beside the others, with RC_TEST_LONG set; skipped elsewhere."""
+    skip = pytest.mark.skipif(
+        not os.environ.get("RC_TEST_LONG"),
+        reason=f"{what}, once per make test (RC_TEST_LONG is set for the long tests' pass)",
+    )
+    return pytest.mark.long(skip)
+
+
 # hz 100: the server checks blocking-command timeouts every 10 ms, not 100 ms. Since
 # Redis 7 (and in every Valkey) DEBUG is refused unless enabled; tests use DEBUG SLEEP.
 SERVER_CONFIG = {"hz": "100"} | ({"enable-debug-command": "local"} if SERVER_MAJOR >= 7 else {})

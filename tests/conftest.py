@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conftest import missing
 from tests.processes import WorkerProcess
 
 # What each test module is for, and so which legs of `make test` run it (the Makefile
@@ -140,7 +141,7 @@ def _browser_binaries() -> tuple[str, str]:
     chromium = _find("CHROME_BIN", ["chromium", "chromium-browser", "google-chrome"])
     driver = _find("CHROMEDRIVER", ["chromedriver"])
     if chromium is None or driver is None:
-        pytest.skip(
+        missing(
             f"no browser for the browser tests (chromium: {chromium}, chromedriver: {driver}); "
             "install Debian's chromium and chromium-driver, or set CHROME_BIN and CHROMEDRIVER"
         )
@@ -236,7 +237,7 @@ def postgres() -> Iterator[dict[str, Any]]:
 
     reason = unavailable()
     if reason is not None:
-        pytest.skip(reason)
+        missing(reason)
     with postgres_server() as database:
         yield database
 

@@ -8,6 +8,7 @@ be listed as not applicable with the reason why.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -16,8 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 
-import pytest
-
+from conftest import missing
 from tests.processes import ROOT
 
 CACHE = ROOT / ".peer-suites"
@@ -26,12 +26,20 @@ CACHE = ROOT / ".peer-suites"
 def unpack(dist: str, version: str, paths: Mapping[str, str]) -> Path:
     """Unpack from ``dist==version``'s source distribution (downloaded once) the files
     under each of ``paths`` (a file or folder after the archive's top folder -> where it
-    goes under the returned folder). Skips, saying why, when the download fails."""
+    goes under the returned folder). Skips, saying why, when the download fails. Legs
+    that run at once take turns (a lock file), so none reads another's half-written
+    archive."""
+    CACHE.mkdir(exist_ok=True)
+    with (CACHE / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _unpack(dist, version, paths)
+
+
+def _unpack(dist: str, version: str, paths: Mapping[str, str]) -> Path:
     target = CACHE / f"{dist}-{version}"
     done = target / ".unpacked"
     if done.exists() and set(done.read_text().splitlines()) >= set(paths):
         return target
-    CACHE.mkdir(exist_ok=True)
     download = subprocess.run(
         [
             *(sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"),
@@ -44,7 +52,7 @@ def unpack(dist: str, version: str, paths: Mapping[str, str]) -> Path:
     stem = f"{dist}-{version}.tar.gz".lower().replace("-", "_")
     archives = [p for p in CACHE.glob("*.tar.gz") if p.name.lower().replace("-", "_") == stem]
     if download.returncode != 0 or not archives:
-        pytest.skip(
+        missing(
             f"{dist} {version}'s source distribution could not be downloaded, so its own "
             f"tests were not run: {download.stderr.strip()[-500:]}"
         )

@@ -23,6 +23,7 @@ from django.test import RequestFactory, override_settings
 from django.utils import translation
 
 import redis_components
+from conftest import missing as environment_missing
 from redis_components import views
 from redis_components.locks import RedisLock, redis_lock
 
@@ -34,7 +35,7 @@ def need_gettext() -> None:
     """Skip, saying what to install, when GNU gettext is missing."""
     missing = [tool for tool in GETTEXT_TOOLS if shutil.which(tool) is None]
     if missing:
-        pytest.skip(
+        environment_missing(
             f"GNU gettext is not installed (no {', '.join(missing)}): install it "
             "(apt-get install gettext, brew install gettext) to check the translatable texts"
         )

@@ -35,7 +35,7 @@ LTS_INSTALL := -e '.[embedded,tasks-backport]' --group test 'django>=5.2,<6'
 OLDEST_INSTALL := -e '.[embedded]' --group test 'redis==6.4.*' 'django==6.0.*'
 DIST_INSTALL := --group dist
 
-.PHONY: demo test lint docs dist browser gettext postgres legacy-leg valkey-leg oldest-leg newest-leg lock clean
+.PHONY: demo test lint docs dist browser gettext postgres leg-1 leg-1-cluster leg-1-long legacy-leg valkey-leg oldest-leg newest-leg lock clean
 
 # $(call venv,FOLDER,PYTHON,WHAT TO INSTALL,LOCK FILE or empty for the newest releases)
 define venv
@@ -141,19 +141,34 @@ postgres:
 			|| echo "Could not install postgresql; the PostgreSQL tests will be skipped."; \
 	else echo "No PostgreSQL server programs, and no apt-get as root to install them: the PostgreSQL tests will be skipped."; fi
 
-# Lint, types and the docs, then four legs. Each leg runs what it alone tests, chosen by
-# each test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table), on a
-# single server and on a 3-master Redis Cluster. Leg 1 runs everything, with coverage.
-# Legs 2-4 run two at a time (leg 3 beside leg 2, then leg 4): the suite mostly waits on
-# its servers and processes, and each leg has servers and virtualenvs of its own. Each
-# leg's output is printed whole when it ends.
+# Lint, types and the docs, then the legs, three at a time (make -j3): leg 1 in three
+# passes (the single server, the 3-master Redis Cluster, and its long tests), then legs
+# 2-4 and the newest leg as places free up. Each leg runs what it alone tests, chosen by
+# each test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table). The
+# suite mostly waits on its servers and processes, and each pass has servers of its own
+# (and each leg its virtualenv); each pass's output is printed whole when it ends. Leg
+# 1's two coverage passes are combined into one report at the end.
 test: lint docs browser gettext postgres
 	rm -f .coverage .coverage.*
-	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
-	RC_TEST_LONG=1 $(BIN)/pytest --cov
-	RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-append -m 'not static and not browser and not once'
+	@$(MAKE) --no-print-directory -j3 --output-sync=target leg-1 leg-1-cluster valkey-leg \
+		legacy-leg leg-1-long oldest-leg newest-leg
+	$(BIN)/coverage combine .coverage.single .coverage.cluster
 	$(BIN)/coverage report
-	@$(MAKE) --no-print-directory -j2 --output-sync=target legacy-leg valkey-leg oldest-leg newest-leg
+
+# Leg 1: the newest Django, hiredis, Redis 6.2: everything, with coverage.
+leg-1: $(VENV)/.installed
+	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
+	COVERAGE_FILE=.coverage.single $(BIN)/pytest --cov --cov-report= -m 'not long'
+
+leg-1-cluster: $(VENV)/.installed
+	@echo "Leg 1 on a 3-master Redis Cluster"
+	COVERAGE_FILE=.coverage.cluster RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-report= \
+		-m 'not static and not browser and not once and not long'
+
+# The tests that run for minutes (marked long), once, on the single server.
+leg-1-long: $(VENV)/.installed
+	@echo "Leg 1: the long tests"
+	RC_TEST_LONG=1 $(BIN)/pytest -m long
 
 # Leg 2: Django 5.2 LTS with the backport, the oldest Python, redis-py's pure-Python
 # parser: the Django and client tests, and a worker's smoke tests.

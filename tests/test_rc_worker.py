@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
-import os
 import random
 import re
 import resource
@@ -21,7 +20,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from conftest import CLUSTER, SERVER_CONFIG
+from conftest import CLUSTER, SERVER_CONFIG, long_test
 from conftest import cancelled as cancelled_result
 from redis_components import cancel, get_client, get_result
 from redis_components.embedded import EmbeddedCluster, EmbeddedRedis, free_cluster_port, free_port
@@ -552,10 +551,7 @@ def test_cancelling_while_workers_drain_the_queue_never_runs_a_cancelled_task(
     assert outcomes == {TaskResultStatus.SUCCESSFUL, "cancelled"}
 
 
-LONG = pytest.mark.skipif(
-    not os.environ.get("RC_TEST_LONG"),
-    reason="runs for 3 minutes, once per make test (RC_TEST_LONG is set for one pass)",
-)
+LONG = long_test("runs for 3 minutes")
 
 
 @LONG

@@ -20,7 +20,7 @@ from django.test import override_settings
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from conftest import CLUSTER, bytes_sent
+from conftest import CLUSTER, bytes_sent, long_test
 from redis_components import cancel, chain, get_result, get_workflow, group, signature
 from redis_components.exceptions import (
     InvalidInput,
@@ -523,10 +523,7 @@ def result_kept(task_id: str) -> bool:
     return True
 
 
-LONG = pytest.mark.skipif(
-    not os.environ.get("RC_TEST_LONG"),
-    reason="runs 8,000 tasks or more, once per make test (RC_TEST_LONG is set for one pass)",
-)
+LONG = long_test("runs 8,000 tasks or more")
 
 
 @LONG

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 import redis
@@ -67,14 +67,21 @@ def missing(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def long_test(what: str) -> pytest.MarkDecorator:
+T = TypeVar("T")
+
+
+def long_test(what: str) -> Callable[[T], T]:
     """A test that ``what`` (minutes of work): marked ``long``, which ``make test`` runs in
     a pass of its own beside the others, with RC_TEST_LONG set; skipped elsewhere."""
     skip = pytest.mark.skipif(
         not os.environ.get("RC_TEST_LONG"),
         reason=f"{what}, once per make test (RC_TEST_LONG is set for the long tests' pass)",
     )
-    return pytest.mark.long(skip)
+
+    def mark(test: T) -> T:
+        return pytest.mark.long(skip(test))
+
+    return mark
 
 
 # hz 100: the server checks blocking-command timeouts every 10 ms, not 100 ms. Since

@@ -313,6 +313,10 @@ class ChatListView(ChatApiView):
         public = data.get("public", False)
         if not isinstance(public, bool):
             raise InvalidInput("public", "must be true or false")
+        if not public and not set(users) - {self.user}:
+            raise InvalidInput(
+                "recipients", "name at least one other user (or make the chat public)"
+            )
         chat_id = self.chats.create(self.user, users, data.get("message", ""), public=public)
         return self.answer({"id": chat_id, "members": self.chats.members(chat_id)}, status=201)
 

@@ -331,7 +331,8 @@ def test_home_page_lists_the_components_and_the_redis_in_use(
     users: dict[str, int], r: redis.Redis
 ) -> None:
     page = Client().get("/").content.decode()
-    for name in ("Autocomplete", "Distributed locks", "Counting semaphores", "Task queues"):
+    names = ("Autocomplete", "Distributed locks", "Counting semaphores", "Task queues")
+    for name in (*names, "Task limits", "Pull messaging", "File distribution"):
         assert name in page
     assert 'href="/market/"' in page
     # A component without a page of its own says where to see it: its own docs page.

@@ -164,6 +164,9 @@ def test_unknown_chats_are_404(users: dict[str, User]) -> None:
     ("body", "field"),
     [
         ({"recipients": ["bob", "nobody"], "message": "hi"}, "recipients"),
+        ({"recipients": [], "message": "hi"}, "recipients"),
+        ({"recipients": ["alice"], "message": "hi"}, "recipients"),
+        ({"message": "hi"}, "recipients"),
         ({"recipients": "bob", "message": "hi"}, "recipients"),
         ({"recipients": [7], "message": "hi"}, "recipients"),
         ({"recipients": [f"u{n}" for n in range(101)], "message": "hi"}, "recipients"),

@@ -52,6 +52,8 @@ COMPONENTS = [
      [], "docs/semaphores.md"),
     ("Task queues", "6.4", "Priorities, delayed tasks, workflows, at-least-once delivery, retries.",
      [("Notices", "notices")], ""),
+    ("Task limits", "6.3, 6.4", "Rate and concurrency limits: at most 5 sold emails a second.",
+     [("Notices", "notices")], ""),
     ("Pull messaging", "6.5", "Mailboxes and group chats with unread tracking.",
      [("Chats", "chats"), ("Notices", "notices")], ""),
     ("File distribution", "6.6", "Files streamed through a bounded buffer to many readers.",

@@ -57,6 +57,7 @@ from redis_components.tasks.store import (
     leases_key,
     own_homes,
     partitions,
+    placement,
     queues_key,
     rank,
     ready_key,
@@ -1150,6 +1151,7 @@ def test_a_partition_key_keeps_a_customers_tasks_in_one_partition_in_order(
     settings_changed = {"QUEUE_PARTITIONS": {HOT: 3}}
     worker = start_worker(HOT, "--burst", environment=SPLIT, **settings_changed)
     assert worker.wait(60) == 0, worker.output()
+    assert f"serving {HOT} (3 partitions on " in worker.output()
     for customer in ("ann", "bob", "cy"):
         assert r.lrange(f"{{test}}:steps:{customer}", 0, -1) == [b"%d" % s for s in range(20)]
 
@@ -1349,3 +1351,10 @@ def test_a_count_no_process_notes_is_forgotten_once_its_partitions_are_empty(
             wait_until(lambda: HOT not in noted_counts(fresh=True))
         assert {get_result(task_id).status for task_id in ids} == {TaskResultStatus.SUCCESSFUL}
         assert queue_homes(HOT) == [*own_homes(HOT), registry()]
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_the_logs_say_how_many_partitions_a_queue_has_and_on_how_many_nodes() -> None:
+    nodes = len(masters_of(get_client()))
+    assert placement(HOT) == f"{HOT} (3 partitions on {nodes} node{'s' if nodes > 1 else ''})"
+    assert placement("first") == "first"

@@ -18,7 +18,7 @@ from ...tasks.limits import from_settings
 from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import registered_tasks
 from ...tasks.slots import MAX_THREADS
-from ...tasks.store import server_warnings
+from ...tasks.store import placement, server_warnings
 from ...tasks.supervisor import Supervisor
 from ..base import RedisCommand, unreachable
 from ._console import configure_logging
@@ -169,7 +169,7 @@ class Command(RedisCommand):
             "" if supervisor.concurrency == 1 else "es",
             options["threads"],
             "" if options["threads"] == 1 else "s",
-            ", ".join(supervisor.queues),
+            ", ".join(placement(queue) for queue in supervisor.queues),
             conf.TASK_HEARTBEAT_INTERVAL,
             "handled by these workers"
             if not options["no_scheduler"]

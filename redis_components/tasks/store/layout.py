@@ -15,7 +15,14 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ... import keys
 from ...conf import MAX_PARTITIONS, conf
-from ...connection import REDIS_DOWN, get_client, is_cluster, node_client, rediscover
+from ...connection import (
+    REDIS_DOWN,
+    get_client,
+    is_cluster,
+    node_client,
+    rediscover,
+    server_of,
+)
 from ..messages import MAX_PRIORITY, FlowStep, TaskMessage
 
 COMPONENT = "queue"
@@ -119,6 +126,20 @@ def own_homes(queue: str) -> list[str]:
     if not _split():
         return [_head()]
     return count_homes(queue, partitions(queue))
+
+
+def placement(queue: str) -> str:
+    """``queue`` and, when it has several partitions, how many and on how many servers
+    (on a cluster, nodes), for the logs: ``"hot (6 partitions on 3 nodes)"``; the name
+    alone while Redis cannot be reached (a cluster's client cannot even be built)."""
+    try:
+        heads = own_homes(queue)
+        if len(heads) == 1:
+            return queue
+        nodes = len({server_of(tasks_client(head)) for head in heads})
+    except REDIS_DOWN:
+        return queue
+    return f"{queue} ({len(heads)} partitions on {nodes} node{'' if nodes == 1 else 's'})"
 
 
 def count_homes(queue: str, count: int) -> list[str]:

@@ -92,6 +92,17 @@ def test_purge_asks_first(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> No
     assert queue_stats(["test"])[0].ready == 0
 
 
+def test_a_queue_nothing_uses_is_named_in_a_warning() -> None:
+    for args in (["--purge", "tset", "--yes"], ["--requeue-dead", "tset"]):
+        out, err = io.StringIO(), io.StringIO()
+        call_command("rc_queues", *args, stdout=out, stderr=err)
+        assert "no task, backend, worker or setting uses queue 'tset'" in err.getvalue()
+        assert "did you mean 'test'?" in err.getvalue()
+    err = io.StringIO()
+    call_command("rc_queues", "--purge", "test", "--yes", stdout=io.StringIO(), stderr=err)
+    assert err.getvalue() == ""
+
+
 def test_bad_queue_names_are_refused() -> None:
     with pytest.raises(CommandError, match="queue: must not be empty"):
         run("--purge", "", "--yes")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import difflib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -205,8 +206,20 @@ class Command(RedisCommand):
             ]
             self.stdout.write("  ".join(cells).rstrip())
 
+    def unknown(self, queue: str) -> None:
+        """Say so when no task, backend, worker or setting uses ``queue`` (a typo?)."""
+        known = queue_names()
+        if queue not in known:
+            close = difflib.get_close_matches(queue, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            self.stderr.write(
+                f"Warning: no task, backend, worker or setting uses queue {queue!r}{hint}."
+            )
+
     def requeue(self, queue: str) -> None:
         names = [validate_queue(queue)] if queue else queue_names()
+        if queue:
+            self.unknown(queue)
         for name in names:
             moved, left = TaskStore().requeue_dead(name)
             if moved or left or queue:
@@ -215,6 +228,7 @@ class Command(RedisCommand):
 
     def purge(self, queue: str, yes: bool) -> None:
         [stats] = queue_stats([validate_queue(queue)])
+        self.unknown(queue)
         waiting = stats.ready + stats.delayed + stats.on_limits + stats.dead
         if not yes:
             question = (

@@ -203,9 +203,18 @@ def _check_schedules() -> list[CheckMessage]:
 
 
 def _check_metrics(on: object, token: object) -> list[CheckMessage]:
-    """METRICS needs prometheus-client; METRICS_TOKEN is None or a token one can send."""
+    """METRICS is a bool and needs prometheus-client; METRICS_TOKEN is None or a token
+    one can send."""
     errors: list[CheckMessage] = []
-    if on and importlib.util.find_spec("prometheus_client") is None:
+    if not isinstance(on, bool):
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['METRICS'] is {on!r}; it must be True or False (a string "
+                "such as 'no' would turn the metrics on).",
+                id="redis_components.E020",
+            )
+        )
+    elif on and importlib.util.find_spec("prometheus_client") is None:
         errors.append(
             Error(
                 f"{SETTING_NAME}['METRICS'] is on, but prometheus-client is not installed: "

@@ -245,6 +245,14 @@ def test_e014_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch)
     assert "[metrics]" in (message.hint or "")
 
 
+@pytest.mark.parametrize("value", ["yes", "no", 1, None])
+def test_e020_metrics_is_true_or_false(value: object) -> None:
+    with override_settings(REDIS_COMPONENTS={"METRICS": value}):
+        [message] = check_settings()
+    assert message.id == "redis_components.E020"
+    assert repr(value) in message.msg
+
+
 @pytest.mark.parametrize(
     ("token", "problem"), [("", "is empty"), ("  ", "is empty"), (42, "of type int")]
 )

@@ -28,7 +28,9 @@ from redis_components import (
     redis_task,
 )
 from redis_components.exceptions import InvalidInput, QueueFull
+from redis_components.tasks.backend import declared_tasks
 from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.limits import from_settings, unmatched_settings
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, waiting_tasks, workers
 from redis_components.tasks.store import TaskStore, home, ready_key
@@ -37,7 +39,7 @@ from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.processes import WorkerProcess, running_worker, wait_until
 from tests.test_rc_queues import QUEUES_HEADER
-from tests.testapp import tasks
+from tests.testapp import framework_tasks, tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 
@@ -363,13 +365,18 @@ def test_rc_worker_applies_and_logs_the_limits_of_its_settings(
 ) -> None:
     for i in range(6):
         tasks.per_customer.enqueue("A", f"a{i}", pause=0.1)
-    limits = {"customer:*": {"concurrency": 1}}
+    limits = {"customer:*": {"concurrency": 1}, "customr:*": {"concurrency": 1}}
     worker = start_worker("test", "--threads", "4", TASK_LIMITS=limits)
     wait_until(lambda: len(runs(r)) == 6, worker.output)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     assert most(r) == {"A": 1}  # not the task's own 3
     assert "replacing the tasks' own: customer:*: at most 1 at once" in worker.output()
+    warned = re.escape(
+        "TASK_LIMITS['customr:*'] matches no known task's limit "
+        "(did you mean 'customer:*'?): it changes nothing."
+    )
+    assert re.search(rf"WARNING \[.*\] redis_components.worker: {warned}", worker.output())
 
 
 def test_a_lowered_limit_holds_its_permits_back_until_under_it(r: redis.Redis) -> None:
@@ -777,3 +784,28 @@ def test_a_payload_with_limits_it_cannot_read_is_dead_lettered_not_stuck(
     assert runs(r) == {"after": 1}
     assert r.llen(at("dead:test")) == 1
     assert left_over(r) == []
+
+
+def test_task_limits_that_no_registered_task_can_match_are_named() -> None:
+    """A typo, or an override of another kind than the key's limits, changes nothing:
+    rc_worker warns of each (tests.testapp's tasks limit customer:{customer} and turn:{key}
+    by concurrency, api by rate; a Django @task of framework_tasks order:{order})."""
+    settings = from_settings(
+        {
+            "customr:*": {"concurrency": 2},
+            "customer:*": {"concurrency": 2},
+            "customer:7": {"concurrency": 2},
+            "turn:a": {"rate": 5},
+            "api": {"rate": 10},
+            "apj": {"rate": 10},
+            "order:*": {"concurrency": 3},  # a Django @task's (framework_tasks)
+        }
+    )
+    assert declared_tasks()[framework_tasks.ship.module_path].limits  # (declared at import)
+    warnings = unmatched_settings(settings, declared_tasks())
+    assert warnings == [
+        "TASK_LIMITS['customr:*'] matches no known task's limit (did you mean 'customer:*'?)",
+        "TASK_LIMITS['turn:a'] is a rate limit, but the tasks' limits of its keys are "
+        "concurrency limits",
+        "TASK_LIMITS['apj'] matches no known task's limit (did you mean 'api'?)",
+    ]

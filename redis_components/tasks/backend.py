@@ -179,6 +179,8 @@ class RedisTaskBackend(QueueBackend):
                 )
         else:
             super().validate_task(task)
+        if isinstance(task, RedisTask) and task.registered_name is None:
+            _declared[task.module_path] = task
         try:
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
@@ -558,6 +560,18 @@ def _warn_if_late(registered: RedisTask[..., Any]) -> None:
             registered.name,
             module,
         )
+
+
+# Django's tasks on a backend of ours that this process declared (each is validated when
+# its module is imported), by module path: the name their limits are keyed by.
+_declared: dict[str, RedisTask[..., Any]] = {}
+
+
+def declared_tasks() -> dict[str, RedisTask[..., Any]]:
+    """The tasks this process knows, by the name their limits are keyed by: the
+    registered ones (``@redis_task``), and Django's ``@task`` s of our backend declared
+    so far (by module path)."""
+    return {**_declared, **task_registry.all()}
 
 
 def queues_in_use() -> set[str]:

@@ -23,10 +23,11 @@ Nothing here talks to Redis.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import string
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +226,52 @@ def _filled(template: str, values: dict[str, Any], field: str) -> str:
             "enqueued (its context, or a workflow step's input)",
         )
     return keys.validate_name(template.format_map(values), field, MAX_KEY)
+
+
+def unmatched_settings(settings: Mapping[str, Limit], tasks: Mapping[str, Any]) -> list[str]:
+    """What to warn of the ``TASK_LIMITS`` entries (``settings``, from
+    :func:`from_settings`) that change nothing: a line for each that no limit of
+    ``tasks`` (by the name their limits are keyed by) can match, by its key or prefix
+    (a key made from a template starts with the template's part before its first
+    argument) and by its kind, with the closest key declared where one is close."""
+    declared = [
+        (type(limit), f"task:{name}" if limit.key is None else limit.key)
+        for name, task in tasks.items()
+        for limit in getattr(task, "limits", ())
+    ]
+    found = []
+    for entry, override in settings.items():
+        kinds = {kind for kind, key in declared if _may_match(entry, key)}
+        if type(override) in kinds:
+            continue
+        if kinds:
+            theirs = " and ".join(sorted(_KINDS[kind] for kind in kinds))
+            found.append(
+                f"TASK_LIMITS[{entry!r}] is a {_KINDS[type(override)]} limit, but the tasks' "
+                f"limits of its keys are {theirs} limits"
+            )
+            continue
+        # What TASK_LIMITS would name: a key, or a template's prefix ("customer:*").
+        names = {f"{key.split('{', 1)[0]}*" if _fields(key) else key for _, key in declared}
+        close = difflib.get_close_matches(entry, sorted(names), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        found.append(f"TASK_LIMITS[{entry!r}] matches no known task's limit{hint}")
+    return found
+
+
+_KINDS = {ConcurrencyLimit: "concurrency", RateLimit: "rate"}
+
+
+def _may_match(entry: str, template: str) -> bool:
+    """Whether the ``TASK_LIMITS`` key (or prefix, ending in ``*``) ``entry`` may match
+    a key made from ``template``."""
+    fixed = template.split("{", 1)[0] if _fields(template) else None
+    if entry.endswith("*"):
+        prefix = entry[:-1]
+        if fixed is None:
+            return template.startswith(prefix)
+        return fixed.startswith(prefix) or prefix.startswith(fixed)
+    return entry == template if fixed is None else entry.startswith(fixed)
 
 
 def to_json(limits: Sequence[Sequence[Any]]) -> str:

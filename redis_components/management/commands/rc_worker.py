@@ -13,8 +13,8 @@ from redis.exceptions import RedisClusterException
 from ...conf import conf
 from ...connection import get_client
 from ...exceptions import InvalidInput
-from ...tasks.backend import django_backends, queues_in_use
-from ...tasks.limits import from_settings
+from ...tasks.backend import declared_tasks, django_backends, queues_in_use
+from ...tasks.limits import from_settings, unmatched_settings
 from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import registered_tasks
 from ...tasks.slots import MAX_THREADS
@@ -190,6 +190,8 @@ class Command(RedisCommand):
                 "Limits from settings (TASK_LIMITS), replacing the tasks' own: %s",
                 "; ".join(f"{key}: {limit}" for key, limit in limits.items()),
             )
+            for line in unmatched_settings(limits, declared_tasks()):
+                logger.warning("%s: it changes nothing.", line)
         for alias, backend_queues in django_backends().items():
             logger.info(
                 "Django's tasks of TASKS[%r] (RedisTaskBackend, queues: %s): found by module "

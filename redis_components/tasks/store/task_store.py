@@ -743,14 +743,16 @@ class TaskStore:
             forgotten += max(0, int(removed) - len(back))
         return forgotten
 
-    def _idle(self, name: str, hours: Iterable[int]) -> bool:
+    def _idle(self, name: str, hours: Iterable[int], heads: Sequence[str] | None = None) -> bool:
         """Whether queue ``name`` holds no task or dead letter, has no task waiting on a
         limit and finished none in ``hours``, in any of its homes (see
-        lua/queue_forget.lua)."""
+        lua/queue_forget.lua); or in the homes ``heads`` only, where no task of any
+        queue runs either."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
-        for head in queue_homes(name):
+        for head in queue_homes(name) if heads is None else heads:
             queue_keys = [ready_key(name, head), delayed_key(name, head), dead_key(name, head)]
             queue_keys += [stats_key(name, hour, head) for hour in hours]
+            queue_keys += [running_tasks_key(head)] if heads is not None else []
             commands += [
                 (head, ("EXISTS", *queue_keys)),
                 (head, ("HEXISTS", limits_waiting_key(head), name)),
@@ -866,7 +868,7 @@ class TaskStore:
         with self.client.pipeline(transaction=True) as pipe:
             pipe.watch(key)
             noted = pipe.hget(key, field)
-            if noted is None or int(noted) >= noted_before_ms or self._holds_any(queue, heads):
+            if noted is None or int(noted) >= noted_before_ms or not self._idle(queue, (), heads):
                 return False
             pipe.multi()
             pipe.hdel(key, field)
@@ -875,18 +877,6 @@ class TaskStore:
             except redis.WatchError:
                 return False
         return True
-
-    def _holds_any(self, queue: str, heads: Sequence[str]) -> bool:
-        """Whether any of the homes ``heads`` holds a task of ``queue`` (ready, delayed,
-        dead or waiting on a limit), or any running task."""
-        commands: list[tuple[str, tuple[Any, ...]]] = []
-        for head in heads:
-            queue_keys = [ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)]
-            commands += [
-                (head, ("EXISTS", *queue_keys, running_tasks_key(head))),
-                (head, ("HEXISTS", limits_waiting_key(head), queue)),
-            ]
-        return any(int(found) for found in self._each_home(commands))
 
     def holds_tasks(self, head: str, queues: Sequence[str], worker_id: str) -> bool:
         """Whether the home ``head`` holds tasks of ``queues`` (ready, delayed, or taken by

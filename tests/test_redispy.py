@@ -86,8 +86,8 @@ def test_an_idle_worker_wakes_on_a_message(attributes: str, r: redis.Redis) -> N
     waker = Waker(["rc-adapter-test"])
     try:
         waker.wait(client, 5)  # subscribes
+        started = time.monotonic()  # (before the timer: the message comes 0.3 s after)
         threading.Timer(0.3, lambda: r.publish("rc-adapter-test", "x")).start()
-        started = time.monotonic()
         while time.monotonic() - started < 5:  # a poll may return before the message
             waker.wait(client, 5)
             if time.monotonic() - started >= 0.3:

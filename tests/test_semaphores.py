@@ -98,30 +98,32 @@ def test_a_dead_holders_permit_frees_after_its_timeout(fair: bool) -> None:
 
 
 def test_owners_follow_holders_when_permits_expire(r: redis.Redis) -> None:
-    sem = RedisSemaphore("expiring", limit=3, timeout=0.5, fair=True)
+    # Margins of a second, so that a loaded machine's late wake-up cannot
+    # move a permit to the wrong side of its expiry.
+    sem = RedisSemaphore("expiring", limit=3, timeout=2.0, fair=True)
     assert sem.acquire(blocking=False) is not None  # the first permit
-    time.sleep(0.3)
+    time.sleep(1.2)
     second = sem.acquire(blocking=False)
-    time.sleep(0.3)  # the first expired, the second has 0.2 s left
+    time.sleep(1.0)  # the first expired, the second has about 1 s left
     third = sem.acquire(blocking=False)  # sweeps the first from both ZSETs
     assert second is not None
     assert third is not None
     assert _keys(r, "expiring") == ({second.token.encode(), third.token.encode()},) * 2
-    time.sleep(0.3)  # the second expired, the third has 0.2 s left
+    time.sleep(1.2)  # the second expired, the third has about 0.8 s left
     third.release()  # sweeps the second from both ZSETs
     assert _keys(r, "expiring") == (set(), set())
 
 
 @FAIRNESS
 def test_renew_keeps_a_permit_past_its_timeout(fair: bool, r: redis.Redis) -> None:
-    sem = RedisSemaphore("refreshed", limit=1, timeout=0.3, fair=fair)
+    sem = RedisSemaphore("refreshed", limit=1, timeout=1.0, fair=fair)
     permit = sem.acquire(blocking=False)
     assert permit is not None
-    for _ in range(4):
-        time.sleep(0.15)
+    for _ in range(4):  # 1.6 s in all, each renewal with 0.6 s to spare
+        time.sleep(0.4)
         permit.renew()
     assert sem.acquire(blocking=False) is None
-    time.sleep(0.35)
+    time.sleep(1.1)
     with pytest.raises(SemaphoreNotOwned, match="expired before it was renewed"):
         permit.renew()
     assert permit.lost

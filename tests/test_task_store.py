@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import json
 import re
@@ -19,6 +20,7 @@ from redis_components.exceptions import InvalidInput, TaskNotCancellable, TaskNo
 from redis_components.scripts import load
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import FlowStep, TaskMessage, new_task_id
+from redis_components.tasks.status import queue_stats
 from redis_components.tasks.store import (
     BAND,
     FIRST,
@@ -49,6 +51,7 @@ from redis_components.tasks.store import (
     ready_key,
     recover_call,
     renew_call,
+    replies,
     requeue_dead_call,
     result_key,
     running_key,
@@ -58,8 +61,9 @@ from redis_components.tasks.store import (
     unique_key,
 )
 from redis_components.tasks.store.layout import split_homes
+from redis_components.tasks.store.replies import RESULT_FIELDS
 from redis_components.tasks.worker import Worker
-from tests.processes import run_processes
+from tests.processes import run_processes, running_worker, wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -550,3 +554,152 @@ def test_workflows_and_requeued_dead_letters_wait_for_the_replicas(
     # The workflow's first step, the requeued task (on a cluster, the step's in the
     # shared home).
     assert sum(r.zcard(ready_key("test", head)) for head in layout.queue_homes("test")) == 2
+
+
+def test_lib_result_lists_the_fields_the_store_reads() -> None:
+    """lua/lib/result.lua's header, the store's RESULT_FIELDS and the fields its
+    readers (replies.py) ask for agree."""
+    source = (scripts.LUA_DIR / "lib" / "result.lua").read_text("utf-8")
+    header = source.split("-- The fields of the HASH:", 1)[1].split("\n\n", 1)[0]
+    assert re.findall(r"^--   (\w+)", header, re.M) == list(RESULT_FIELDS)
+    read = re.findall(r'fields(?:\.get)?[\[(]"(\w+)"', inspect.getsource(replies.task_record))
+    assert read
+    assert set(read) <= set(RESULT_FIELDS)
+
+
+def test_every_way_a_task_goes_writes_only_the_result_fields(r: redis.Redis) -> None:
+    """Enqueued now, later or unique; done, retried, failed, crashed, requeued from its
+    dead letter, cancelled: each result hash holds RESULT_FIELDS only, and each field
+    but "workflow" (a cross-home workflow cancel: test_workflows.py) is written."""
+    handles = [
+        tasks.record.enqueue("done"),
+        tasks.retry_once.enqueue("retried"),
+        tasks.fail.enqueue("failed"),
+        tasks.unique_record.enqueue("unique"),
+        tasks.add.enqueue(1, 2),
+    ]
+    later = tasks.record.enqueue_in(3600, "later")
+    cancel(later.id)
+    with running_worker(["test"]):
+        wait_until(lambda: queue_stats(["test"])[0].dead == 1)
+        wait_until(lambda: get_result(handles[1].id).status == TaskResultStatus.SUCCESSFUL)
+    assert TaskStore().requeue_dead("test") == (1, 0)
+    taken = take("gone.1.1.a", ["test"])  # the failed one again, then its worker dies
+    assert taken is not None
+    assert WorkerStore("gone.1.1.a", ["test"]).put_back(max_crashes=5) == (1, 0)
+    written: set[str] = set()
+    for handle in [*handles, later]:
+        fields = {name.decode() for name in r.hkeys(result_key(handle.id))}
+        assert fields <= set(RESULT_FIELDS), handle
+        written |= fields
+    assert written == set(RESULT_FIELDS) - {"workflow"}
+
+
+# The parts of queue_fetch.lua, each alone: lib/move.lua, lib/take.lua, lib/record.lua.
+LIB = "{lib}:"
+MOVE_LIBRARY = scripts.compose(
+    "move_library",
+    """-- KEYS: 1) an enqueue counter, then a lane (lib/queue.lua's queue_lane)
+-- ARGV: 1) the time (ms)
+-- Returns: move_due's wait, and the ready ZSETs it woke
+-- @include move
+local wait, woken = move_due(2, 1, KEYS[1], tonumber(ARGV[1]))
+return {wait, woken}
+""",
+)
+
+
+def test_move_due_moves_what_is_due_by_priority_and_says_when_the_next_is(
+    r: redis.Redis,
+) -> None:
+    keys = [f"{LIB}counter", f"{LIB}ready:q", f"{LIB}delayed:q", f"{LIB}t", f"{LIB}d"]
+    due = [(0, 100), (5, 200), (0, 300)]  # (priority, due at)
+    messages = [TaskMessage(new_task_id(), "t", "q", [i], {}, p) for i, (p, _) in enumerate(due)]
+    r.zadd(keys[2], {m.encode(): at for m, (_, at) in zip(messages, due, strict=True)})
+    assert MOVE_LIBRARY(r, keys, [250], raw=True) == [50, [keys[1].encode()]]
+    assert [TaskMessage.decode(p).args[0] for p in r.zrange(keys[1], 0, -1)] == [1, 0]
+    assert MOVE_LIBRARY(r, keys, [299], raw=True) == [1, []]  # nothing due
+    assert MOVE_LIBRARY(r, keys, [300], raw=True) == [-1, []]  # not empty: no wake-up
+    assert r.zcard(keys[1]) == 3
+
+
+TAKE_LIBRARY = scripts.compose(
+    "take_library",
+    """-- KEYS: 1) the HASH of running tasks, then two lanes (lib/queue.lua's queue_lane)
+-- ARGV: 1) the time (ms)  2) "ahead" or ""  3) the payload of a task held ahead in the
+--       first lane that starts now ("" for none), with the score 7
+-- Returns: what take_next returns (started: 1 or 0)
+-- @include take
+local o = {worker = 'w', ahead = ARGV[2] == 'ahead', start_payload = ARGV[3], start_score = '7'}
+local payload, position, score, wait, started = take_next(o, 2, 2, KEYS[1], false, '{lib}:',
+  nil, tonumber(ARGV[1]), -1, ARGV[3] ~= '' and 1 or 0)
+return {payload, position, score, wait, started and 1 or 0}
+""",
+)
+
+
+def test_take_next_takes_from_the_first_queue_with_a_task(r: redis.Redis) -> None:
+    kinds = ("ready", "delayed", "taken", "dead")
+    keys = [f"{LIB}run", *(f"{LIB}{kind}:{lane}" for lane in "ab" for kind in kinds)]
+    first, second = (TaskMessage(new_task_id(), "t", "b", [], {}) for _ in range(2))
+    one, two = first.encode().encode(), second.encode().encode()
+    r.zadd(keys[5], {one: 10, two: 20})
+    held = TaskMessage(new_task_id(), "t", "a", [], {}).encode().encode()
+    r.zadd(keys[3], {held: -7})
+    # The task held ahead is in another lane: its start is the caller's.
+    assert TAKE_LIBRARY(r, keys, [1000, "ahead", held], raw=True) == [one, 2, b"10", -1, 0]
+    assert r.zrange(keys[7], 0, -1, withscores=True) == [(one, -10.0)]
+    assert r.hget(keys[0], first.id) == b"1000 w"
+    r.zadd(keys[1], {two: 5})
+    r.zrem(keys[5], two)
+    assert TAKE_LIBRARY(r, keys, [1001, "", held], raw=True) == [two, 1, b"5", -1, 1]
+    assert r.zrange(keys[3], 0, -1, withscores=True) == [(two, 5.0), (held, 7.0)]
+    assert TAKE_LIBRARY(r, keys, [1002, "", ""], raw=True) == [None, 0, 0, -1, 0]
+
+
+RECORD_LIBRARY = scripts.compose(
+    "record_library",
+    """-- KEYS: 1) the HASH of running tasks  2) a result hash  3) per-minute counts
+--       4) totals, then a lane (lib/queue.lua's queue_lane)
+-- ARGV: 1) the options (queue_fetch.lua's)  2) the payload  3) the data  4) the time
+-- Returns: 1 when it recorded the outcome, 0 when not
+-- @include record
+local o = cjson.decode(ARGV[1])
+o.payload, o.data = ARGV[2], ARGV[3]
+return record_outcome(o, 5, KEYS[1], KEYS[2], KEYS[3], KEYS[4], '{lib}:', false,
+  tonumber(ARGV[4])) and 1 or 0
+""",
+)
+
+
+def test_record_outcome_records_only_the_attempt_it_is_of(r: redis.Redis) -> None:
+    message = TaskMessage(new_task_id(), "t", "q", [], {})
+    payload = message.encode().encode()
+    keys = [f"{LIB}{name}" for name in ("run", "result", "stats", "totals", "r", "d", "t", "l")]
+    r.zadd(keys[6], {payload: 1})
+    r.hset(keys[0], message.id, "1000 w")
+    options = {"worker": "w", "id": message.id, "outcome": "ok", "keep": 60_000, "first": True}
+    options["done"] = 1
+    late = json.dumps(options | {"taken_ms": "999"})  # an earlier attempt's
+    assert RECORD_LIBRARY(r, keys, [late, payload, "3", 61_000]) == 0
+    assert (r.zcard(keys[6]), r.exists(keys[1])) == (1, 0)
+    assert (
+        RECORD_LIBRARY(r, keys, [json.dumps(options | {"taken_ms": "1000"}), payload, "3", 61_000])
+        == 1
+    )
+    assert r.hgetall(keys[1]) == {
+        b"status": b"SUCCESSFUL",
+        b"return_value": b"3",
+        b"started_at": b"1000",
+        b"last_attempted_at": b"1000",
+        b"finished_at": b"61000",
+        b"workers": b"w",
+        b"message": payload,
+    }
+    assert (r.zcard(keys[6]), r.exists(keys[0])) == (0, 0)
+    assert r.hgetall(keys[2]) == {b"1:processed": b"1"}
+    # With metrics, a run too short to count a microsecond (its "micros" left out, as 0).
+    r.zadd(keys[6], {payload: 1})
+    with_metrics = {**options, "first": False, "queue": "q", "bucket": "0.005"}
+    assert RECORD_LIBRARY(r, keys, [json.dumps(with_metrics), payload, "3", 62_000]) == 1
+    assert r.hgetall(keys[3]) == {b"q:processed:0.005": b"1", b"q:us": b"0"}

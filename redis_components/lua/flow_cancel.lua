@@ -120,8 +120,7 @@ for _, step in ipairs(plan) do
       if step[6] then  -- (the outbox: it has no result yet)
         redis.call('HDEL', step[6], id)
       else
-        redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
-        redis.call('PEXPIRE', result, keep)
+        result_write(result, result_ended({}, 'CANCELLED', now), keep)
       end
     end
     flow_mark(flow, n, st, 'C')

@@ -27,8 +27,7 @@ local function free_unique()
   end
 end
 if ARGV[9] == 'workflow' then
-  redis.call('HSET', KEYS[3], 'workflow', 'CANCELLED')
-  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
+  result_write(KEYS[3], {'workflow', 'CANCELLED'}, tonumber(ARGV[4]))
 end
 local limits = limits_of(ARGV[2])
 local base = limits and limits_base(KEYS[1], 'ready:' .. ARGV[8])
@@ -42,8 +41,7 @@ if removed > 0 then
   end
   free_unique()
   local now = queue_now()
-  redis.call('HSET', KEYS[3], 'status', 'CANCELLED', 'finished_at', now)
-  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
+  result_write(KEYS[3], result_ended({}, 'CANCELLED', now), tonumber(ARGV[4]))
   if ARGV[7] ~= '0' then
     local flow = flow_open(7, ARGV[7])
     flow_outcome(flow, 'C', flow_failure(flow, 'CANCELLED'), now, tonumber(ARGV[4]))

@@ -48,12 +48,13 @@ else
     redis.call('PUBLISH', KEYS[1], 'delayed')
   end
 end
-queue_result(KEYS[4], payload, now, math.max(due - now, 0) + tonumber(ARGV[5]))
+local more = {}
 if unique > 0 then
   -- Named in the result so that cancelling the task frees its key (queue_cancel.lua).
-  redis.call('HSET', KEYS[4], 'unique', KEYS[5])
+  result_set(more, 'unique', KEYS[5])
 end
 if due > now then
-  redis.call('HSET', KEYS[4], 'run_after', due)
+  result_set(more, 'run_after', due)
 end
+queue_result(KEYS[4], payload, now, math.max(due - now, 0) + tonumber(ARGV[5]), more)
 return {1, now}

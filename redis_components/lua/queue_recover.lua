@@ -123,30 +123,24 @@ for i = 1, queues do
       end
     end
     if result and counted then
+      local known = redis.call('HMGET', result, 'workers', 'started_at', 'errors')
+      local fields = {}
       if attempt then
-        local started, worker = string.match(attempt, '^(%d+) (.*)$')
-        local workers = redis.call('HGET', result, 'workers')
-        redis.call('HSET', result, 'last_attempted_at', started,
-          'workers', workers and (workers .. ' ' .. worker) or worker)
-        redis.call('HSETNX', result, 'started_at', started)
+        result_attempt(fields, attempt, known[1], known[2])
       end
-      local entry = cjson.encode({
+      result_error(fields, known[3], cjson.encode({
         exception_class_path = 'redis_components.exceptions.WorkerCrashed', traceback = error,
-      })
-      local errors = redis.call('HGET', result, 'errors')
-      redis.call('HSET', result, 'errors',
-        errors and (string.sub(errors, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']'))
+      }))
       if failed then
-        redis.call('HSET', result, 'status', 'FAILED', 'finished_at', now)
+        result_ended(fields, 'FAILED', now)
       else  -- waits to run again: cancelling it needs its new payload
-        redis.call('HSET', result, 'payload', payload)
+        result_set(fields, 'payload', payload)
       end
-      redis.call('PEXPIRE', result, keep)
+      result_write(result, fields, keep)
     end
     if cancelled then
       if result then
-        redis.call('HSET', result, 'status', 'CANCELLED', 'finished_at', now)
-        redis.call('PEXPIRE', result, keep)
+        result_write(result, result_ended({}, 'CANCELLED', now), keep)
       end
       flow_outcome(flow, 'C', flow_failure(flow, 'CANCELLED'), now, keep)
     elseif flow and failed then

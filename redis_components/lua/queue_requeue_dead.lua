@@ -13,10 +13,7 @@ for i = 2, #ARGV, 4 do
     moved = moved + 1
     if ARGV[i + 3] ~= '' then
       local result = KEYS[3 + (i + 2) / 4]
-      redis.call('HSET', result, 'status', 'READY', 'payload', ARGV[i + 1])
-      redis.call('HDEL', result, 'finished_at')
-      redis.call('HSETNX', result, 'message', ARGV[i + 1])
-      redis.call('PEXPIRE', result, tonumber(ARGV[1]))
+      result_requeued(result, ARGV[i + 1], tonumber(ARGV[1]))
     end
   end
 end

@@ -5,7 +5,18 @@
 -- (100 - priority) * 2^44 + 2^43 (store.rank), plus the value of the task system's enqueue
 -- counter, so that higher priorities come first and equal ones in the order enqueued.
 
+-- @include result
+
 local QUEUE_BAND, QUEUE_FIRST = 17592186044416, 8796093022208  -- store.BAND, store.FIRST
+
+-- A worker's lanes in a script's KEYS (queue_fetch.lua's): from ``first``, four keys per
+-- lane, its queue's ready ZSET, its delayed ZSET, the worker's in-progress ZSET for it
+-- and its dead-letter list. The keys of lane ``i``. (Key names, not a table per lane:
+-- each table a script makes costs the server about a microsecond.)
+local function queue_lane(first, i)
+  local at = first + 4 * (i - 1)
+  return KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3]
+end
 
 -- The server's time, epoch ms.
 local function queue_now()
@@ -63,8 +74,12 @@ local function queue_ready(ready, counter, rank, payload)
   end
 end
 
--- A new task's result hash: READY with its payload, kept "keep" ms.
-local function queue_result(result, payload, now, keep)
-  redis.call('HSET', result, 'status', 'READY', 'message', payload, 'enqueued_at', now)
-  redis.call('PEXPIRE', result, keep)
+-- A new task's result hash: READY with its payload (and the fields of ``more``, a flat
+-- list of names and values, if any), kept "keep" ms.
+local function queue_result(result, payload, now, keep, more)
+  local fields = {'status', 'READY', 'message', payload, 'enqueued_at', now}
+  for _, value in ipairs(more or {}) do
+    fields[#fields + 1] = value
+  end
+  result_write(result, fields, keep)
 end

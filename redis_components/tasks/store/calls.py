@@ -4,6 +4,7 @@ them against the scripts' headers)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 
 from ... import scripts
@@ -102,61 +103,74 @@ def fetch_call(
     taken_ms: int,
     start: Fetched | None = None,
     ahead: bool = False,
-    clock: str = "",
+    clock_ms: int = 0,
+    exact: bool = False,
     limits: str = "",
     carried: Sequence[str] = (),
 ) -> scripts.Call:
     """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
     ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
-    tasks, take the next task (``ahead``: to hold it ahead). ``clock``: the server's
-    time as the worker reckons it, "=<ms>" or ">=<ms>" (see the script), "" for none.
+    tasks and take the next task as ``mode`` says ("take+move", "take", "move" or ""),
+    ``ahead``: to hold it ahead. ``clock_ms``: the server's time as the worker reckons
+    it (0: unknown), taken as the time when ``exact``, else a floor to the clock's.
     ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.settings_json), "" for none.
     ``carried``: steps whose outcomes were carried from this home's outbox, their
     entries deleted there by this call (when ``outcome`` is a step of this home's).
 
     ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
     """
-    args: list[scripts.Arg] = [worker_id, mode]
+    options: dict[str, object] = {
+        "worker": worker_id,
+        "take": mode.startswith("take"),
+        "move": mode.endswith("move"),
+        "ahead": ahead,
+        "limits": limits,
+        "metrics": conf.METRICS,
+        "keep": result_ttl_ms(),
+    }
+    if clock_ms:
+        options["now" if exact else "floor"] = clock_ms
     script_keys = worker_keys
-    metrics = "on" if conf.METRICS else ""
-    if outcome is None:
-        args += [0, "", "", "", "", "", 0, "", 0]
-    else:
+    payloads: list[scripts.Arg] = ["", "", "", "", "", ""]
+    if outcome is not None:
+        head = head_of(worker_keys[0])
         script_keys = [
             *worker_keys[:3],
-            result_key(outcome.task_id, head_of(worker_keys[0])),
-            stats_key(queue, hour, head_of(worker_keys[0])),
+            result_key(outcome.task_id, head),
+            stats_key(queue, hour, head),
             *worker_keys[5:],
         ]
+        options |= {
+            "done": outcome.position,
+            "id": outcome.task_id,
+            "outcome": outcome.kind,
+            "delay_ms": outcome.delay_ms,
+            "first": outcome.first,
+            "carried": list(carried),
+            "taken_ms": str(taken_ms) if taken_ms else "",
+        }
+        if outcome.kind == "bury":
+            options["dead_max"] = conf.TASK_DEAD_LETTER_MAX
         if conf.METRICS:
-            metrics = f"{queue} {duration_bucket(outcome.seconds)}"
-        args += [
-            outcome.position,
-            outcome.payload,
-            outcome.task_id,
-            outcome.kind,
-            outcome.data,
-            outcome.again,
-            outcome.delay_ms,
-            outcome.dead_entry,
-            conf.TASK_DEAD_LETTER_MAX,
-        ]
-    micros = round(outcome.seconds * 1_000_000) if outcome else 0
-    first = 1 if outcome and outcome.first else 0
-    args += [result_ttl_ms(), metrics, micros, taken_ms or "", first]
-    flow = flow_of(outcome.payload) if outcome else None
-    if flow is None or outcome is None:
-        args += [0, 0]
-    else:
-        section, step = flow_section(flow, outcome.task_id)
-        script_keys = [*script_keys, *section]
-        args += [len(section), step]
-    if start is None:
-        args += [0, "", 0]
-    else:
-        args += [start.position, start.payload or b"", start.score]
-    args += ["ahead" if ahead else "", clock, limits, " ".join(carried)]
-    return scripts.load("queue_fetch"), script_keys, args
+            options |= {
+                "queue": queue,
+                "bucket": duration_bucket(outcome.seconds),
+                "micros": round(outcome.seconds * 1_000_000),
+            }
+        payloads[:4] = [outcome.payload, outcome.data, outcome.again, outcome.dead_entry]
+        flow = flow_of(outcome.payload)
+        if flow is not None:
+            section, step = flow_section(flow, outcome.task_id)
+            script_keys = [*script_keys, *section]
+            options["flow_keys"] = len(section)
+            payloads[4] = step
+    if start is not None:
+        options |= {"start": start.position, "start_score": start.score.decode()}
+        payloads[5] = start.payload or b""
+    # Only what is set: each field costs the script time to decode, and past 16 of them
+    # (with what the script adds) a table twice the size.
+    sent = json.dumps({name: value for name, value in options.items() if value})
+    return scripts.load("queue_fetch"), script_keys, [sent, *payloads]
 
 
 # For at least this long (ms) a tick's task is not enqueued again in its queue's home

@@ -24,6 +24,23 @@ from .records import (
     WorkerInfo,
 )
 
+# The fields of a task's result hash, as lua/lib/result.lua lists them (and writes them:
+# a test ties the three together).
+RESULT_FIELDS = (
+    "status",
+    "message",
+    "enqueued_at",
+    "run_after",
+    "payload",
+    "started_at",
+    "last_attempted_at",
+    "finished_at",
+    "workers",
+    "errors",
+    "return_value",
+    "unique",
+    "workflow",
+)
 _ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
 UNREADABLE = "(unreadable)"
 # The most characters of a task's arguments that a list page shows.

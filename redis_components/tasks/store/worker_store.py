@@ -585,13 +585,10 @@ class WorkerStore:
         that moves delayed tasks does, and any fetch once the last reading is
         ``RECKON_FOR`` old. The time it is given never steps back from the last one the
         server replied. Positions are the run's in the call."""
-        clock, reads = "", True
+        clock_ms, reads = 0, True
         if self._clock_read is not None:
-            reckoned = self._reckoned()
-            if mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR:
-                clock = f">={reckoned}"
-            else:
-                clock, reads = f"={reckoned}", False
+            clock_ms = self._reckoned()
+            reads = mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR
         shift = run.first - 1
         if finished is not None and shift:
             finished = dataclasses.replace(finished, position=finished.position - shift)
@@ -610,7 +607,8 @@ class WorkerStore:
             taken_ms=taken_ms,
             start=start,
             ahead=ahead,
-            clock=clock,
+            clock_ms=clock_ms,
+            exact=not reads,
             limits=self._limits,
             carried=carried,
         )

@@ -934,12 +934,8 @@ class GroupChat:
         """Add the chat to each user's index (one pipeline); return each join's version."""
         add = scripts.load("chat_index_add")
         calls = [
-            (
-                add,
-                [keys.key("chat-index", user), keys.key("chat-index", user, "versions")],
-                [chat_id],
-            )
-            for user in users
+            (add, [keys.key("chat-index", u), keys.key("chat-index", u, "versions")], [chat_id])
+            for u in users
         ]
         versions = scripts.run_many(client, calls)
         for version in versions:
@@ -992,9 +988,11 @@ def _mark(shown: UnreadCounts | Mapping[str, int] | str | None) -> str | None:
 
 
 def _chat_id(value: object) -> str:
-    if not isinstance(value, str) or not CHAT_ID.fullmatch(value):
-        raise InvalidInput("chat_id", "must be a chat id: a string of digits such as '42'")
-    return value
+    if isinstance(value, str) and CHAT_ID.fullmatch(value):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and value[0] != "0":
+        raise InvalidInput("chat_id", f"has {len(value)} digits: no chat id has over 18")
+    raise InvalidInput("chat_id", "must be a chat id: a string of digits such as '42'")
 
 
 def _message_text(value: object) -> str:

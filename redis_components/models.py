@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.db import models
+from django.utils.translation import gettext
 
 if TYPE_CHECKING:  # importing auth's models needs django.contrib.auth installed
     from django.contrib.auth.models import AbstractUser, AnonymousUser
@@ -35,6 +36,19 @@ def can_view_task_queues(user: AbstractUser | AnonymousUser) -> bool:
     ``view_task_queues`` or ``manage_task_queues``. The one rule of the admin pages and
     of ``rc/queues/?format=json``."""
     return user.is_staff and (user.has_perm(VIEW_TASK_QUEUES) or can_manage_task_queues(user))
+
+
+def refusal(manage: bool = False) -> str:
+    """What a user refused the task queues' pages (``manage``: their actions) is told:
+    the permission that would let them in."""
+    if manage:
+        return gettext(
+            "You may see the task queues but not act on them: that takes the permission %(perm)s."
+        ) % {"perm": MANAGE_TASK_QUEUES}
+    return gettext(
+        "You may not see the task queues: that takes staff status and the permission "
+        "%(view)s (or %(manage)s)."
+    ) % {"view": VIEW_TASK_QUEUES, "manage": MANAGE_TASK_QUEUES}
 
 
 def can_manage_task_queues(user: AbstractUser | AnonymousUser) -> bool:

@@ -109,14 +109,18 @@ class JsonView(View):
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def whole_number(value: str, name: str, minimum: int = INT64_MIN, maximum: int = INT64_MAX) -> int:
-    """``value`` as an integer from ``minimum`` to ``maximum``; else :class:`InvalidInput`
-    naming ``name``."""
+def whole_number(
+    value: str, name: str, minimum: int = INT64_MIN, maximum: int | None = INT64_MAX
+) -> int:
+    """``value`` as an integer from ``minimum`` to ``maximum`` (None: no bound); else
+    :class:`InvalidInput` naming ``name``."""
     try:
         number = int(value)
     except ValueError:  # also past Python's limit on the digits of an int
         raise InvalidInput(name, f"must be an integer, not {keys.shorten(value)}") from None
-    if not minimum <= number <= maximum:
+    if maximum is None and number < minimum:
+        raise InvalidInput(name, f"must be at least {minimum}")
+    if maximum is not None and not minimum <= number <= maximum:
         raise InvalidInput(name, f"must be from {minimum} to {maximum}")
     return number
 
@@ -466,16 +470,15 @@ def queue_viewers_only(
     """
 
     def wrapped(request: HttpRequest) -> HttpResponse:
-        from .models import can_view_task_queues  # importing models needs the apps loaded
+        from .models import can_view_task_queues, refusal  # (models need the apps loaded)
 
         if not request.user.is_authenticated:
             admin = apps.is_installed("django.contrib.admin")
             return redirect_to_login(request.get_full_path(), "admin:login" if admin else None)
         if not can_view_task_queues(request.user):
-            refusal = gettext("Staff allowed to see the task queues only.")
             if request.GET.get("format") == "json":
-                return json_error(403, refusal)
-            raise PermissionDenied(refusal)
+                return json_error(403, refusal())
+            raise PermissionDenied(refusal())
         return view(request)
 
     wrapped.__name__ = view.__name__

@@ -115,7 +115,7 @@ def test_a_withdraw_and_a_purchase_end_in_one_of_them_in_either_order(
     alice.find_element(By.CSS_SELECTOR, f"button[aria-label='Withdraw {first}']").click()
     assert flash(alice) == f"{first} is back in your items."
     late_buy.click()
-    assert flash(bob) == f"{first} is no longer for sale: someone bought it first."
+    assert flash(bob) == f"{first} is not for sale: it was sold or withdrawn, or never listed."
     assert first in MARKET.inventory(user_id("alice"))
     # Bought first: the seller is told it was sold.
     second = listing_by("alice")

@@ -186,6 +186,7 @@ def test_queue_partitions_from_1_to_64_pass() -> None:
         ({"api": {"rate": 5, "burst": -1}}, "'api': burst: must be"),
         ({"api": {"concurrency": 2, "per": 1}}, "'api' must map to"),
         ({"a*b": {"concurrency": 2}}, "'*' may only end a key"),
+        ({"": {"concurrency": 2}}, "invalid: the key '': must not be empty"),
     ],
 )
 def test_e018_bad_task_limits(limits: object, problem: str) -> None:

@@ -122,7 +122,7 @@ def test_two_buyers_at_once_one_gets_it_the_other_sees_why(
     losers = [text for text in said if not text.startswith("You bought")]
     assert len(winners) == 1, said
     assert losers[0] in (
-        f"{item} is no longer for sale: someone bought it first.",
+        f"{item} is not for sale: it was sold or withdrawn, or never listed.",
         f"Someone else is buying {item} right now. Try again in a moment.",
     )
     owners = [name for name in buyers if item in MARKET.inventory(user_id(name))]

@@ -151,7 +151,7 @@ def test_purchase_refusals_change_nothing(users: dict[str, int]) -> None:
         f"The price of {item} is now {price}. Have another look."
     ]
     assert says(f"/market/buy/{item}/{users['carol']}/", {"price": price}) == [
-        f"{item} is no longer for sale: someone bought it first."
+        f"{item} is not for sale: it was sold or withdrawn, or never listed."
     ]
     assert says(f"/market/buy/{item}/{bob}/", {"price": "cheap"}) == [
         "The price you saw, 'cheap', is not a whole number; have another look."
@@ -417,7 +417,7 @@ def test_a_seller_withdraws_a_listing_and_a_sold_one_cannot_be_withdrawn(
     assert MARKET.price(bobs, bob_id) == bobs_price
     # Withdrawn first, then bought: the purchase finds nothing.
     refused = login("bob").post(f"/market/buy/{item}/{alice_id}/", {"price": price}, follow=True)
-    assert f"{item} is no longer for sale" in flash(refused)[0]
+    assert f"{item} is not for sale" in flash(refused)[0]
     assert MARKET.check() == []
 
 
@@ -572,7 +572,7 @@ def test_a_withdraw_in_progress_holds_off_the_buy_view(
         thread.join()
     assert withdrawn == [True]
     late = bob.post(f"/market/buy/{item}/{alice_id}/", {"price": price}, follow=True)
-    assert flash(late) == [f"{item} is no longer for sale: someone bought it first."]
+    assert flash(late) == [f"{item} is not for sale: it was sold or withdrawn, or never listed."]
     assert item in MARKET.inventory(alice_id)
     assert MARKET.check() == []
 

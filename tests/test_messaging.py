@@ -423,6 +423,20 @@ def test_bad_input_is_refused_and_changes_nothing(call: Any, field: str, r: redi
     assert snapshot(r) == before
 
 
+@pytest.mark.parametrize(
+    ("chat_id", "said"),
+    [
+        ("9" * 23, "chat_id: has 23 digits: no chat id has over 18"),
+        ("042", "chat_id: must be a chat id: a string of digits such as '42'"),
+        ("x", "chat_id: must be a chat id: a string of digits such as '42'"),
+    ],
+)
+def test_a_bad_chat_id_is_told_what_is_wrong_with_it(chat_id: str, said: str) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        chats.members(chat_id)
+    assert str(raised.value) == said
+
+
 def test_the_length_limit_follows_the_setting() -> None:
     chat_id = chats.create("alice", [], "hello")
     with override_settings(REDIS_COMPONENTS={"CHAT_MAX_MESSAGE_LENGTH": 3}):

@@ -345,9 +345,14 @@ def test_a_queue_that_no_task_uses_is_served_with_a_warning(
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
     """A typo, most likely; but a queue fed by another service is served all the same."""
-    worker = start_worker("reprots", "test", "--burst")
+    worker = start_worker("reprots", "test", "--burst", QUEUE_PARTITIONS={"tset": 4, "test": 2})
     assert worker.wait() == 0
     output = worker.output()
+    assert re.search(
+        r"WARNING .*QUEUE_PARTITIONS\['tset'\] names a queue that no known task .* uses",
+        output,
+    )
+    assert "QUEUE_PARTITIONS['test']" not in output
     [warning] = [line for line in output.splitlines() if "is used by no registered task" in line]
     assert "WARNING" in warning
     assert "Queue 'reprots' is used by no registered task and no RedisTaskBackend" in warning

@@ -221,7 +221,9 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
 
 def _refused(request: HttpRequest, item: str, purchase: Purchase) -> None:
     if purchase.outcome == "gone":
-        messages.error(request, f"{item} is no longer for sale: someone bought it first.")
+        messages.error(
+            request, f"{item} is not for sale: it was sold or withdrawn, or never listed."
+        )
     elif purchase.outcome == "price changed":
         messages.error(request, f"The price of {item} is now {purchase.price}. Have another look.")
     elif purchase.outcome == "cannot pay":

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import django
 import redis
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from django.utils.text import format_lazy
@@ -39,7 +38,7 @@ from ..exceptions import (
     TaskResultDoesNotExist,
     WorkflowDoesNotExist,
 )
-from ..models import can_manage_task_queues, can_view_task_queues
+from ..models import can_manage_task_queues, can_view_task_queues, refusal
 from ..tasks.messages import validate_queue
 from ..tasks.results import TaskRecord, get_record
 from ..tasks.schedules import schedule_states
@@ -391,7 +390,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not can_view_task_queues(request.user):
-                raise PermissionDenied("You may not see the task queues.")
+                return self._refused(request, refusal())
             try:
                 return view(request, *args, **kwargs)
             except InvalidInput as error:
@@ -403,6 +402,11 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 return render(request, "admin/redis_components/error.html", context, status=503)
 
         return guarded
+
+    def _refused(self, request: HttpRequest, why: str) -> HttpResponse:
+        """A 403 page in the admin's frame that says which permission is missing."""
+        context = self._context(request, gettext("Task queues"), refused=why)
+        return render(request, "admin/redis_components/refused.html", context, status=403)
 
     def _context(self, request: HttpRequest, title: StrOrPromise, **extra: Any) -> dict[str, Any]:
         return {
@@ -471,8 +475,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         state = request.GET.get("state", "ready")
         if state not in STATES:
             raise Http404("No such state: ready, delayed or dead.")
-        number = whole_number(request.GET.get("page", "1"), "page", 1, LAST_PAGE)
-        offset = (number - 1) * PAGE_SIZE
+        number = whole_number(request.GET.get("page", "1"), "page", 1, None)
+        offset = (min(number, LAST_PAGE) - 1) * PAGE_SIZE
         rows: list[dict[str, Any]] = []
         if state == "dead":
             total, letters = dead_letter_page(name, offset, PAGE_SIZE)
@@ -494,6 +498,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ]
         pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
         base: dict[str, str | int] = {"name": name, "state": state}
+        if number > pages:  # past the end (the list shrank, or a made-up page): the last
+            return redirect(self.url("queue", query=urlencode({**base, "page": pages})))
         context = self._context(
             request,
             gettext("Queue %(name)s") % {"name": name},
@@ -592,7 +598,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if chosen is None:
             raise Http404(f"No such action: {action[:40]!r}.")
         if not can_manage_task_queues(request.user):
-            raise PermissionDenied("You may see the task queues but not act on them.")
+            return self._refused(request, refusal(manage=True))
         if request.method != "POST":
             target, shown = _confirmable(chosen, request.GET)
             context = self._context(

@@ -295,7 +295,10 @@ def from_settings(value: object) -> dict[str, Limit]:
         raise InvalidInput("TASK_LIMITS", f"must be a dict of limit keys, not {value!r}")
     found: dict[str, Limit] = {}
     for key, spec in value.items():
-        name = keys.validate_name(key, "TASK_LIMITS", MAX_KEY)
+        try:
+            name = keys.validate_name(key, "TASK_LIMITS", MAX_KEY)
+        except InvalidInput as error:  # of the key, not of the setting
+            raise InvalidInput("TASK_LIMITS", f"the key {key!r}: {error.problem}") from None
         if "*" in name[:-1]:
             raise InvalidInput("TASK_LIMITS", f"{name!r}: '*' may only end a key (a prefix)")
         kind = "concurrency" if isinstance(spec, dict) and "concurrency" in spec else "rate"

@@ -184,6 +184,13 @@ class Command(RedisCommand):
                     queue,
                     ", ".join(sorted(known)) or "none",
                 )
+        known |= {declared.queue_name for declared in declared_tasks().values()}
+        for queue in sorted(set(conf.QUEUE_PARTITIONS) - known):
+            logger.warning(
+                "QUEUE_PARTITIONS[%r] names a queue that no known task and no "
+                "RedisTaskBackend in settings.TASKS uses: a typo? It changes nothing here.",
+                queue,
+            )
         logger.info("Our @redis_tasks: %s", ", ".join(sorted(tasks)) or "none registered")
         if limits:
             logger.info(

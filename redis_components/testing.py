@@ -1,5 +1,6 @@
-"""Helpers for testing a project's tasks: a worker a test drives step by step
-(:class:`ScriptedWorker`), a worker that dies mid-task, a registry emptied for a test.
+"""Helpers for testing a project's tasks: what is queued run in the test's process
+(:func:`drain`), a worker a test drives step by step (:class:`ScriptedWorker`), a
+worker that dies mid-task, a registry emptied for a test.
 
 ::
 
@@ -31,21 +32,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .conf import conf
 from .keys import integer
-from .tasks.execution import bury
+from .tasks.backend import queues_in_use
+from .tasks.execution import DEAD_LETTERED, bury
 from .tasks.lease import description, lease_ms, new_worker_id, validate_worker_id
 from .tasks.messages import TaskMessage, to_json
 from .tasks.registry import task_registry
 from .tasks.results import error_json
 from .tasks.schedules import schedule_registry
+from .tasks.status import waiting_tasks
 from .tasks.store import Outcome, TaskStore, WorkerStore
-from .tasks.worker import validate_queues
+from .tasks.worker import Worker, validate_queues
 
-__all__ = ["CrashedWorker", "ScriptedWorker", "crashed_worker", "no_registered_tasks"]
+__all__ = ["CrashedWorker", "ScriptedWorker", "crashed_worker", "drain", "no_registered_tasks"]
 
 
 class ScriptedWorker:
@@ -206,3 +211,58 @@ def no_registered_tasks() -> Iterator[None]:
     the block registers are forgotten after it, and the project's are back."""
     with task_registry.isolated(), schedule_registry.isolated():
         yield
+
+
+def drain(
+    queues: Sequence[str] | None = None, *, fail_fast: bool = True, wait: float = 10.0
+) -> int:
+    """Run what is queued in ``queues`` in this process, as a burst worker does, and what
+    those runs queue (retries, a workflow's next steps), until no task is ready and none
+    is due within ``wait`` seconds; return how many ran.
+
+    ``queues``: by default every queue a known task uses (the tasks of our
+    ``@redis_task``, and of Django's ``@task`` on our backend). ``fail_fast``: the first
+    task that fails for good (dead-lettered, its retries spent) raises its exception
+    here once the worker's run it was in has ended, as Dramatiq's
+    ``StubBroker.join(fail_fast=True)`` does; without it, a failure stays in its result
+    and dead letter, as a worker leaves it.
+    """
+    names = validate_queues(list(queues) if queues is not None else sorted(queues_in_use()))
+    failures = _Failures()
+    worker_log = logging.getLogger("redis_components.worker")
+    worker_log.addHandler(failures)
+    ran = 0
+    try:
+        while True:
+            ran += Worker(names, burst=True).run()
+            if fail_fast and failures.first is not None:
+                raise failures.first
+            due = _seconds_to_next_due(names)
+            if due is None or due > wait:
+                return ran
+            time.sleep(due)
+    finally:
+        worker_log.removeHandler(failures)
+
+
+class _Failures(logging.Handler):
+    """The exception of the first task a worker dead-letters for failing (its log line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.first: BaseException | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == DEAD_LETTERED and self.first is None:
+            error = record.exc_info[1] if record.exc_info else None
+            self.first = error or AssertionError(record.getMessage())
+
+
+def _seconds_to_next_due(queues: Sequence[str]) -> float | None:
+    """How long until the first delayed task of ``queues`` is due (None: none is)."""
+    due = [
+        waiting[0].due_ms
+        for queue in queues
+        if (waiting := waiting_tasks(queue, "delayed", 0, 1)[1]) and waiting[0].due_ms is not None
+    ]
+    return max(min(due) / 1000 - time.time(), 0.0) if due else None

@@ -11,7 +11,7 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.registry import get_task, registered_tasks
 from redis_components.tasks.schedules import schedules
 from redis_components.tasks.status import queue_stats, running_tasks, workers
-from redis_components.testing import ScriptedWorker, crashed_worker, no_registered_tasks
+from redis_components.testing import ScriptedWorker, crashed_worker, drain, no_registered_tasks
 from tests.testapp import tasks
 
 
@@ -115,3 +115,34 @@ def test_no_registered_tasks_empties_both_registries_for_a_while() -> None:
         assert [s.task for s in schedules()] == ["made.in.the.block"]
     assert registered_tasks() == before
     assert "made.in.the.block" not in {s.task for s in schedules()}
+
+
+@pytest.mark.usefixtures("worker_may_check_db_connections")
+def test_drain_runs_what_is_queued_and_what_its_runs_queue(r: redis.Redis) -> None:
+    done = tasks.record.enqueue("now")
+    retried = tasks.retry_once.enqueue("again")  # runs again 10 ms after its first run
+    later = tasks.record.enqueue_in(3600, "later")  # due past the wait: left queued
+    assert drain(["test"]) == 3
+    assert get_result(done.id).status == TaskResultStatus.SUCCESSFUL
+    assert get_result(retried.id).status == TaskResultStatus.SUCCESSFUL
+    assert get_result(later.id).status == TaskResultStatus.READY
+    assert queue_stats(["test"])[0].delayed == 1
+
+
+@pytest.mark.usefixtures("worker_may_check_db_connections")
+def test_drain_raises_the_first_task_failure_or_leaves_it_dead_lettered() -> None:
+    tasks.fail.enqueue("f")  # max_retries=2: three runs, then a dead letter
+    with pytest.raises(ValueError, match="f failed on purpose"):
+        drain(["test"])
+    assert queue_stats(["test"])[0].dead == 1
+    tasks.fail.enqueue("g")
+    assert drain(["test"], fail_fast=False) == 3
+    assert queue_stats(["test"])[0].dead == 2
+
+
+@pytest.mark.usefixtures("worker_may_check_db_connections")
+def test_drain_serves_every_queue_a_known_task_uses_by_default() -> None:
+    first, second = tasks.record.enqueue("a"), tasks.add.using(queue_name="email").enqueue(1, 2)
+    assert drain() == 2
+    assert get_result(second.id).return_value == 3
+    assert get_result(first.id).status == TaskResultStatus.SUCCESSFUL

@@ -33,6 +33,8 @@ from .results import TaskStatus, describe, error_json
 from .store import LogLine, Outcome, TaskStore, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
+# The line of a task dead-lettered for failing (testing.drain listens for it).
+DEAD_LETTERED = "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries"
 
 
 class Abandoned(BaseException):
@@ -309,7 +311,7 @@ def failure(
             said=said,
         )
     logger.error(
-        "Task %s[%s] failed in %.1f ms (%s); dead-lettered after %d retries",
+        DEAD_LETTERED,
         *(name, task_id, ms, described, message.retries),
         exc_info=None if isinstance(error, Retry) else error,
     )

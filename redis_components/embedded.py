@@ -642,3 +642,43 @@ def _wait_for_shared(info_path: Path) -> str:
         except (OSError, ValueError, KeyError):
             time.sleep(0.05)
     raise EmbeddedRedisError(f"another process holds {info_path.parent} but wrote no server URL")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m redis_components.embedded``: a server (or, with ``--cluster N``, a
+    cluster of N masters) on loopback for local development, until Ctrl-C."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m redis_components.embedded",
+        description="Start a private redis-server (or a Redis Cluster) on 127.0.0.1 for "
+        "local development, print the settings that reach it, and stop it on Ctrl-C. "
+        "Nothing is kept: each start is empty.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="the (first) port; default: free")
+    parser.add_argument("--cluster", type=int, metavar="N", help="a cluster of N masters (3+)")
+    options = parser.parse_args(argv)
+    if options.cluster is not None and options.cluster < 3:
+        parser.error("--cluster: a Redis Cluster needs at least 3 masters")
+    if options.cluster:
+        ports = [options.port + n for n in range(options.cluster)] if options.port else []
+        server: EmbeddedRedis | EmbeddedCluster = EmbeddedCluster(options.cluster, ports=ports)
+        client_class = "redis_components.connection.ClusterClient"
+        client = f'\n        "OPTIONS": {{"CLIENT_CLASS": "{client_class}"}},'
+    else:
+        server, client = EmbeddedRedis(port=options.port or None), ""
+    with server:
+        print(
+            f"Redis {'Cluster ' if options.cluster else ''}at {server.url}: in settings.py,\n\n"
+            'CACHES = {\n    "default": {\n        "BACKEND": "django_redis.cache.RedisCache",'
+            f'\n        "LOCATION": "{server.url}",{client}\n    }}\n}}\n\nCtrl-C stops it.',
+            flush=True,
+        )
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -164,3 +165,37 @@ def test_a_sentinel_groups_replicas_have_their_copy_once_it_has_started() -> Non
         assert replication["slave0"]["state"] == "online"  # in sync, not still loading
         master.set("written", "now")
         assert master.wait(1, 5000) == 1  # (5 s: a bound for a loaded machine)
+
+
+@pytest.mark.parametrize("args", [[], ["--cluster", "3"]], ids=["server", "cluster"])
+def test_the_command_line_serves_until_ctrl_c_and_prints_the_settings(args: list[str]) -> None:
+    command = [sys.executable, "-m", "redis_components.embedded", *args]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        shown = "".join(process.stdout.readline() for _ in range(10 if args else 9))
+        found = re.search(r" at (redis://127\.0\.0\.1:\d+/0): in settings.py", shown)
+        assert found is not None, shown
+        url = found.group(1)
+        assert f'"LOCATION": "{url}",' in shown
+        assert ("ClusterClient" in shown) == bool(args)
+        with redis.Redis.from_url(url) as client:
+            assert client.info("cluster")["cluster_enabled"] == (1 if args else 0)
+            run_id = client.info("server")["run_id"]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    assert _run_id(url) != run_id  # stopped (its port may already serve another server)
+
+
+def _run_id(url: str) -> str | None:
+    try:
+        with redis.Redis.from_url(url) as client:
+            return str(client.info("server")["run_id"])
+    except redis.ConnectionError:
+        return None
+
+
+def test_the_command_line_refuses_a_cluster_too_small() -> None:
+    command = [sys.executable, "-m", "redis_components.embedded", "--cluster", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "--cluster: a Redis Cluster needs at least 3 masters" in done.stderr

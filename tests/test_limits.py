@@ -27,10 +27,11 @@ from redis_components import (
     rate_limit,
     redis_task,
 )
+from redis_components.connection import get_client, is_cluster
 from redis_components.exceptions import InvalidInput, QueueFull
 from redis_components.tasks.backend import declared_tasks
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.limits import from_settings, unmatched_settings
+from redis_components.tasks.limits import from_settings, split_by_queue, unmatched_settings
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, waiting_tasks, workers
 from redis_components.tasks.store import TaskStore, home, ready_key
@@ -358,6 +359,25 @@ def test_settings_replace_a_limit_for_the_next_worker(r: redis.Redis) -> None:
         tasks.rated.enqueue(f"r{i}")  # its own rate would let 6 start at once
     assert [rated.take() is not None for _ in range(3)] == [True, False, False]
     assert r.zcard(at("delayed:test")) == 2
+
+
+def test_a_limit_key_of_several_queues_is_named_with_its_queues() -> None:
+    lines = split_by_queue(declared_tasks())
+    assert (
+        "The limit key 'account:{}' is named by tasks of the queues email, test: on a Redis "
+        "Cluster each queue counts it apart, so up to 2 times its limit run or start at "
+        "once (see the Limits page)"
+    ) in lines
+    assert not [line for line in lines if "'api'" in line or "'customer:{}'" in line]
+
+
+def test_rc_worker_warns_of_a_limit_key_split_by_queue_on_a_cluster_only(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    worker = start_worker("test", "--burst")
+    assert worker.wait() == 0
+    warned = "The limit key 'account:{}' is named by tasks of the queues email, test"
+    assert (warned in worker.output()) == is_cluster(get_client())
 
 
 def test_rc_worker_applies_and_logs_the_limits_of_its_settings(

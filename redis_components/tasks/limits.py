@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import re
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -257,6 +258,24 @@ def unmatched_settings(settings: Mapping[str, Limit], tasks: Mapping[str, Any]) 
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         found.append(f"TASK_LIMITS[{entry!r}] matches no known task's limit{hint}")
     return found
+
+
+def split_by_queue(tasks: Mapping[str, Any]) -> list[str]:
+    """What to warn of on a Redis Cluster, where each queue counts its limits in its own
+    home: a line for each limit key (a template's arguments aside) that ``tasks`` of
+    more than one queue name, so that each queue lets its own ``limit`` run or start."""
+    queues: dict[str, set[str]] = {}
+    for name, task in tasks.items():
+        for limit in getattr(task, "limits", ()):
+            key = f"task:{name}" if limit.key is None else re.sub(r"{[^{}]*}", "{}", limit.key)
+            queues.setdefault(key, set()).add(task.queue_name)
+    return [
+        f"The limit key {key!r} is named by tasks of the queues {', '.join(sorted(names))}: "
+        f"on a Redis Cluster each queue counts it apart, so up to {len(names)} times its "
+        "limit run or start at once (see the Limits page)"
+        for key, names in sorted(queues.items())
+        if len(names) > 1
+    ]
 
 
 _KINDS = {ConcurrencyLimit: "concurrency", RateLimit: "rate"}

@@ -501,6 +501,13 @@ def per_account(account: str, label: str) -> None:
     record.call(label)
 
 
+@redis_task(queue="email", limits=[concurrency_limit(2, key="account:{name}")])
+def mail_account(name: str, label: str) -> None:
+    """per_account's key (another argument's name) from another queue: on a cluster,
+    counted apart (rc_worker warns of it)."""
+    record.call(label)
+
+
 @redis_task(queue="test", limits=[rate_limit(20, per=1.0, burst=5, key="api")])
 def rated(label: str) -> None:
     """At most 20 starts a second, 5 more in a burst."""

@@ -11,10 +11,10 @@ from django.core.management.base import CommandError, CommandParser
 from redis.exceptions import RedisClusterException
 
 from ...conf import conf
-from ...connection import get_client
+from ...connection import get_client, is_cluster
 from ...exceptions import InvalidInput
 from ...tasks.backend import declared_tasks, django_backends, queues_in_use
-from ...tasks.limits import from_settings, unmatched_settings
+from ...tasks.limits import from_settings, split_by_queue, unmatched_settings
 from ...tasks.messages import DEFAULT_QUEUE
 from ...tasks.registry import registered_tasks
 from ...tasks.slots import MAX_THREADS
@@ -184,7 +184,6 @@ class Command(RedisCommand):
                     queue,
                     ", ".join(sorted(known)) or "none",
                 )
-        known |= {declared.queue_name for declared in declared_tasks().values()}
         for queue in sorted(set(conf.QUEUE_PARTITIONS) - known):
             logger.warning(
                 "QUEUE_PARTITIONS[%r] names a queue that no known task and no "
@@ -207,8 +206,11 @@ class Command(RedisCommand):
                 ", ".join(map(str, backend_queues)) or "any",
             )
         try:
-            for warning in server_warnings(get_client()):
+            client = get_client()
+            for warning in server_warnings(client):
                 logger.warning(warning)
+            for line in split_by_queue(declared_tasks()) if is_cluster(client) else ():
+                logger.warning(line)
         except (redis.exceptions.RedisError, RedisClusterException) as error:
             logger.warning("%s; the workers will keep trying", unreachable(error))
         if supervisor.run():

@@ -39,7 +39,7 @@ from typing import Any
 
 from .conf import conf
 from .keys import integer
-from .tasks.backend import queues_in_use
+from .tasks.backend import declared_tasks, queues_in_use
 from .tasks.execution import DEAD_LETTERED, bury
 from .tasks.lease import description, lease_ms, new_worker_id, validate_worker_id
 from .tasks.messages import TaskMessage, to_json
@@ -227,7 +227,8 @@ def drain(
     ``StubBroker.join(fail_fast=True)`` does; without it, a failure stays in its result
     and dead letter, as a worker leaves it.
     """
-    names = validate_queues(list(queues) if queues is not None else sorted(queues_in_use()))
+    known = queues_in_use() | {task.queue_name for task in declared_tasks().values()}
+    names = validate_queues(list(queues) if queues is not None else sorted(known))
     failures = _Failures()
     worker_log = logging.getLogger("redis_components.worker")
     worker_log.addHandler(failures)

@@ -575,13 +575,13 @@ def declared_tasks() -> dict[str, RedisTask[..., Any]]:
 
 
 def queues_in_use() -> set[str]:
-    """The queues of every known task (:func:`declared_tasks`) and of every Django Tasks
-    backend of ours (a ``RedisTaskBackend``, or a subclass of it).
+    """The queues of every registered task and of every Django Tasks backend of ours
+    (a ``RedisTaskBackend``, or a subclass of it).
 
     A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
     Names that are not valid queue names are left out (the system checks report them).
     """
-    names = {declared.queue_name for declared in declared_tasks().values()}
+    names = {registered.queue_name for registered in task_registry.all().values()}
     for queues in django_backends().values():
         for name in queues or [DEFAULT_QUEUE]:
             try:

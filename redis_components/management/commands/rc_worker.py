@@ -184,6 +184,7 @@ class Command(RedisCommand):
                     queue,
                     ", ".join(sorted(known)) or "none",
                 )
+        known |= {declared.queue_name for declared in declared_tasks().values()}
         for queue in sorted(set(conf.QUEUE_PARTITIONS) - known):
             logger.warning(
                 "QUEUE_PARTITIONS[%r] names a queue that no known task and no "

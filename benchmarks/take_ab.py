@@ -17,6 +17,7 @@ arguments: change it with ``fetch_call``'s signature.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import itertools
 import logging
@@ -24,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +66,32 @@ def main() -> None:
     source = (base / "redis_components/lua/queue_fetch.lua").read_text("utf-8")
     before_script = scripts.compose("queue_fetch_before", source)
 
-    def old_fetch_call(*, clock_ms: int = 0, exact: bool = False, **kwargs: Any) -> Any:
+    def old_fetch_call(
+        *,
+        clock_ms: int = 0,
+        exact: bool = False,
+        outcome: Any,
+        shift: int,
+        start: Any,
+        **kwargs: Any,
+    ) -> Any:
+        # The signature of 2b42be4: a clock grammar, positions of the call's run, and
+        # the outcome's lane, payload, queue and attempt as fields and arguments of its own.
         clock = "" if not clock_ms else (f"={clock_ms}" if exact else f">={clock_ms}")
-        _, keys, args = before.fetch_call(clock=clock, **kwargs)
+        if start is not None:
+            start = dataclasses.replace(start, position=start.position - shift)
+        queue, taken_ms = "", 0
+        if outcome is not None:
+            delivery = outcome.delivery
+            queue, taken_ms = delivery.queue, delivery.attempt
+            fields = {
+                field.name: getattr(outcome, field.name) for field in dataclasses.fields(outcome)
+            }
+            fields |= {"position": delivery.position - shift, "payload": delivery.payload}
+            outcome = types.SimpleNamespace(**fields)
+        _, keys, args = before.fetch_call(
+            clock=clock, outcome=outcome, start=start, queue=queue, taken_ms=taken_ms, **kwargs
+        )
         return before_script, keys, args
 
     # Call by call, the two versions take turns; the server's slow log (every command,

@@ -47,7 +47,7 @@ from .tasks.registry import task_registry
 from .tasks.results import error_json
 from .tasks.schedules import schedule_registry
 from .tasks.status import waiting_tasks
-from .tasks.store import Outcome, TaskStore, WorkerStore
+from .tasks.store import Delivery, Outcome, TaskStore, WorkerStore
 from .tasks.worker import Worker, validate_queues
 
 __all__ = ["CrashedWorker", "ScriptedWorker", "crashed_worker", "drain", "no_registered_tasks"]
@@ -73,7 +73,7 @@ class ScriptedWorker:
         self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
         self._tasks = WorkerStore(self.id, self.queues, move_delayed=move_delayed)
         # What it holds, by task id: (its queue's position, payload, message, take ms).
-        self._held: dict[str, tuple[int, bytes, TaskMessage, int]] = {}
+        self._held: dict[str, tuple[Delivery, TaskMessage]] = {}
         self.register()
 
     @property
@@ -96,18 +96,17 @@ class ScriptedWorker:
         if fetched.payload is None:
             return None
         message = TaskMessage.decode(fetched.payload)
-        self._held[message.id] = (fetched.position, fetched.payload, message, fetched.now_ms)
+        self._held[message.id] = (self._tasks.delivery(fetched), message)
         return message
 
     def succeed(self, task_id: str, value: Any = None) -> bool:
         """End task ``task_id`` as if it returned ``value`` (JSON). False if it was no
         longer its to end: its lease ran out and the task was put back meanwhile."""
-        position, payload, message, _ = self._held[task_id]
+        delivery, message = self._held[task_id]
         return self._end(
             task_id,
             Outcome(
-                position=position,
-                payload=payload,
+                delivery=delivery,
                 task_id=task_id,
                 kind="ok",
                 data=to_json(value, f"the value of task {message.task!r}"),
@@ -118,23 +117,18 @@ class ScriptedWorker:
     def fail(self, task_id: str, error: BaseException | None = None) -> bool:
         """End task ``task_id`` as failed for good: it is dead-lettered with ``error``
         (by default a ``RuntimeError``), whatever retries it has left."""
-        position, payload, message, _ = self._held[task_id]
+        delivery, message = self._held[task_id]
         error = RuntimeError("failed on purpose") if error is None else error
-        queue = self._tasks.queue_at(position)
         problem = f"{type(error).__name__}: {error}"
-        outcome = bury(
-            *(position, queue, payload, task_id, "failed", problem, error),
-            first=message.first_attempt,
-        )
+        outcome = bury(delivery, task_id, "failed", problem, error, first=message.first_attempt)
         return self._end(task_id, outcome)
 
     def retry(self, task_id: str, delay: float = 0.0, error: str = "failed on purpose") -> bool:
         """End task ``task_id`` as a failed attempt to run again in ``delay`` seconds."""
-        position, payload, message, _ = self._held[task_id]
+        delivery, message = self._held[task_id]
         again = dataclasses.replace(message, retries=message.retries + 1).encode()
         outcome = Outcome(
-            position=position,
-            payload=payload,
+            delivery=delivery,
             task_id=task_id,
             kind="retry",
             data=error_json("builtins.RuntimeError", error),
@@ -145,8 +139,8 @@ class ScriptedWorker:
         return self._end(task_id, outcome)
 
     def _end(self, task_id: str, outcome: Outcome) -> bool:
-        taken_ms = self._held.pop(task_id)[3]
-        return self._tasks.record(outcome, taken_ms=taken_ms).recorded
+        del self._held[task_id]
+        return self._tasks.record(outcome).recorded
 
     def crash(self, max_crashes: int | None = None) -> tuple[int, int]:
         """Die holding what it holds, found dead at once: each task goes back on its

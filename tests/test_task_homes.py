@@ -142,9 +142,11 @@ def listening(
     )
 
 
-def ok(position: int, payload: bytes) -> Outcome:
-    task_id = task_id_of(payload)
-    return Outcome(position=position, payload=payload, task_id=task_id, kind="ok", data="null")
+def ok(store: WorkerStore, fetched: Fetched) -> Outcome:
+    """The success of the task ``store`` took: ``fetched``."""
+    delivery = store.delivery(fetched)
+    task_id = task_id_of(delivery.payload)
+    return Outcome(delivery=delivery, task_id=task_id, kind="ok", data="null")
 
 
 def test_each_queue_has_a_home_of_its_own_that_its_task_ids_name() -> None:
@@ -171,12 +173,12 @@ def test_a_worker_takes_from_its_queues_homes_in_their_order() -> None:
     fetched = store.take()
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (2, second)
     # The outcome is recorded in its own home, with the take from the next one.
-    after = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
+    after = store.take(ok(store, fetched))
     assert after.recorded
     assert (after.position, task_id_of(after.payload or b"")) == (3, third)
     assert get_result(second).status is TaskResultStatus.SUCCESSFUL
     # Nothing left: the last outcome is recorded, and no task comes.
-    last = store.take(ok(after.position, after.payload or b""), taken_ms=after.now_ms)
+    last = store.take(ok(store, after))
     assert last.recorded
     assert (last.payload, last.position) == (None, 0)
     assert get_result(third).status is TaskResultStatus.SUCCESSFUL
@@ -206,7 +208,7 @@ def test_a_busy_worker_leaves_out_the_homes_it_found_empty(
     def take() -> Fetched:
         nonlocal fetched
         before = scripts_run()
-        fetched = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
+        fetched = store.take(ok(store, fetched))
         return dataclasses.replace(fetched, read_ms=scripts_run() - before)
 
     # One script a task while it works on the third queue.
@@ -439,7 +441,7 @@ def test_a_take_that_moves_delayed_tasks_moves_those_of_every_home() -> None:
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (1, first)
     # The task due in the last home was moved to its queue by the same take.
     assert TaskStore().queue_counts({"third": []})["third"].ready == 1
-    fetched = store.take(ok(fetched.position, fetched.payload or b""), taken_ms=fetched.now_ms)
+    fetched = store.take(ok(store, fetched))
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, delayed)
 
 
@@ -711,12 +713,12 @@ def test_a_worker_of_several_homes_takes_ahead_where_a_take_looks_first(
     fetched = store.take()  # the first queue's home is found empty, and left out
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (2, one)
     assert store.may_take_ahead
-    ahead = store.receive(store.take_ahead(ok(2, fetched.payload or b""), taken_ms=fetched.now_ms))
+    ahead = store.receive(store.take_ahead(ok(store, fetched)))
     assert (ahead.recorded, ahead.position, task_id_of(ahead.payload or b"")) == (True, 2, two)
     assert succeeded(one)
     # Found empty by a take ahead: left out too.
     third = enqueue("third", "3")
-    last = store.receive(store.take_ahead(ok(2, ahead.payload or b""), taken_ms=ahead.now_ms))
+    last = store.receive(store.take_ahead(ok(store, ahead)))
     assert (last.recorded, last.payload) == (True, None)
     fetched = store.take()
     assert (fetched.position, task_id_of(fetched.payload or b"")) == (3, third)
@@ -725,7 +727,7 @@ def test_a_worker_of_several_homes_takes_ahead_where_a_take_looks_first(
     first = enqueue("first", "first")
     heard.append({ready_key("first")})
     assert store.may_take_ahead
-    ahead = store.receive(store.take_ahead(ok(3, fetched.payload or b""), taken_ms=fetched.now_ms))
+    ahead = store.receive(store.take_ahead(ok(store, fetched)))
     assert (ahead.recorded, ahead.position, task_id_of(ahead.payload or b"")) == (True, 1, first)
     assert succeeded(two)
     assert succeeded(third)
@@ -838,7 +840,7 @@ def test_an_outcome_left_in_its_homes_outbox_is_carried_once(
 
     with monkeypatch.context() as patched:
         patched.setattr(TaskStore, "carry_step", lost)
-        assert store.record(ok(taken.position, taken.payload)).recorded
+        assert store.record(ok(store, taken)).recorded
     assert f"could not carry the outcome of step {first}" in caplog.text
     outbox = settled_key(home("first"))
     assert client_at(home("first")).hexists(outbox, first)
@@ -1088,21 +1090,20 @@ def test_a_worker_takes_from_every_partition_in_turn(monkeypatch: pytest.MonkeyP
     store = worker([HOT, "first"])
     assert [run.queues for run in store._own] == [[HOT]] * 3 + [["first"]]
     assert (store.queue_at(3), store.queue_at(4)) == (HOT, "first")
-    taken, finished, taken_ms = [], None, 0
+    taken, finished = [], None
     for _ in range(60):
-        fetched = store.take(finished, taken_ms=taken_ms)
-        taken_ms = fetched.now_ms
+        fetched = store.take(finished)
         assert fetched.payload is not None
         assert store.queue_at(fetched.position) == HOT
         taken.append(task_id_of(fetched.payload))
-        finished = ok(fetched.position, fetched.payload)
+        finished = ok(store, fetched)
     assert sorted(taken) == sorted(ids)
     # Each take starts at the next partition: no partition waits for the others.
     # (Each take then records the last outcome in another partition by a script of
     # its own: so takes move on only every ROTATE_EVERY, see the next test.)
     homes_taken = [task_home(task_id) for task_id in taken[:9]]
     assert all(len(set(homes_taken[i : i + 3])) == 3 for i in range(0, 9, 3)), homes_taken
-    assert store.record(finished, taken_ms=taken_ms).recorded
+    assert store.record(finished).recorded
     statuses = {get_result(task_id).status for task_id in ids}
     assert statuses == {TaskResultStatus.SUCCESSFUL}
 
@@ -1127,15 +1128,15 @@ def test_a_busy_worker_stays_in_a_partition_until_its_turn_moves_on(
     )
     homes_taken = {task_home(task_id_of(fetched.payload or b""))}
     for _ in range(5):
-        finished = ok(fetched.position, fetched.payload or b"")
-        fetched = store.take(finished, taken_ms=fetched.now_ms)
+        finished = ok(store, fetched)
+        fetched = store.take(finished)
         homes_taken.add(task_home(task_id_of(fetched.payload or b"")))
     assert len(homes_taken) == 1
     assert len(sent) == 5, sent
     monkeypatch.setattr(worker_store, "_now", lambda: time.monotonic() + 60)
     for _ in range(2):  # (the take that finds the turn over moves the next one's)
-        finished = ok(fetched.position, fetched.payload or b"")
-        fetched = store.take(finished, taken_ms=fetched.now_ms)
+        finished = ok(store, fetched)
+        fetched = store.take(finished)
     assert task_home(task_id_of(fetched.payload or b"")) not in homes_taken
 
 

@@ -26,6 +26,7 @@ from redis_components.tasks.store import (
     FIRST,
     NOW,
     Attempt,
+    Delivery,
     Fetched,
     Outcome,
     TaskStore,
@@ -179,10 +180,9 @@ def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) 
         return fetched.payload, fetched.now_ms
 
     def finish(payload: bytes, taken_ms: int, value: str) -> bool:
-        outcome = Outcome(
-            position=1, payload=payload, task_id=handle.id, kind="ok", data=json.dumps(value)
-        )
-        return side.record(outcome, taken_ms=taken_ms).recorded
+        delivery = Delivery(position=1, queue="test", payload=payload, attempt=taken_ms)
+        outcome = Outcome(delivery=delivery, task_id=handle.id, kind="ok", data=json.dumps(value))
+        return side.record(outcome).recorded
 
     payload, first_take = take_now()
     assert store.recover_worker(worker, queues, only_if_expired=False, max_crashes=0) == (1, 0)
@@ -454,7 +454,8 @@ def _message(n: int) -> TaskMessage:
 
 
 def _outcome() -> Outcome:
-    return Outcome(position=1, payload=b"{}", task_id="ab", kind="ok", data="1", seconds=0.1)
+    delivery = Delivery(position=1, queue="q0", payload=b"{}", attempt=1000)
+    return Outcome(delivery=delivery, task_id="ab", kind="ok", data="1", seconds=0.1)
 
 
 def _claims(n: int) -> list[TickClaim]:
@@ -476,9 +477,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         worker_keys=fetch_keys("w", [f"q{i}" for i in range(n)]),
         mode="take",
         outcome=_outcome(),
-        queue="q0",
         hour=1,
-        taken_ms=5,
     ),
     "queue_put_back": lambda n: put_back_call(
         worker_id="w",
@@ -680,11 +679,13 @@ def test_record_outcome_records_only_the_attempt_it_is_of(r: redis.Redis) -> Non
     r.hset(keys[0], message.id, "1000 w")
     options = {"worker": "w", "id": message.id, "outcome": "ok", "keep": 60_000, "first": True}
     options["done"] = 1
-    late = json.dumps(options | {"taken_ms": "999"})  # an earlier attempt's
+    with pytest.raises(redis.ResponseError, match='an outcome needs "attempt"'):
+        RECORD_LIBRARY(r, keys, [json.dumps(options), payload, "3", 61_000])
+    late = json.dumps(options | {"attempt": "999"})  # an earlier attempt's
     assert RECORD_LIBRARY(r, keys, [late, payload, "3", 61_000]) == 0
     assert (r.zcard(keys[6]), r.exists(keys[1])) == (1, 0)
     assert (
-        RECORD_LIBRARY(r, keys, [json.dumps(options | {"taken_ms": "1000"}), payload, "3", 61_000])
+        RECORD_LIBRARY(r, keys, [json.dumps(options | {"attempt": "1000"}), payload, "3", 61_000])
         == 1
     )
     assert r.hgetall(keys[1]) == {
@@ -700,6 +701,6 @@ def test_record_outcome_records_only_the_attempt_it_is_of(r: redis.Redis) -> Non
     assert r.hgetall(keys[2]) == {b"1:processed": b"1"}
     # With metrics, a run too short to count a microsecond (its "micros" left out, as 0).
     r.zadd(keys[6], {payload: 1})
-    with_metrics = {**options, "first": False, "queue": "q", "bucket": "0.005"}
+    with_metrics = {**options, "first": False, "queue": "q", "bucket": "0.005", "attempt": "1"}
     assert RECORD_LIBRARY(r, keys, [json.dumps(with_metrics), payload, "3", 62_000]) == 1
     assert r.hgetall(keys[3]) == {b"q:processed:0.005": b"1", b"q:us": b"0"}

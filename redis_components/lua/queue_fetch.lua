@@ -26,10 +26,9 @@
 --       terminated), "delay_ms" (retry, defer: in how many ms), "dead_max" (bury: the
 --       most entries a dead-letter list keeps), "queue", "bucket" and "micros" (with
 --       metrics: its queue, the upper bound of its duration's histogram bucket, its
---       duration in µs), "taken_ms" (when the worker took it, the server's ms as this
---       script returned it: the outcome is recorded only if that take is still the
---       task's current attempt; none: whatever its attempt, for a supervisor's killed
---       child), "first" (its first attempt for sure: its result has no earlier attempt
+--       duration in µs), "attempt" (required: when the worker took it, the server's ms as
+--       this script returned it: the outcome is recorded only if that take is still the
+--       task's current attempt), "first" (its first attempt for sure: its result has no earlier attempt
 --       to read), "flow_keys" (how many keys at the end of KEYS are its workflow
 --       section), "carried" (the ids of steps whose outcomes the worker carried from
 --       this home's outbox, their entries deleted when the finished task is a step of

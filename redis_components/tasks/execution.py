@@ -30,7 +30,7 @@ from .jobs import Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, backoff, running, stop_running
 from .results import TaskStatus, describe, error_json
-from .store import LogLine, Outcome, TaskStore, dead_entry
+from .store import Delivery, LogLine, Outcome, TaskStore, dead_entry
 
 logger = logging.getLogger("redis_components.worker")
 # The line of a task dead-lettered for failing (testing.drain listens for it).
@@ -42,31 +42,29 @@ class Abandoned(BaseException):
     up on it (settled at its hard limit, or terminated) or its event loop closes."""
 
 
-def prepare(
-    payload: bytes, *, position: int, queue: str, worker_id: str, now_ms: int
-) -> Job | Outcome:
-    """The job that runs ``payload``, or the dead letter of a payload that is not a task
+def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
+    """The job that runs ``delivery``, or the dead letter of a payload that is not a task
     or names one this worker does not know, or whose workflow input is no longer kept."""
     try:
-        message = TaskMessage.decode(payload)
+        message = TaskMessage.decode(delivery.payload)
     except MalformedTask as error:
-        logger.error("Dead-lettered a payload in queue %r that is not a task: %s", queue, error)
-        return bury(position, queue, payload, task_id_of(payload), "undecodable", str(error))
+        logger.error(
+            "Dead-lettered a payload in queue %r that is not a task: %s", delivery.queue, error
+        )
+        return bury(delivery, task_id_of(delivery.payload), "undecodable", str(error))
     complete = with_input(message)
     if complete is None:  # (its workflow was cancelled and has expired since)
         assert message.flow is not None
         reason = f"the input its workflow {message.flow.workflow} gave it is no longer kept"
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
-        return bury(position, queue, payload, message.id, "no input", reason)
-    job = job_for(complete, worker_id, now_ms)
+        return bury(delivery, message.id, "no input", reason)
+    job = job_for(complete, worker_id, delivery.attempt)
     if isinstance(job, str):
-        return unknown(message, job, payload, position=position, queue=queue, now_ms=now_ms)
+        return unknown(delivery, message, job)
     return job
 
 
-def unknown(
-    message: TaskMessage, why: str, payload: bytes, *, position: int, queue: str, now_ms: int
-) -> Outcome:
+def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
     """A task this worker cannot run (``why``): put back, no retry charged, until
     ``TASK_UNREGISTERED_GRACE`` after its enqueue, for a worker that knows it (a rolling
     deploy's new code); dead-lettered as :class:`TaskNotRegistered` after that."""
@@ -76,7 +74,7 @@ def unknown(
         enqueued = record and record.enqueued_at
         enqueued_ms = round(enqueued.timestamp() * 1000) if enqueued else None
     grace_ms = round(conf.TASK_UNREGISTERED_GRACE * 1000)
-    waited_ms = now_ms - enqueued_ms if enqueued_ms is not None else grace_ms
+    waited_ms = delivery.attempt - enqueued_ms if enqueued_ms is not None else grace_ms
     if waited_ms < grace_ms:
         # Looked at again soon after the enqueue (a deploy's workers restart within
         # seconds), then less often: a task no worker knows costs a few takes a minute.
@@ -88,25 +86,22 @@ def unknown(
             *(message.task, message.id, delay_ms / 1000, grace_ms / 1000, why),
         )
         return Outcome(
-            position=position,
-            payload=payload,
+            delivery=delivery,
             task_id=message.id,
             kind="defer",
-            again=payload,
+            again=delivery.payload,
             delay_ms=delay_ms,
             said=said,
         )
     logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, why)
     error = TaskNotRegistered(why)
-    return bury(position, queue, payload, message.id, "unknown task", why, error)
+    return bury(delivery, message.id, "unknown task", why, error)
 
 
 def run_job(
     job: Job,
-    payload: bytes,
+    delivery: Delivery,
     *,
-    position: int,
-    queue: str,
     call: Callable[[Job], Any],
     propagate: tuple[type[BaseException], ...] = (),
 ) -> Outcome:
@@ -126,19 +121,16 @@ def run_job(
     except passed_on:
         raise
     except BaseException as error:  # a task's sys.exit() ends the task, not us
-        return failure(position, queue, payload, job.message, job, error, since(started))
+        return failure(delivery, job, error, since(started))
     else:
-        deferred_for = running_task.deferred_for
-        return success(
-            *(position, queue, payload, job.message, job, value, deferred_for, since(started))
-        )
+        return success(delivery, job, value, running_task.deferred_for, since(started))
     finally:
         stop_running(token)
         close_old_connections()
 
 
 async def arun_job(
-    job: Job, payload: bytes, *, position: int, queue: str, call: Callable[[Job], Awaitable[Any]]
+    job: Job, delivery: Delivery, *, call: Callable[[Job], Awaitable[Any]]
 ) -> Outcome:
     """:func:`run_job` for an ``async def`` task on an event loop: ``await call(job)``.
 
@@ -153,12 +145,9 @@ async def arun_job(
     except Abandoned:
         raise
     except BaseException as error:  # GeneratorExit, or the task's own CancelledError too
-        return failure(position, queue, payload, job.message, job, error, since(started))
+        return failure(delivery, job, error, since(started))
     else:
-        deferred_for = running_task.deferred_for
-        return success(
-            *(position, queue, payload, job.message, job, value, deferred_for, since(started))
-        )
+        return success(delivery, job, value, running_task.deferred_for, since(started))
     finally:
         stop_running(token)
         await sync_to_async(close_old_connections)()
@@ -179,17 +168,15 @@ def with_input(message: TaskMessage) -> TaskMessage | None:
     return dataclasses.replace(message, args=[json.loads(given), *message.args])
 
 
-def over_time(
-    payload: bytes, *, position: int, queue: str, worker_id: str, now_ms: int, stopped: str
-) -> Outcome | None:
+def over_time(delivery: Delivery, worker_id: str, stopped: str) -> Outcome | None:
     """The failed attempt of a task whose process was ``stopped`` (how, for the log) at
     its hard time limit; ``None`` for a payload that is not a task it can run (recovery
     dead-letters it)."""
     try:
-        message = TaskMessage.decode(payload)
+        message = TaskMessage.decode(delivery.payload)
     except MalformedTask:
         return None
-    job = job_for(message, worker_id, now_ms)
+    job = job_for(message, worker_id, delivery.attempt)
     if isinstance(job, str):
         return None
     limit = job.time_limit or 0.0
@@ -198,21 +185,14 @@ def over_time(
         *(message.task, message.id, limit, stopped),
     )
     error = TimeLimitExceeded(f"the task ran past its time limit of {limit:g} s")
-    return failure(position, queue, payload, message, job, error, limit, reason="time limit")
+    return failure(delivery, job, error, limit, reason="time limit")
 
 
 def success(
-    position: int,
-    queue: str,
-    payload: bytes,
-    message: TaskMessage,
-    job: Job,
-    value: Any,
-    deferred_for: float | None,
-    seconds: float,
+    delivery: Delivery, job: Job, value: Any, deferred_for: float | None, seconds: float
 ) -> Outcome:
     """How a run that returned ends: done, deferred, or failed for its return value."""
-    ms = seconds * 1000
+    message, ms = job.message, seconds * 1000
     if deferred_for is not None:
         said = LogLine(
             logger.info,
@@ -222,10 +202,9 @@ def success(
         delay_ms = round(deferred_for * 1000)
         # Its next run is not a first attempt: without its enqueue time, the worker
         # reads the attempts so far from its result (see Job).
-        again = payload if message.enqueued_at is None else undated(message)
+        again = delivery.payload if message.enqueued_at is None else undated(message)
         return Outcome(
-            position=position,
-            payload=payload,
+            delivery=delivery,
             task_id=message.id,
             kind="defer",
             again=again,
@@ -240,13 +219,12 @@ def success(
         logger.error("Task %s[%s] failed after %.1f ms: %s", message.task, message.id, ms, error)
         job.finished(TaskStatus.FAILED, error)
         return bury(
-            *(position, queue, payload, message.id, "failed", str(error), error, seconds),
+            *(delivery, message.id, "failed", str(error), error, seconds),
             first=message.first_attempt,
         )
     job.finished(TaskStatus.SUCCESSFUL, None)
     return Outcome(
-        position=position,
-        payload=payload,
+        delivery=delivery,
         task_id=message.id,
         kind="ok",
         data=returned,
@@ -262,18 +240,12 @@ def undated(message: TaskMessage) -> str:
 
 
 def failure(
-    position: int,
-    queue: str,
-    payload: bytes,
-    message: TaskMessage,
-    job: Job,
-    error: BaseException,
-    seconds: float,
-    reason: str = "failed",
+    delivery: Delivery, job: Job, error: BaseException, seconds: float, reason: str = "failed"
 ) -> Outcome:
     """How a failed run ends: a retry after the backoff, or, past ``max_retries``, a dead
     letter (with ``reason``); logged either way. Queued arguments that the task's
     function cannot take are dead-lettered at once: no retry could run it."""
+    message = job.message
     name, task_id, max_retries, ms = message.task, message.id, job.max_retries, seconds * 1000
     described = f"{type(error).__name__}: {error}"
     if isinstance(error, Retry):
@@ -299,8 +271,7 @@ def failure(
         retried = dataclasses.replace(message, retries=message.retries + 1).encode()
         entry = error_json(*describe(error))
         return Outcome(
-            position=position,
-            payload=payload,
+            delivery=delivery,
             task_id=task_id,
             kind="retry",
             data=entry,
@@ -317,15 +288,12 @@ def failure(
     )
     job.finished(TaskStatus.FAILED, error)
     return bury(
-        *(position, queue, payload, task_id, reason, described, error, seconds),
-        first=message.first_attempt,
+        *(delivery, task_id, reason, described, error, seconds), first=message.first_attempt
     )
 
 
 def bury(
-    position: int,
-    queue: str,
-    payload: bytes,
+    delivery: Delivery,
     task_id: str,
     reason: str,
     problem: str,
@@ -334,16 +302,15 @@ def bury(
     *,
     first: bool = False,
 ) -> Outcome:
-    """A dead letter for ``payload``, saying why (``problem``; the traceback of ``error``);
+    """A dead letter for ``delivery``, saying why (``problem``; the traceback of ``error``);
     ``first``: of the task's first attempt (see :class:`Outcome`)."""
     class_path, trace = describe(error) if error is not None else ("", problem)
     return Outcome(
-        position=position,
-        payload=payload,
+        delivery=delivery,
         task_id=task_id,
         kind="bury",
         data=error_json(class_path, trace),
-        dead_entry=dead_entry(payload, queue, reason, problem, trace),
+        dead_entry=dead_entry(delivery.payload, delivery.queue, reason, problem, trace),
         seconds=seconds,
         first=first,
     )

@@ -59,7 +59,7 @@ from django.db import connections
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
 from .execution import Abandoned
 from .jobs import Job
-from .store import Outcome
+from .store import Delivery, Outcome
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -116,9 +116,7 @@ def validate_slots(count: object, name: str, most: int | None = None) -> int:
 class Execution:
     """One delivery of a task to this process: what it took, and how its run goes."""
 
-    position: int  # 1-based, among the worker's lanes (WorkerStore.queue_at)
-    payload: bytes  # as taken
-    taken_ms: int  # the server's time of the take: the attempt, for the fenced record
+    delivery: Delivery  # the task as taken, with its attempt (for the fenced record)
     task_id: str = ""  # once its job runs
     called: bool = False  # its job ran (a payload that is not a task never does)
     thread: int = 0  # the ident of the thread that runs it

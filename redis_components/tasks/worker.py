@@ -640,25 +640,15 @@ class Worker:
         if execution is self._alone:
             self._alone = None
         self.processed += 1
-        queue = self._tasks.queue_at(execution.position)
         left = "its coroutine is cancelled" if execution.coroutine else "its thread is abandoned"
         if execution.terminate:
             logger.warning("Task %s was cancelled while running: %s", execution.task_id, left)
             execution.outcome = Outcome(
-                position=execution.position,
-                payload=execution.payload,
-                task_id=execution.task_id,
-                kind="cancel",
+                delivery=execution.delivery, task_id=execution.task_id, kind="cancel"
             )
         else:
-            execution.outcome = over_time(
-                execution.payload,
-                position=execution.position,
-                queue=queue,
-                worker_id=self.id,
-                now_ms=execution.taken_ms,
-                stopped=left if execution.coroutine else f"{left} and a new one takes its slot",
-            )
+            stopped = left if execution.coroutine else f"{left} and a new one takes its slot"
+            execution.outcome = over_time(execution.delivery, self.id, stopped)
         if execution.outcome is not None:
             self._outcomes.append(execution)
         # Its code may run on: its permits stay held until it ends (see _collect).
@@ -671,9 +661,7 @@ class Worker:
         if not execution.called:
             return
         try:
-            self._tasks.hold_run(
-                execution.position, execution.payload, execution.task_id, hold=hold
-            )
+            self._tasks.hold_run(execution.delivery, execution.task_id, hold=hold)
         except REDIS_DOWN as error:
             logger.warning(
                 "Could not %s the permits of task %s: %s",
@@ -738,29 +726,29 @@ class Worker:
             self._fetch_one(take=False)
 
     def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
-        execution, outcome, taken_ms = self._first_outcome()
+        execution, outcome = self._first_outcome()
         if take:
-            fetched = self._tasks.take(outcome, taken_ms=taken_ms, start=start)
+            fetched = self._tasks.take(outcome, start=start)
         else:
-            fetched = self._tasks.record(outcome, taken_ms=taken_ms, start=start)
+            fetched = self._tasks.record(outcome, start=start)
         if execution is not None:
             self._outcomes.pop(0)
         self._check_recorded(outcome, fetched)
         return fetched
 
-    def _first_outcome(self) -> tuple[Execution | None, Outcome | None, int]:
-        """The oldest finished execution to record, its outcome and its take's time."""
+    def _first_outcome(self) -> tuple[Execution | None, Outcome | None]:
+        """The oldest finished execution to record, and its outcome."""
         if not self._outcomes:
-            return None, None, 0
+            return None, None
         execution = self._outcomes[0]
-        return execution, execution.outcome, execution.taken_ms
+        return execution, execution.outcome
 
     def _take_ahead(self, start: Fetched | None) -> None:
         """Record the finished tasks' outcomes and start ``start`` (if given), taking a
         task to hold ahead in the same script, whose reply :meth:`_receive` reads."""
         self._record_all_but_last()
-        execution, outcome, taken_ms = self._first_outcome()
-        ahead = self._tasks.take_ahead(outcome, taken_ms=taken_ms, start=start)
+        execution, outcome = self._first_outcome()
+        ahead = self._tasks.take_ahead(outcome, start=start)
         if execution is not None:
             self._outcomes.pop(0)
         self._pending = (ahead, execution)
@@ -823,14 +811,8 @@ class Worker:
         assert fetched.payload is not None
         if held:
             self._ahead = None
-        execution = Execution(fetched.position, fetched.payload, fetched.now_ms)
-        prepared = prepare(
-            execution.payload,
-            position=execution.position,
-            queue=self._tasks.queue_at(execution.position),
-            worker_id=self.id,
-            now_ms=execution.taken_ms,
-        )
+        execution = Execution(self._tasks.delivery(fetched))
+        prepared = prepare(execution.delivery, self.id)
         if isinstance(prepared, Outcome):  # not a task it can run: dead-lettered
             execution.outcome = prepared
             self._ended(execution)
@@ -872,9 +854,7 @@ class Worker:
         caller = threading.current_thread() is threading.main_thread()
         return run_job(
             execution.job,
-            execution.payload,
-            position=execution.position,
-            queue=self._tasks.queue_at(execution.position),
+            execution.delivery,
             call=call,
             propagate=(KeyboardInterrupt,) if caller else (),
         )
@@ -904,10 +884,7 @@ class Worker:
                 raise Abandoned
             return value
 
-        queue = self._tasks.queue_at(execution.position)
-        return await arun_job(
-            execution.job, execution.payload, position=execution.position, queue=queue, call=call
-        )
+        return await arun_job(execution.job, execution.delivery, call=call)
 
     def _call(self, job: Job) -> Any:
         """Run the task's code; a process the task forked ends here, whatever happened.

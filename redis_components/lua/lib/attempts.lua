@@ -41,8 +41,9 @@ local function attempts_remove(hash, id, held, match)
   return found
 end
 
--- A match for ``attempts_has`` and ``attempts_remove``: the attempt ``exact``, or, when
--- it is false, any attempt of worker ``worker``.
+-- A match for ``attempts_has`` and ``attempts_remove``: the attempt ``exact`` (an
+-- outcome's, a task given back), or, when it is false, any attempt of worker ``worker``
+-- (the recovery of a dead worker's tasks).
 local function attempt_of(exact, worker)
   local suffix = ' ' .. worker
   return function(attempt)

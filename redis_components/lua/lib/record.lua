@@ -24,11 +24,13 @@ local function record_outcome(o, first, running, result, stats, totals, base, fl
     outcome = 'cancel'
   end
   -- The attempt this outcome is of: "<take ms> <worker id>", written when it was taken.
-  -- An outcome given its take time is fenced: once the task was recovered and taken
-  -- again (by any worker, this one included), its older execution records nothing.
-  -- Without a take time (a supervisor for its killed child): any attempt of the worker.
+  -- Every outcome is fenced: once the task was recovered and taken again (by any
+  -- worker, this one included), its older execution records nothing.
+  if not o.attempt then
+    error('an outcome needs "attempt", the time of the take it is of')
+  end
   local held = id ~= '' and redis.call('HGET', running, id)
-  local mine = attempt_of(o.taken_ms and (o.taken_ms .. ' ' .. o.worker), o.worker)
+  local mine = attempt_of(o.attempt .. ' ' .. o.worker, o.worker)
   -- (A payload whose id the take could not read has no attempt: its ZREM fences it.)
   if held and not attempts_has(held, mine) or redis.call('ZREM', taken, o.payload) == 0 then
     return false

@@ -98,21 +98,21 @@ def fetch_call(
     worker_keys: list[str],
     mode: str,
     outcome: Outcome | None,
-    queue: str,
     hour: int,
-    taken_ms: int,
     start: Fetched | None = None,
+    shift: int = 0,
     ahead: bool = False,
     clock_ms: int = 0,
     exact: bool = False,
     limits: str = "",
     carried: Sequence[str] = (),
 ) -> scripts.Call:
-    """lua/queue_fetch.lua: record ``outcome`` (of a task taken from ``queue``, at
-    ``taken_ms`` when known), start ``start`` (a task held ahead), move due delayed
-    tasks and take the next task as ``mode`` says ("take+move", "take", "move" or ""),
-    ``ahead``: to hold it ahead. ``clock_ms``: the server's time as the worker reckons
-    it (0: unknown), taken as the time when ``exact``, else a floor to the clock's.
+    """lua/queue_fetch.lua: record ``outcome`` (fenced by its delivery's attempt), start
+    ``start`` (a task held ahead), move due delayed tasks and take the next task as
+    ``mode`` says ("take+move", "take", "move" or ""), ``ahead``: to hold it ahead.
+    ``shift``: the lanes before the first of ``worker_keys`` (positions are the call's).
+    ``clock_ms``: the server's time as the worker reckons it (0: unknown), taken as the
+    time when ``exact``, else a floor to the clock's.
     ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.settings_json), "" for none.
     ``carried``: steps whose outcomes were carried from this home's outbox, their
     entries deleted there by this call (when ``outcome`` is a step of this home's).
@@ -133,39 +133,39 @@ def fetch_call(
     script_keys = worker_keys
     payloads: list[scripts.Arg] = ["", "", "", "", "", ""]
     if outcome is not None:
-        head = head_of(worker_keys[0])
+        head, delivery = head_of(worker_keys[0]), outcome.delivery
         script_keys = [
             *worker_keys[:3],
             result_key(outcome.task_id, head),
-            stats_key(queue, hour, head),
+            stats_key(delivery.queue, hour, head),
             *worker_keys[5:],
         ]
         options |= {
-            "done": outcome.position,
+            "done": delivery.position - shift,
             "id": outcome.task_id,
             "outcome": outcome.kind,
             "delay_ms": outcome.delay_ms,
             "first": outcome.first,
             "carried": list(carried),
-            "taken_ms": str(taken_ms) if taken_ms else "",
+            "attempt": str(delivery.attempt),
         }
         if outcome.kind == "bury":
             options["dead_max"] = conf.TASK_DEAD_LETTER_MAX
         if conf.METRICS:
             options |= {
-                "queue": queue,
+                "queue": delivery.queue,
                 "bucket": duration_bucket(outcome.seconds),
                 "micros": round(outcome.seconds * 1_000_000),
             }
-        payloads[:4] = [outcome.payload, outcome.data, outcome.again, outcome.dead_entry]
-        flow = flow_of(outcome.payload)
+        payloads[:4] = [delivery.payload, outcome.data, outcome.again, outcome.dead_entry]
+        flow = flow_of(delivery.payload)
         if flow is not None:
             section, step = flow_section(flow, outcome.task_id)
             script_keys = [*script_keys, *section]
             options["flow_keys"] = len(section)
             payloads[4] = step
     if start is not None:
-        options |= {"start": start.position, "start_score": start.score.decode()}
+        options |= {"start": start.position - shift, "start_score": start.score.decode()}
         payloads[5] = start.payload or b""
     # Only what is set: each field costs the script time to decode, and past 16 of them
     # (with what the script adds) a table twice the size.

@@ -238,11 +238,23 @@ class LogLine:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Delivery:
+    """A task as a worker took it, made once from the take's reply
+    (:meth:`WorkerStore.delivery`) and passed whole to what runs it and says how it ended."""
+
+    position: int  # 1-based index of its lane among the worker's (WorkerStore.queue_at)
+    queue: str  # the queue of that lane
+    payload: bytes  # exactly as taken
+    # The take's time (the server's ms): the attempt. Its outcome is recorded only while
+    # this is still the task's current attempt (not once it was recovered and taken again).
+    attempt: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Outcome:
     """How a task a worker took has ended, to record with the worker's next fetch."""
 
-    position: int  # 1-based index of its lane among the worker's (WorkerStore.queue_at)
-    payload: bytes  # exactly as taken
+    delivery: Delivery  # what ended: its lane, its payload and its attempt
     task_id: str  # "" for a payload that is not a task (no result to write)
     kind: Literal["ok", "retry", "defer", "bury", "cancel"]
     data: str = ""  # "ok": the return value (JSON); "retry", "bury": the error (JSON)

@@ -29,7 +29,7 @@ from .layout import (
     task_home,
     tasks_client,
 )
-from .records import Fetched, Heartbeat, LogLine, Outcome
+from .records import Delivery, Fetched, Heartbeat, LogLine, Outcome
 from .task_store import TaskStore
 
 logger = logging.getLogger("redis_components.worker")
@@ -213,6 +213,17 @@ class WorkerStore:
         """The queue of a task taken at ``position`` (see :class:`Fetched`)."""
         return self._lanes[position - 1]
 
+    def delivery(self, fetched: Fetched) -> Delivery:
+        """The task ``fetched`` took (its payload is not ``None``), as it is run."""
+        assert fetched.payload is not None
+        position = fetched.position
+        return Delivery(
+            position=position,
+            queue=self.queue_at(position),
+            payload=fetched.payload,
+            attempt=fetched.now_ms,
+        )
+
     def _watch_others(self) -> None:
         """Serve the other homes that hold tasks of its queues, while they do, as runs
         after its own (at positions after theirs): the registry's, where a worker of an
@@ -304,17 +315,15 @@ class WorkerStore:
                 return run
         return None
 
-    def take(
-        self, finished: Outcome | None = None, *, taken_ms: int = 0, start: Fetched | None = None
-    ) -> Fetched:
-        """Record ``finished`` (how a task it took ended), if given, start ``start`` (a
-        task it held ahead), if given, and take the next task, in one script per run
-        looked in. ``taken_ms``: the ``now_ms`` of the take of ``finished``. Its log line
-        (``Outcome.said``) is written while the server runs the script."""
+    def take(self, finished: Outcome | None = None, *, start: Fetched | None = None) -> Fetched:
+        """Record ``finished`` (how a task it took ended, under its attempt), if given,
+        start ``start`` (a task it held ahead), if given, and take the next task, in one
+        script per run looked in. Its log line (``Outcome.said``) is written while the
+        server runs the script."""
         self._listen()
         self._watch_others()
         mode = self._take_mode()
-        fetched = self._carried(finished, self._over_runs(mode, finished, taken_ms, start))
+        fetched = self._carried(finished, self._over_runs(mode, finished, start))
         if (
             mode == "take"
             and self.move_delayed
@@ -326,15 +335,11 @@ class WorkerStore:
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
         return fetched
 
-    def record(
-        self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
-    ) -> Fetched:
+    def record(self, finished: Outcome | None, *, start: Fetched | None = None) -> Fetched:
         """Record how a task it took ended (and start ``start``), and take nothing."""
-        return self._carried(finished, self._over_runs("", finished, taken_ms, start))
+        return self._carried(finished, self._over_runs("", finished, start))
 
-    def take_ahead(
-        self, finished: Outcome | None, *, taken_ms: int = 0, start: Fetched | None = None
-    ) -> Ahead:
+    def take_ahead(self, finished: Outcome | None, *, start: Fetched | None = None) -> Ahead:
         """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
         :meth:`receive` reads its reply. The task taken is held, not started, until a
         later call starts it, or :meth:`put_back_ahead` gives it back. Only where
@@ -348,10 +353,12 @@ class WorkerStore:
             run, mode = open_run, "take"
             self._take_turn()
         told, recorded = finished, None
-        if any(held is not None and not run.holds(held.position) for held in (finished, start)):
-            recorded = self.record(finished, taken_ms=taken_ms, start=start).recorded
+        held = [finished.delivery.position] if finished is not None else []
+        held += [start.position] if start is not None else []
+        if not all(run.holds(position) for position in held):
+            recorded = self.record(finished, start=start).recorded
             finished = start = None
-        call, reads = self._call(run, mode, finished, taken_ms, start, ahead=True)
+        call, reads = self._call(run, mode, finished, start, ahead=True)
         sent_at = _now()  # its reply is read after a task ran: the send is nearer
         self.store.send_fetch(call, meanwhile=_said(finished))
         return Ahead(call, mode, told, sent_at if reads else None, run, recorded)
@@ -372,7 +379,7 @@ class WorkerStore:
         home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis
         is lost meanwhile, a worker's heartbeat carries it later (and so the last entry
         it carried in a home, which no later fetch deleted)."""
-        flow = flow_of(finished.payload) if finished is not None else None
+        flow = flow_of(finished.delivery.payload) if finished is not None else None
         if finished is None or flow is None or not fetched.recorded:
             return fetched
         task_id = finished.task_id
@@ -407,17 +414,21 @@ class WorkerStore:
         call = put_back_call(worker_id=self.worker_id, queue=queue, held=held, task_id=task_id)
         return self.store.put_back_ahead(call)
 
-    def hold_run(self, position: int, payload: bytes, task_id: str, *, hold: bool = True) -> None:
-        """A run of task ``task_id`` (taken at ``position``) goes on beyond its end as
+    def hold_run(self, delivery: Delivery, task_id: str, *, hold: bool = True) -> None:
+        """A run of task ``task_id`` (its ``delivery``) goes on beyond its end as
         recorded (``hold``: its thread abandoned, or this worker taken for dead): its
         concurrency permits stay held until it really ends (called again with
         ``hold=False``) or this worker's tasks are recovered. Nothing for a task without
         limits."""
         if task_id:
             runs = [*self._own, *self._others.values()]
-            head = next(run.head for run in runs if run.holds(position))
+            head = next(run.head for run in runs if run.holds(delivery.position))
             call = limits_run_call(
-                worker_id=self.worker_id, head=head, task_id=task_id, payload=payload, hold=hold
+                worker_id=self.worker_id,
+                head=head,
+                task_id=task_id,
+                payload=delivery.payload,
+                hold=hold,
             )
             self.store.limits_run(call)
 
@@ -425,14 +436,13 @@ class WorkerStore:
         self,
         mode: str,
         finished: Outcome | None = None,
-        taken_ms: int = 0,
         start: Fetched | None = None,
     ) -> Fetched:
         """Run a fetch in each run in order until one takes a task (``mode`` "": none),
         recording ``finished`` and starting ``start`` with the call in their runs; a
         "take+move" moves the due delayed tasks of every run."""
         if len(self._runs) == 1:  # (one script, as always on a single server)
-            fetched = self._fetch(self._runs[0], mode, finished, taken_ms, start)
+            fetched = self._fetch(self._runs[0], mode, finished, start)
             self._plan_moves(mode, fetched.wait_ms, finished)
             return fetched
         taken: Fetched | None = None  # the take's reply: a task, or no lease
@@ -442,7 +452,9 @@ class WorkerStore:
         if mode:
             self._take_turn()
         for run in in_turn:
-            outcome = finished if finished is not None and run.holds(finished.position) else None
+            outcome = (
+                finished if finished is not None and run.holds(finished.delivery.position) else None
+            )
             begin = start if start is not None and run.holds(start.position) else None
             looking = bool(mode) and taken is None
             # Once a task is taken, the later runs' due delayed tasks still move.
@@ -451,7 +463,7 @@ class WorkerStore:
                 then = ""
             if not (then or outcome or begin):
                 continue
-            fetched = last = self._fetch(run, then, outcome, taken_ms, begin)
+            fetched = last = self._fetch(run, then, outcome, begin)
             if outcome is not None:
                 recorded = fetched.recorded
             if fetched.wait_ms >= 0:
@@ -558,12 +570,11 @@ class WorkerStore:
         run: Run,
         mode: str,
         finished: Outcome | None = None,
-        taken_ms: int = 0,
         start: Fetched | None = None,
     ) -> Fetched:
         """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
         meanwhile)."""
-        call, reads = self._call(run, mode, finished, taken_ms, start)
+        call, reads = self._call(run, mode, finished, start)
         reply = self.store.fetch(call, meanwhile=_said(finished))
         return self._received(reply, _now() if reads else None, run)
 
@@ -576,7 +587,6 @@ class WorkerStore:
         run: Run,
         mode: str,
         finished: Outcome | None = None,
-        taken_ms: int = 0,
         start: Fetched | None = None,
         *,
         ahead: bool = False,
@@ -589,23 +599,17 @@ class WorkerStore:
         if self._clock_read is not None:
             clock_ms = self._reckoned()
             reads = mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR
-        shift = run.first - 1
-        if finished is not None and shift:
-            finished = dataclasses.replace(finished, position=finished.position - shift)
-        if start is not None and shift:
-            start = dataclasses.replace(start, position=start.position - shift)
         carried: list[str] = []
-        if finished is not None and finished.task_id and flow_of(finished.payload):
+        if finished is not None and finished.task_id and flow_of(finished.delivery.payload):
             carried = self._carried_ids.pop(task_home(finished.task_id), [])
         call = fetch_call(
             worker_id=self.worker_id,
             worker_keys=run.keys,
             mode=mode,
             outcome=finished,
-            queue=run.queues[finished.position - 1] if finished is not None else "",
             hour=self.now_ms // 3_600_000,
-            taken_ms=taken_ms,
             start=start,
+            shift=run.first - 1,
             ahead=ahead,
             clock_ms=clock_ms,
             exact=not reads,

@@ -63,8 +63,10 @@ of each kind is free. A slot's thread whose sync task has ended records its outc
 and takes its next task itself, in the same round trip, and runs it (:meth:`Worker._then`):
 a busy worker hands nothing between threads. Outcomes of async tasks, of abandoned
 threads and those a slot could not record go to the loop, which records them with its
-next fetch, several in a row when several finished. Recording, taking and handing out
-happen under one lock, so one thread at a time does them. With ``threads=1`` too: the
+next fetch, several in a row when several finished. What a worker holds between round
+trips (outcomes to record, a take sent ahead, a task held ahead) is its conveyor's
+(``conveyor.py``); recording, taking and handing out happen under one lock, so one
+thread at a time does them. With ``threads=1`` too: the
 loop then runs in a thread of its own, and the thread that called :meth:`Worker.run`
 is the one slot (so a test's database transaction is the task's). Every task's time
 limits and termination are the slots' (``slots.py``), whatever the count. Each outcome
@@ -79,7 +81,7 @@ slot runs the started task without waiting for that script's reply, which it rea
 when the task ends (:meth:`Worker._then`). So a busy worker never waits for Redis
 between two short tasks. A task held ahead is not started: its score in the worker's
 in-progress set is negative, recovery counts no crash against it, and it goes back to
-its queue (:meth:`Worker._put_back_ahead`) once the task before it has run
+its queue (:meth:`~.conveyor.Conveyor.give_back`) once the task before it has run
 :data:`AHEAD_FOR`, when the worker stops, or when nothing runs to start it after.
 
 Signals
@@ -109,14 +111,14 @@ import redis
 
 from ..connection import REDIS_DOWN, OneConnection, private_client, server_of
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded
+from .conveyor import Conveyor
 from .execution import Abandoned, arun_job, over_time, prepare, run_job
 from .jobs import Job
 from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
-from .messages import task_id_of, validate_queue
+from .messages import validate_queue
 from .schedules import schedules
 from .slots import MAX_ABANDONED, MAX_THREADS, Execution, LoopSlots, Pool, Slots, validate_slots
 from .store import (
-    Ahead,
     Fetched,
     Outcome,
     TaskStore,
@@ -243,13 +245,8 @@ class Worker:
         self._revived = False  # taken for dead: the permits of what runs are held again
         # When the loop's current wait ends (-inf: it is not waiting).
         self._loop_wakes_at = -math.inf
-        # Finished executions whose outcomes the next fetch records (kept until recorded).
-        self._outcomes: list[Execution] = []
-        # Taking ahead: the take sent whose reply is unread, with the execution whose
-        # outcome it records; the task it took, held ahead; when that goes back.
-        self._pending: tuple[Ahead, Execution | None] | None = None
-        self._ahead: Fetched | None = None
-        self._ahead_until = math.inf
+        # The outcomes to record, the take sent ahead and the task held ahead.
+        self._conveyor = Conveyor(self._tasks, self._lease, AHEAD_FOR)
         # The thread slots for sync tasks and the event loop for async ones.
         self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
         self._pools: list[Pool] = [
@@ -275,8 +272,6 @@ class Worker:
         # the shared client it was made for, and its own.
         self._own_clients: dict[tuple[Any, ...], tuple[redis.Redis, redis.Redis]] = {}
         self._held_connections: dict[tuple[Any, ...], OneConnection] = {}
-        # After a lost connection: a take's reply may have been lost with it.
-        self._reclaim = False
         self._down_since: float | None = None
 
     @property
@@ -420,8 +415,6 @@ class Worker:
             try:
                 wait()
             except REDIS_DOWN as error:  # the idle wait's subscription
-                with self._step_lock:
-                    self._reclaim = True
                 self._disconnected(error)
         if not self._interrupted:
             self._finish()
@@ -434,25 +427,27 @@ class Worker:
         pause = min(self._collect(), self.heartbeat_interval)
         self._start_alone()
         take = self._may_take()
+        conveyor = self._conveyor
         try:
-            if self._pending is not None or self._ahead is not None:
-                left = self._ahead_until - time.monotonic()
+            if conveyor.holding:
+                left = conveyor.hold_left()
                 stale = left <= 0
                 if take and not stale:  # a slot is free: the task held ahead runs there
-                    self._receive()
-                    if self._ahead is not None:
-                        self._start(self._ahead, held=True)
+                    conveyor.receive()
+                    held = conveyor.hand_out()
+                    if held is not None:
+                        self._start(held, held=True)
                         return _go_on
                 elif stale or not self._threads.busy:
-                    self._put_back_ahead()
+                    conveyor.give_back()
                 else:
                     pause = min(pause, left)
-            self._reclaim_lost_take()
+            conveyor.reclaim(self._busy)
             if take and self._tasks.listens:  # its takes hear wake-ups even while busy
                 self._waker.subscribe(self.client)
-            if not take and not self._outcomes:
+            if not take and not conveyor.outcomes:
                 return self._pause(pause) if self._busy else None  # None: max_tasks, worn out
-            fetched = self._fetch(take)
+            fetched = conveyor.fetch(take)
             if fetched.position < 0:
                 logger.warning(
                     "Worker %s was taken for dead (its lease ran out) and registers again",
@@ -470,7 +465,7 @@ class Worker:
                 self._loop_wakes_at = time.monotonic() + pause
                 return functools.partial(self._idle, fetched.wait_ms, pause)
         except REDIS_DOWN as error:
-            self._reclaim = True
+            conveyor.lost()
             return functools.partial(self._disconnected, error)
         self._start(fetched)
         return _go_on
@@ -486,23 +481,25 @@ class Worker:
         busy worker hands nothing between threads. Anything out of the ordinary (no task
         ready, an async one, one to run alone, stopping, Redis lost) goes to the loop,
         woken for it (``None``: the thread waits to be handed a task)."""
+        conveyor = self._conveyor
         with self._step_lock:
-            if execution.abandoned or self._stopping or self._interrupted or self._reclaim:
+            if execution.abandoned or self._stopping or self._interrupted or conveyor.reclaiming:
                 self._threads.finished_with(execution)  # the loop gathers it
                 return None
             self._threads.finished_here(execution)
             self._ended(execution)
             quick = execution.outcome is not None and execution.outcome.seconds < AHEAD_FOR
             try:
-                self._receive()
+                conveyor.receive()
                 while True:
                     self._collect()
                     if not self._may_take():
                         break
-                    if self._ahead is not None:  # started by the script that records
-                        after = self._start(self._ahead, here=True, held=True, quick=quick)
-                    elif self._outcomes:
-                        fetched = self._fetch(take=True)
+                    held = conveyor.hand_out()
+                    if held is not None:  # started by the script that records
+                        after = self._start(held, here=True, held=True, quick=quick)
+                    elif conveyor.outcomes:
+                        fetched = conveyor.fetch(take=True)
                         if fetched.position < 0 or fetched.payload is None:
                             break  # the loop registers again, or waits
                         self._connected()
@@ -510,11 +507,11 @@ class Worker:
                     else:
                         break  # nothing to record (no outcome: see _ended)
                     if after is not None:
-                        if self._pending is not None and self._ahead_until < self._loop_wakes_at:
+                        if conveyor.sent_before(self._loop_wakes_at):
                             self._waker.wake()  # to give the task held ahead back in time
                         return after
             except REDIS_DOWN:
-                self._reclaim = True  # the loop retries, and reclaims a take it lost
+                conveyor.lost()  # the loop retries, and reclaims a take it lost
             self._waker.wake()
             return None
 
@@ -551,8 +548,7 @@ class Worker:
         return (
             job.message.crashes < ALONE_AFTER
             and self._alone is None
-            and self._pending is None
-            and self._ahead is None
+            and not self._conveyor.holding
             and self._tasks.may_take_ahead
             and not (self._stopping or self._interrupted or self.worn_out)
         )
@@ -632,7 +628,7 @@ class Worker:
                 execution.task_id or "(not a task)",
             )
             return
-        self._outcomes.append(execution)
+        self._conveyor.finished(execution)
 
     def _settle(self, execution: Execution) -> None:
         """Record the end of a task whose thread was abandoned: cancelled (terminated),
@@ -650,7 +646,7 @@ class Worker:
             stopped = left if execution.coroutine else f"{left} and a new one takes its slot"
             execution.outcome = over_time(execution.delivery, self.id, stopped)
         if execution.outcome is not None:
-            self._outcomes.append(execution)
+            self._conveyor.finished(execution)
         # Its code may run on: its permits stay held until it ends (see _collect).
         self._hold_run(execution)
 
@@ -672,16 +668,17 @@ class Worker:
 
     def _finish(self) -> None:
         """Once stopped: let the running tasks finish, recording each as it ends."""
+        conveyor = self._conveyor
         while not self._interrupted:
             with self._step_lock:
-                if not (self._busy or self._outcomes):
+                if not (self._busy or conveyor.outcomes):
                     return
                 pause = self._collect()
                 try:
-                    self._put_back_ahead()
-                    self._reclaim_lost_take()
-                    if self._outcomes:
-                        self._fetch(take=False)
+                    conveyor.give_back()
+                    conveyor.reclaim(self._busy)
+                    if conveyor.outcomes:
+                        conveyor.record()
                         continue
                 except REDIS_DOWN as error:
                     if not self._busy:
@@ -693,101 +690,6 @@ class Worker:
                 else:
                     wait = self._pause(min(pause, self.heartbeat_interval))
             wait()
-
-    def _reclaim_lost_take(self) -> None:
-        """After an outage: record the outcomes, and put back a take we never saw."""
-        if not self._reclaim:
-            return
-        self._receive()
-        while self._outcomes:
-            self._fetch(take=False)
-        if self._busy:
-            # The lost take is among the tasks held with those running: it goes back
-            # once none runs (or when this worker stops), as long as it is held.
-            return
-        # A take whose reply was lost left a task in our in-progress set that we do not
-        # know of: put it back (we run nothing now) and register again.
-        self._lease.tasks.put_back()  # (a pipeline: not on the loop's one connection)
-        self._ahead = None  # (put back with the others)
-        self._lease.beat()
-        self._reclaim = False
-
-    def _fetch(self, take: bool, start: Fetched | None = None) -> Fetched:
-        """Record the finished tasks' outcomes, the last with the take (if ``take``) and
-        the start of ``start`` (a task held ahead)."""
-        self._record_all_but_last()
-        return self._fetch_one(take, start)
-
-    def _record_all_but_last(self) -> None:
-        """Read the take sent ahead, and record every finished outcome but the last, a
-        call each: the last goes with what the caller sends next."""
-        self._receive()
-        while len(self._outcomes) > 1:
-            self._fetch_one(take=False)
-
-    def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
-        execution, outcome = self._first_outcome()
-        if take:
-            fetched = self._tasks.take(outcome, start=start)
-        else:
-            fetched = self._tasks.record(outcome, start=start)
-        if execution is not None:
-            self._outcomes.pop(0)
-        self._check_recorded(outcome, fetched)
-        return fetched
-
-    def _first_outcome(self) -> tuple[Execution | None, Outcome | None]:
-        """The oldest finished execution to record, and its outcome."""
-        if not self._outcomes:
-            return None, None
-        execution = self._outcomes[0]
-        return execution, execution.outcome
-
-    def _take_ahead(self, start: Fetched | None) -> None:
-        """Record the finished tasks' outcomes and start ``start`` (if given), taking a
-        task to hold ahead in the same script, whose reply :meth:`_receive` reads."""
-        self._record_all_but_last()
-        execution, outcome = self._first_outcome()
-        ahead = self._tasks.take_ahead(outcome, start=start)
-        if execution is not None:
-            self._outcomes.pop(0)
-        self._pending = (ahead, execution)
-        self._ahead_until = time.monotonic() + AHEAD_FOR
-
-    def _receive(self) -> None:
-        """Read the reply of the take sent ahead, if any: the task it took is held ahead."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        ahead, execution = pending
-        try:
-            fetched = self._tasks.receive(ahead)
-        except REDIS_DOWN:
-            if execution is not None:  # recorded again (fenced: at most once)
-                self._outcomes.insert(0, execution)
-            self._reclaim = True  # and the task it may have taken goes back
-            raise
-        self._check_recorded(ahead.finished, fetched)
-        if fetched.position > 0 and fetched.payload is not None:
-            self._ahead = fetched
-
-    def _put_back_ahead(self) -> None:
-        """Give the task held ahead back to its queue: the task before it lasts, or the
-        worker stops. It goes back where it was, and wakes idle workers."""
-        self._receive()
-        held, self._ahead = self._ahead, None
-        self._ahead_until = math.inf
-        if held is not None and held.payload is not None:
-            self._tasks.put_back_ahead(held, task_id_of(held.payload))
-
-    def _check_recorded(self, outcome: Outcome | None, fetched: Fetched) -> None:
-        # After an outage the outcome may have been recorded by a call whose reply was lost.
-        if outcome is not None and not fetched.recorded and not self._reclaim:
-            logger.warning(
-                "Task %s was put back on its queue while this worker ran it (the worker's "
-                "lease had run out); it will run again",
-                outcome.task_id or "(not a task)",
-            )
 
     def _idle(self, wait_ms: int, pause: float) -> None:
         """Wait for a wake-up message, the next due time, a signal, a finished task, or
@@ -809,8 +711,6 @@ class Worker:
         in one of its own).
         """
         assert fetched.payload is not None
-        if held:
-            self._ahead = None
         execution = Execution(self._tasks.delivery(fetched))
         prepared = prepare(execution.delivery, self.id)
         if isinstance(prepared, Outcome):  # not a task it can run: dead-lettered
@@ -819,10 +719,7 @@ class Worker:
             return None
         execution.job = prepared
         ahead = quick and here and not prepared.is_async and self._may_take_ahead(prepared)
-        if ahead:
-            self._take_ahead(fetched if held else None)
-        elif held:
-            self._fetch(take=False, start=fetched)
+        self._conveyor.start(fetched if held else None, ahead=ahead)
         if prepared.message.crashes >= ALONE_AFTER:
             self._alone = execution
             self._start_alone()
@@ -940,7 +837,7 @@ class Worker:
             self._tasks.clear_carried()
         except REDIS_DOWN as error:
             logger.warning("Worker %s left workflow outcomes in an outbox: %s", self.id, error)
-        for execution in self._outcomes:  # not recorded: how they ended is still said
+        for execution in self._conveyor.outcomes:  # not recorded: how they ended is still said
             if execution.outcome is not None and execution.outcome.said is not None:
                 execution.outcome.said()
         put_back_tasks(
@@ -959,7 +856,8 @@ class Worker:
         if self._down_since is None:
             self._down_since = now
             logger.warning("Worker %s lost Redis (%s); retrying", self.id, error)
-        self._reclaim = True
+        with self._step_lock:
+            self._conveyor.lost()
         self._waker.unsubscribe()
         find_nodes_again()  # (on a cluster, a replica may have taken over)
         self._waker.pause(backoff(now - self._down_since))  # (a stop request ends it)

@@ -7,9 +7,9 @@ options, its context and Django's signals; :func:`prepare`); its slot runs it wi
 current task and database connections around the call, and says how the run ended:
 done with its return value, deferred, retried after the backoff, or dead-lettered
 (:func:`run_job`, or :func:`arun_job` for an ``async def`` task on the event loop). The
-worker gives only the call itself (its time limits, its guard against forked children);
-for a task settled at its hard time limit, the worker records the failed attempt with
-:func:`over_time`.
+slot gives only the call itself (its time limits, its guard against forked children:
+``slots.execute``); for a task settled at its hard time limit, the worker records the
+failed attempt with :func:`over_time`.
 """
 
 from __future__ import annotations

@@ -43,21 +43,25 @@ recorded as cancelled. On the event loop, limits cancel the task's coroutine ins
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import math
+import os
 import queue
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
+from typing import Any, NoReturn
 
 from django.db import connections
 
 from ..exceptions import InvalidInput, SoftTimeLimitExceeded, TaskCancelled, TimeLimitExceeded
-from .execution import Abandoned
+from .execution import Abandoned, arun_job, run_job
 from .jobs import Job
 from .store import Delivery, Outcome
 
@@ -211,6 +215,105 @@ def raise_in_task_code(execution: Execution, error: type[BaseException]) -> bool
         return False
     raise_in_thread(execution.thread, error)
     return True
+
+
+# -- running one execution, in its slot ----------------------------------------------
+
+
+def execute(execution: Execution, pid: int) -> Outcome:
+    """Run a sync task's execution to its outcome, in its slot's thread, in the worker's
+    process ``pid`` (a process the task forks ends in :func:`_call_code`)."""
+    assert execution.job is not None
+
+    def call(job: Job) -> Any:
+        execution.task_id = job.message.id
+        execution.called = True
+        if not execution.begin(job):
+            raise Abandoned
+        try:
+            value = _call_code(job, pid)
+        except BaseException:
+            if not execution.end_code():  # settled already: nothing more to say
+                raise Abandoned from None
+            raise
+        if not execution.end_code():
+            raise Abandoned
+        return value
+
+    # In the main thread, when it called Worker.run(), a KeyboardInterrupt is Ctrl-C
+    # (outside rc_worker, whose signal handlers only set a flag, and whose slots are never
+    # the main thread): it stops the worker, which puts the task back.
+    caller = threading.current_thread() is threading.main_thread()
+    return run_job(
+        execution.job,
+        execution.delivery,
+        call=call,
+        propagate=(KeyboardInterrupt,) if caller else (),
+    )
+
+
+async def aexecute(execution: Execution) -> Outcome:
+    """Run an ``async def`` task's execution to its outcome, on the event loop."""
+    assert execution.job is not None
+
+    async def call(job: Job) -> Any:
+        execution.task_id = job.message.id
+        execution.called = True
+        if not execution.begin(job):
+            raise Abandoned
+        try:
+            value = await job.acall()
+        except asyncio.CancelledError:
+            if not execution.end_code() or execution.cancelled_by is Abandoned:
+                raise Abandoned from None  # settled already, or the loop closes
+            if execution.cancelled_by is SoftTimeLimitExceeded:
+                raise SoftTimeLimitExceeded("the task ran past its soft time limit") from None
+            raise  # not ours (an awaited task that something else cancelled): a failure
+        except BaseException:
+            if not execution.end_code():
+                raise Abandoned from None
+            raise
+        if not execution.end_code():
+            raise Abandoned
+        return value
+
+    return await arun_job(execution.job, execution.delivery, call=call)
+
+
+def _call_code(job: Job, pid: int) -> Any:
+    """Run the task's code; a process the task forked (not ``pid``) ends here, whatever
+    happened.
+
+    A forked child that returns (or raises, ``sys.exit`` included) into this code would
+    otherwise go on as a second worker with its parent's id.
+    """
+    try:
+        value = job.call()
+    except BaseException as error:
+        if os.getpid() != pid:
+            _end_forked_child(error)
+        raise
+    if os.getpid() != pid:
+        _end_forked_child(None)
+    return value
+
+
+def _end_forked_child(error: BaseException | None) -> NoReturn:
+    """End a process forked by a task that came back into the worker's code.
+
+    It exits as the child of a plain program would (the ``sys.exit`` code, 1 after an
+    exception), without running the worker's clean-up, which belongs to its parent.
+    """
+    if isinstance(error, SystemExit):
+        code = error.code if isinstance(error.code, int) else int(error.code is not None)
+    else:
+        code = 0 if error is None else 1
+        if error is not None:
+            traceback.print_exception(error)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 class Pool:

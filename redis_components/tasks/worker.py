@@ -94,30 +94,37 @@ SIGTERM or SIGINT: the worker finishes its running tasks, records them and exits
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
 import math
 import os
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import redis
 
 from ..connection import REDIS_DOWN, OneConnection, private_client, server_of
-from ..exceptions import InvalidInput, SoftTimeLimitExceeded
+from ..exceptions import InvalidInput
 from .conveyor import Conveyor
-from .execution import Abandoned, arun_job, over_time, prepare, run_job
+from .execution import over_time, prepare
 from .jobs import Job
 from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .messages import validate_queue
 from .schedules import schedules
-from .slots import MAX_ABANDONED, MAX_THREADS, Execution, LoopSlots, Pool, Slots, validate_slots
+from .slots import (
+    MAX_ABANDONED,
+    MAX_THREADS,
+    Execution,
+    LoopSlots,
+    Pool,
+    Slots,
+    aexecute,
+    execute,
+    validate_slots,
+)
 from .store import (
     Fetched,
     Outcome,
@@ -146,24 +153,6 @@ LAST_RESORT_GRACE = 5.0
 
 def _go_on() -> None:
     """The loop's next turn comes at once."""
-
-
-def _end_forked_child(error: BaseException | None) -> NoReturn:
-    """End a process forked by a task that came back into the worker's code.
-
-    It exits as the child of a plain program would (the ``sys.exit`` code, 1 after an
-    exception), without running the worker's clean-up, which belongs to its parent.
-    """
-    if isinstance(error, SystemExit):
-        code = error.code if isinstance(error.code, int) else int(error.code is not None)
-    else:
-        code = 0 if error is None else 1
-        if error is not None:
-            traceback.print_exception(error)
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
 
 
 def validate_queues(queues: Sequence[str]) -> list[str]:
@@ -251,7 +240,7 @@ class Worker:
         self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
         self._pools: list[Pool] = [
             self._threads,
-            LoopSlots(async_tasks, self._aexecute, self._waker.wake),
+            LoopSlots(async_tasks, aexecute, self._waker.wake),
         ]
         # A task whose worker died running it ALONE_AFTER times runs alone: no other task
         # is taken until it ends, and it starts once the others have ended.
@@ -458,12 +447,12 @@ class Worker:
                 return _go_on
             self._connected()
             if fetched.payload is None:
-                if not take or fetched.wait_ms == 0:
+                if not take or fetched.next_ms == 0:
                     return _go_on
                 if self.burst:
                     return self._pause(pause) if self._busy else None
                 self._loop_wakes_at = time.monotonic() + pause
-                return functools.partial(self._idle, fetched.wait_ms, pause)
+                return functools.partial(self._idle, fetched.next_ms, pause)
         except REDIS_DOWN as error:
             conveyor.lost()
             return functools.partial(self._disconnected, error)
@@ -691,11 +680,11 @@ class Worker:
                     wait = self._pause(min(pause, self.heartbeat_interval))
             wait()
 
-    def _idle(self, wait_ms: int, pause: float) -> None:
+    def _idle(self, next_ms: int, pause: float) -> None:
         """Wait for a wake-up message, the next due time, a signal, a finished task, or
         one interval (at most ``pause``, when the next time limit is due)."""
         timeout = min(self.heartbeat_interval, pause)
-        self._waker.wait(self.client, timeout if wait_ms < 0 else min(wait_ms / 1000, timeout))
+        self._waker.wait(self.client, timeout if next_ms < 0 else min(next_ms / 1000, timeout))
 
     # -- running one task ---------------------------------------------------------------
 
@@ -727,77 +716,8 @@ class Worker:
         return execution if self._submit(execution, here) else None
 
     def _execute(self, execution: Execution) -> Outcome:
-        """Run a sync task's execution to its outcome, in its slot's thread."""
-        assert execution.job is not None
-
-        def call(job: Job) -> Any:
-            execution.task_id = job.message.id
-            execution.called = True
-            if not execution.begin(job):
-                raise Abandoned
-            try:
-                value = self._call(job)
-            except BaseException:
-                if not execution.end_code():  # settled already: nothing more to say
-                    raise Abandoned from None
-                raise
-            if not execution.end_code():
-                raise Abandoned
-            return value
-
-        # In the main thread, when it called run(), a KeyboardInterrupt is Ctrl-C (outside
-        # rc_worker, whose signal handlers only set a flag, and whose slots are never the
-        # main thread): it stops the worker, which puts the task back.
-        caller = threading.current_thread() is threading.main_thread()
-        return run_job(
-            execution.job,
-            execution.delivery,
-            call=call,
-            propagate=(KeyboardInterrupt,) if caller else (),
-        )
-
-    async def _aexecute(self, execution: Execution) -> Outcome:
-        """Run an ``async def`` task's execution to its outcome, on the event loop."""
-        assert execution.job is not None
-
-        async def call(job: Job) -> Any:
-            execution.task_id = job.message.id
-            execution.called = True
-            if not execution.begin(job):
-                raise Abandoned
-            try:
-                value = await job.acall()
-            except asyncio.CancelledError:
-                if not execution.end_code() or execution.cancelled_by is Abandoned:
-                    raise Abandoned from None  # settled already, or the loop closes
-                if execution.cancelled_by is SoftTimeLimitExceeded:
-                    raise SoftTimeLimitExceeded("the task ran past its soft time limit") from None
-                raise  # not ours (an awaited task that something else cancelled): a failure
-            except BaseException:
-                if not execution.end_code():
-                    raise Abandoned from None
-                raise
-            if not execution.end_code():
-                raise Abandoned
-            return value
-
-        return await arun_job(execution.job, execution.delivery, call=call)
-
-    def _call(self, job: Job) -> Any:
-        """Run the task's code; a process the task forked ends here, whatever happened.
-
-        A forked child that returns (or raises, ``sys.exit`` included) into this code
-        would otherwise go on as a second worker with this worker's id.
-        """
-        try:
-            value = job.call()
-        except BaseException as error:
-            if os.getpid() != self._pid:
-                _end_forked_child(error)
-            raise
-        if os.getpid() != self._pid:
-            _end_forked_child(None)
-        return value
+        """Run a sync task in its slot's thread, in this process (see slots.execute)."""
+        return execute(execution, self._pid)
 
     # -- registration, termination -------------------------------------------------------
 

@@ -50,7 +50,11 @@ def manager(django_user_model: Any) -> Client:
 
 def dead_letter(r: redis.Redis, label: str, error: str = "ValueError: boom") -> TaskMessage:
     message = TaskMessage(
-        new_task_id("test", label), "tests.testapp.tasks.record", "test", [label], {}
+        id=new_task_id("test", label),
+        task="tests.testapp.tasks.record",
+        queue="test",
+        args=[label],
+        kwargs={},
     )
     entry = dead_entry(message.encode(), "test", "failed 3 times", error, f"Traceback of {label}")
     r.rpush(dead_key("test"), entry)
@@ -388,7 +392,9 @@ def test_list_pages_show_a_glimpse_of_long_arguments_and_the_tasks_page_all(
     long = "é" + "x" * 1_100_000
     waiting = [tasks.record.enqueue(long).id for _ in range(3)]
     for i in range(3):
-        message = TaskMessage(f"id{i}", "tests.testapp.tasks.record", "test", [long], {})
+        message = TaskMessage(
+            id=f"id{i}", task="tests.testapp.tasks.record", queue="test", args=[long], kwargs={}
+        )
         r.rpush(dead_key("test"), dead_entry(message.encode(), "test", "failed", "E", "T" * 9000))
     for state in ("ready", "dead"):
         before = output_bytes(r)

@@ -45,7 +45,13 @@ def test_a_dead_task_requeued_from_the_page_runs(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.wait import WebDriverWait
 
-    message = TaskMessage("deadbeef01", "tests.testapp.tasks.record", "test", ["revived"], {})
+    message = TaskMessage(
+        id="deadbeef01",
+        task="tests.testapp.tasks.record",
+        queue="test",
+        args=["revived"],
+        kwargs={},
+    )
     r.rpush(dead_key("test"), dead_entry(message.encode(), "test", "failed", "ValueError", "tb"))
     worker = start_worker("test")
     browser.get(f"{site}/admin/")
@@ -84,7 +90,9 @@ def test_the_overview_refreshes_itself(site: str, browser: Any) -> None:
 
 def bury(r: redis.Redis, value: str) -> None:
     """A dead letter whose task's argument and error message both hold ``value``."""
-    message = TaskMessage("deadbeef02", "tests.testapp.tasks.record", "test", [value], {})
+    message = TaskMessage(
+        id="deadbeef02", task="tests.testapp.tasks.record", queue="test", args=[value], kwargs={}
+    )
     error = f"ValueError: {value}"
     r.rpush(dead_key("test"), dead_entry(message.encode(), "test", "failed", error, "tb"))
 

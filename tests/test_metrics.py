@@ -12,7 +12,7 @@ import redis
 from django.test import Client, override_settings
 
 from redis_components import RedisLock, RedisSemaphore, metrics, redis_lock
-from redis_components.tasks.messages import TaskMessage, new_task_id
+from redis_components.tasks.messages import TaskMessage, random_id
 from redis_components.tasks.status import queue_names
 from redis_components.tasks.store import TaskStore
 from redis_components.tasks.worker import Worker
@@ -191,7 +191,15 @@ def test_redis_down_is_a_503(client: Client) -> None:
 
 def test_a_scrape_forgets_the_queues_nobody_uses_any_more(client: Client) -> None:
     def send(queue: str) -> None:
-        message = TaskMessage(new_task_id(), "tests.testapp.tasks.record", queue, [], {}, 0, None)
+        message = TaskMessage(
+            id=random_id(),
+            task="tests.testapp.tasks.record",
+            queue=queue,
+            args=[],
+            kwargs={},
+            priority=0,
+            backend=None,
+        )
         TaskStore().enqueue(message, message.encode())
 
     idle = [f"old-{number}" for number in range(200)]

@@ -31,7 +31,7 @@ def run(*args: str) -> str:
 
 def bury(r: redis.Redis, queue: str, label: str) -> None:
     payload = TaskMessage(
-        label, "tests.testapp.tasks.record", queue, [label], {}, retries=3
+        id=label, task="tests.testapp.tasks.record", queue=queue, args=[label], kwargs={}, retries=3
     ).encode()
     r.rpush(dead_key(queue), json.dumps({"task": payload, "queue": queue, "reason": "failed"}))
 

@@ -191,7 +191,11 @@ def test_the_worker_survives_a_redis_restart(
         def enqueue(label: str) -> None:
             # The session's CACHES point at the other server: push the task directly.
             message = TaskMessage(
-                label.encode().hex(), "tests.testapp.tasks.record", "test", [label], {}
+                id=label.encode().hex(),
+                task="tests.testapp.tasks.record",
+                queue="test",
+                args=[label],
+                kwargs={},
             )
             # (On a single server every queue's home is the registry's.)
             push.zadd(ready_key("test", registry()), {message.encode(): 1})

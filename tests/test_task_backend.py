@@ -538,7 +538,9 @@ def job_of(task: Any) -> Any:
     from redis_components.tasks.jobs import job_for
     from redis_components.tasks.messages import TaskMessage
 
-    message = TaskMessage("f" * 32, task.module_path, "test", [], {}, backend="default")
+    message = TaskMessage(
+        id="f" * 32, task=task.module_path, queue="test", args=[], kwargs={}, backend="default"
+    )
     return job_for(message, "w.1.1.abc", 0)
 
 

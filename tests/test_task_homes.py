@@ -307,10 +307,10 @@ def test_a_home_whose_take_said_call_again_at_once_is_not_left_out() -> None:
     call again at once: that home is not empty, and no wake-up would say it has tasks."""
     store = listening([])
     [first, *_] = runs(WORKER, QUEUES)
-    nothing = Fetched(payload=None, position=0, wait_ms=0, recorded=False, now_ms=1)
+    nothing = Fetched(payload=None, position=0, next_ms=0, recorded=False, now_ms=1)
     store._found(first, "take", nothing)
     assert store._open_run() == first
-    store._found(first, "take", dataclasses.replace(nothing, wait_ms=-1))
+    store._found(first, "take", dataclasses.replace(nothing, next_ms=-1))
     assert store._open_run() != first
 
 
@@ -325,7 +325,7 @@ def test_a_take_that_leaves_out_every_home_never_says_look_again_now(
     fetched = store.take()
     assert scripts_run() == before  # each left out
     assert (fetched.payload, fetched.position) == (None, 0)
-    assert 0 < fetched.wait_ms <= 5_000  # until a home is looked in again
+    assert 0 < fetched.next_ms <= 5_000  # until a home is looked in again
 
 
 def succeeded(task_id: str) -> bool:

@@ -11,7 +11,7 @@ from redis_components.exceptions import InvalidInput, TaskSerializationError
 from redis_components.tasks.messages import (
     MalformedTask,
     TaskMessage,
-    new_task_id,
+    random_id,
     task_id_of,
     validate_priority,
 )
@@ -20,17 +20,21 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 
 def test_the_payload_starts_with_id_and_priority_and_ends_with_the_retries() -> None:
-    message = TaskMessage("ab12", "t", "q", [1], {"k": "é"}, priority=-5, backend="default")
+    message = TaskMessage(
+        id="ab12", task="t", queue="q", args=[1], kwargs={"k": "é"}, priority=-5, backend="default"
+    )
     payload = message.encode()
     assert payload.startswith('{"id":"ab12","priority":-5,')
     assert payload.endswith(',"backend":"default","retries":0}')
     assert "é" in payload  # not escaped: payloads are UTF-8
     assert TaskMessage.decode(payload) == message
-    crashed = TaskMessage("ab12", "t", "q", [], {}, crashes=2)
+    crashed = TaskMessage(id="ab12", task="t", queue="q", args=[], kwargs={}, crashes=2)
     assert crashed.encode().endswith('"retries":0,"crashes":2}')
     assert TaskMessage.decode(crashed.encode()) == crashed
     # The enqueue script writes the enqueue time just before the retries.
-    dated = TaskMessage("ab12", "t", "q", [], {}, enqueued_at=1_700_000_000_123, retries=1)
+    dated = TaskMessage(
+        id="ab12", task="t", queue="q", args=[], kwargs={}, enqueued_at=1_700_000_000_123, retries=1
+    )
     assert dated.encode().endswith(',"enqueued_at":1700000000123,"retries":1}')
     assert TaskMessage.decode(dated.encode()) == dated
 
@@ -39,7 +43,7 @@ def new_message(
     task: str, queue: str, args: Any, kwargs: dict[str, Any]
 ) -> tuple[TaskMessage, str]:
     """A new task's message and its payload (what an enqueue writes)."""
-    message = TaskMessage(new_task_id(), task, queue, list(args), kwargs)
+    message = TaskMessage(id=random_id(), task=task, queue=queue, args=list(args), kwargs=kwargs)
     return message, message.encode()
 
 

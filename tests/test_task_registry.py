@@ -42,11 +42,11 @@ def test_enqueue_puts_a_json_task_on_its_queue_and_returns_its_result(r: redis.R
     # The enqueue script adds its time to the payload (for the worker).
     enqueued_ms = round(result.enqueued_at.timestamp() * 1000)
     assert waiting.message == TaskMessage(
-        result.id,
-        "tests.testapp.tasks.record",
-        "test",
-        ["one"],
-        {"pause": 0},
+        id=result.id,
+        task="tests.testapp.tasks.record",
+        queue="test",
+        args=["one"],
+        kwargs={"pause": 0},
         enqueued_at=enqueued_ms,
     )
     assert isinstance(result, TaskResult)
@@ -277,7 +277,7 @@ def test_defer_outside_a_worker_raises_lock_not_acquired() -> None:
 
 
 def test_defer_inside_a_worker_marks_the_running_task() -> None:
-    running_task, token = running(TaskMessage("id", "t", "q", [], {}))
+    running_task, token = running(TaskMessage(id="id", task="t", queue="q", args=[], kwargs={}))
     try:
         assert defer(5)(Busy(("a",), 1.0)) is None
         assert running_task.deferred_for == 5

@@ -52,7 +52,9 @@ def test_a_due_time_past_year_9999_is_read_and_shown_not_a_server_error(
     r: redis.Redis, admin_client: Any
 ) -> None:
     # As an older release could store it: a delayed task due in year 10000 or later.
-    message = TaskMessage("ab12", "tests.testapp.tasks.record", "test", ["far"], {})
+    message = TaskMessage(
+        id="ab12", task="tests.testapp.tasks.record", queue="test", args=["far"], kwargs={}
+    )
     r.zadd(delayed_key("test"), {message.encode(): 253_402_300_800_000})
     total, [delayed] = waiting_tasks("test", "delayed")
     assert (total, delayed.message, delayed.due, delayed.due_ms) == (
@@ -69,7 +71,9 @@ def test_a_due_time_past_year_9999_is_read_and_shown_not_a_server_error(
 def test_dead_letters_are_paged_newest_first_and_acted_on_one_by_one(r: redis.Redis) -> None:
     entries = []
     for i in range(5):
-        message = TaskMessage(f"ab{i}", "tests.testapp.tasks.record", "test", [f"d{i}"], {})
+        message = TaskMessage(
+            id=f"ab{i}", task="tests.testapp.tasks.record", queue="test", args=[f"d{i}"], kwargs={}
+        )
         entry = json.dumps({"task": message.encode(), "reason": "failed"}).encode()
         r.rpush(dead_key("test"), entry)
         entries.append(entry)

@@ -19,7 +19,7 @@ from redis_components.connection import get_client, is_cluster
 from redis_components.exceptions import InvalidInput, TaskNotCancellable, TaskNotDurable
 from redis_components.scripts import load
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.messages import FlowStep, TaskMessage, new_task_id
+from redis_components.tasks.messages import FlowStep, TaskMessage, random_id
 from redis_components.tasks.status import queue_stats
 from redis_components.tasks.store import (
     BAND,
@@ -89,7 +89,7 @@ def test_keys_share_one_hash_tag_on_one_server_and_one_per_queue_on_a_cluster() 
         assert home("a:b") != home("x")
         assert re.fullmatch(r"rc:queue:\{tasks:[0-9a-f]{4}\}:", home("x"))
         assert delayed_key("x") == f"{home('x')}delayed:x"
-        assert result_key(layout.new_task_id("x")).startswith(home("x"))
+        assert result_key(layout.random_id("x")).startswith(home("x"))
         assert result_key("ab").startswith("rc:queue:{tasks}:")  # (an id of none of ours)
     # Without a choice: one home per queue on a cluster only.
     assert (home("x") != home("a:b")) == is_cluster(get_client())
@@ -118,11 +118,44 @@ return {queue_id(ARGV[1]) or false, queue_rank(ARGV[1]), queue_stamp(ARGV[1], AR
 @pytest.mark.parametrize(
     "message",
     [
-        TaskMessage(new_task_id(), "t", "q", [], {}),
-        TaskMessage(new_task_id(), "a.b", "email", [1, "x", None], {"k": [{}]}, priority=-100),
-        TaskMessage(new_task_id(), "t", "q", ["é\u2028"], {}, priority=100, backend="other"),
-        TaskMessage(new_task_id(), "t", "q", [], {}, 7, flow=FlowStep("f" * 32, 2, (), 3)),
-        TaskMessage(new_task_id(), "t", "q", [], {}, -3, scheduled_for=5, retries=2, crashes=1),
+        TaskMessage(id=random_id(), task="t", queue="q", args=[], kwargs={}),
+        TaskMessage(
+            id=random_id(),
+            task="a.b",
+            queue="email",
+            args=[1, "x", None],
+            kwargs={"k": [{}]},
+            priority=-100,
+        ),
+        TaskMessage(
+            id=random_id(),
+            task="t",
+            queue="q",
+            args=["é\u2028"],
+            kwargs={},
+            priority=100,
+            backend="other",
+        ),
+        TaskMessage(
+            id=random_id(),
+            task="t",
+            queue="q",
+            args=[],
+            kwargs={},
+            priority=7,
+            flow=FlowStep(workflow="f" * 32, step=2, kids=(), input=3),
+        ),
+        TaskMessage(
+            id=random_id(),
+            task="t",
+            queue="q",
+            args=[],
+            kwargs={},
+            priority=-3,
+            scheduled_for=5,
+            retries=2,
+            crashes=1,
+        ),
     ],
     ids=["plain", "lowest", "highest", "step", "retried"],
 )
@@ -295,7 +328,14 @@ def test_requeue_dead_gives_fresh_retries_and_leaves_what_is_not_a_task(
 ) -> None:
     result = tasks.record.enqueue("x")
     r.delete(ready_key("test"))
-    tired = TaskMessage(result.id, "tests.testapp.tasks.record", "test", ["x"], {}, retries=3)
+    tired = TaskMessage(
+        id=result.id,
+        task="tests.testapp.tasks.record",
+        queue="test",
+        args=["x"],
+        kwargs={},
+        retries=3,
+    )
     r.hset(result_key(result.id), "status", "FAILED")
     r.rpush(dead_key("test"), json.dumps({"task": tired.encode(), "reason": "failed"}))
     r.rpush(dead_key("test"), json.dumps({"task": "undecodable", "reason": "undecodable"}))
@@ -303,7 +343,7 @@ def test_requeue_dead_gives_fresh_retries_and_leaves_what_is_not_a_task(
     assert TaskStore().requeue_dead("test") == (1, 2)
     [raw] = r.zrange(ready_key("test"), 0, -1)
     assert TaskMessage.decode(raw) == TaskMessage(
-        result.id, "tests.testapp.tasks.record", "test", ["x"], {}
+        id=result.id, task="tests.testapp.tasks.record", queue="test", args=["x"], kwargs={}
     )
     assert r.llen(dead_key("test")) == 2
     assert get_result(result.id).status is TaskResultStatus.READY
@@ -450,7 +490,7 @@ def header_numbers(script: str, section: str) -> list[int]:
 
 
 def _message(n: int) -> TaskMessage:
-    return TaskMessage(f"{n:032x}", "t", f"q{n}", [n], {}, priority=n)
+    return TaskMessage(id=f"{n:032x}", task="t", queue=f"q{n}", args=[n], kwargs={}, priority=n)
 
 
 def _outcome() -> Outcome:
@@ -482,7 +522,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
     "queue_put_back": lambda n: put_back_call(
         worker_id="w",
         queue="q",
-        held=Fetched(payload=b"{}", position=1, wait_ms=0, recorded=True, now_ms=1),
+        held=Fetched(payload=b"{}", position=1, next_ms=0, recorded=True, now_ms=1),
         task_id="ab",
     ),
     "queue_heartbeat": lambda n: heartbeat_call(
@@ -613,7 +653,10 @@ def test_move_due_moves_what_is_due_by_priority_and_says_when_the_next_is(
 ) -> None:
     keys = [f"{LIB}counter", f"{LIB}ready:q", f"{LIB}delayed:q", f"{LIB}t", f"{LIB}d"]
     due = [(0, 100), (5, 200), (0, 300)]  # (priority, due at)
-    messages = [TaskMessage(new_task_id(), "t", "q", [i], {}, p) for i, (p, _) in enumerate(due)]
+    messages = [
+        TaskMessage(id=random_id(), task="t", queue="q", args=[i], kwargs={}, priority=p)
+        for i, (p, _) in enumerate(due)
+    ]
     r.zadd(keys[2], {m.encode(): at for m, (_, at) in zip(messages, due, strict=True)})
     assert MOVE_LIBRARY(r, keys, [250], raw=True) == [50, [keys[1].encode()]]
     assert [TaskMessage.decode(p).args[0] for p in r.zrange(keys[1], 0, -1)] == [1, 0]
@@ -640,10 +683,12 @@ return {payload, position, score, wait, started and 1 or 0}
 def test_take_next_takes_from_the_first_queue_with_a_task(r: redis.Redis) -> None:
     kinds = ("ready", "delayed", "taken", "dead")
     keys = [f"{LIB}run", *(f"{LIB}{kind}:{lane}" for lane in "ab" for kind in kinds)]
-    first, second = (TaskMessage(new_task_id(), "t", "b", [], {}) for _ in range(2))
+    first, second = (
+        TaskMessage(id=random_id(), task="t", queue="b", args=[], kwargs={}) for _ in range(2)
+    )
     one, two = first.encode().encode(), second.encode().encode()
     r.zadd(keys[5], {one: 10, two: 20})
-    held = TaskMessage(new_task_id(), "t", "a", [], {}).encode().encode()
+    held = TaskMessage(id=random_id(), task="t", queue="a", args=[], kwargs={}).encode().encode()
     r.zadd(keys[3], {held: -7})
     # The task held ahead is in another lane: its start is the caller's.
     assert TAKE_LIBRARY(r, keys, [1000, "ahead", held], raw=True) == [one, 2, b"10", -1, 0]
@@ -672,7 +717,7 @@ return record_outcome(o, 5, KEYS[1], KEYS[2], KEYS[3], KEYS[4], '{lib}:', false,
 
 
 def test_record_outcome_records_only_the_attempt_it_is_of(r: redis.Redis) -> None:
-    message = TaskMessage(new_task_id(), "t", "q", [], {})
+    message = TaskMessage(id=random_id(), task="t", queue="q", args=[], kwargs={})
     payload = message.encode().encode()
     keys = [f"{LIB}{name}" for name in ("run", "result", "stats", "totals", "r", "d", "t", "l")]
     r.zadd(keys[6], {payload: 1})

@@ -21,7 +21,7 @@ from redis_components.connection import OneConnection
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
-from redis_components.tasks.messages import TaskMessage, new_task_id, task_id_of
+from redis_components.tasks.messages import TaskMessage, random_id, task_id_of
 from redis_components.tasks.status import (
     dead_letters,
     queue_stats,
@@ -187,7 +187,7 @@ def test_retry_exception_reschedules_without_dead_letter(r: redis.Redis) -> None
 def test_unknown_tasks_are_dead_lettered_and_the_worker_goes_on(
     redis_mode: str, r: redis.Redis
 ) -> None:
-    stranger = TaskMessage("ab1", "nobody.knows", "test", [], {}).encode()
+    stranger = TaskMessage(id="ab1", task="nobody.knows", queue="test", args=[], kwargs={}).encode()
     r.zadd(ready_key("test"), {stranger: 1})
     tasks.record.enqueue("after")
     assert Worker(["test"], burst=True).run() == 1
@@ -652,7 +652,9 @@ def queued_by_hand(
 ) -> str:
     """Enqueue a task past the checks of ``enqueue``, as an older release or a hand may
     have: its id."""
-    message = TaskMessage(new_task_id(), task, "test", args, kwargs, backend=backend)
+    message = TaskMessage(
+        id=random_id(), task=task, queue="test", args=args, kwargs=kwargs, backend=backend
+    )
     TaskStore().enqueue(message, message.encode())
     return message.id
 

@@ -241,13 +241,13 @@ class RedisTaskBackend(QueueBackend):
                 f"the arguments of task {name!r} cannot be JSON: {error}"
             ) from None
         message = TaskMessage(
-            result.id,
-            name,
-            task.queue_name,
-            list(result.args),
-            dict(result.kwargs),
-            _priority(task),
-            None if registered else task.backend,
+            id=result.id,
+            task=name,
+            queue=task.queue_name,
+            args=list(result.args),
+            kwargs=dict(result.kwargs),
+            priority=_priority(task),
+            backend=None if registered else task.backend,
             limits=fill_limits(
                 task.limits, name, task.func, args, kwargs, task.takes_context + piped
             )

@@ -34,7 +34,7 @@ from ..deprecation import deprecated
 from ..exceptions import InvalidInput, InvalidTaskArguments
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .limits import Limit, fill_key
-from .messages import TaskMessage, new_task_id
+from .messages import TaskMessage, random_id
 from .store import Due, TaskStore, due_at
 from .workflow_records import Barrier, PlannedStep, Workflow, record_fields
 
@@ -426,7 +426,14 @@ class _Plan:
             number = len(self.steps) + len(self.barriers) + 1
             templates = {kid.template for kid in kids} - {None}
             template = templates.pop() if len(templates) == 1 else None
-            self.barriers.append(Barrier(number, parents, [kid.number for kid in kids], template))
+            self.barriers.append(
+                Barrier(
+                    number=number,
+                    parents=parents,
+                    kids=[kid.number for kid in kids],
+                    template=template,
+                )
+            )
             moved = {kid.number for kid in kids}
             for parent in parents:
                 step = self.steps[parent - 1]
@@ -454,7 +461,13 @@ class _Plan:
             # (Its id names its queue's home, where it runs: on one server, the
             # workflow's; on a cluster its outcome is carried there, see lib/flow.lua.)
             self.steps.append(
-                PlannedStep(number, message, parents, given, allow_failure=node.allow_failure)
+                PlannedStep(
+                    number=number,
+                    message=message,
+                    parents=parents,
+                    template=given,
+                    allow_failure=node.allow_failure,
+                )
             )
             for parent in parents:
                 self.steps[parent - 1].kids.append(number)
@@ -479,7 +492,7 @@ def enqueue_workflow(node: Node) -> Workflow:
     plan = _Plan()
     result, _ = plan.add(_node(node, "workflow"), (), None)
     plan.link()
-    workflow_id = new_task_id()
+    workflow_id = random_id()
     fields, roots = record_fields(plan.steps, plan.barriers, workflow_id, result)
     tasks = TaskStore()
     try:

@@ -51,7 +51,7 @@ class MalformedTask(ValueError):
     """A payload that is not a task this version can read; the message says why."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FlowStep:
     """Where a task stands in a workflow: the workflow's id, its step's number, the task
     id and queue of each step after it (in the order the workflow lists them), and
@@ -85,10 +85,11 @@ class FlowStep:
             raise MalformedTask(
                 "not a task: its 'flow' must be [workflow, step, [[id, queue]], input?]"
             )
-        return cls(value[0], value[1], tuple((kid[0], kid[1]) for kid in value[2]), *value[3:])
+        kids = tuple((kid[0], kid[1]) for kid in value[2])
+        return cls(workflow=value[0], step=value[1], kids=kids, input=value[3] if value[3:] else 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskMessage:
     """One task as it travels through Redis: which task to run, with what, and its history."""
 
@@ -196,11 +197,11 @@ class TaskMessage:
                 "['r', key, limit, per ms, burst]"
             )
         return cls(
-            data["id"],
-            data["task"],
-            data["queue"],
-            data["args"],
-            data["kwargs"],
+            id=data["id"],
+            task=data["task"],
+            queue=data["queue"],
+            args=data["args"],
+            kwargs=data["kwargs"],
             backend=backend,
             scheduled_for=times["scheduled_for"],
             enqueued_at=times["enqueued_at"],
@@ -268,8 +269,9 @@ def _short(error: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def new_task_id() -> str:
-    """A new task id: 32 random hex digits."""
+def random_id() -> str:
+    """32 random hex digits: a workflow's id. (A task's id names its queue's home:
+    ``store.new_task_id``.)"""
     return os.urandom(16).hex()
 
 

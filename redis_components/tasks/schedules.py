@@ -100,13 +100,13 @@ class Schedule:
         """The task of ``tick``, whose id is the tick's: enqueueing it again is refused
         (see :meth:`TaskStore.claim_ticks`)."""
         message = TaskMessage(
-            new_task_id(self.queue, f"{self.name} {tick}", self.partition_by),
-            self.task,
-            self.queue,
-            list(self.args),
-            dict(self.kwargs),
-            self.priority,
-            self.backend,
+            id=new_task_id(self.queue, f"{self.name} {tick}", self.partition_by),
+            task=self.task,
+            queue=self.queue,
+            args=list(self.args),
+            kwargs=dict(self.kwargs),
+            priority=self.priority,
+            backend=self.backend,
             scheduled_for=tick,
             limits=self.limits,
         )

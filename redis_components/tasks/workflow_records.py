@@ -76,7 +76,7 @@ REFERENCE = re.compile(r"@(\d+)")
 # -- writing: a plan's steps as the workflow's fields ------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PlannedStep:
     """A step of a workflow about to be written (see ``definition._Plan``)."""
 
@@ -89,7 +89,7 @@ class PlannedStep:
     input: int = 0  # or the barrier whose result is its first argument (FlowStep.input)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Barrier:
     """Not a step: it stands between many parents and many children that wait for all of
     them (``chain(group(N), group(M))``), so that the workflow holds N + M links, not
@@ -128,7 +128,7 @@ def record_fields(
             for k in step.kids
             if k <= len(steps)
         )
-        flow = FlowStep(workflow_id, n, kids, step.input)
+        flow = FlowStep(workflow=workflow_id, step=n, kids=kids, input=step.input)
         message = dataclasses.replace(step.message, flow=flow)
         fields += [f"id:{n}", message.id, f"name:{n}", message.task, f"q:{n}", message.queue]
         fields += [f"kids:{n}", ",".join(map(str, step.kids))]

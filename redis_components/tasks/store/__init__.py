@@ -18,6 +18,21 @@ but that script's contract (``*_call``; a test checks them against the scripts'
 headers). Nothing else builds a key of the task system or reads a raw reply about it,
 and nothing here knows about workers' loops, Django's API or pages.
 
+Words of placement
+------------------
+* A **home** is where a set of keys lives, one slot of a cluster; its **head** is the
+  prefix its keys start with, ending in its hash tag (``{tasks}:`` on one server).
+* The **registry** is the home of the keys no queue owns.
+* A **partition** is one of a queue's homes, when ``QUEUE_PARTITIONS`` gives it several.
+* The **shared home** is the registry's home when queues have homes of their own: the
+  tasks written before they had are served there.
+* **Stray homes** are the partitions of a count noted by some process that is not the
+  queue's own count (a changed ``QUEUE_PARTITIONS``).
+* A **lane** is one of a worker's queues in one home (its ready, delayed, taken and dead
+  keys), and its **position** is its 1-based number among all the worker's lanes, in
+  priority order (``WorkerStore.queue_at``), as a take's reply gives it.
+* A **run** is a worker's lanes in one home: one script call takes from a run.
+
 Keys
 ----
 Each key belongs to a *home*: a head that ends in a hash tag, so that one script may

@@ -272,7 +272,10 @@ class Outcome:
 class Fetched:
     payload: bytes | None  # the task taken, never decoded
     position: int  # 1-based, among the worker's lanes; -1: the worker is unregistered
-    wait_ms: int  # until the next delayed task is due; 0: more are due; -1: none
+    # When a take may find a task that none is ready for now, in ms: the next delayed
+    # task's due time (a take that moved them), or the first start a limit booked for a
+    # task it set aside. 0: take again now; -1: none is known to come (a wake-up tells).
+    next_ms: int
     recorded: bool  # the outcome sent was recorded (False: the task had been recovered)
     now_ms: int  # the server's time (as the worker reckoned it, or read)
     score: bytes = b"0"  # the task's score (its rank) in its queue

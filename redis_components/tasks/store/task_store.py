@@ -195,7 +195,7 @@ def _fetched(reply: list[Any]) -> Fetched:
     return Fetched(
         payload=payload,
         position=int(position),
-        wait_ms=int(wait),
+        next_ms=int(wait),
         recorded=bool(recorded),
         now_ms=int(now),
         score=score if isinstance(score, bytes) else str(score).encode(),

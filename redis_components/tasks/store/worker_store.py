@@ -367,7 +367,7 @@ class WorkerStore:
         """The reply to :meth:`take_ahead`."""
         reply = self.store.receive_fetch(ahead.call)
         fetched = self._received(reply, ahead.read_at, ahead.run)
-        self._plan_moves(ahead.mode, fetched.wait_ms, ahead.finished)
+        self._plan_moves(ahead.mode, fetched.next_ms, ahead.finished)
         if len(self._runs) > 1:
             self._found(ahead.run, ahead.mode, fetched)
         if ahead.recorded is not None:  # (by a call of its own, which carried it)
@@ -443,7 +443,7 @@ class WorkerStore:
         "take+move" moves the due delayed tasks of every run."""
         if len(self._runs) == 1:  # (one script, as always on a single server)
             fetched = self._fetch(self._runs[0], mode, finished, start)
-            self._plan_moves(mode, fetched.wait_ms, finished)
+            self._plan_moves(mode, fetched.next_ms, finished)
             return fetched
         taken: Fetched | None = None  # the take's reply: a task, or no lease
         last: Fetched | None = None
@@ -466,8 +466,8 @@ class WorkerStore:
             fetched = last = self._fetch(run, then, outcome, begin)
             if outcome is not None:
                 recorded = fetched.recorded
-            if fetched.wait_ms >= 0:
-                waits.append(fetched.wait_ms)
+            if fetched.next_ms >= 0:
+                waits.append(fetched.next_ms)
             if looking and then:
                 self._found(run, then, fetched)
                 if fetched.payload is not None or fetched.position < 0:
@@ -481,8 +481,8 @@ class WorkerStore:
             ends = min((mark.until for mark in marks if mark is not None), default=_now())
             wait = min((w for w in [*waits, math.ceil((ends - _now()) * 1000)] if w > 0), default=1)
             now = self._reckoned()
-            return Fetched(payload=None, position=0, wait_ms=wait, recorded=False, now_ms=now)
-        return dataclasses.replace(reply, recorded=recorded, wait_ms=wait)
+            return Fetched(payload=None, position=0, next_ms=wait, recorded=False, now_ms=now)
+        return dataclasses.replace(reply, recorded=recorded, next_ms=wait)
 
     def _in_turn(self, mode: str) -> list[Run]:
         """The runs in the order a fetch in ``mode`` looks in them: the partitions of
@@ -555,14 +555,14 @@ class WorkerStore:
             self._heard is None
             or fetched.payload is not None
             or fetched.position < 0
-            or fetched.wait_ms == 0
+            or fetched.next_ms == 0
         ):
             self._empty.pop(run.first, None)
             return
         due: float | None = None  # (a "take" reply's wait is a limit's, not a due task's)
         if mode == "take+move":
             # -1: no delayed task is left; a new earliest one wakes the worker.
-            due = fetched.now_ms + fetched.wait_ms if fetched.wait_ms >= 0 else math.inf
+            due = fetched.now_ms + fetched.next_ms if fetched.next_ms >= 0 else math.inf
         self._empty[run.first] = Empty(_now() + EMPTY_FOR, due)
 
     def _fetch(

@@ -3,6 +3,8 @@
 - No import cycle among the package's modules. Every ``import`` counts, wherever it
   stands: inside a function (lazy) and under ``if TYPE_CHECKING:`` too, since a cycle
   that only a lazy import hides is still two modules that cannot be read apart.
+- What a module never needs at run time (``NEVERS``): the task type talks to no Redis
+  and reads no workflow codec; the worker side needs no Django backend module.
 - Nothing under ``tasks/`` imports ``django.http``: HTTP lives in ``admin/`` and views.
 - Under ``tasks/`` only the store speaks the task keys' protocol: no other module runs
   scripts, gets a client of its own, or calls a Redis command method; each asks the
@@ -89,15 +91,35 @@ def tree(name: str) -> ast.Module:
     return ast.parse(modules()[name].read_text(), filename=str(modules()[name]))
 
 
-def imported(name: str) -> Iterator[tuple[str, str | None, int]]:
-    """(module, imported name or None, line) for every import in module ``name``.
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _run_time(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes under ``node`` that may run: ``if TYPE_CHECKING:`` bodies left out."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for other in child.orelse:
+                yield other
+                yield from _run_time(other)
+            continue
+        yield child
+        yield from _run_time(child)
+
+
+def imported(name: str, *, run_time: bool = False) -> Iterator[tuple[str, str | None, int]]:
+    """(module, imported name or None, line) for every import in module ``name``
+    (``run_time``: leaving out those under ``if TYPE_CHECKING:``).
 
     ``from a import b`` is an import of the module ``a.b`` when there is one (as
     import-linter reads it), else of ``b`` from ``a``. Nothing outside the package is
     resolved, only named.
     """
     package = name if is_package(name) else name.rpartition(".")[0]
-    for node in ast.walk(tree(name)):
+    nodes = _run_time(tree(name)) if run_time else ast.walk(tree(name))
+    for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None, node.lineno
@@ -201,6 +223,57 @@ def test_the_task_type_needs_neither_the_backend_nor_workflows() -> None:
     assert not below & {f"{PACKAGE}.tasks.backend", f"{PACKAGE}.tasks.workflows"}
 
 
+def needs(name: str) -> set[str]:
+    """What module ``name`` needs at run time, directly or not: the package's modules
+    and the other top-level packages they import (``if TYPE_CHECKING:`` left out)."""
+    found: set[str] = set()
+    frontier = [name]
+    while frontier:
+        module = frontier.pop()
+        for target, _, _ in imported(module, run_time=True):
+            inside = internal(target)
+            if inside is None:
+                found.add(target.partition(".")[0])
+            elif inside not in found and inside != name:
+                found.add(inside)
+                frontier.append(inside)
+    return found
+
+
+def _closure_of(names: set[str], found: set[str]) -> set[str]:
+    """``names`` and every module of the package under them (a package's submodules)."""
+    return {
+        module for module in found if any(module == n or module.startswith(f"{n}.") for n in names)
+    }
+
+
+# What a module never needs at run time, directly or through what it imports, and why.
+NEVERS = {
+    # The task type (its options, steps, plan and the message a call makes) talks to no
+    # Redis (our exceptions subclass redis-py's, nothing more): a node enqueues through
+    # its backend, as Django's Task.enqueue delegates to get_backend().
+    f"{PACKAGE}.tasks.definition": {
+        f"{PACKAGE}.connection",
+        f"{PACKAGE}.scripts",
+        STORE,
+        f"{PACKAGE}.tasks.workflow_records",
+        f"{PACKAGE}.tasks.backend",
+        f"{PACKAGE}.tasks.workflows",
+    },
+    # The worker side runs a Django task through its backend's alias (QueueBackend),
+    # never through the module of Django's @task backend.
+    **{
+        f"{PACKAGE}.tasks.{side}": {f"{PACKAGE}.tasks.backend"}
+        for side in ("worker", "conveyor", "slots", "execution", "jobs", "lease", "supervisor")
+    },
+}
+
+
+def test_what_a_module_never_needs() -> None:
+    broken = {name: sorted(_closure_of(never, needs(name))) for name, never in NEVERS.items()}
+    assert not any(broken.values()), {name: found for name, found in broken.items() if found}
+
+
 def test_nothing_under_tasks_imports_django_http() -> None:
     found = [
         f"{name}:{line} imports {module}"
@@ -259,7 +332,7 @@ OVER_BUDGET = {
     "module redis_components/files.py": 858,
     "module redis_components/locks.py": 938,
     "module redis_components/messaging.py": 1012,
-    "module redis_components/tasks/store/task_store.py": 1350,
+    "module redis_components/tasks/store/task_store.py": 1348,
     "module redis_components/tasks/worker.py": 792,
     # One property per setting: a namespace, not behaviour.
     "class redis_components/conf.py Settings": 36,

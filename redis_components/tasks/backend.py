@@ -44,6 +44,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast, overload
 
+import redis
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
@@ -65,7 +66,9 @@ from .definition import (
     QueueBackend,
     R,
     RedisTask,
+    as_enqueued,
     bind_arguments,
+    find_django_task,
     own_backend,
 )
 from .framework import (
@@ -76,7 +79,6 @@ from .framework import (
     TaskResultStatus,
     task_enqueued,
 )
-from .framework import TaskError as DjangoTaskError
 from .framework import TaskResultDoesNotExist as DjangoResultDoesNotExist
 from .limits import Limit, validate_limits, validate_partition_key
 from .limits import fill as fill_limits
@@ -84,13 +86,17 @@ from .messages import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
     MAX_TASK_NAME,
+    Barrier,
+    PlannedStep,
     TaskMessage,
+    random_id,
     validate_priority,
     validate_queue,
 )
 from .registry import task_registry, time_limits, validate_retries
-from .results import TaskStatus, django_datetime, django_time
+from .results import django_datetime, django_time, to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
+from .workflow_records import Workflow, record_fields
 
 __all__ = [
     "InvalidTask",
@@ -103,8 +109,6 @@ __all__ = [
     "get_result",
     "redis_task",
 ]
-
-CANCELLED = "redis_components.exceptions.TaskCancelled"
 
 logger = logging.getLogger("redis_components.tasks")
 
@@ -290,6 +294,24 @@ class RedisTaskBackend(QueueBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
+    def write_workflow(
+        self, steps: list[PlannedStep], barriers: list[Barrier], result: str
+    ) -> Workflow:
+        workflow_id = random_id()
+        fields, roots = record_fields(steps, barriers, workflow_id, result)
+        tasks = TaskStore()
+        try:
+            created = tasks.create_workflow(workflow_id, fields, roots)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The reply was lost: the script may have run. Its id is ours (chosen before),
+            # and a read on the server comes after the script: the workflow if it exists.
+            if "status" in tasks.workflow_fields([workflow_id], ["status"])[0]:
+                return Workflow(workflow_id)
+            raise
+        if created is None:  # pragma: no cover
+            raise RuntimeError(f"workflow id {workflow_id} is taken: 128 random bits collided")
+        return Workflow(workflow_id)
+
     def _duplicate(self, result: TaskResult[P, R], task_id: str) -> TaskResult[P, R]:
         """The result of the equal task that made this enqueue of a unique task a duplicate
         (a READY one with its id, if its result expired before its unique window ended)."""
@@ -387,45 +409,6 @@ def task_of(record: results.TaskRecord) -> Task[..., Any]:
         raise ResultDoesNotExist(
             f"the task of result {record.id!r} cannot be found: {error}"
         ) from None
-
-
-def as_enqueued(
-    found: RedisTask[..., Any], priority: int, queue: str, run_after: datetime.datetime | None
-) -> RedisTask[..., Any]:
-    """A registered task with the priority and queue of one enqueue (itself if equal)."""
-    if (found.priority, found.queue_name, run_after) == (priority, queue, None):
-        return found
-    return dataclasses.replace(found, priority=priority, queue_name=queue, run_after=run_after)
-
-
-def to_django(task: Task[..., Any], record: results.TaskRecord) -> TaskResult[..., Any]:
-    """A result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
-    a cancelled task is FAILED, its last error a ``TaskCancelled``)."""
-    errors = [
-        DjangoTaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
-        for error in record.errors
-    ]
-    status = record.status.value
-    if record.status is TaskStatus.CANCELLED:
-        status = "FAILED"
-        errors.append(DjangoTaskError(exception_class_path=CANCELLED, traceback="it was cancelled"))
-    result: TaskResult[..., Any] = TaskResult(
-        task=task,
-        id=record.id,
-        status=TaskResultStatus(status),
-        enqueued_at=django_datetime(record.enqueued_at),
-        started_at=django_datetime(record.started_at),
-        finished_at=django_datetime(record.finished_at),
-        last_attempted_at=django_datetime(record.last_attempted_at),
-        args=record.args,
-        kwargs=record.kwargs,
-        backend=task.backend,
-        errors=errors,
-        worker_ids=record.worker_ids,
-    )
-    if record.status is TaskStatus.SUCCESSFUL:
-        object.__setattr__(result, "_return_value", record.return_value)
-    return result
 
 
 # -- our @redis_task ------------------------------------------------------------------------
@@ -645,10 +628,3 @@ def _priority(task: Task[..., Any]) -> int:
 def _aware(when: datetime.datetime) -> datetime.datetime:
     """``run_after`` as an aware datetime (Django allows naive ones when ``USE_TZ`` is False)."""
     return timezone.make_aware(when) if timezone.is_naive(when) else when
-
-
-def find_django_task(path: str) -> Task[..., Any]:
-    found = import_string(path)
-    if not isinstance(found, Task):
-        raise TypeError(f"{path!r} is not a Django task")
-    return found

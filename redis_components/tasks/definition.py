@@ -2,13 +2,14 @@ r"""What a task is, and what enqueuing it makes: the task type, its steps and th
 
 :class:`RedisTask` is Django's ``Task`` with our options; ``task.s(...)`` makes a
 :class:`Signature`, and :func:`chain` and :func:`group` combine signatures into the graph
-of a workflow, which :func:`enqueue_workflow` plans and writes in one script. Neither
-needs the backend's module: a task reaches its backend as Django's tasks do, through
-its alias (Django's ``task_backends`` for ``settings.TASKS``; :func:`own_backend`, built
-from its dotted path, for our ``@redis_task``'s), and the backends it can run on are
-:class:`QueueBackend`\ s (``backend.RedisTaskBackend``). What a workflow writes and how it
-is read back is ``workflow_records.py``; what Django's ``@task`` and our ``@redis_task``
-add is ``backend.py``.
+of a workflow, which :func:`enqueue_workflow` plans and its backend writes in one
+script. Neither needs the backend's module, the store or the workflow codec (a test
+says so): a task reaches its backend as Django's tasks do, through its alias (Django's
+``task_backends`` for ``settings.TASKS``; :func:`own_backend`, built from its dotted
+path, for our ``@redis_task``'s), and the backends it can run on are
+:class:`QueueBackend`\ s (``backend.RedisTaskBackend``). What a workflow writes and how
+it is read back is ``workflow_records.py``; what Django's ``@task`` and our
+``@redis_task`` add is ``backend.py``.
 """
 
 from __future__ import annotations
@@ -26,17 +27,16 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeAlias
 
 from django.db import transaction
 from django.utils.module_loading import import_string
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import keys
 from ..deprecation import deprecated
 from ..exceptions import InvalidInput, InvalidTaskArguments
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .limits import Limit, fill_key
-from .messages import TaskMessage, random_id
-from .store import Due, TaskStore, due_at
-from .workflow_records import Barrier, PlannedStep, Workflow, record_fields
+from .messages import Barrier, Due, PlannedStep, TaskMessage, due_at
+
+if TYPE_CHECKING:
+    from .workflow_records import Workflow
 
 # The alias of the backend of our @redis_task's tasks: not in settings.TASKS, needs nothing.
 OWN_BACKEND = "redis_components"
@@ -97,6 +97,13 @@ class QueueBackend(BaseTaskBackend):
     @abc.abstractmethod
     def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
         """Write a prepared task to its queue; its result."""
+
+    @abc.abstractmethod
+    def write_workflow(
+        self, steps: list[PlannedStep], barriers: list[Barrier], result: str
+    ) -> Workflow:
+        """Write a planned workflow (``result``: its result's template) and enqueue its
+        first steps, all or nothing; its handle."""
 
 
 @functools.cache
@@ -237,6 +244,23 @@ class RedisTask(_DjangoTask, Generic[P, R]):
         if not isinstance(backend, QueueBackend):
             raise InvalidTask(f"the backend {self.backend!r} is not a RedisTaskBackend")
         return backend
+
+
+def as_enqueued(
+    found: RedisTask[..., Any], priority: int, queue: str, run_after: datetime.datetime | None
+) -> RedisTask[..., Any]:
+    """A registered task with the priority and queue of one enqueue (itself if equal)."""
+    if (found.priority, found.queue_name, run_after) == (priority, queue, None):
+        return found
+    return dataclasses.replace(found, priority=priority, queue_name=queue, run_after=run_after)
+
+
+def find_django_task(path: str) -> Task[..., Any]:
+    """The Django task at the dotted ``path``, or ``ImportError``/``TypeError``."""
+    found = import_string(path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{path!r} is not a Django task")
+    return found
 
 
 def bind_arguments(
@@ -488,21 +512,9 @@ class _Plan:
 
 
 def enqueue_workflow(node: Node) -> Workflow:
-    """Write the workflow of ``node`` and enqueue its first steps, all or nothing."""
+    """Write the workflow of ``node`` and enqueue its first steps, all or nothing: planned
+    here, written by our backend (as Django's ``Task.enqueue`` goes through its own)."""
     plan = _Plan()
     result, _ = plan.add(_node(node, "workflow"), (), None)
     plan.link()
-    workflow_id = random_id()
-    fields, roots = record_fields(plan.steps, plan.barriers, workflow_id, result)
-    tasks = TaskStore()
-    try:
-        created = tasks.create_workflow(workflow_id, fields, roots)
-    except (RedisConnectionError, RedisTimeoutError):
-        # The reply was lost: the script may have run. Its id is ours (chosen before), and
-        # a read on the server comes after the script: return the workflow if it exists.
-        if "status" in tasks.workflow_fields([workflow_id], ["status"])[0]:
-            return Workflow(workflow_id)
-        raise
-    if created is None:  # pragma: no cover
-        raise RuntimeError(f"workflow id {workflow_id} is taken: 128 random bits collided")
-    return Workflow(workflow_id)
+    return own_backend().write_workflow(plan.steps, plan.barriers, result)

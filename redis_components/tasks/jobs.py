@@ -19,8 +19,14 @@ from django.utils import timezone
 
 from ..exceptions import TaskArgumentsMismatch
 from . import results
-from .backend import RedisTaskBackend, as_enqueued, find_django_task, to_django
-from .definition import QueueBackend, RedisTask, bind_arguments, own_backend
+from .definition import (
+    QueueBackend,
+    RedisTask,
+    as_enqueued,
+    bind_arguments,
+    find_django_task,
+    own_backend,
+)
 from .framework import (
     InvalidTask,
     InvalidTaskBackend,
@@ -36,7 +42,7 @@ from .framework import (
 )
 from .messages import TaskMessage, to_json
 from .registry import task_registry
-from .results import TaskStatus, django_time
+from .results import TaskStatus, django_time, to_django
 
 RUNNING = TaskResultStatus("RUNNING")
 ENDED = {
@@ -108,7 +114,7 @@ def _django(path: str, priority: int, queue: str, alias: str) -> Runnable:
         raise CannotRun(
             f"no Tasks backend is configured as {alias!r} in settings.TASKS here"
         ) from None
-    if not isinstance(backend, RedisTaskBackend):
+    if not isinstance(backend, QueueBackend):
         raise CannotRun(f"the Tasks backend {alias!r} is not a RedisTaskBackend here")
     try:
         task = find_django_task(path).using(priority=priority, queue_name=queue, backend=alias)

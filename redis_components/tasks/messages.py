@@ -27,10 +27,11 @@ by schedules, or run again after a deferral or a dead letter's requeue do not ca
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import keys
@@ -87,6 +88,33 @@ class FlowStep:
             )
         kids = tuple((kid[0], kid[1]) for kid in value[2])
         return cls(workflow=value[0], step=value[1], kids=kids, input=value[3] if value[3:] else 0)
+
+
+@dataclass(kw_only=True)
+class PlannedStep:
+    """A step of a workflow about to be written: planned by ``definition._Plan``, written
+    by ``workflow_records.record_fields`` (its :class:`FlowStep` is made then)."""
+
+    number: int
+    message: TaskMessage
+    parents: tuple[int, ...]
+    template: str | None  # its first argument: JSON with "@<step>" for results
+    allow_failure: bool = False
+    kids: list[int] = field(default_factory=list)
+    input: int = 0  # or the barrier whose result is its first argument (FlowStep.input)
+
+
+@dataclass(kw_only=True)
+class Barrier:
+    """Not a step: it stands between many parents and many children that wait for all of
+    them (``chain(group(N), group(M))``), so that the workflow holds N + M links, not
+    N x M, and one copy of the children's input, which each reads when it runs (see
+    lua/lib/flow.lua and FlowStep.input)."""
+
+    number: int  # after every step's
+    parents: tuple[int, ...]
+    kids: list[int]
+    template: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,3 +315,57 @@ def validate_priority(priority: object, field: str = "priority") -> int:
             field, f"must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}"
         )
     return priority
+
+
+# -- when an enqueued task is due -------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Due:
+    """When an enqueued task is due: now (neither given), ``after_ms`` after its enqueue
+    by the Redis server's clock, or at ``at_ms`` (epoch ms)."""
+
+    after_ms: int | None = None
+    at_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.after_ms is not None and self.at_ms is not None:
+            raise ValueError("a task is due after a delay or at a time, not both")
+
+    def argument(self) -> str:
+        """As the enqueue script takes it: "" now, "+<ms>" later, "@<epoch ms>" then."""
+        if self.at_ms is not None:
+            return f"@{self.at_ms}"
+        return "" if self.after_ms is None else f"+{self.after_ms}"
+
+    def run_after_ms(self, enqueued_at_ms: int) -> int | None:
+        """The epoch ms it is due at, given the server's time of the enqueue (None: now)."""
+        if self.at_ms is not None:
+            return self.at_ms
+        return None if self.after_ms is None else enqueued_at_ms + self.after_ms
+
+
+NOW = Due()
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
+
+
+def due_at(when: object, field: str = "when") -> Due:
+    """When a task is due at ``when`` (an aware datetime at most ten years from now, the
+    bound of every duration), or :class:`InvalidInput` naming ``field``."""
+    if not isinstance(when, datetime.datetime):
+        raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
+    if when.utcoffset() is None:
+        raise InvalidInput(field, "must be an aware datetime (with a time zone)")
+    # By this machine's clock: the server's is read only by the script that writes, and
+    # a bound of ten years does not need it. Beyond it, times may not fit a datetime.
+    if when - datetime.datetime.now(datetime.timezone.utc) > MAX_DELAY:
+        raise InvalidInput(
+            field,
+            f"must be at most {keys.MAX_SECONDS:,} seconds (ten years) from now, "
+            f"not {when.isoformat()}",
+        )
+    # Whole milliseconds, rounded up (in integers: floats can round), so that a task
+    # never runs before its time.
+    micros = (when - EPOCH) // datetime.timedelta(microseconds=1)
+    return Due(at_ms=-(-micros // 1000))

@@ -4,7 +4,8 @@ The queue scripts write a task's result hash as its state changes (see ``store/`
 READY when enqueued (and again when it waits for a retry), SUCCESSFUL or FAILED when it
 ends; while a worker runs it, the ``running`` hash says so. This module reads both in
 one round trip, as :class:`TaskRecord`\ s: what the admin pages and ``rc_queues`` show,
-and what ``backend.py`` turns into Django's ``TaskResult`` (the public result type).
+and, as Django's ``TaskResult`` (the public result type, :func:`to_django`), what the
+backend and a running task's context give.
 A result is kept ``TASK_RESULT_TTL`` seconds (a day by default) after its last change,
 then Redis expires it: nothing grows forever.
 """
@@ -14,12 +15,15 @@ from __future__ import annotations
 import datetime
 import json
 import traceback
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
+from .framework import Task, TaskResult, TaskResultStatus
+from .framework import TaskError as DjangoTaskError
 from .store import AttemptError, TaskRecord, TaskStatus, TaskStore
 
 __all__ = [
@@ -35,6 +39,9 @@ __all__ = [
     "get_record",
     "read_records",
 ]
+
+# How a cancelled task reads in Django's results, which have no CANCELLED status.
+CANCELLED = "redis_components.exceptions.TaskCancelled"
 
 MAX_TASK_ID = 100
 # The end of a traceback is kept in a result and a dead letter; the start is in the log.
@@ -83,3 +90,33 @@ def django_datetime(value: datetime.datetime | None) -> datetime.datetime | None
     if value is None or settings.USE_TZ:
         return value
     return timezone.make_naive(value)
+
+
+def to_django(task: Task[..., Any], record: TaskRecord) -> TaskResult[..., Any]:
+    """A result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
+    a cancelled task is FAILED, its last error a ``TaskCancelled``)."""
+    errors = [
+        DjangoTaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
+        for error in record.errors
+    ]
+    status = record.status.value
+    if record.status is TaskStatus.CANCELLED:
+        status = "FAILED"
+        errors.append(DjangoTaskError(exception_class_path=CANCELLED, traceback="it was cancelled"))
+    result: TaskResult[..., Any] = TaskResult(
+        task=task,
+        id=record.id,
+        status=TaskResultStatus(status),
+        enqueued_at=django_datetime(record.enqueued_at),
+        started_at=django_datetime(record.started_at),
+        finished_at=django_datetime(record.finished_at),
+        last_attempted_at=django_datetime(record.last_attempted_at),
+        args=record.args,
+        kwargs=record.kwargs,
+        backend=task.backend,
+        errors=errors,
+        worker_ids=record.worker_ids,
+    )
+    if record.status is TaskStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", record.return_value)
+    return result

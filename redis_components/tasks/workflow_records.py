@@ -17,12 +17,12 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from .. import keys
 from ..exceptions import InvalidInput, WorkflowDoesNotExist, WorkflowNotSuccessful
-from .messages import FlowStep, TaskMessage
+from .messages import Barrier, FlowStep, PlannedStep, TaskMessage
 from .results import django_time
 from .store import TaskStore, rank, ready_key, registry, result_key
 
@@ -74,32 +74,6 @@ REFERENCE = re.compile(r"@(\d+)")
 
 
 # -- writing: a plan's steps as the workflow's fields ------------------------------------
-
-
-@dataclass(kw_only=True)
-class PlannedStep:
-    """A step of a workflow about to be written (see ``definition._Plan``)."""
-
-    number: int
-    message: TaskMessage
-    parents: tuple[int, ...]
-    template: str | None  # its first argument: JSON with "@<step>" for results
-    allow_failure: bool = False
-    kids: list[int] = field(default_factory=list)
-    input: int = 0  # or the barrier whose result is its first argument (FlowStep.input)
-
-
-@dataclass(kw_only=True)
-class Barrier:
-    """Not a step: it stands between many parents and many children that wait for all of
-    them (``chain(group(N), group(M))``), so that the workflow holds N + M links, not
-    N x M, and one copy of the children's input, which each reads when it runs (see
-    lua/lib/flow.lua and FlowStep.input)."""
-
-    number: int  # after every step's
-    parents: tuple[int, ...]
-    kids: list[int]
-    template: str | None
 
 
 ARGS = ',"args":['  # the first one in a payload is its arguments' (see messages.py)

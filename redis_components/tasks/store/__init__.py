@@ -138,6 +138,7 @@ worker, its own included) can neither acknowledge it nor overwrite the new run's
 
 from __future__ import annotations
 
+from ..messages import NOW, Due, due_at
 from .calls import (
     cancel_call,
     claim_call,
@@ -198,12 +199,10 @@ from .layout import (
 )
 from .records import (
     DURATION_BUCKETS,
-    NOW,
     Attempt,
     AttemptError,
     DeadLetter,
     Delivery,
-    Due,
     Enqueued,
     Fetched,
     Glimpse,
@@ -219,7 +218,6 @@ from .records import (
     WaitingTask,
     WorkerInfo,
     dead_entry,
-    due_at,
     duration_bucket,
 )
 from .replies import read_dead_letter

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ... import scripts
 from ...conf import conf
-from ..messages import FlowStep, TaskMessage, flow_of
+from ..messages import NOW, Due, FlowStep, TaskMessage, flow_of
 from .layout import (
     counter_key,
     dead_key,
@@ -45,7 +45,7 @@ from .layout import (
     waiting_key,
     workers_key,
 )
-from .records import NOW, TERMINATE_WAIT_MS, Due, Fetched, Outcome, TickClaim, duration_bucket
+from .records import TERMINATE_WAIT_MS, Fetched, Outcome, TickClaim, duration_bucket
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[str]:

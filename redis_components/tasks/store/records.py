@@ -1,5 +1,5 @@
 """The store's values: what its calls take and return (``TaskStore`` parses them from
-raw replies), and when an enqueued task is due."""
+raw replies). When an enqueued task is due (``Due``) is the message's (``messages.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ... import keys
-from ...exceptions import InvalidInput
 from ..messages import TaskMessage
 
 
@@ -163,57 +161,6 @@ class WaitingTask:
     priority: int = 0
     arguments: str = ""
     whole_size: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Due:
-    """When an enqueued task is due: now (neither given), ``after_ms`` after its enqueue
-    by the Redis server's clock, or at ``at_ms`` (epoch ms)."""
-
-    after_ms: int | None = None
-    at_ms: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.after_ms is not None and self.at_ms is not None:
-            raise ValueError("a task is due after a delay or at a time, not both")
-
-    def argument(self) -> str:
-        """As the enqueue script takes it: "" now, "+<ms>" later, "@<epoch ms>" then."""
-        if self.at_ms is not None:
-            return f"@{self.at_ms}"
-        return "" if self.after_ms is None else f"+{self.after_ms}"
-
-    def run_after_ms(self, enqueued_at_ms: int) -> int | None:
-        """The epoch ms it is due at, given the server's time of the enqueue (None: now)."""
-        if self.at_ms is not None:
-            return self.at_ms
-        return None if self.after_ms is None else enqueued_at_ms + self.after_ms
-
-
-NOW = Due()
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
-
-
-def due_at(when: object, field: str = "when") -> Due:
-    """When a task is due at ``when`` (an aware datetime at most ten years from now, the
-    bound of every duration), or :class:`InvalidInput` naming ``field``."""
-    if not isinstance(when, datetime.datetime):
-        raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
-    if when.utcoffset() is None:
-        raise InvalidInput(field, "must be an aware datetime (with a time zone)")
-    # By this machine's clock: the server's is read only by the script that writes, and
-    # a bound of ten years does not need it. Beyond it, times may not fit a datetime.
-    if when - datetime.datetime.now(datetime.timezone.utc) > MAX_DELAY:
-        raise InvalidInput(
-            field,
-            f"must be at most {keys.MAX_SECONDS:,} seconds (ten years) from now, "
-            f"not {when.isoformat()}",
-        )
-    # Whole milliseconds, rounded up (in integers: floats can round), so that a task
-    # never runs before its time.
-    micros = (when - EPOCH) // datetime.timedelta(microseconds=1)
-    return Due(at_ms=-(-micros // 1000))
 
 
 @dataclass(frozen=True, kw_only=True)

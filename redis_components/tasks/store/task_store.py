@@ -21,7 +21,7 @@ from ... import keys, scripts
 from ...conf import conf, user_settings
 from ...connection import REDIS_DOWN, OneConnection, text
 from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
-from ..messages import MalformedTask, TaskMessage, flow_of, task_id_of, validate_queue
+from ..messages import NOW, Due, MalformedTask, TaskMessage, flow_of, task_id_of, validate_queue
 from . import replies
 from .calls import (
     cancel_call,
@@ -85,10 +85,8 @@ from .layout import (
     workers_key,
 )
 from .records import (
-    NOW,
     Attempt,
     DeadLetter,
-    Due,
     Enqueued,
     Fetched,
     Glimpse,

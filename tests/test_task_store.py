@@ -28,9 +28,14 @@ from redis_components.tasks.store import (
     Attempt,
     Delivery,
     Fetched,
+    Flows,
+    Inspection,
+    Leases,
     Outcome,
+    Queues,
     TaskStore,
     TickClaim,
+    Ticks,
     WorkerStore,
     cancel_call,
     claim_call,
@@ -89,7 +94,7 @@ def test_keys_share_one_hash_tag_on_one_server_and_one_per_queue_on_a_cluster() 
         assert home("a:b") != home("x")
         assert re.fullmatch(r"rc:queue:\{tasks:[0-9a-f]{4}\}:", home("x"))
         assert delayed_key("x") == f"{home('x')}delayed:x"
-        assert result_key(layout.random_id("x")).startswith(home("x"))
+        assert result_key(layout.new_task_id("x")).startswith(home("x"))
         assert result_key("ab").startswith("rc:queue:{tasks}:")  # (an id of none of ours)
     # Without a choice: one home per queue on a cluster only.
     assert (home("x") != home("a:b")) == is_cluster(get_client())
@@ -368,6 +373,21 @@ def test_an_enqueue_that_no_replica_acknowledged_says_so(r: redis.Redis) -> None
     assert "0 of 1 replicas" in str(info.value)
     [payload] = r.zrange(ready_key("test"), 0, -1)
     assert json.loads(payload)["id"] == info.value.task_id  # enqueued all the same
+
+
+def test_each_facet_serves_alone_and_the_store_is_all_of_them() -> None:
+    handle = tasks.record.enqueue("alone")
+    [record] = Inspection().task_records([handle.id])
+    assert record is not None
+    assert record.status.value == "READY"
+    assert Queues().purge("test") == 1
+    assert queue_stats(["test"])[0].ready == 0
+    facets = (Queues, Leases, Inspection, Ticks, Flows)
+    assert all(issubclass(TaskStore, facet) for facet in facets)
+    # One owner per verb: no two facets define the same public method.
+    owned = [name for facet in facets for name in vars(facet) if not name.startswith("_")]
+    assert len(owned) == len(set(owned))
+    assert not [name for name in vars(TaskStore) if not name.startswith("_")]
 
 
 def test_server_warnings_name_eviction_and_no_persistence(r: redis.Redis) -> None:

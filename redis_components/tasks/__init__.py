@@ -10,7 +10,8 @@ task messages (``messages.py``), the result records (``results.py``), the workfl
 registers tasks by name (``registry.py``); a task's rate and concurrency limits are
 ``limits.py``.
 Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
-without polling (``waker.py``), run each (``jobs.py``, ``execution.py``) in a slot, a
+without polling (``waker.py``), record and take through one conveyor (``conveyor.py``),
+run each (``jobs.py``, ``execution.py``) in a slot, a
 thread or the event loop, under its time limits (``slots.py``), keep
 their lease and recover dead workers' tasks (``lease.py``); ``status.py`` reads what
 the queues hold; ``framework.py`` is Django's Tasks framework or its backport.

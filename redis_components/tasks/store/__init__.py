@@ -1,11 +1,13 @@
 """The task store: the one place that sends commands on the task system's keys.
 
-A package of six modules, each read in one sitting: ``layout`` (the keys and a task's
+A package of modules, each read in one sitting: ``layout`` (the keys and a task's
 rank), ``records`` (the values the store takes and returns), ``replies`` (the parsers
-that make them of what Redis answers), ``calls`` (one builder per script),
-``task_store`` (:class:`TaskStore`, which alone sends commands) and ``worker_store``
-(:class:`WorkerStore`, what one worker says of its own tasks). Import from the package:
-the names it exports are its interface.
+that make them of what Redis answers), ``calls`` (one builder per script), ``router``
+(which client serves a home, pipelines over homes, durable writes), a facet per concern
+over the router, which alone send commands (``queues``, ``leases``, ``inspection``,
+``ticks``, ``flows``), ``task_store`` (:class:`TaskStore`: every facet in one) and
+``worker_store`` (:class:`WorkerStore`, what one worker says of its own tasks). Import
+from the package: the names it exports are its interface.
 
 :class:`TaskStore` owns every key, every script call and every parse of a raw reply,
 and returns the task system's types. Both front doors (our ``@redis_task`` and Django's
@@ -56,7 +58,7 @@ first limit's key, or a unique task's arguments). Across homes: enqueue, a worke
 looked in; a run found empty is left out until a wake-up from it is heard), its
 heartbeat (the lease, then each home's copy and its terminate flags, a pipeline per
 node), recovery (a script per home, fenced by the home's copy, the registry's last),
-the readers (a pipeline per node, ``TaskStore._each_home``; a queue's counts and dead
+the readers (a pipeline per node, ``Router._each_home``; a queue's counts and dead
 letters are summed over its homes, ``layout.queue_homes``), and the schedules
 (a tick's task is enqueued in its queue's home, refused when it was already, then the
 tick is claimed in the registry's). A workflow's steps live in their queues' homes,
@@ -155,6 +157,8 @@ from .calls import (
     requeue_dead_call,
     tick_enqueue_call,
 )
+from .flows import Flows
+from .inspection import Inspection, server_warnings
 from .layout import (
     BAND,
     FIRST,
@@ -197,6 +201,8 @@ from .layout import (
     unique_key,
     workers_key,
 )
+from .leases import Leases
+from .queues import Queues, queue_limit
 from .records import (
     DURATION_BUCKETS,
     Attempt,
@@ -221,7 +227,9 @@ from .records import (
     duration_bucket,
 )
 from .replies import read_dead_letter
-from .task_store import TaskStore, cancel, queue_limit, server_warnings
+from .router import Router
+from .task_store import TaskStore, cancel
+from .ticks import Ticks
 from .worker_store import Ahead, WorkerStore
 
 __all__ = [
@@ -237,17 +245,23 @@ __all__ = [
     "Due",
     "Enqueued",
     "Fetched",
+    "Flows",
     "Glimpse",
     "Heartbeat",
+    "Inspection",
+    "Leases",
     "LimitUse",
     "LogLine",
     "Outcome",
     "QueueCounts",
+    "Queues",
+    "Router",
     "RunningEntry",
     "TaskRecord",
     "TaskStatus",
     "TaskStore",
     "TickClaim",
+    "Ticks",
     "WaitingTask",
     "WorkerInfo",
     "WorkerStore",

@@ -18,6 +18,7 @@ from .records import (
     Attempt,
     AttemptError,
     DeadLetter,
+    Fetched,
     TaskRecord,
     TaskStatus,
     WaitingTask,
@@ -323,3 +324,40 @@ def _cut(text: str, cut: bool = True) -> str:
     """``text`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
     "…" when it goes on."""
     return text[:ARGUMENTS_SHOWN] + "…" if cut else text
+
+
+def pairs(reply: list[bytes]) -> dict[bytes, bytes]:
+    """A script's flat list of pairs as a dict."""
+    return dict(zip(reply[::2], reply[1::2], strict=True))
+
+
+def requeueable(entry: bytes) -> TaskMessage | None:
+    try:
+        data = json.loads(entry)
+        message = TaskMessage.decode(data["task"]) if isinstance(data, dict) else None
+    except (MalformedTask, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return message
+
+
+def server_ms(seconds: Any, micros: Any) -> int:
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def ticks(stored: Any) -> dict[str, int]:
+    """Schedules' ticks by name, those that are integers."""
+    ticks = {name: integer(value) for name, value in fields_of(stored).items()}
+    return {name: tick for name, tick in ticks.items() if tick is not None}
+
+
+def fetched(reply: list[Any]) -> Fetched:
+    payload, position, wait, recorded, now, score, read = reply
+    return Fetched(
+        payload=payload,
+        position=int(position),
+        next_ms=int(wait),
+        recorded=bool(recorded),
+        now_ms=int(now),
+        score=score if isinstance(score, bytes) else str(score).encode(),
+        read_ms=int(read),
+    )

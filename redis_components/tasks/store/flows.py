@@ -1,0 +1,215 @@
+"""The flows facet of the task store: a workflow's creation, the carrying of its steps'
+outcomes between homes (outboxes), and its reads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ... import scripts
+from ...conf import conf
+from ...connection import text
+from ...exceptions import TaskNotDurable
+from ..messages import TaskMessage
+from . import replies
+from .calls import (
+    flow_create_call,
+    flow_release_call,
+    flow_settle_call,
+)
+from .layout import (
+    flow_key,
+    flows_done_key,
+    flows_live_key,
+    head_of,
+    homes_of,
+    released_key,
+    settled_elsewhere,
+    settled_key,
+    shared_home,
+    task_home,
+)
+from .router import Router, raw
+
+logger = logging.getLogger("redis_components.tasks")
+
+
+def _read(client: Any, key: str, task_ids: Sequence[str]) -> dict[bytes, bytes]:
+    """The entries of these tasks in the outbox ``key`` (a HASH), those it holds."""
+    values = raw(client, "HMGET", key, *task_ids) if task_ids else []
+    return {i.encode(): v for i, v in zip(task_ids, values, strict=True) if v}
+
+
+class Flows(Router):
+    """Workflows: created, their steps' outcomes carried to them, and read."""
+
+    def create_workflow(
+        self,
+        workflow_id: str,
+        fields: Sequence[scripts.Arg],
+        roots: Sequence[tuple[int, TaskMessage, str]],
+    ) -> int | None:
+        """Write a workflow and enqueue its first steps in one script; the server's time
+        (ms) of the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
+        call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
+        created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
+        if created is None:
+            return None
+        elsewhere = [message.id for _, message, _ in roots if settled_elsewhere(message.id)]
+        # Written to the workflows' outbox: enqueued in their homes now.
+        if elsewhere and self.carry_released(elsewhere) < len(elsewhere) and not problem:
+            problem = (
+                f"Workflow {workflow_id} was enqueued, but some of its first steps did not "
+                "reach enough replicas in time (a worker's heartbeat enqueues them again)"
+            )
+        if problem:
+            raise TaskNotDurable(problem, workflow_id)
+        return int(created)
+
+    def carry_step(self, task_id: str, known: bytes | None = None, *, delete: bool = True) -> int:
+        """Carry the outcome of the workflow's step ``task_id`` from its home's outbox
+        (:meth:`carry_outcomes`; ``known``: its entry, when the caller knows it), if it
+        lives in another home than its workflow (no round trip when it does not); how
+        many entries (0 or 1) it carried."""
+        if not settled_elsewhere(task_id):
+            return 0
+        entries = None if known is None else {task_id.encode(): known}
+        return self.carry_outcomes(task_home(task_id), [task_id], entries, delete=delete)
+
+    def carry_outcomes(
+        self,
+        head: str,
+        task_ids: Sequence[str],
+        entries: dict[bytes, bytes] | None = None,
+        *,
+        delete: bool = True,
+    ) -> int:
+        """Carry the final outcomes of workflows' steps that the home ``head`` holds in
+        its outbox (those of ``task_ids`` that are there, unless the caller knows their
+        ``entries``) to their workflows' home: each is settled there
+        (lua/flow_settle.lua), the steps it releases are enqueued in their homes, and
+        the entries go (unless not ``delete``: then the caller deletes them, see
+        lua/queue_fetch.lua). Any process may carry any entry, as often as it likes:
+        each counts once (see lua/lib/flow.lua). How many entries it carried."""
+        client, key = self.at(head), settled_key(head)
+        if entries is None:
+            entries = _read(client, key, task_ids)
+        for entry in entries.values():
+            self._settle(entry)
+        if delete and entries:
+            raw(client, "HDEL", key, *entries)
+        return len(entries)
+
+    def _settle(self, entry: bytes) -> None:
+        """Settle an entry of a home's outbox in its workflow's home, and enqueue the
+        steps that this releases."""
+        step, workflow, _, state, record = entry.split(b" ", 4)
+        call = flow_settle_call(
+            workflow_id=workflow.decode(), step=int(step), state=state.decode(), record=record
+        )
+        self.carry_released(replies.pairs(self._run(call, raw=True)))
+
+    def outbox_entries(self, queues: Sequence[str]) -> set[tuple[str, str]]:
+        """The entries in the outboxes of ``queues``' homes and in the workflows' outbox,
+        each as (its outbox's key, its task id), read in one pipeline per node."""
+        if shared_home() is None:  # one server: every workflow settles in place
+            return set()
+        keys = [settled_key(head) for head in sorted(homes_of(queues))] + [released_key()]
+        replies = self._each_home([(head_of(key), ("HKEYS", key)) for key in keys])
+        return {(key, text(i)) for key, ids in zip(keys, replies, strict=True) for i in ids}
+
+    def carry_left(self, entries: Iterable[tuple[str, str]]) -> int:
+        """Carry these entries of :meth:`outbox_entries` (left by a process that died,
+        or lost Redis, before it carried them), those that are still there: how many."""
+        by_key: dict[str, list[str]] = {}
+        for key, task_id in entries:
+            by_key.setdefault(key, []).append(task_id)
+        released = by_key.pop(released_key(), [])
+        carried = sum(self.carry_outcomes(head_of(key), ids) for key, ids in by_key.items())
+        return carried + (self.carry_released(released) if released else 0)
+
+    def carry_released(self, entries: Sequence[str] | dict[bytes, bytes]) -> int:
+        """Enqueue in their queues' homes the steps waiting in the workflows' outbox
+        (``entries``: their ids, or the entries read already), each once
+        (lua/flow_release.lua), in one pipeline per node, and take them out of it: with
+        ``QUEUE_WAIT_REPLICAS``, once the replicas have them, as for any enqueue (one
+        ``WAIT`` per node; the steps of a node whose replicas were late stay, for a
+        later carry). How many it carried."""
+        key = released_key()
+        if not isinstance(entries, dict):
+            entries = _read(self.client, key, entries)
+        ids = list(entries)
+        calls = [flow_release_call(task_id=i.decode(), entry=entries[i]) for i in ids]
+        replicas, timeout = conf.QUEUE_WAIT_REPLICAS or 0, conf.QUEUE_WAIT_TIMEOUT
+        carried: list[bytes] = []
+        errors: list[Exception] = []
+        for client, indexes in self._by_client([head_of(call[1][0]) for call in calls]):
+            mine = [calls[i] for i in indexes]
+            if replicas:
+                replies, acknowledged = scripts.run_many_and_wait(client, mine, replicas, timeout)
+            else:
+                replies, acknowledged = scripts.run_many(client, mine), 0
+            late = acknowledged < replicas
+            if late:
+                logger.warning(
+                    "Workflow steps released: %d, but %d of %d replicas acknowledged "
+                    "them within %g s; they stay in the workflows' outbox for now",
+                    *(len(mine), acknowledged, replicas, timeout),
+                )
+            for i, reply in zip(indexes, replies, strict=True):
+                if isinstance(reply, Exception):
+                    errors.append(reply)
+                elif not late:
+                    carried.append(ids[i])
+        if carried:
+            raw(self.client, "HDEL", key, *carried)
+        if errors:  # (after the others are out of the outbox)
+            raise errors[0]
+        return len(carried)
+
+    def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
+        """These fields of a workflow's HASH (those it has), one HMGET per page of them,
+        in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for page in pages:
+            raw(pipe, "HMGET", flow_key(workflow_id), *page)
+        replies = pipe.execute() if pages else []
+        return {
+            name: value
+            for page, values in zip(pages, replies, strict=True)
+            for name, value in zip(page, values, strict=True)
+            if value is not None
+        }
+
+    def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
+        """The result (JSON) of a workflow's step or barrier, as stored (``None`` when it
+        has none, or the workflow is not kept)."""
+        value: bytes | None = raw(self.client, "HGET", flow_key(workflow_id), f"r:{node}")
+        return value
+
+    def workflow_ids(self, limit: int) -> tuple[list[str], list[str]]:
+        """The ids of the oldest ``limit`` live workflows and of the latest ``limit``
+        finished ones still kept."""
+        pipe = self.client.pipeline(transaction=False)
+        raw(pipe, "ZRANGE", flows_live_key(), 0, limit - 1)
+        raw(pipe, "ZREVRANGE", flows_done_key(), 0, limit - 1)
+        live, done = pipe.execute()
+        return [replies.text(i) for i in live], [replies.text(i) for i in done]
+
+    def running_workflow_count(self) -> int:
+        return int(self.client.zcard(flows_live_key()))
+
+    def workflow_fields(
+        self, workflow_ids: Sequence[str], fields: Sequence[str]
+    ) -> list[dict[str, bytes]]:
+        """These ``fields`` of each workflow's HASH (those it has: none for a workflow that
+        is gone), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for workflow_id in workflow_ids:
+            raw(pipe, "HMGET", flow_key(workflow_id), *fields)
+        replies = pipe.execute() if workflow_ids else []
+        return [
+            {name: value for name, value in zip(fields, values, strict=True) if value is not None}
+            for values in replies
+        ]

@@ -1,0 +1,384 @@
+"""The queues facet of the task store: enqueue, the worker's fetches (record, take,
+give back), dead letters put back or deleted, cancel (a workflow's too) and purge, and
+forgetting idle queues and counts of partitions no process notes any more. It builds
+on the flows facet: a cancelled step's outcome is carried to its workflow."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import redis
+from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError
+
+from ... import keys, scripts
+from ...conf import user_settings
+from ...connection import OneConnection, text
+from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
+from ..messages import NOW, Due, MalformedTask, TaskMessage, validate_queue
+from . import replies
+from .calls import (
+    cancel_call,
+    enqueue_call,
+    flow_cancel_call,
+    forget_call,
+    purge_call,
+    requeue_dead_call,
+)
+from .flows import Flows
+from .layout import (
+    count_homes,
+    dead_key,
+    delayed_key,
+    home,
+    limits_waiting_key,
+    own_homes,
+    partitions,
+    partitions_key,
+    queue_homes,
+    queues_key,
+    ready_key,
+    registry,
+    result_key,
+    result_ttl_ms,
+    running_tasks_key,
+    settled_elsewhere,
+    stats_key,
+    task_home,
+    unique_key,
+    waiting_key,
+)
+from .records import (
+    Enqueued,
+    Fetched,
+    LogLine,
+)
+from .router import raw
+
+logger = logging.getLogger("redis_components.tasks")
+
+
+def queue_limit(queue: str) -> int:
+    """The maximum number of waiting tasks of ``queue`` (0: unbounded)."""
+    return _limit(user_settings(), queue)
+
+
+def _limit(options: dict[str, Any], queue: str) -> int:
+    limits = options.get("TASK_QUEUE_LIMITS")
+    return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
+
+
+# A queue with no task finished in this many hours (those the admin pages chart) is idle.
+RECENT_HOURS = 6
+
+
+class Queues(Flows):
+    """Enqueue, fetch, dead letters, cancel, purge and forget: what moves tasks."""
+
+    def enqueue(
+        self,
+        message: TaskMessage,
+        payload: str,
+        due: Due = NOW,
+        *,
+        unique_for: float | None = None,
+    ) -> Enqueued:
+        """Add a task to its queue, to run when it is ``due``.
+
+        Writes its READY result in the same script. With ``unique_for`` (seconds),
+        nothing is added when an equal task (:meth:`TaskMessage.digest`) was enqueued
+        within that time (:attr:`Enqueued.duplicate_of` names it). Raises
+        :class:`QueueFull` when the queue is at its limit, and :class:`TaskNotDurable`
+        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
+        """
+        options = user_settings()
+        limit, shares = _limit(options, message.queue), partitions(message.queue)
+        call = enqueue_call(
+            message=message,
+            payload=payload,
+            due=due,
+            limit=-(-limit // shares),  # (each partition holds its share, rounded up)
+            unique_key=(unique_key(message.digest(), task_home(message.id)) if unique_for else ""),
+            unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
+        )
+        replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
+        reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
+        if int(reply[0]) == 0:
+            raise QueueFull(message.queue, limit, shares)
+        if int(reply[0]) == 2:
+            return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
+        if problem:
+            raise TaskNotDurable(problem, message.id)
+        return Enqueued(at_ms=int(reply[1]))
+
+    def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:
+        """Run a :func:`fetch_call`: record an outcome, start a task held ahead, move due
+        delayed tasks and take a task, in one script.
+
+        A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
+        and the hour; its loop's gives it a
+        :class:`~redis_components.connection.OneConnection`. ``meanwhile``: a
+        :class:`LogLine` to write while the server runs the script (on such a
+        connection), or else after it.
+        """
+        script, script_keys, args = call
+        client = self._on(script_keys)
+        held = isinstance(client, OneConnection)
+        try:
+            reply = script(
+                client, script_keys, args, raw=True, meanwhile=meanwhile if held else None
+            )
+        finally:
+            if meanwhile is not None:
+                meanwhile()  # (written once: again, it writes nothing)
+        return replies.fetched(reply)
+
+    def send_fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> None:
+        """Send a :func:`fetch_call` down the store's
+        :class:`~redis_components.connection.OneConnection` without waiting for its
+        reply, which :meth:`receive_fetch` reads (before any other command on it)."""
+        script, script_keys, args = call
+        client: Any = self._on(script_keys)
+        try:
+            client.send("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+        finally:
+            if meanwhile is not None:
+                meanwhile()
+
+    def receive_fetch(self, call: scripts.Call) -> Fetched:
+        """The reply to :meth:`send_fetch` of ``call`` (run again if the server had
+        forgotten the script: then it had not run)."""
+        client: Any = self._on(call[1])
+        try:
+            reply = client.read(**{NEVER_DECODE: True})
+        except NoScriptError:
+            reply = self._run(call, raw=True)
+        return replies.fetched(reply)
+
+    def put_back_ahead(self, call: scripts.Call) -> bool:
+        """Run a :func:`put_back_call`: whether the task went back to its queue."""
+        return bool(self._run(call))
+
+    def limits_run(self, call: scripts.Call) -> None:
+        """Run a :func:`limits_run_call`."""
+        self._run(call)
+
+    def requeue_dead(self, queue: str, batch: int = 500) -> tuple[int, int]:
+        """Put the dead letters of ``queue`` back on it with fresh retries.
+
+        Returns ``(requeued, left)``: entries whose payload is not a task this version can
+        run are left in the dead-letter list. Each batch moves atomically; an entry removed
+        meanwhile (by another requeue) is skipped, so no task is requeued twice.
+        """
+        validate_queue(queue)
+        moved = left = 0
+        for head in queue_homes(queue):  # each home's dead letters go back there
+            start = 0
+            while True:
+                last = start + batch - 1
+                entries = raw(self.at(head), "LRANGE", dead_key(queue, head), start, last)
+                if not entries:
+                    break
+                found = [(entry, replies.requeueable(entry)) for entry in entries]
+                tasks = [(entry, message) for entry, message in found if message is not None]
+                left += len(entries) - len(tasks)
+                done = self._requeue(queue, tasks, head)
+                moved += done
+                start += len(entries) - done  # what stayed is before the next batch now
+                if tasks and done == 0:  # another process is requeueing the same entries
+                    break
+        return moved, left
+
+    def requeue_dead_entry(self, queue: str, entry: bytes) -> bool:
+        """Put one dead letter back on its queue with fresh retries; False if it is gone or
+        is not a task this app can run."""
+        validate_queue(queue)
+        message = replies.requeueable(entry)
+        if message is None:
+            return False
+        # In its task's home, or (an id that names none of the queue's) in any of them.
+        named = task_home(message.id)
+        heads = sorted(queue_homes(queue), key=lambda head: head != named)
+        return any(self._requeue(queue, [(entry, message)], head) for head in heads)
+
+    def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]], head: str) -> int:
+        """Requeue these dead letters (each with its task) of the home ``head``; how many
+        were moved."""
+        if not tasks:
+            return 0
+        call = requeue_dead_call(queue=queue, entries=tasks, head=head)
+        done, problem = self._run_durable(
+            call, f"{len(tasks)} dead letters of {queue!r} were requeued"
+        )
+        if problem:
+            logger.warning("%s", problem)
+        return int(done)
+
+    def delete_dead_entry(self, queue: str, entry: bytes) -> bool:
+        """Delete one dead letter; False if it was gone."""
+        validate_queue(queue)
+        return any(
+            raw(self.at(head), "LREM", dead_key(queue, head), 1, entry)
+            for head in queue_homes(queue)
+        )
+
+    def cancel(
+        self, task_id: str, *, terminate: bool = False
+    ) -> Literal["cancelled", "terminating"]:
+        """Cancel a task that has not started: it leaves its queue, its result is CANCELLED.
+
+        A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
+        then its worker settles it at its next heartbeat and leaves its thread behind (told
+        to stop; its concurrency permits stay held until its code ends), and
+        ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
+        A cancelled unique task frees its key: an equal task may be enqueued at once.
+        """
+        keys.validate_name(task_id, "task_id", 100)
+        done = self._cancel(task_id, terminate=terminate)
+        if done == 1:
+            return "cancelled"
+        if done == 2:
+            return "terminating"
+        if done == 0:
+            raise TaskNotCancellable(
+                task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
+            )
+        if done == -2:
+            raise TaskNotCancellable(task_id, "it was already cancelled")
+        raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
+
+    def _cancel(self, task_id: str, *, terminate: bool, workflow_cancelled: bool = False) -> int:
+        """lua/queue_cancel.lua's reply for the task ``task_id``; a workflow's step in its
+        queue's home has its outcome carried to its workflow at once."""
+        head = task_home(task_id)
+        pipe = self.at(head).pipeline(transaction=False)
+        raw(pipe, "HMGET", result_key(task_id), "payload", "message", "unique")
+        if settled_elsewhere(task_id):  # a workflow's step waits as this, if it waits
+            raw(pipe, "HGET", waiting_key(head), task_id)
+        fields, *waits = pipe.execute()
+        waiting = waits[0] if waits else None
+        payload = waiting or fields[0] or fields[1]
+        unique = (fields[2] or b"").decode("utf-8", "replace")
+        written = fields[1] or waiting
+        try:
+            message = TaskMessage.decode(written) if written else None
+        except MalformedTask:
+            message = None
+        queue = message.queue if message else None
+        if payload is None or queue is None:
+            raise TaskNotCancellable(
+                task_id, "no such task is kept (unknown, or its result expired)"
+            )
+        call = cancel_call(
+            task_id=task_id,
+            queue=queue,
+            payload=payload,
+            # (only a key of ours)
+            unique=unique if unique.startswith(unique_key("", task_home(task_id))) else "",
+            terminate=terminate,
+            flow=message.flow if message else None,
+            workflow_cancelled=workflow_cancelled,
+        )
+        done = int(self._run(call))
+        if done in (1, -1) and message and message.flow:  # (-1: maybe a gone one's)
+            self.carry_step(task_id)
+        return done
+
+    def purge(self, queue: str) -> int:
+        """Delete the ready, delayed and dead tasks of ``queue``, and those waiting on a
+        concurrency limit (in one script per home); return how many. Tasks in progress are
+        left to finish; results expire by themselves."""
+        validate_queue(queue)
+        return sum(int(self._run(purge_call(queue=queue, head=h))) for h in queue_homes(queue))
+
+    def forget_queues(self, names: Sequence[str]) -> int:
+        """Drop from the known queues those of ``names`` that hold no task or dead letter and
+        finished no task in the last RECENT_HOURS (one script: a task enqueued meanwhile
+        keeps its queue known). Pass only queues no registered worker serves. Returns how
+        many were forgotten."""
+        if not names:
+            return 0
+        hour = int(time.time()) // 3600  # the client's clock: an hour more on each side
+        hours = range(hour - RECENT_HOURS - 1, hour + 2)
+        here = registry()
+        forgotten = 0
+        local = [name for name in names if home(name) == here]
+        if local:
+            forgotten = int(self._run(forget_call(names=local, hours=hours)))
+        # A queue of another home: its name goes if it was idle, and comes back if it is
+        # not idle after that (a task enqueued meanwhile keeps it known, as above).
+        elsewhere = [name for name in names if home(name) != here]
+        idle = [name for name in elsewhere if self._idle(name, hours)]
+        if idle:
+            removed = raw(self.client, "SREM", queues_key(), *idle)
+            back = [name for name in idle if not self._idle(name, hours)]
+            if back:
+                raw(self.client, "SADD", queues_key(), *back)
+            forgotten += max(0, int(removed) - len(back))
+        return forgotten
+
+    def _idle(self, name: str, hours: Iterable[int], heads: Sequence[str] | None = None) -> bool:
+        """Whether queue ``name`` holds no task or dead letter, has no task waiting on a
+        limit and finished none in ``hours``, in any of its homes (see
+        lua/queue_forget.lua); or in the homes ``heads`` only, where no task of any
+        queue runs either."""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for head in queue_homes(name) if heads is None else heads:
+            queue_keys = [ready_key(name, head), delayed_key(name, head), dead_key(name, head)]
+            queue_keys += [stats_key(name, hour, head) for hour in hours]
+            queue_keys += [running_tasks_key(head)] if heads is not None else []
+            commands += [
+                (head, ("EXISTS", *queue_keys)),
+                (head, ("HEXISTS", limits_waiting_key(head), name)),
+            ]
+        return not any(int(found) for found in self._each_home(commands))
+
+    def forget_count(self, queue: str, count: int, noted_before_ms: int) -> bool:
+        """Forget the count ``count`` of partitions noted for ``queue`` (see
+        layout.noted_counts) if no process noted it since ``noted_before_ms`` and the
+        homes of its partitions (but those of the queue's own count) hold none of its
+        tasks, ready, delayed, dead or waiting on a limit, nor any running task. Whether
+        it did: not when a process notes it meanwhile (it is watched)."""
+        key, field = partitions_key(), f"{queue}#{count}"
+        own = own_homes(queue)
+        heads = [head for head in count_homes(queue, count) if head not in own]
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.watch(key)
+            noted = pipe.hget(key, field)
+            if noted is None or int(noted) >= noted_before_ms or not self._idle(queue, (), heads):
+                return False
+            pipe.multi()
+            pipe.hdel(key, field)
+            try:
+                pipe.execute()
+            except redis.WatchError:
+                return False
+        return True
+
+    def cancel_workflow(
+        self, workflow_id: str, steps: Sequence[tuple[str, str]], *, terminate: bool
+    ) -> tuple[bool, str | None, int, int]:
+        """Cancel a workflow whose steps are ``steps`` (task id, queue): whether this call
+        cancelled it, its status before (``None``: no such workflow), how many steps
+        were dropped, and how many still run."""
+        call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
+        cancelled, status, dropped, running, *elsewhere = self._run(call, raw=True)
+        queued, outboxed = ([text(task_id) for task_id in ids] for ids in elsewhere)
+        for task_id in outboxed:  # (its result, or a tombstone: see flow_release.lua)
+            pipe = self.at(task_home(task_id)).pipeline(transaction=False)
+            raw(pipe, "HSETNX", result_key(task_id), "status", "CANCELLED")
+            raw(pipe, "PEXPIRE", result_key(task_id), result_ttl_ms())
+            pipe.execute()
+        # The steps in their queues' homes, each cancelled there (and those it took out
+        # of the workflows' outbox, lest a carrier that read them enqueued them since).
+        for task_id in [*queued, *outboxed]:
+            with contextlib.suppress(TaskNotCancellable):  # (its result expired)
+                done = self._cancel(task_id, terminate=terminate, workflow_cancelled=True)
+                running += done in (0, 2)
+                dropped += done == 1 and task_id in queued
+        return bool(cancelled), (None if status is None else text(status)), dropped, running

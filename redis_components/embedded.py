@@ -667,17 +667,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         client = f'\n        "OPTIONS": {{"CLIENT_CLASS": "{client_class}"}},'
     else:
         server, client = EmbeddedRedis(port=options.port or None), ""
-    with server:
+    # Ctrl-C (or SIGTERM) stops it whenever it comes, even while the settings print.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with server, contextlib.suppress(KeyboardInterrupt):
         print(
             f"Redis {'Cluster ' if options.cluster else ''}at {server.url}: in settings.py,\n\n"
             'CACHES = {\n    "default": {\n        "BACKEND": "django_redis.cache.RedisCache",'
             f'\n        "LOCATION": "{server.url}",{client}\n    }}\n}}\n\nCtrl-C stops it.',
             flush=True,
         )
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
+        while True:
+            time.sleep(3600)
 
 
 if __name__ == "__main__":

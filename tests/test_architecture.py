@@ -274,6 +274,23 @@ def test_what_a_module_never_needs() -> None:
     assert not any(broken.values()), {name: found for name, found in broken.items() if found}
 
 
+# A key named in Lua by concatenation (``x .. 'ready:'``) or cut from another's name by
+# arithmetic (``#base + 7``, ``- #'counter'``): lua/lib/keys.lua alone may do either.
+_LUA_KEY_BUILT = re.compile(r"\.\.\s*'[a-z_]+[:']|#base\s*\+\s*\d|-\s*#'[a-z_:]+'")
+
+
+def test_only_lib_keys_derives_a_key_name_in_lua() -> None:
+    lua = ROOT / "lua"
+    found = [
+        f"{path.relative_to(lua)}:{number}: {line.strip()}"
+        for path in sorted(lua.rglob("*.lua"))
+        if path != lua / "lib" / "keys.lua"
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if not line.lstrip().startswith("--") and _LUA_KEY_BUILT.search(line)
+    ]
+    assert not found, "keys named outside lua/lib/keys.lua:\n" + "\n".join(found)
+
+
 def test_nothing_under_tasks_imports_django_http() -> None:
     found = [
         f"{name}:{line} imports {module}"

@@ -736,6 +736,45 @@ return record_outcome(o, 5, KEYS[1], KEYS[2], KEYS[3], KEYS[4], '{lib}:', false,
 )
 
 
+KEYS_LIBRARY = scripts.compose(
+    "keys_library",
+    """-- KEYS: none
+-- ARGV: 1) a home's head  2) a queue  3) a limit's key  4) a worker id  5) a task id
+-- Returns: each name lib/keys.lua makes of them
+-- @include keys
+local base, queue, key, worker, id = unpack(ARGV)
+local ready = home_key.ready(base, queue)
+return {home_key.base(home_key.counter(base), 'counter'), ready, home_key.queue_of(base, ready),
+  home_key.delayed(base, queue), home_key.result(base, id), home_key.counter(base),
+  home_key.limits(base), home_key.limits_waiting(base), home_key.limit_held(base, key),
+  home_key.limit_wait(base, key), home_key.limit_tat(base, key),
+  home_key.limit_turns(base, key), home_key.limit_every(base, key),
+  home_key.limit_runs(base, worker)}
+""",
+)
+
+
+def test_lua_names_each_key_as_the_store_does(r: redis.Redis) -> None:
+    head, queue, key, worker, task_id = "rc:queue:{tasks:a1b2}:", "mail:é", "acct:7", "w.1.2", "ab"
+    named = KEYS_LIBRARY(r, [], [head, queue, key, worker, task_id], raw=True)
+    assert [name.decode() for name in named] == [
+        head,
+        layout.ready_key(queue, head),
+        queue,
+        layout.delayed_key(queue, head),
+        layout.result_key(task_id, head),
+        layout.counter_key(head),
+        layout.limits_key(head),
+        layout.limits_waiting_key(head),
+        layout.limit_held_key(head, key),
+        layout.limit_wait_key(head, key),
+        layout.limit_tat_key(head, key),
+        layout.limit_turns_key(head, key),
+        layout.limit_every_key(head, key),
+        layout.limit_runs_key(head, worker),
+    ]
+
+
 def test_record_outcome_records_only_the_attempt_it_is_of(r: redis.Redis) -> None:
     message = TaskMessage(id=random_id(), task="t", queue="q", args=[], kwargs={})
     payload = message.encode().encode()

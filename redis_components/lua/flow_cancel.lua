@@ -28,6 +28,7 @@
 -- (the workflow keeps it, whatever its result hash holds).
 -- Every read comes before the first write: an error (a key of another type) changes
 -- nothing, as a script's writes are not undone by an error after them.
+-- @include keys
 -- @include flow
 -- @include limits
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -107,8 +108,8 @@ for _, step in ipairs(plan) do
         redis.call('ZREM', entry[1], entry[2])
       end
       -- Or out of the concurrency limit it waits on; its permits go on (lib/limits.lua).
-      local base = limits_base(KEYS[2], 'counter')  -- the registry's: every queue's home today
-      local queue = string.sub(KEYS[4 * n + 3], #base + 7)  -- its ready ZSET's, after 'ready:'
+      local base = home_key.base(KEYS[2], 'counter')  -- the registry's: every queue's home today
+      local queue = home_key.queue_of(base, KEYS[4 * n + 3])  -- of its ready ZSET
       for i = 1, 3 do
         local limits = step[5][i] and limits_of(step[5][i])
         if limits then

@@ -6,12 +6,13 @@
 -- Returns: 1 if the task has limits, else 0
 -- The permits of a run that outlives its record stay held until its code really ends,
 -- so that the key's next task never runs beside it (lib/limit_runs.lua, limits_hold_run).
+-- @include keys
 -- @include limit_runs
 local limits = limits_of(ARGV[4])
 if not limits then
   return 0
 end
-local base = limits_base(KEYS[1], 'counter')
+local base = home_key.base(KEYS[1], 'counter')
 if ARGV[1] == 'hold' then
   limits_hold_run(base, limits, ARGV[3], ARGV[2])
 else

@@ -13,6 +13,7 @@
 -- Returns: {1, the server's time (epoch ms) of the enqueue}; {0} when the queue is full;
 --          {2, the id of the equal task enqueued in the last ARGV 7 ms} (in both last
 --          cases nothing changed)
+-- @include keys
 -- @include queue
 local limit, unique = tonumber(ARGV[4]), tonumber(ARGV[7])
 if unique > 0 then
@@ -22,8 +23,9 @@ if unique > 0 then
   end
 end
 if limit > 0 then
-  local base = string.sub(KEYS[3], 1, #KEYS[3] - #'counter')
-  local on_limits = redis.call('HGET', base .. 'limit:waiting', string.sub(KEYS[1], #base + 7))
+  local base = home_key.base(KEYS[3], 'counter')
+  local queue = home_key.queue_of(base, KEYS[1])
+  local on_limits = redis.call('HGET', home_key.limits_waiting(base), queue)
   if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(on_limits) or 0)
       >= limit then
     return {0}

@@ -6,8 +6,9 @@
 --          that waited on a concurrency limit
 -- The permits that deleted tasks held (handed to them while they waited) go to the
 -- tasks of other queues waiting for them; this queue's are deleted first.
+-- @include keys
 -- @include limits
-local base = limits_base(KEYS[1], 'ready:' .. ARGV[1])
+local base = home_key.base(KEYS[1], 'ready:' .. ARGV[1])
 local count = redis.call('LLEN', KEYS[3])
 local limited = {}
 local function deleted(payload)
@@ -27,7 +28,7 @@ for _, key in ipairs({KEYS[1], KEYS[2]}) do
 end
 local head = ARGV[1] .. '\n'
 for _, key in ipairs(redis.call('HKEYS', KEYS[4])) do
-  local wait = base .. 'limit:wait:' .. key
+  local wait = home_key.limit_wait(base, key)
   for _, entry in ipairs(redis.call('ZRANGE', wait, 0, -1)) do
     if string.sub(entry, 1, #head) == head then
       redis.call('ZREM', wait, entry)
@@ -36,7 +37,7 @@ for _, key in ipairs(redis.call('HKEYS', KEYS[4])) do
   end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('HDEL', base .. 'limit:waiting', ARGV[1])
+redis.call('HDEL', home_key.limits_waiting(base), ARGV[1])
 for _, payload in ipairs(limited) do
   local id = queue_id(payload)
   if id then

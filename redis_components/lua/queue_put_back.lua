@@ -8,6 +8,7 @@
 --          counted, 0 when the worker no longer held it ahead (nothing changed)
 -- A worker gives back the task it took ahead when the task it runs lasts, so that
 -- other workers can run it meanwhile: it goes back where it was, and wakes them.
+-- @include keys
 -- @include attempts
 -- @include limits
 local score = redis.call('ZSCORE', KEYS[2], ARGV[2])
@@ -21,7 +22,7 @@ if ARGV[3] ~= '' then
 end
 local limits = ARGV[3] ~= '' and limits_of(ARGV[2])
 if limits then  -- it was taken with its permits: they go to the tasks waiting for them
-  limits_release(limits_base(KEYS[3], 'ready:' .. ARGV[5]), limits, ARGV[3])
+  limits_release(home_key.base(KEYS[3], 'ready:' .. ARGV[5]), limits, ARGV[3])
 end
 local was_empty = redis.call('ZCARD', KEYS[3]) == 0
 redis.call('ZADD', KEYS[3], -tonumber(score), ARGV[2])

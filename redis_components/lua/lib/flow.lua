@@ -14,7 +14,8 @@
 --   created_at   when it was written (epoch ms)
 --   finished_at  when every step had ended (epoch ms)
 --   failed       the task id of the step whose failure failed it
---   kr, kq       the prefixes of a result hash's and a ready ZSET's keys
+--   kr, kq       the prefixes of a result hash's and a ready ZSET's keys (still written for
+--                the workers of earlier releases; lib/keys.lua names those keys now)
 --   count:<s>    how many steps are in state s (a listing reads these, not the steps)
 -- and for each step n (1 to "steps"; a barrier is numbered after them):
 --   id:<n>       its task id (a barrier has none: it is no task)
@@ -50,6 +51,7 @@
 -- until then), and a released step is enqueued once (unless its result hash exists).
 -- Whoever writes an entry carries it; what a process left (it died, or lost Redis) is
 -- carried by a worker's heartbeat (tasks/store/task_store.py, carry_left).
+-- @include keys
 -- @include queue
 
 -- A step's workflow section at KEYS[base], given its step's argument: in the workflow's
@@ -180,8 +182,8 @@ end
 
 -- A barrier b (a node with no "id:<b>": no task, not a step) stands between many parents
 -- and many children (chain(group(N), group(M)): N + M fields, not N x M). A parent of it
--- has ended in state s. Its children are released (their keys made from "kr" and "kq"
--- and their id and queue) when every parent has ended, with "r:<b>" (its template
+-- has ended in state s. Its children are released (their keys named by lib/keys.lua
+-- from their id and queue, in the workflow's home) when every parent has ended, with "r:<b>" (its template
 -- filled) as their input; a failed parent marks at once those that do not allow it
 -- as not run, a parent not run all of them.
 local function flow_barrier(flow, b, s, work, failed_id, now, keep)
@@ -213,11 +215,12 @@ local function flow_barrier(flow, b, s, work, failed_id, now, keep)
     redis.call('HSET', flow.key, 'r:' .. b, flow_fill(flow, template))
     redis.call('HDEL', flow.key, 'in:' .. b)
   end
-  local prefixes = redis.call('HMGET', flow.key, 'kr', 'kq')
+  local base = home_key.base(flow.counter, 'counter')  -- (the workflow's home)
   for c in string.gmatch(kids, '%d+') do
     local got = redis.call('HMGET', flow.key, 'st:' .. c, 'id:' .. c, 'q:' .. c)
     if got[1] == 'W' and redis.call('HINCRBY', flow.key, 'deps:' .. c, -1) == 0 then
-      flow_enqueue(flow, c, prefixes[1] .. got[2], prefixes[2] .. got[3], now, keep)
+      local result, ready = home_key.result(base, got[2]), home_key.ready(base, got[3])
+      flow_enqueue(flow, c, result, ready, now, keep)
     end
   end
 end

@@ -1,6 +1,7 @@
 -- The permits of runs that outlive their tasks' records (see lib/limits.lua):
 --   limit:runs:<worker> SET: "<key>\n<member>" for each permit that a run of worker
 --                       <worker> holds beyond its task's (limits_hold_run)
+-- @include keys
 -- @include limits
 
 -- A run of task ``id`` in ``worker`` goes on beyond its task's end as recorded (its thread
@@ -8,13 +9,13 @@
 -- task put back): its concurrency permits stay held, by "<id>@<worker>", until that run
 -- really ends (limits_free_run) or its worker's tasks are recovered (limits_free_runs).
 local function limits_hold_run(base, limits, id, worker)
-  local runs = base .. 'limit:runs:' .. worker
+  local runs = home_key.limit_runs(base, worker)
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
-      local held, member = base .. 'limit:held:' .. limit[2], id .. '@' .. worker
+      local held, member = home_key.limit_held(base, limit[2]), id .. '@' .. worker
       redis.call('SADD', held, member)
       redis.call('SADD', runs, limit[2] .. '\n' .. member)
-      redis.call('HSETNX', base .. 'limits', limit[2], limit[3])
+      redis.call('HSETNX', home_key.limits(base), limit[2], limit[3])
     end
   end
 end
@@ -22,7 +23,7 @@ end
 -- A run's permit of ``key`` held by ``member`` ("<id>@<worker>") goes to the tasks
 -- waiting for it.
 local function limits_free_member(base, key, member)
-  if redis.call('SREM', base .. 'limit:held:' .. key, member) == 1 then
+  if redis.call('SREM', home_key.limit_held(base, key), member) == 1 then
     limits_hand_over(base, key, 1)
   end
 end
@@ -30,7 +31,7 @@ end
 -- The run of task ``id`` in ``worker`` has ended: the permits it held (limits_hold_run)
 -- go to the tasks waiting for them.
 local function limits_free_run(base, limits, id, worker)
-  local runs = base .. 'limit:runs:' .. worker
+  local runs = home_key.limit_runs(base, worker)
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
       local member = id .. '@' .. worker
@@ -43,7 +44,7 @@ end
 
 -- ``worker`` is gone (its tasks recovered): every permit its runs held is handed on.
 local function limits_free_runs(base, worker)
-  local runs = base .. 'limit:runs:' .. worker
+  local runs = home_key.limit_runs(base, worker)
   for _, entry in ipairs(redis.call('SMEMBERS', runs)) do
     local key, member = string.match(entry, '^(.*)\n([^\n]*)$')
     limits_free_member(base, key, member)

@@ -75,7 +75,10 @@ adds a task to several partitions notes their count in the registry's home, and 
 workers, the readers and recovery cover the homes of every count noted
 (``layout.stray_homes``) until it is forgotten once empty (:meth:`TaskStore.forget_count`).
 A script is given the keys of one home (``layout.one_home``
-refuses queues of different homes). With the default prefix::
+refuses queues of different homes) through ``KEYS``; the keys it can know only once it
+has read a task (a limit's, a released step's) are named by ``lua/lib/keys.lua`` from
+the head of a key it was given, as this module's builders name them (tests tie the two,
+and find any key a script names otherwise). With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)

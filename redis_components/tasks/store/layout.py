@@ -428,6 +428,26 @@ def limit_wait_key(head: str, key: str) -> str:
     return f"{head}limit:wait:{key}"
 
 
+def limit_tat_key(head: str, key: str) -> str:
+    """A rate's theoretical arrival time (lua/lib/limits.lua)."""
+    return f"{head}limit:tat:{key}"
+
+
+def limit_turns_key(head: str, key: str) -> str:
+    """The turns of the tasks set aside on a rate (lua/lib/limit_turns.lua)."""
+    return f"{head}limit:turns:{key}"
+
+
+def limit_every_key(head: str, key: str) -> str:
+    """The interval a rate's turns are spaced by (lua/lib/limit_turns.lua)."""
+    return f"{head}limit:every:{key}"
+
+
+def limit_runs_key(head: str, worker_id: str) -> str:
+    """The runs of a worker that hold their permits beyond their record (limit_runs.lua)."""
+    return f"{head}limit:runs:{worker_id}"
+
+
 # The registry's keys.
 
 

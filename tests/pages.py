@@ -48,3 +48,27 @@ def resize(browser: Any, width: int) -> None:
 def page_width(browser: Any) -> int:
     """How wide the page in ``browser`` is: wider than its window when something sticks out."""
     return int(browser.execute_script("return document.documentElement.scrollWidth"))
+
+
+# The words of the elements a selector finds that the page shows split over two lines.
+_BROKEN_WORDS = """
+const found = [];
+for (const element of document.querySelectorAll(arguments[0])) {
+  const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const word of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, word.index);
+      range.setEnd(node, word.index + word[0].length);
+      const lines = new Set([...range.getClientRects()].map((box) => Math.round(box.top)));
+      if (lines.size > 1) found.push(word[0]);
+    }
+  }
+}
+return found;
+"""
+
+
+def broken_words(browser: Any, selector: str) -> list[str]:
+    """The words in the elements ``selector`` finds that the page breaks over lines."""
+    return list(browser.execute_script(_BROKEN_WORDS, selector))

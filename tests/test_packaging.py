@@ -112,6 +112,29 @@ def test_make_dist_installs_only_what_building_takes() -> None:
     assert re.search(r"^dist: \$\(DIST\)/\.installed$", makefile, re.MULTILINE)
 
 
+@pytest.mark.parametrize(
+    ("target", "folder", "installs"),
+    [
+        ("demo", "DEMO", "-e '.[embedded,hiredis]'"),
+        ("docs", "DOCS", "-e '.[embedded]' --group docs"),
+    ],
+)
+def test_make_demo_and_make_docs_install_only_what_they_take(
+    target: str, folder: str, installs: str
+) -> None:
+    """`make demo` gets the app with its bundled server and hiredis, `make docs` the app
+    and Sphinx, each in a virtualenv of its own at the dev lock's versions: neither gets
+    the suite's, the linters' or the browser's tools."""
+    makefile = (ROOT / "Makefile").read_text()
+    [found] = re.findall(rf"^{folder}_INSTALL := (.*)$", makefile, re.MULTILINE)
+    assert found == installs
+    start = makefile.index(f"$({folder})/.installed:")
+    recipe = makefile[start : makefile.index("@touch", start)]
+    assert f"$({folder}_INSTALL)" in recipe
+    assert "$(LOCKS)/dev.txt" in recipe
+    assert re.search(rf"^{target}: \$\({folder}\)/\.installed$", makefile, re.MULTILINE)
+
+
 def test_wheel_version_is_the_package_version(built: tuple[Path, Path]) -> None:
     assert wheel_metadata(built[1])["Version"] == redis_components.__version__
 

@@ -743,13 +743,13 @@ KEYS_LIBRARY = scripts.compose(
 -- Returns: each name lib/keys.lua makes of them
 -- @include keys
 local base, queue, key, worker, id = unpack(ARGV)
-local ready = home_key.ready(base, queue)
-return {home_key.base(home_key.counter(base), 'counter'), ready, home_key.queue_of(base, ready),
-  home_key.delayed(base, queue), home_key.result(base, id), home_key.counter(base),
-  home_key.limits(base), home_key.limits_waiting(base), home_key.limit_held(base, key),
-  home_key.limit_wait(base, key), home_key.limit_tat(base, key),
-  home_key.limit_turns(base, key), home_key.limit_every(base, key),
-  home_key.limit_runs(base, worker)}
+local ready = keys_name(base, 'ready', queue)
+return {keys_base(keys_name(base, 'counter'), 'counter'), ready, keys_queue_of(base, ready),
+  keys_name(base, 'delayed', queue), keys_name(base, 'result', id),
+  keys_name(base, 'counter'), keys_name(base, 'limits'), keys_name(base, 'limits_waiting'),
+  keys_name(base, 'limit_held', key), keys_name(base, 'limit_wait', key),
+  keys_name(base, 'limit_tat', key), keys_name(base, 'limit_turns', key),
+  keys_name(base, 'limit_every', key), keys_name(base, 'limit_runs', worker)}
 """,
 )
 
@@ -773,6 +773,12 @@ def test_lua_names_each_key_as_the_store_does(r: redis.Redis) -> None:
         layout.limit_every_key(head, key),
         layout.limit_runs_key(head, worker),
     ]
+    with pytest.raises(redis.ResponseError, match="no key is named nothing"):
+        scripts.compose(
+            "keys_unknown",
+            "-- KEYS: none\n-- ARGV: none\n-- Returns: an error\n-- @include keys\n"
+            "return keys_name('h:', 'nothing', 'x')",
+        )(r, [], [])
 
 
 def test_record_outcome_records_only_the_attempt_it_is_of(r: redis.Redis) -> None:

@@ -108,8 +108,8 @@ for _, step in ipairs(plan) do
         redis.call('ZREM', entry[1], entry[2])
       end
       -- Or out of the concurrency limit it waits on; its permits go on (lib/limits.lua).
-      local base = home_key.base(KEYS[2], 'counter')  -- the registry's: every queue's home today
-      local queue = home_key.queue_of(base, KEYS[4 * n + 3])  -- of its ready ZSET
+      local base = keys_base(KEYS[2], 'counter')  -- the registry's: every queue's home today
+      local queue = keys_queue_of(base, KEYS[4 * n + 3])  -- of its ready ZSET
       for i = 1, 3 do
         local limits = step[5][i] and limits_of(step[5][i])
         if limits then

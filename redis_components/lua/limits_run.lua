@@ -12,7 +12,7 @@ local limits = limits_of(ARGV[4])
 if not limits then
   return 0
 end
-local base = home_key.base(KEYS[1], 'counter')
+local base = keys_base(KEYS[1], 'counter')
 if ARGV[1] == 'hold' then
   limits_hold_run(base, limits, ARGV[3], ARGV[2])
 else

@@ -31,7 +31,7 @@ if ARGV[9] == 'workflow' then
   result_write(KEYS[3], {'workflow', 'CANCELLED'}, tonumber(ARGV[4]))
 end
 local limits = limits_of(ARGV[2])
-local base = limits and home_key.base(KEYS[1], 'ready:' .. ARGV[8])
+local base = limits and keys_base(KEYS[1], 'ready:' .. ARGV[8])
 local removed = redis.call('ZREM', KEYS[1], ARGV[2]) + redis.call('ZREM', KEYS[2], ARGV[2])
 if limits and removed == 0 then  -- it may wait for a permit
   removed = limits_unwait(base, limits, ARGV[8], ARGV[2])

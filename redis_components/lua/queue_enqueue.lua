@@ -23,9 +23,9 @@ if unique > 0 then
   end
 end
 if limit > 0 then
-  local base = home_key.base(KEYS[3], 'counter')
-  local queue = home_key.queue_of(base, KEYS[1])
-  local on_limits = redis.call('HGET', home_key.limits_waiting(base), queue)
+  local base = keys_base(KEYS[3], 'counter')
+  local queue = keys_queue_of(base, KEYS[1])
+  local on_limits = redis.call('HGET', keys_name(base, 'limits_waiting'), queue)
   if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + (tonumber(on_limits) or 0)
       >= limit then
     return {0}

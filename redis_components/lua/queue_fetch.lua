@@ -63,7 +63,7 @@ if (o.start or 0) > 0 then
 end
 local flow_keys = o.flow_keys or 0
 local lanes = (#KEYS - 6 - flow_keys) / 4  -- from KEYS[7] (lib/queue.lua's queue_lane)
-local base = home_key.base(KEYS[3], 'counter')
+local base = keys_base(KEYS[3], 'counter')
 local now, read = o.now, 0
 if not now then
   read = queue_now()

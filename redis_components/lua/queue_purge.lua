@@ -8,7 +8,7 @@
 -- tasks of other queues waiting for them; this queue's are deleted first.
 -- @include keys
 -- @include limits
-local base = home_key.base(KEYS[1], 'ready:' .. ARGV[1])
+local base = keys_base(KEYS[1], 'ready:' .. ARGV[1])
 local count = redis.call('LLEN', KEYS[3])
 local limited = {}
 local function deleted(payload)
@@ -28,7 +28,7 @@ for _, key in ipairs({KEYS[1], KEYS[2]}) do
 end
 local head = ARGV[1] .. '\n'
 for _, key in ipairs(redis.call('HKEYS', KEYS[4])) do
-  local wait = home_key.limit_wait(base, key)
+  local wait = keys_name(base, 'limit_wait', key)
   for _, entry in ipairs(redis.call('ZRANGE', wait, 0, -1)) do
     if string.sub(entry, 1, #head) == head then
       redis.call('ZREM', wait, entry)
@@ -37,7 +37,7 @@ for _, key in ipairs(redis.call('HKEYS', KEYS[4])) do
   end
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('HDEL', home_key.limits_waiting(base), ARGV[1])
+redis.call('HDEL', keys_name(base, 'limits_waiting'), ARGV[1])
 for _, payload in ipairs(limited) do
   local id = queue_id(payload)
   if id then

@@ -22,7 +22,7 @@ if ARGV[3] ~= '' then
 end
 local limits = ARGV[3] ~= '' and limits_of(ARGV[2])
 if limits then  -- it was taken with its permits: they go to the tasks waiting for them
-  limits_release(home_key.base(KEYS[3], 'ready:' .. ARGV[5]), limits, ARGV[3])
+  limits_release(keys_base(KEYS[3], 'ready:' .. ARGV[5]), limits, ARGV[3])
 end
 local was_empty = redis.call('ZCARD', KEYS[3]) == 0
 redis.call('ZADD', KEYS[3], -tonumber(score), ARGV[2])

@@ -68,7 +68,7 @@ for i = 1, queues do
   local was_empty = redis.call('ZCARD', ready) == 0
   local held = redis.call('ZRANGE', running, 0, -1, 'WITHSCORES')
   redis.call('DEL', running)
-  local base = home_key.base(ready, 'ready:' .. queue)
+  local base = keys_base(ready, 'ready:' .. queue)
   for j = 1, #held, 2 do
     local payload, score = held[j], held[j + 1]
     local started = tonumber(score) >= 0

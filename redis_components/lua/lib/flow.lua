@@ -183,9 +183,9 @@ end
 -- A barrier b (a node with no "id:<b>": no task, not a step) stands between many parents
 -- and many children (chain(group(N), group(M)): N + M fields, not N x M). A parent of it
 -- has ended in state s. Its children are released (their keys named by lib/keys.lua
--- from their id and queue, in the workflow's home) when every parent has ended, with "r:<b>" (its template
--- filled) as their input; a failed parent marks at once those that do not allow it
--- as not run, a parent not run all of them.
+-- from their id and queue, in the workflow's home) when every parent has ended, with
+-- "r:<b>" (its template filled) as their input; a failed parent marks at once those
+-- that do not allow it as not run, a parent not run all of them.
 local function flow_barrier(flow, b, s, work, failed_id, now, keep)
   local kids = redis.call('HGET', flow.key, 'kids:' .. b) or ''
   if s == 'N' then
@@ -215,11 +215,11 @@ local function flow_barrier(flow, b, s, work, failed_id, now, keep)
     redis.call('HSET', flow.key, 'r:' .. b, flow_fill(flow, template))
     redis.call('HDEL', flow.key, 'in:' .. b)
   end
-  local base = home_key.base(flow.counter, 'counter')  -- (the workflow's home)
+  local base = keys_base(flow.counter, 'counter')  -- (the workflow's home)
   for c in string.gmatch(kids, '%d+') do
     local got = redis.call('HMGET', flow.key, 'st:' .. c, 'id:' .. c, 'q:' .. c)
     if got[1] == 'W' and redis.call('HINCRBY', flow.key, 'deps:' .. c, -1) == 0 then
-      local result, ready = home_key.result(base, got[2]), home_key.ready(base, got[3])
+      local result, ready = keys_name(base, 'result', got[2]), keys_name(base, 'ready', got[3])
       flow_enqueue(flow, c, result, ready, now, keep)
     end
   end

@@ -22,7 +22,7 @@ local function limits_give_turn(base, turns, entry, turn, interval)
     local at = math.ceil(tonumber(redis.call('ZSCORE', turns, later)) - interval)
     local queue, payload = string.match(later, '^([^\n]*)\n(.*)$')
     redis.call('ZADD', turns, at, later)
-    redis.call('ZADD', home_key.delayed(base, queue), 'XX', at, payload)
+    redis.call('ZADD', keys_name(base, 'delayed', queue), 'XX', at, payload)
   end
 end
 
@@ -31,7 +31,7 @@ end
 -- the first at ``first`` at the latest, and move in their delayed ZSETs to their new
 -- turns (a raised rate speeds the queued ones up too).
 local function limits_respace(base, key, interval, first)
-  local every, turns = home_key.limit_every(base, key), home_key.limit_turns(base, key)
+  local every, turns = keys_name(base, 'limit_every', key), keys_name(base, 'limit_turns', key)
   local spacing = string.format('%.3f', interval)
   local was = redis.call('GET', every)
   if was == spacing then
@@ -47,6 +47,6 @@ local function limits_respace(base, key, interval, first)
     at = at and at + interval or math.min(tonumber(booked[i + 1]), first)
     local queue, payload = string.match(booked[i], '^([^\n]*)\n(.*)$')
     redis.call('ZADD', turns, math.ceil(at), booked[i])
-    redis.call('ZADD', home_key.delayed(base, queue), 'XX', math.ceil(at), payload)
+    redis.call('ZADD', keys_name(base, 'delayed', queue), 'XX', math.ceil(at), payload)
   end
 end

@@ -47,7 +47,7 @@ end
 
 -- One more (or, with ``by`` -1, one less) of ``queue``'s tasks waits for a permit.
 local function limits_count_waiting(base, queue, by)
-  local counts = home_key.limits_waiting(base)
+  local counts = keys_name(base, 'limits_waiting')
   if redis.call('HINCRBY', counts, queue, by) <= 0 then
     redis.call('HDEL', counts, queue)
   end
@@ -66,8 +66,8 @@ end
 -- ready tasks, and a key with a steady backlog would starve the others). The limit is
 -- the one the last take set (the settings may have changed the payload's ``limit``).
 local function limits_hand_over(base, key, limit)
-  local held, wait = home_key.limit_held(base, key), home_key.limit_wait(base, key)
-  limit = tonumber(redis.call('HGET', home_key.limits(base), key)) or limit
+  local held, wait = keys_name(base, 'limit_held', key), keys_name(base, 'limit_wait', key)
+  limit = tonumber(redis.call('HGET', keys_name(base, 'limits'), key)) or limit
   local count = redis.call('SCARD', held)
   while count < limit do
     local first = redis.call('ZPOPMIN', wait)
@@ -80,11 +80,12 @@ local function limits_hand_over(base, key, limit)
       redis.call('SADD', held, id)
     end
     limits_count_waiting(base, queue, -1)
-    queue_ready(home_key.ready(base, queue), home_key.counter(base), queue_rank(payload), payload)
+    local ready, counter = keys_name(base, 'ready', queue), keys_name(base, 'counter')
+    queue_ready(ready, counter, queue_rank(payload), payload)
     count = redis.call('SCARD', held)
   end
   if count == 0 then  -- none holds it, none waits: out of use
-    redis.call('HDEL', home_key.limits(base), key)
+    redis.call('HDEL', keys_name(base, 'limits'), key)
   end
 end
 
@@ -92,7 +93,7 @@ end
 -- cancelled): each goes to the first task waiting for it.
 local function limits_release(base, limits, id)
   for _, limit in ipairs(limits) do
-    if limit[1] == 'c' and redis.call('SREM', home_key.limit_held(base, limit[2]), id) == 1 then
+    if limit[1] == 'c' and redis.call('SREM', keys_name(base, 'limit_held', limit[2]), id) == 1 then
       limits_hand_over(base, limit[2], limit[3])
     end
   end
@@ -111,14 +112,14 @@ local function limits_take(base, limits, id, queue, score, payload, now)
   local unused = {}  -- the concurrency limits no task holds
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
-      local held = home_key.limit_held(base, limit[2])
+      local held = keys_name(base, 'limit_held', limit[2])
       -- A task handed a permit holds it already; it is counted against this take's
       -- limit all the same (handed on under an older, higher number, it gives it back).
       local holds = redis.call('SISMEMBER', held, id) == 1
       local count = redis.call('SCARD', held) - (holds and 1 or 0)
       unused[limit[2]] = count == 0 and not holds
       if not unused[limit[2]] then  -- in use (unused, it is written when taken)
-        redis.call('HSET', home_key.limits(base), limit[2], limit[3])
+        redis.call('HSET', keys_name(base, 'limits'), limit[2], limit[3])
       end
       if count >= limit[3] then
         -- What it holds goes back; this key's permit is not handed on here (the next end
@@ -126,7 +127,7 @@ local function limits_take(base, limits, id, queue, score, payload, now)
         -- permit round and round.
         redis.call('SREM', held, id)
         limits_release(base, limits, id)
-        local wait = home_key.limit_wait(base, limit[2])
+        local wait = keys_name(base, 'limit_wait', limit[2])
         if redis.call('ZADD', wait, score, limits_entry(queue, payload)) == 1 then
           limits_count_waiting(base, queue, 1)
         end
@@ -140,7 +141,7 @@ local function limits_take(base, limits, id, queue, score, payload, now)
   for _, limit in ipairs(limits) do
     if limit[1] == 'r' then
       local interval = limits_interval(limit)
-      local tat = redis.call('GET', home_key.limit_tat(base, limit[2]))
+      local tat = redis.call('GET', keys_name(base, 'limit_tat', limit[2]))
       tat = math.max(tonumber(tat) or 0, now)
       local allowed = tat - interval * limit[5]
       limits_respace(base, limit[2], interval, math.max(allowed, now))
@@ -156,7 +157,7 @@ local function limits_take(base, limits, id, queue, score, payload, now)
     -- per interval, in order, never all at once. One whose turn came and that is still
     -- too early (another start came first) waits only until the rate allows it.
     local key, interval = refusing[1], refusing[3]
-    local turns, entry = home_key.limit_turns(base, key), limits_entry(queue, payload)
+    local turns, entry = keys_name(base, 'limit_turns', key), limits_entry(queue, payload)
     local at = math.ceil(refusing[4])
     if not redis.call('ZSCORE', turns, entry) then
       -- The turns are those of the tasks set aside now: a cancelled or purged task's
@@ -165,27 +166,27 @@ local function limits_take(base, limits, id, queue, score, payload, now)
       at = last and math.max(at, math.ceil(tonumber(last) + interval)) or at
       redis.call('ZADD', turns, at, entry)
       redis.call('PEXPIRE', turns, at - now + 86400000)
-      redis.call('PEXPIRE', home_key.limit_every(base, key), at - now + 86400000)
+      redis.call('PEXPIRE', keys_name(base, 'limit_every', key), at - now + 86400000)
     end
     limits_release(base, limits, id)
-    local delayed = home_key.delayed(base, queue)
+    local delayed = keys_name(base, 'delayed', queue)
     redis.call('ZADD', delayed, math.ceil(at), payload)
     if redis.call('ZRANGE', delayed, 0, 0)[1] == payload then
-      redis.call('PUBLISH', home_key.ready(base, queue), 'delayed')
+      redis.call('PUBLISH', keys_name(base, 'ready', queue), 'delayed')
     end
     return false, math.ceil(at), 'rate'
   end
   for _, rate in ipairs(rates) do
     local tat = rate[2] + rate[3]
-    redis.call('SET', home_key.limit_tat(base, rate[1]), string.format('%.3f', tat),
+    redis.call('SET', keys_name(base, 'limit_tat', rate[1]), string.format('%.3f', tat),
       'PX', math.ceil(tat - now) + 1000)
-    redis.call('ZREM', home_key.limit_turns(base, rate[1]), limits_entry(queue, payload))
+    redis.call('ZREM', keys_name(base, 'limit_turns', rate[1]), limits_entry(queue, payload))
   end
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
-      redis.call('SADD', home_key.limit_held(base, limit[2]), id)
+      redis.call('SADD', keys_name(base, 'limit_held', limit[2]), id)
       if unused[limit[2]] then
-        redis.call('HSET', home_key.limits(base), limit[2], limit[3])
+        redis.call('HSET', keys_name(base, 'limits'), limit[2], limit[3])
       end
     end
   end
@@ -196,7 +197,7 @@ end
 local function limits_unwait(base, limits, queue, payload)
   for _, limit in ipairs(limits) do
     if limit[1] == 'c' then
-      local wait = home_key.limit_wait(base, limit[2])
+      local wait = keys_name(base, 'limit_wait', limit[2])
       if redis.call('ZREM', wait, limits_entry(queue, payload)) == 1 then
         limits_count_waiting(base, queue, -1)
         return 1
@@ -214,10 +215,10 @@ local function limits_cancel(base, limits, id, queue, payload, shift)
   local entry = limits_entry(queue, payload)
   for _, limit in ipairs(limits) do
     if limit[1] == 'r' then
-      local turns = home_key.limit_turns(base, limit[2])
+      local turns = keys_name(base, 'limit_turns', limit[2])
       local turn = shift and redis.call('ZSCORE', turns, entry)
       if turn then
-        local every = redis.call('GET', home_key.limit_every(base, limit[2]))
+        local every = redis.call('GET', keys_name(base, 'limit_every', limit[2]))
         limits_give_turn(base, turns, entry, tonumber(turn),
           tonumber(every) or limits_interval(limit))
       else

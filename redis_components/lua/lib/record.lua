@@ -9,7 +9,7 @@
 -- task the worker ``o.worker`` finished, at ``now``. ``running``: the HASH of running
 -- tasks; ``result``: the task's result hash; ``stats``: its queue's per-minute counts
 -- for this hour; ``totals``: the running totals for metrics; ``base``: the queues'
--- home (lib/keys.lua's home_key.base); ``flow``: the task's workflow section
+-- home (lib/keys.lua's keys_base); ``flow``: the task's workflow section
 -- (lib/flow.lua), false for none.
 -- Returns true when it was recorded, false when the worker no longer held it (it was
 -- recovered meanwhile, and nothing changed).

@@ -16,7 +16,7 @@ local TAKE_REFUSALS = 50  -- at most this many tasks over their limits are set a
 -- score negated until a later call starts it; "start_score" and "start_payload": the
 -- task held ahead that starts now); ``running``: the HASH of running tasks;
 -- ``totals``: the HASH of running totals (false without metrics); ``base``: the queues'
--- home (home_key.base); ``settings``: limits_settings'; ``wait``: the ms until a
+-- home (keys_base); ``settings``: limits_settings'; ``wait``: the ms until a
 -- delayed task is due (-1 for none); ``start``: the lane of the task held ahead that
 -- starts now when it is surely still held (0 for none): its score is written in the
 -- same ZADD when the take is in its lane.
@@ -35,7 +35,7 @@ local function take_next(o, first, count, running, totals, base, settings, now, 
       if settings then
         limits_set(limits, settings)
       end
-      local name = home_key.queue_of(base, ready)
+      local name = keys_queue_of(base, ready)
       local allowed, at, kind = limits_take(base, limits, id, name, popped[2], popped[1], now)
       if allowed then
         break

@@ -11,7 +11,11 @@ gives each call's time in the server.
     .venv/bin/python benchmarks/take_ab.py /tmp/base
 
 ``old_fetch_call`` adapts the call of the worktree's ``fetch_call`` to today's
-arguments: change it with ``fetch_call``'s signature.
+arguments: change it with ``fetch_call``'s signature. The old script is composed with
+the worktree's own ``lua/lib/``. With ``old_fetch_call`` passing its arguments through,
+a worktree of the same code with a comment of ``queue_fetch.lua`` changed (so that its
+SHA1 differs) measured the harness itself: 1.000 (benchmarks/README.md, "Issue 59,
+step 3").
 """
 
 from __future__ import annotations
@@ -62,35 +66,32 @@ def main() -> None:
     assert spec is not None
     assert spec.loader is not None
     before = importlib.util.module_from_spec(spec)
+    import redis_components.tasks.store.records as records_now
+    from redis_components.tasks.messages import NOW, Due
+
+    # The base's calls.py reads these from the store's records, which no longer has them.
+    records_now.NOW, records_now.Due = NOW, Due
     spec.loader.exec_module(before)
     source = (base / "redis_components/lua/queue_fetch.lua").read_text("utf-8")
+    here = scripts.LUA_DIR
+    scripts.LUA_DIR = base / "redis_components/lua"  # (its includes as they were too)
     before_script = scripts.compose("queue_fetch_before", source)
+    scripts.LUA_DIR = here
 
-    def old_fetch_call(
-        *,
-        clock_ms: int = 0,
-        exact: bool = False,
-        outcome: Any,
-        shift: int,
-        start: Any,
-        **kwargs: Any,
-    ) -> Any:
-        # The signature of 2b42be4: a clock grammar, positions of the call's run, and
-        # the outcome's lane, payload, queue and attempt as fields and arguments of its own.
-        clock = "" if not clock_ms else (f"={clock_ms}" if exact else f">={clock_ms}")
+    def old_fetch_call(*, outcome: Any, shift: int, start: Any, **kwargs: Any) -> Any:
+        # The signature of 115ded8: positions of the call's run, and the outcome's lane,
+        # payload, queue and attempt as fields and arguments of its own.
         if start is not None:
             start = dataclasses.replace(start, position=start.position - shift)
         queue, taken_ms = "", 0
         if outcome is not None:
             delivery = outcome.delivery
             queue, taken_ms = delivery.queue, delivery.attempt
-            fields = {
-                field.name: getattr(outcome, field.name) for field in dataclasses.fields(outcome)
-            }
+            fields = {f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)}
             fields |= {"position": delivery.position - shift, "payload": delivery.payload}
             outcome = types.SimpleNamespace(**fields)
         _, keys, args = before.fetch_call(
-            clock=clock, outcome=outcome, start=start, queue=queue, taken_ms=taken_ms, **kwargs
+            outcome=outcome, start=start, queue=queue, taken_ms=taken_ms, **kwargs
         )
         return before_script, keys, args
 

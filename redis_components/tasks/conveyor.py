@@ -11,7 +11,8 @@ offers the verbs that move it:
 * :meth:`Conveyor.fetch` records the queued outcomes, the last together with a take
   (record-and-take), or with none (record);
 * :meth:`Conveyor.start` starts the task held ahead (recording the outcomes with it),
-  and :meth:`Conveyor.take_ahead` sends a take whose reply a later call reads;
+  and may send a take ahead in the same call, whose reply :meth:`Conveyor.receive`
+  reads later and :meth:`Conveyor.hand_out` gives to start;
 * :meth:`Conveyor.give_back` puts the task held ahead back on its queue;
 * :meth:`Conveyor.lost` and :meth:`Conveyor.reclaim` deal with a reply lost with Redis.
 
@@ -85,17 +86,6 @@ class Conveyor:
         self._record_all_but_last()
         return self._fetch_one(take, start)
 
-    def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
-        execution, outcome = self._first_outcome()
-        if take:
-            fetched = self.tasks.take(outcome, start=start)
-        else:
-            fetched = self.tasks.record(outcome, start=start)
-        if execution is not None:
-            self.outcomes.pop(0)
-        self._check_recorded(outcome, fetched)
-        return fetched
-
     def record(self) -> None:
         """Record every queued outcome, taking nothing."""
         self.receive()
@@ -107,11 +97,11 @@ class Conveyor:
         recording the queued outcomes with it; ``ahead``: take the next task to hold
         ahead in that same call."""
         if ahead:
-            self.take_ahead(fetched)
+            self._take_ahead(fetched)
         elif fetched is not None:
             self.fetch(take=False, start=fetched)
 
-    def take_ahead(self, start: Fetched | None) -> None:
+    def _take_ahead(self, start: Fetched | None) -> None:
         """Record the queued outcomes and start ``start`` (if given), taking a task to
         hold ahead in the same script, whose reply :meth:`receive` reads."""
         self._record_all_but_last()
@@ -175,6 +165,17 @@ class Conveyor:
         self.receive()
         while len(self.outcomes) > 1:
             self._fetch_one(take=False)
+
+    def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
+        execution, outcome = self._first_outcome()
+        if take:
+            fetched = self.tasks.take(outcome, start=start)
+        else:
+            fetched = self.tasks.record(outcome, start=start)
+        if execution is not None:
+            self.outcomes.pop(0)
+        self._check_recorded(outcome, fetched)
+        return fetched
 
     def _first_outcome(self) -> tuple[Execution | None, Outcome | None]:
         """The oldest finished execution to record, and its outcome."""

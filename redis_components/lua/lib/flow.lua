@@ -14,8 +14,7 @@
 --   created_at   when it was written (epoch ms)
 --   finished_at  when every step had ended (epoch ms)
 --   failed       the task id of the step whose failure failed it
---   kr, kq       the prefixes of a result hash's and a ready ZSET's keys (still written for
---                the workers of earlier releases; lib/keys.lua names those keys now)
+--   kr, kq       result and ready key prefixes (read by earlier releases' workers only)
 --   count:<s>    how many steps are in state s (a listing reads these, not the steps)
 -- and for each step n (1 to "steps"; a barrier is numbered after them):
 --   id:<n>       its task id (a barrier has none: it is no task)
@@ -182,8 +181,7 @@ end
 
 -- A barrier b (a node with no "id:<b>": no task, not a step) stands between many parents
 -- and many children (chain(group(N), group(M)): N + M fields, not N x M). A parent of it
--- has ended in state s. Its children are released (their keys named by lib/keys.lua
--- from their id and queue, in the workflow's home) when every parent has ended, with
+-- has ended in state s. Its children are released once every parent has ended, given
 -- "r:<b>" (its template filled) as their input; a failed parent marks at once those
 -- that do not allow it as not run, a parent not run all of them.
 local function flow_barrier(flow, b, s, work, failed_id, now, keep)

@@ -11,32 +11,24 @@ local function keys_base(key, tail)
   return string.sub(key, 1, #key - #tail)
 end
 
--- The key ``kind`` of the home ``base``; ``part``: the queue, task id, limit key or
--- worker id that the kinds after the first three end with.
+local KEYS_LIMIT_KINDS = ' held wait tat turns every runs '  -- (a string: no table to make)
+
+-- The key ``kind`` of the home ``base``: 'counter', 'limits', 'limits_waiting', or, with
+-- ``part`` (a queue, a task id, a limit's key or a worker id), 'ready', 'delayed',
+-- 'result' or 'limit_<held|wait|tat|turns|every|runs>'.
 local function keys_name(base, kind, part)
-  local suffix
   if kind == 'counter' or kind == 'limits' then
     return base .. kind
   elseif kind == 'limits_waiting' then
     return base .. 'limit:waiting'
   elseif kind == 'ready' or kind == 'delayed' or kind == 'result' then
-    suffix = kind .. ':'
-  elseif kind == 'limit_held' then
-    suffix = 'limit:held:'
-  elseif kind == 'limit_wait' then
-    suffix = 'limit:wait:'
-  elseif kind == 'limit_tat' then
-    suffix = 'limit:tat:'
-  elseif kind == 'limit_turns' then
-    suffix = 'limit:turns:'
-  elseif kind == 'limit_every' then
-    suffix = 'limit:every:'
-  elseif kind == 'limit_runs' then
-    suffix = 'limit:runs:'
-  else
+    return base .. kind .. ':' .. part
+  end
+  local limit = string.match(kind, '^limit_(%l+)$')
+  if not (limit and string.find(KEYS_LIMIT_KINDS, ' ' .. limit .. ' ', 1, true)) then
     error('no key is named ' .. tostring(kind))
   end
-  return base .. suffix .. part
+  return base .. 'limit:' .. limit .. ':' .. part
 end
 
 -- The queue of ``ready``, a ready set of the home ``base``.

@@ -353,6 +353,51 @@ def test_cancel_a_waiting_task_from_its_queue_page(manager: Client) -> None:
     assert "already cancelled" in str(list(again.context["messages"])[-1])
 
 
+def test_tasks_held_back_by_a_limit_show_the_key_and_can_be_cancelled(manager: Client) -> None:
+    """The On limits tab lists the tasks the overview counts, each with the key whose
+    permit it waits for and a Cancel; the Delayed tab names the rate a task was set
+    aside on."""
+    worker = ScriptedWorker(["test"])
+    for i in range(3):
+        tasks.per_customer.enqueue("X", f"run{i}")
+    waiting = tasks.per_customer.enqueue("X", "waits")
+    rated = [tasks.rated.enqueue(f"r{i}") for i in range(7)]
+    while worker.take() is not None:
+        pass
+    listing = manager.get(ADMIN + "queue/", {"name": "test", "state": "on_limits"})
+    page = listing.content.decode()
+    assert "1 task waiting for a concurrency limit's permit; 1 to 1 shown" in page
+    assert waiting.id in page
+    assert "waiting for a permit of 'customer:X'" in page
+    task_page = manager.get(ADMIN + "task/", {"id": waiting.id}).content.decode()
+    assert "READY (waiting for a permit of 'customer:X')" in task_page
+    delayed = manager.get(ADMIN + "queue/", {"name": "test", "state": "delayed"})
+    assert delayed.content.decode().count("set aside on rate 'api'") == 1, rated
+    shown = [manager.get(ADMIN + "task/", {"id": h.id}).content.decode() for h in rated]
+    assert ["set aside on rate 'api'" in page for page in shown] == [False] * 6 + [True]
+    link = re.search(r'href="([^"]*do/cancel/[^"]*)"', page)
+    assert link, page
+    confirmed, fields = confirm(manager, link.group(1).replace("&amp;", "&"))
+    manager.post(ADMIN + "do/cancel/", {**fields, "csrfmiddlewaretoken": csrf_token(confirmed)})
+    assert cancelled(get_result(waiting.id))
+    assert waiting_tasks("test", "on_limits") == (0, [])
+
+
+def test_a_workflow_step_waiting_on_a_limit_says_for_which_key(viewer: Client) -> None:
+    flow = group(tasks.one_at_a_time.si(label) for label in ("a", "b")).enqueue()
+    worker = ScriptedWorker(["test"])
+    first = worker.take()
+    assert first is not None
+    assert worker.take() is None  # the second step waits on the limit
+    page = viewer.get(ADMIN + "workflow/", {"id": flow.id}).content.decode()
+    key = "task:tests.testapp.tasks.one_at_a_time"
+    assert page.count(f"(waiting for a permit of '{key}')") == 1, page
+    worker.succeed(first.id)
+    assert worker.take() is not None
+    page = viewer.get(ADMIN + "workflow/", {"id": flow.id}).content.decode()
+    assert "waiting for a permit" not in page
+
+
 def test_redis_down_is_a_503_page(viewer: Client) -> None:
     caches = {
         "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}

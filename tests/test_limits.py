@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import os
@@ -337,6 +338,65 @@ def test_tasks_waiting_on_a_limit_count_in_their_queue(r: redis.Redis) -> None:
     assert TaskStore().purge("test") == 1
     assert queue_stats(["test"])[0].on_limits == 0
     assert not r.exists(at("limit:waiting"))
+
+
+def test_tasks_waiting_on_a_limit_are_listed_with_the_key_each_waits_on(
+    r: redis.Redis,
+) -> None:
+    """The tasks a queue's count says are on limits, by id, page by page, each with its
+    key (what the admin's On limits tab and rc_queues --on-limits show): a cancel takes
+    one out; a task of another queue waiting on the same key is not listed (on a
+    cluster, each queue counts the key apart: docs/limits.md)."""
+    worker = ScriptedWorker(["test", "other"])
+    for i in range(3):
+        tasks.per_customer.enqueue("X", f"run{i}")
+    waiting = [tasks.per_customer.enqueue("X", f"waits{i}") for i in range(3)]
+    elsewhere = tasks.per_customer.using(queue_name="other").enqueue("X", "other")
+    tasks.per_customer.enqueue("Y", "runs")
+    apart = is_cluster(get_client())
+    assert sum(worker.take() is not None for _ in range(8)) == 4 + apart
+    assert waiting_tasks("test", "ready") == (0, [])
+    total, listed = waiting_tasks("test", "on_limits")
+    assert total == 3
+    assert [t.task_id for t in listed] == [h.id for h in waiting]
+    assert {(t.task, t.waits_on, t.waits_for) for t in listed} == {
+        ("tests.testapp.tasks.per_customer", "customer:X", "concurrency")
+    }
+    assert [t.task_id for t in waiting_tasks("test", "on_limits", 1, 1)[1]] == [waiting[1].id]
+    on_other = [t.task_id for t in waiting_tasks("other", "on_limits")[1]]
+    assert on_other == ([] if apart else [elsewhere.id])
+    out = io.StringIO()
+    call_command("rc_queues", "--on-limits", "test", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "test: 3 tasks wait on concurrency limits"
+    assert lines[1].split() == ["id", "task", "waits", "on"]
+    assert [line.split() for line in lines[2:]] == [
+        [h.id, "tests.testapp.tasks.per_customer", "customer:X"] for h in waiting
+    ]
+    assert cancel(waiting[0].id) == "cancelled"
+    total, listed = waiting_tasks("test", "on_limits")
+    assert (total, [t.task_id for t in listed]) == (2, [h.id for h in waiting[1:]])
+    out = io.StringIO()
+    call_command("rc_queues", "--on-limits", "test2", stdout=out)
+    assert out.getvalue() == "No task of queue 'test2' waits on a concurrency limit.\n"
+
+
+def test_a_delayed_task_set_aside_on_a_rate_says_which(r: redis.Redis) -> None:
+    """Under 20 a second with a burst of 5, 6 of 10 tasks start and 4 are set aside on
+    the rate: the Delayed list names it for them, not for a task of the same rate
+    delayed by its caller."""
+    worker = ScriptedWorker(["test"])
+    set_aside = [tasks.rated.enqueue(f"r{i}") for i in range(10)]
+    an_hour = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    later = tasks.rated.using(run_after=an_hour).enqueue("later")
+    assert sum(worker.take() is not None for _ in range(7)) == 6
+    total, delayed = waiting_tasks("test", "delayed")
+    assert total == 5
+    reasons = {t.task_id: (t.waits_for, t.waits_on) for t in delayed}
+    assert reasons == {
+        **{h.id: ("rate", "api") for h in set_aside[6:]},
+        later.id: ("", ""),
+    }
 
 
 def test_settings_replace_a_limit_for_the_next_worker(r: redis.Redis) -> None:

@@ -246,6 +246,17 @@ def test_run_after_past_ten_years_is_refused_before_anything_is_written(
     assert framework_tasks.record.get_result(result.id).task.run_after is not None
 
 
+def test_a_run_after_that_is_not_a_datetime_is_refused_saying_so(r: redis.Redis) -> None:
+    """A timedelta (Django takes only a datetime) is a refusal saying what to pass, not
+    an AttributeError from deep inside."""
+    in_an_hour = datetime.timedelta(hours=1)
+    with pytest.raises(InvalidTask, match=r"run_after: must be a datetime, not a timedelta"):
+        framework_tasks.record.using(run_after=in_an_hour).enqueue("never")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTask, match=r"run_after: must be a datetime, not int"):
+        framework_tasks.record.using(run_after=3600).enqueue("never")  # type: ignore[arg-type]
+    assert r.keys("*") == []
+
+
 def test_an_unknown_queue_is_refused_and_nothing_is_written(r: redis.Redis) -> None:
     with pytest.raises(InvalidTask, match="nowhere"):
         framework_tasks.record.using(queue_name="nowhere").enqueue("x")

@@ -47,6 +47,7 @@ from ..tasks.status import (
     WaitingTask,
     dead_letter_entry,
     dead_letter_page,
+    held_back,
     limits_in_use,
     queue_stats,
     read_dead_letter,
@@ -73,6 +74,7 @@ REFRESH_SECONDS = 10
 STATES = {
     "ready": pgettext_lazy("tasks", "Ready"),
     "delayed": pgettext_lazy("tasks", "Delayed"),
+    "on_limits": pgettext_lazy("tasks", "On limits"),
     "dead": pgettext_lazy("tasks", "Dead"),
 }
 
@@ -474,7 +476,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         name = validate_queue(request.GET.get("name", ""))
         state = request.GET.get("state", "ready")
         if state not in STATES:
-            raise Http404("No such state: ready, delayed or dead.")
+            raise Http404("No such state: ready, delayed, on_limits or dead.")
         number = whole_number(request.GET.get("page", "1"), "page", 1, None)
         offset = (min(number, LAST_PAGE) - 1) * PAGE_SIZE
         rows: list[dict[str, Any]] = []
@@ -549,6 +551,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             request,
             gettext("Task %(id)s") % {"id": result.id},
             result=result,
+            held_back=held_back([result.id]).get(result.id),
             arguments=json.dumps(result.args, ensure_ascii=False, indent=2),
             keyword_arguments=json.dumps(result.kwargs, ensure_ascii=False, indent=2),
             queue_url=self.url("queue", query=urlencode({"name": result.queue})),
@@ -571,13 +574,16 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """One workflow's steps: each one's state and its result (or failure)."""
         found = _workflow_or_404(request.GET.get("id", ""))
         summary = found.summary()
+        listed = found.steps()
+        limited = held_back(step.task_id for step in listed if step.state == "QUEUED")
         steps = [
             {
                 "step": step,
                 "value": json.dumps(step.value, ensure_ascii=False),
                 "url": self.url("task", query=urlencode({"id": step.task_id})),
+                "held_back": limited.get(step.task_id),
             }
-            for step in found.steps()
+            for step in listed
         ]
         context = self._context(
             request,

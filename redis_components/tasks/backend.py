@@ -174,22 +174,22 @@ class RedisTaskBackend(QueueBackend):
         if self.queues and task.queue_name not in self.queues and not apps.ready:
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
-        if isinstance(task, RedisTask) and task.registered_name is not None:
-            # Found by its name, not imported by its path: it may be defined anywhere
-            # (Django's checks want a module-level function); the rest is checked below.
-            if task.takes_context and _first_argument(task.func) != "context":
-                raise InvalidTask(
-                    "Task takes context but does not have a first argument of 'context'."
-                )
-        else:
-            super().validate_task(task)
-        if isinstance(task, RedisTask) and task.registered_name is None:
-            _declared[task.module_path] = task
         try:
+            if task.run_after is not None:  # (first: Django's check fails on a timedelta)
+                due_at(_aware(task.run_after), "run_after")
+            if isinstance(task, RedisTask) and task.registered_name is not None:
+                # Found by its name, not imported by its path: it may be defined anywhere
+                # (Django's checks want a module-level function); the rest is checked below.
+                if task.takes_context and _first_argument(task.func) != "context":
+                    raise InvalidTask(
+                        "Task takes context but does not have a first argument of 'context'."
+                    )
+            else:
+                super().validate_task(task)
+            if isinstance(task, RedisTask) and task.registered_name is None:
+                _declared[task.module_path] = task
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
-            if task.run_after is not None:
-                due_at(_aware(task.run_after), "run_after")
             if isinstance(task, RedisTask):
                 _checked_options(task)
         except InvalidInput as error:
@@ -625,6 +625,9 @@ def _priority(task: Task[..., Any]) -> int:
     return validate_priority(priority if isinstance(priority, bool) else int(priority))
 
 
-def _aware(when: datetime.datetime) -> datetime.datetime:
-    """``run_after`` as an aware datetime (Django allows naive ones when ``USE_TZ`` is False)."""
-    return timezone.make_aware(when) if timezone.is_naive(when) else when
+def _aware(when: object) -> object:
+    """``run_after`` as an aware datetime (Django allows naive ones when ``USE_TZ`` is
+    False); anything else as it is, for :func:`due_at` to refuse."""
+    if isinstance(when, datetime.datetime) and timezone.is_naive(when):
+        return timezone.make_aware(when)
+    return when

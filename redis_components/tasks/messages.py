@@ -353,6 +353,8 @@ MAX_DELAY = datetime.timedelta(seconds=keys.MAX_SECONDS)
 def due_at(when: object, field: str = "when") -> Due:
     """When a task is due at ``when`` (an aware datetime at most ten years from now, the
     bound of every duration), or :class:`InvalidInput` naming ``field``."""
+    if isinstance(when, datetime.timedelta):
+        raise InvalidInput(field, "must be a datetime, not a timedelta: timezone.now() + it")
     if not isinstance(when, datetime.datetime):
         raise InvalidInput(field, f"must be a datetime, not {type(when).__name__}")
     if when.utcoffset() is None:

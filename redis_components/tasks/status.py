@@ -130,12 +130,22 @@ def dead_letter_entry(queue: str, index: int) -> bytes | None:
 def waiting_tasks(
     queue: str, state: str, offset: int = 0, count: int = 50
 ) -> tuple[int, list[WaitingTask]]:
-    """How many tasks wait in ``queue`` as ``state`` ("ready" or "delayed"), and ``count``
-    of them from ``offset`` in the order they will run (one round trip)."""
+    """How many tasks wait in ``queue`` as ``state``, and ``count`` of them from
+    ``offset``: "ready" or "delayed" in the order they will run (one round trip; a delayed
+    task set aside on a rate says which), "on_limits" for those waiting for a concurrency
+    limit's permit, key by key (each says which)."""
     validate_queue(queue)
+    if state == "on_limits":
+        return TaskStore().on_limits(queue, offset, count)
     if state not in ("ready", "delayed"):
-        raise ValueError(f"state must be 'ready' or 'delayed', not {state!r}")
+        raise ValueError(f"state must be 'ready', 'delayed' or 'on_limits', not {state!r}")
     return TaskStore().waiting(queue, "ready" if state == "ready" else "delayed", offset, count)
+
+
+def held_back(task_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Of ``task_ids``, the tasks waiting to run that a limit holds back: task id ->
+    ("concurrency", the key whose permit it waits for) or ("rate", the rate's key)."""
+    return TaskStore().held_back(list(task_ids))
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,13 @@ from django.core.management.base import CommandError, CommandParser
 from ...exceptions import InvalidInput, TaskNotCancellable, WorkflowDoesNotExist
 from ...tasks.messages import validate_queue
 from ...tasks.schedules import schedule_states
-from ...tasks.status import limits_in_use, queue_names, queue_stats, workers
+from ...tasks.status import limits_in_use, queue_names, queue_stats, waiting_tasks, workers
 from ...tasks.store import TaskStore, cancel
 from ...tasks.workflows import Summary, get_workflow, workflows
 from ..base import RedisCommand
+
+# The most tasks --on-limits lists (the admin's On limits tab pages through them all).
+ON_LIMITS_SHOWN = 100
 
 
 def _time(when: datetime.datetime | None) -> str:
@@ -27,8 +30,8 @@ class Command(RedisCommand):
     help = (
         "Show each task queue's ready, delayed, in-progress and dead task counts, the "
         "registered workers, the concurrency limits in use and the running workflows; or "
-        "the schedules, or the workflows; or requeue dead letters, purge a queue, cancel a "
-        "task or a workflow."
+        "the schedules, the workflows, or the tasks waiting on limits; or requeue dead "
+        "letters, purge a queue, cancel a task or a workflow."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,6 +49,12 @@ class Command(RedisCommand):
             metavar="QUEUE",
             help="Delete the ready, delayed and dead tasks of QUEUE, and those waiting on a "
             "concurrency limit (tasks in progress finish).",
+        )
+        action.add_argument(
+            "--on-limits",
+            metavar="QUEUE",
+            help="List the tasks of QUEUE that wait for a concurrency limit's permit (the "
+            "first 100), with the key each waits on: their ids are what --cancel takes.",
         )
         action.add_argument(
             "--schedules",
@@ -88,6 +97,8 @@ class Command(RedisCommand):
                 self.requeue(options["requeue_dead"])
             elif options["purge"] is not None:
                 self.purge(options["purge"], options["yes"])
+            elif options["on_limits"] is not None:
+                self.show_on_limits(options["on_limits"])
             elif options["schedules"]:
                 self.show_schedules()
             elif options["workflows"]:
@@ -157,6 +168,18 @@ class Command(RedisCommand):
         if running:  # most projects have none: no line for them
             self.stdout.write(f"\nRunning workflows: {len(running)}")
             self.write_workflows(running)
+
+    def show_on_limits(self, queue: str) -> None:
+        total, waiting = waiting_tasks(queue, "on_limits", 0, ON_LIMITS_SHOWN)
+        self.unknown(queue)
+        if not total:
+            self.stdout.write(f"No task of queue {queue!r} waits on a concurrency limit.")
+            return
+        shown = f" (the first {len(waiting)})" if len(waiting) < total else ""
+        self.stdout.write(f"{queue}: {total} tasks wait on concurrency limits{shown}")
+        rows: list[tuple[str, ...]] = [("id", "task", "waits on")]
+        rows += [(t.task_id or "(unreadable)", t.task, t.waits_on) for t in waiting]
+        self.write_table(rows)
 
     def show_workflows(self) -> None:
         running, finished = workflows()

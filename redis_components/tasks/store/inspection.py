@@ -3,6 +3,7 @@ the operations pages and metrics (never a write), and the server's risky setting
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from .layout import (
     delayed_key,
     leases_key,
     limit_held_key,
+    limit_turns_key,
     limit_wait_key,
     limits_key,
     limits_waiting_key,
@@ -76,6 +78,8 @@ def server_warnings(client: Redis) -> list[str]:
 # A list page reads at most this much of the start of an entry (a payload, a dead
 # letter): enough for a task's names, never megabytes of arguments.
 GLIMPSE_BYTES = 4096
+# How many entries of a concurrency key's waiting tasks one round trip reads.
+ON_LIMITS_PAGE = 500
 
 
 # ... and of a dead letter's end: its traceback (at most MAX_TRACEBACK characters, mostly
@@ -261,19 +265,118 @@ class Inspection(Router):
             offset,
             offset + count - 1,
         )
-        found: list[Glimpse] = []
+        waiting = []
         for head, start, end in spans:
             held, glimpsed = self._glimpses(
                 key_of(queue, head), start, end, start_bytes=GLIMPSE_BYTES
             )
-            found += glimpsed
             total = held if total is None else total  # (one home: its set's size)
-        waiting = []
-        for glimpse in found:
-            score = float(glimpse.score)
-            due_ms = int(score) if state == "delayed" and math.isfinite(score) else None
-            waiting.append(replies.waiting_task(glimpse.start, glimpse.size, due_ms))
+            page = []
+            for glimpse in glimpsed:
+                score = float(glimpse.score)
+                due_ms = int(score) if state == "delayed" and math.isfinite(score) else None
+                page.append(replies.waiting_task(glimpse.start, glimpse.size, due_ms))
+            waiting += self._set_aside(queue, head, page, glimpsed) if state == "delayed" else page
         return total or 0, waiting
+
+    def _set_aside(
+        self, queue: str, head: str, waiting: list[WaitingTask], glimpsed: list[Glimpse]
+    ) -> list[WaitingTask]:
+        """``waiting`` (delayed tasks of ``queue`` in ``head``), each set aside on a rate
+        saying which: it is in that rate's turns, at its due time (lib/limit_turns.lua
+        keeps the two together), in one round trip for those a rate limits."""
+        asked = [
+            (i, key)
+            for i, glimpse in enumerate(glimpsed)
+            for key in replies.rate_keys(glimpse.start)
+            if waiting[i].task_id and waiting[i].due_ms is not None
+        ]
+        if not asked:
+            return waiting
+        pipe = self.at(head).pipeline(transaction=False)
+        for i, key in asked:
+            due = waiting[i].due_ms
+            pipe.zrangebyscore(limit_turns_key(head, key), due, due)
+        found = list(waiting)
+        for (i, key), turns in zip(asked, pipe.execute(), strict=True):
+            entry = f'{queue}\n{{"id":"{waiting[i].task_id}",'.encode()
+            if not found[i].waits_on and any(turn.startswith(entry) for turn in turns):
+                found[i] = dataclasses.replace(found[i], waits_on=key, waits_for="rate")
+        return found
+
+    def on_limits(self, queue: str, offset: int, count: int) -> tuple[int, list[WaitingTask]]:
+        """How many tasks of ``queue`` wait for a concurrency limit's permit, and ``count``
+        of them from ``offset``: home by home, key by key (in the order of their names),
+        then in the order the key hands its permits on. Two round trips per home, and one
+        per page of a key's waiting tasks read (of every queue: the key's, not the
+        queue's)."""
+        prefix = f"{queue}\n".encode()
+        total, found, skip = 0, list[WaitingTask](), offset
+        for head in queue_homes(queue):
+            client = self.at(head)
+            waiting, names = (
+                client.pipeline(transaction=False)
+                .hget(limits_waiting_key(head), queue)
+                .hkeys(limits_key(head))
+                .execute()
+            )
+            total += int(waiting or 0)
+            names = sorted(text(name) for name in names)
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.zcard(limit_wait_key(head, name))
+            for name, size in zip(names, pipe.execute(), strict=True):
+                for first in range(0, size if len(found) < count else 0, ON_LIMITS_PAGE):
+                    _, glimpsed = self._glimpses(
+                        limit_wait_key(head, name),
+                        first,
+                        first + ON_LIMITS_PAGE - 1,
+                        start_bytes=len(prefix) + GLIMPSE_BYTES,
+                    )
+                    for glimpse in glimpsed:
+                        if not glimpse.start.startswith(prefix) or len(found) == count:
+                            continue
+                        if skip:
+                            skip -= 1
+                            continue
+                        task = replies.waiting_task(
+                            glimpse.start[len(prefix) :], glimpse.size - len(prefix), None
+                        )
+                        found.append(
+                            dataclasses.replace(task, waits_on=name, waits_for="concurrency")
+                        )
+                    if len(found) == count:
+                        break
+        return total, found
+
+    def held_back(self, task_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """Of the tasks ``task_ids`` that wait to run, those a limit holds back: task id ->
+        ("concurrency", the key whose permit it waits for) or ("rate", the key of the
+        rate it was set aside on). Two round trips per home: the payloads each waits as
+        (in its result, as a cancel finds it), then the limits' sets it may be in."""
+        found_payloads = self._each_home(
+            [(task_home(i), ("HMGET", result_key(i), "payload", "message")) for i in task_ids]
+        )
+        asked: list[tuple[str, str, str]] = []
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for task_id, (requeued, enqueued) in zip(task_ids, found_payloads, strict=True):
+            payload = requeued or enqueued  # (as lib/result.lua writes them)
+            try:
+                message = TaskMessage.decode(payload or b"")
+            except MalformedTask:
+                continue
+            entry = f"{message.queue}\n".encode() + payload
+            for limit in message.limits or []:
+                kind, key = ("concurrency", "rate")[limit[0] == "r"], limit[1]
+                key_of = limit_wait_key if kind == "concurrency" else limit_turns_key
+                for head in queue_homes(message.queue):
+                    asked.append((task_id, kind, key))
+                    commands.append((head, ("ZSCORE", key_of(head, key), entry)))
+        found: dict[str, tuple[str, str]] = {}
+        for (task_id, kind, key), score in zip(asked, self._each_home(commands), strict=True):
+            if score is not None:
+                found.setdefault(task_id, (kind, key))
+        return found
 
     def dead_letter_at(self, queue: str, index: int) -> bytes | None:
         """The dead-letter entry at ``index`` (0: the newest), or ``None``."""

@@ -150,6 +150,10 @@ class WaitingTask:
     A delayed task's ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no
     datetime can hold it (past the year 9999, as an older release could store it), both
     are ``None`` for an infinite score (not one of ours).
+
+    ``waits_on`` names the limit that holds it back, if one does: the key of the
+    concurrency limit it waits for a permit of, or of the rate it was set aside on (a
+    delayed task); ``waits_for`` says which ("concurrency" or "rate").
     """
 
     message: TaskMessage | None
@@ -161,6 +165,8 @@ class WaitingTask:
     priority: int = 0
     arguments: str = ""
     whole_size: int = 0
+    waits_on: str = ""
+    waits_for: Literal["", "concurrency", "rate"] = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import datetime
 import json
+import re
 from typing import Any
 
 from ... import keys
@@ -281,6 +282,27 @@ def waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
         return WaitingTask(None, start, due, due_ms, whole_size=size)
     arguments = _cut(start[arguments_at + len('"args":') :])
     return WaitingTask(None, start, due, due_ms, task_id, task, priority, arguments, size)
+
+
+# A limited payload's head, as lua/lib/limits.lua matches it (no string in the limits
+# holds a bracket: limits.to_json).
+_LIMITS_HEAD = re.compile(rb'^\{"id":"[0-9a-f]+","priority":-?\d+,"limits":(\[(?:\[[^][]*\],?)*\])')
+
+
+def rate_keys(head: bytes) -> list[str]:
+    """The keys of the rates a payload (whole or its head) is limited by: [] for none, or
+    for limits that cannot be read."""
+    found = _LIMITS_HEAD.match(head)
+    try:
+        limits = json.loads(found[1]) if found else []
+    except ValueError:
+        return []
+    return [
+        limit[1]
+        for limit in limits
+        if isinstance(limit, list) and len(limit) > 1 and limit[0] == "r"
+        if isinstance(limit[1], str)
+    ]
 
 
 def _start_text(head: bytes) -> str:

@@ -76,6 +76,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_templatetags.py": ("django",),
     "test_testing.py": ("server",),
     "test_translations.py": ("static",),
+    "test_typing.py": ("static",),
     "test_upgrade.py": ("server",),
     "test_user_identity.py": ("django",),
     "test_value_types.py": ("django",),

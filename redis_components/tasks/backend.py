@@ -41,8 +41,8 @@ import dataclasses
 import datetime
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast, overload
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, Concatenate, Literal, Protocol, cast, overload
 
 import redis
 from django.apps import apps
@@ -75,6 +75,7 @@ from .framework import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
+    TaskContext,
     TaskResult,
     TaskResultStatus,
     task_enqueued,
@@ -137,7 +138,9 @@ class RedisTaskBackend(QueueBackend):
     ``async def`` tasks (run on an event loop in the worker).
     """
 
-    task_class = RedisTask
+    # What Django's @task makes with this backend (django-stubs types that @task's task
+    # as Task[P, R] whatever the backend: it cannot know which one the alias names).
+    task_class: type[RedisTask[..., Any]] = RedisTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -414,6 +417,34 @@ def task_of(record: results.TaskRecord) -> Task[..., Any]:
 # -- our @redis_task ------------------------------------------------------------------------
 
 
+class TaskDecorator(Protocol):
+    """What ``@redis_task(...)`` gives: it makes a function a :class:`RedisTask` typed by
+    the function (an ``async def``'s by the value it returns when awaited)."""
+
+    @overload
+    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> RedisTask[P, R]: ...
+
+
+class ContextTaskDecorator(Protocol):
+    """What ``@redis_task(..., takes_context=True)`` gives: its function's first argument
+    is Django's ``TaskContext``, which the task's callers do not pass."""
+
+    @overload
+    def __call__(
+        self, func: Callable[Concatenate[TaskContext[Any, Any], P], Coroutine[Any, Any, R]], /
+    ) -> RedisTask[P, R]: ...
+    @overload
+    def __call__(
+        self, func: Callable[Concatenate[TaskContext[Any, Any], P], R], /
+    ) -> RedisTask[P, R]: ...
+
+
+@overload
+def redis_task(func: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
+
+
 @overload
 def redis_task(func: Callable[P, R], /) -> RedisTask[P, R]: ...
 
@@ -429,14 +460,48 @@ def redis_task(
     unique_for: float | None = None,
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
-    takes_context: bool = False,
+    takes_context: Literal[True],
     limits: Sequence[Limit] = (),
     partition_key: str | None = None,
-) -> Callable[[Callable[P, R]], RedisTask[P, R]]: ...
+) -> ContextTaskDecorator: ...
+
+
+@overload
+def redis_task(
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = 3,
+    retry_backoff: float | None = None,
+    unique_for: float | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    takes_context: Literal[False] = False,
+    limits: Sequence[Limit] = (),
+    partition_key: str | None = None,
+) -> TaskDecorator: ...
+
+
+@overload
+def redis_task(
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = 3,
+    retry_backoff: float | None = None,
+    unique_for: float | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    takes_context: bool,
+    limits: Sequence[Limit] = (),
+    partition_key: str | None = None,
+) -> Callable[[Callable[..., Any]], RedisTask[..., Any]]: ...  # known at run time only
 
 
 def redis_task(
-    func: Callable[P, R] | None = None,
+    func: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -450,7 +515,7 @@ def redis_task(
     takes_context: bool = False,
     limits: Sequence[Limit] = (),
     partition_key: str | None = None,
-) -> RedisTask[P, R] | Callable[[Callable[P, R]], RedisTask[P, R]]:
+) -> RedisTask[Any, Any] | Callable[[Callable[..., Any]], RedisTask[Any, Any]]:
     """Make a function a task that workers run; use as ``@redis_task`` or ``@redis_task(...)``.
 
     It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
@@ -482,13 +547,13 @@ def redis_task(
     partition, so they start in the order they were enqueued (see the Cluster page).
     """
 
-    def register(function: Callable[P, R]) -> RedisTask[P, R]:
+    def register(function: Callable[..., Any]) -> RedisTask[Any, Any]:
         task_name = keys.validate_name(
             name or f"{function.__module__}.{function.__qualname__}", "name", MAX_TASK_NAME
         )
         hard, soft = time_limits(time_limit, soft_time_limit)
         try:
-            new: RedisTask[P, R] = RedisTask(
+            new: RedisTask[Any, Any] = RedisTask(
                 func=function,
                 priority=validate_priority(priority),
                 queue_name=validate_queue(queue),

@@ -48,9 +48,16 @@ R = TypeVar("R")
 logger = logging.getLogger("redis_components.tasks")
 
 if TYPE_CHECKING:
-    _DjangoTask: TypeAlias = Task[..., Any]
+    # Django's Task as django-stubs types it: generic in its function's parameters and
+    # return type, so RedisTask[P, R] is a Task[P, R] to a type checker.
+    _DjangoTask = Task
 else:
-    _DjangoTask = Task  # not generic at run time on Django 6
+
+    class _DjangoTask:
+        """Django 6's ``Task`` is not generic at run time: ``_DjangoTask[P, R]`` is it."""
+
+        def __class_getitem__(cls, parameters: object) -> type[Task]:
+            return Task
 
 
 class Prepared(NamedTuple):
@@ -114,7 +121,7 @@ def own_backend() -> QueueBackend:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RedisTask(_DjangoTask, Generic[P, R]):
+class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     r"""Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
     ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
 
@@ -135,6 +142,11 @@ class RedisTask(_DjangoTask, Generic[P, R]):
 
     ``registered_name``: the name our :func:`redis_task` registered it under (what its
     messages carry); ``None`` for a Django ``@task`` (found by its module path).
+
+    To a type checker it is generic as Django's ``Task`` is in django-stubs: ``P``, the
+    function's parameters (past its ``TaskContext``), check the arguments of
+    ``enqueue`` and its kin; ``R``, its return type (awaited, for an ``async def``),
+    is the ``return_value`` of the results they give.
     """
 
     max_retries: int | None = None
@@ -151,6 +163,25 @@ class RedisTask(_DjangoTask, Generic[P, R]):
         """The registered name of our ``@redis_task``; the function's name for Django's."""
         return self.registered_name or self.func.__name__
 
+    if TYPE_CHECKING:
+        # Django's methods, typed here as django-stubs types them on Task[P, R], so that
+        # they keep P and R where the checker knows no typed django.tasks (Django 5.2
+        # and its backport); using() keeps this class (Django's copies the task).
+        def using(
+            self,
+            *,
+            priority: int | None = None,
+            queue_name: str | None = None,
+            run_after: datetime.datetime | None = None,
+            backend: str | None = None,
+        ) -> RedisTask[P, R]: ...
+        def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]: ...
+        async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]: ...
+        def get_result(self, result_id: str) -> TaskResult[P, R]: ...
+        async def aget_result(self, result_id: str) -> TaskResult[P, R]: ...
+        def call(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+        async def acall(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Deprecated: run the task here with :meth:`call` (Django's tasks are not
         callable); a plain call of our ``@redis_task`` works, with a warning, until 0.3."""
@@ -159,7 +190,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
         deprecated(
             f"calling task {self.name!r}", "use .call(...), as for Django's tasks", stacklevel=2
         )
-        return cast("R", self.call(*args, **kwargs))
+        return self.call(*args, **kwargs)
 
     def partition_by(
         self, limits: list[list[Any]] | None, args: Sequence[Any], kwargs: dict[str, Any]
@@ -192,24 +223,23 @@ class RedisTask(_DjangoTask, Generic[P, R]):
             return own_backend()
         return Task.get_backend(self)
 
-    def enqueue_in(
-        self, delay: float, /, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskResult[..., Any]:
+    def enqueue_in(self, delay: float, /, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
         milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
         backend = self._redis_backend()
         backend.validate_task(self)
-        return backend.send(backend.prepare(self, args, kwargs), Due(after_ms=milliseconds))
+        result = backend.send(backend.prepare(self, args, kwargs), Due(after_ms=milliseconds))
+        return cast("TaskResult[P, R]", result)
 
     def enqueue_at(
         self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
-    ) -> TaskResult[..., Any]:
+    ) -> TaskResult[P, R]:
         """Send the task to run at ``when``, an aware datetime: ``using(run_after=when)``
         then ``enqueue``."""
         due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
         return self.using(run_after=when).enqueue(*args, **kwargs)
 
-    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[..., Any]:
+    def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue when the current database transaction commits; never if it rolls back.
 
         The arguments are encoded now (so a bad argument raises here), and the result
@@ -224,7 +254,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
         prepared = backend.prepare(self, args, kwargs)
         due = backend.due(self)
         if not transaction.get_connection().in_atomic_block:
-            return backend.send(prepared, due)
+            return cast("TaskResult[P, R]", backend.send(prepared, due))
 
         def send() -> None:
             try:
@@ -237,7 +267,7 @@ class RedisTask(_DjangoTask, Generic[P, R]):
                 )
 
         transaction.on_commit(send)
-        return prepared.result
+        return cast("TaskResult[P, R]", prepared.result)
 
     def _redis_backend(self) -> QueueBackend:
         backend = self.get_backend()

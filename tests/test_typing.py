@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import missing
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = Path("tests", "typechecks", "tasks_typed.py")
 
@@ -34,21 +36,20 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("mypy") is None,
-    reason="mypy is not installed (it is in the dev dependency group)",
-)
+def needs(checker: str) -> None:
+    if importlib.util.find_spec(checker) is None:
+        missing(f"{checker} is not installed (it is in the dev dependency group)")
+
+
 def test_mypy_sees_typed_tasks() -> None:
+    needs("mypy")
     checked = run("mypy", "--strict", "--warn-unused-ignores", str(CHECKED))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "no issues found in 1 source file" in checked.stdout
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pyright") is None,
-    reason="pyright is not installed (it is in the dev dependency group)",
-)
 def test_pyright_sees_typed_tasks() -> None:
+    needs("pyright")
     # Its pyrightconfig.json there: strict, and an ignore that ignores nothing is an error.
     checked = run(
         "pyright", "--outputjson", "--pythonpath", sys.executable, "-p", str(CHECKED.parent)

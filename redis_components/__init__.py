@@ -23,7 +23,15 @@ from .exceptions import (
     RedisComponentsError,
     SemaphoreNotAcquired,
 )
-from .files import ReceivedFile, ReceiveProgress, SendProgress, receive_files, send_files
+from .files import (
+    ReceivedFile,
+    ReceiveProgress,
+    SendProgress,
+    areceive_files,
+    asend_files,
+    receive_files,
+    send_files,
+)
 from .guard import Busy
 from .locks import (
     LockGroup,
@@ -95,6 +103,8 @@ __all__ = [
     "UnreadableMessage",
     "Workflow",
     "__version__",
+    "areceive_files",
+    "asend_files",
     "cancel",
     "chain",
     "concurrency_limit",

@@ -21,12 +21,13 @@ import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .conf import conf
-from .connection import get_client, text
+from .connection import Steps, get_client, text
 from .exceptions import InvalidInput
+from .twins import twins
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -150,11 +151,12 @@ class Guild:
     def key(self) -> str:
         return keys.key("guild", self.name)
 
-    def join(self, name: str) -> bool:
+    def _join(self, name: str) -> Steps[bool]:
         """Add ``name``; False if it was already a member."""
-        return bool(get_client().zadd(self.key, {_member(name): 0}))
+        member = _member(name)
+        return bool((yield lambda client: client.zadd(self.key, {member: 0})))
 
-    def join_many(self, names: Iterable[str]) -> int:
+    def _join_many(self, names: Iterable[str]) -> Steps[int]:
         """Add every name in one transaction; return how many were not members yet.
 
         All names are validated before anything is sent: one bad name adds none.
@@ -162,14 +164,19 @@ class Guild:
         if isinstance(names, str):
             raise InvalidInput("names", "must be an iterable of names, not one string")
         members = [_member(name) for name in names]
-        pipe = get_client().pipeline(transaction=True)
-        for start in range(0, len(members), JOIN_BATCH):
-            pipe.zadd(self.key, dict.fromkeys(members[start : start + JOIN_BATCH], 0))
-        return sum(pipe.execute())
 
-    def leave(self, name: str) -> bool:
+        def add(client: Any) -> Any:
+            pipe = client.pipeline(transaction=True)
+            for start in range(0, len(members), JOIN_BATCH):
+                pipe.zadd(self.key, dict.fromkeys(members[start : start + JOIN_BATCH], 0))
+            return pipe.execute()
+
+        return sum((yield add))
+
+    def _leave(self, name: str) -> Steps[bool]:
         """Remove ``name``; False if it was not a member."""
-        return bool(get_client().zrem(self.key, _member(name)))
+        member = _member(name)
+        return bool((yield lambda client: client.zrem(self.key, member)))
 
     def __contains__(self, name: object) -> bool:
         try:
@@ -181,15 +188,21 @@ class Guild:
     def __len__(self) -> int:
         return int(get_client().zcard(self.key))
 
-    def suggest(self, prefix: str, limit: int | None = None) -> list[str]:
+    def _suggest(self, prefix: str, limit: int | None = None) -> Steps[list[str]]:
         """Up to ``limit`` names starting with ``prefix`` (ignoring case and accents), in order.
 
         One ``ZRANGEBYLEX ... LIMIT`` round trip; nothing is written. The empty prefix
         returns the first names.
         """
         low, high = find_prefix_range(prefix)
-        found = get_client().zrangebylex(self.key, low, high, start=0, num=validate_limit(limit))
+        most = validate_limit(limit)
+        found = yield lambda client: client.zrangebylex(self.key, low, high, start=0, num=most)
         return [text(member).partition(SEPARATOR)[2] for member in found]
+
+    join, ajoin = twins(_join)
+    join_many, ajoin_many = twins(_join_many)
+    leave, aleave = twins(_leave)
+    suggest, asuggest = twins(_suggest)
 
 
 def _member(name: object) -> str:
@@ -214,38 +227,49 @@ class RecentContacts:
     def capacity(self) -> int:
         return self._capacity or conf.CONTACTS_MAX
 
-    def add(self, user: User, contact: str) -> None:
+    def _add(self, user: User, contact: str) -> Steps[None]:
         """Put ``contact`` at the front (moving it if present) and keep the newest ``capacity``.
 
         One MULTI/EXEC round trip, so concurrent adds never leave a duplicate or an
         over-long list.
         """
         key = _contacts_key(user)
-        contact = validate_contact(contact)
-        pipe = get_client().pipeline(transaction=True)
-        pipe.lrem(key, 0, contact)
-        pipe.lpush(key, contact)
-        pipe.ltrim(key, 0, self.capacity - 1)
-        pipe.execute()
+        contact, most = validate_contact(contact), self.capacity - 1
+        yield (
+            lambda client: (
+                client.pipeline(transaction=True)
+                .lrem(key, 0, contact)
+                .lpush(key, contact)
+                .ltrim(key, 0, most)
+                .execute()
+            )
+        )
 
-    def remove(self, user: User, contact: str) -> bool:
+    def _remove(self, user: User, contact: str) -> Steps[bool]:
         """Forget ``contact``; False if the user did not have it."""
-        key = _contacts_key(user)
-        return bool(get_client().lrem(key, 0, validate_member(contact, "contact")))
+        key, contact = _contacts_key(user), validate_member(contact, "contact")
+        return bool((yield lambda client: client.lrem(key, 0, contact)))
 
-    def all(self, user: User) -> list[str]:
+    def _all(self, user: User) -> Steps[list[str]]:
         """Every contact of ``user``, most recent first."""
-        return [text(contact) for contact in get_client().lrange(_contacts_key(user), 0, -1)]
+        key = _contacts_key(user)
+        return [text(contact) for contact in (yield lambda client: client.lrange(key, 0, -1))]
 
-    def suggest(self, user: User, prefix: str, limit: int | None = None) -> list[str]:
+    def _suggest(self, user: User, prefix: str, limit: int | None = None) -> Steps[list[str]]:
         """Up to ``limit`` contacts starting with ``prefix`` (ignoring case and accents).
 
         Most recent first; one round trip reads the list, Python filters it.
         """
         wanted = normalize(validate_prefix(prefix))
         count = validate_limit(limit)
-        matches = (name for name in self.all(user) if normalize(name).startswith(wanted))
+        contacts = yield from self._all(user)
+        matches = (name for name in contacts if normalize(name).startswith(wanted))
         return list(islice(matches, count))
+
+    add, aadd = twins(_add)
+    remove, aremove = twins(_remove)
+    all, aall = twins(_all)
+    suggest, asuggest = twins(_suggest)
 
 
 def _contacts_key(user: User) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import threading
 import time
 import weakref
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection, Generator
+from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.asyncio.sentinel
@@ -28,6 +29,8 @@ from redis.sentinel import SentinelConnectionPool
 
 from .conf import conf
 from .exceptions import ConfigurationError
+
+T = TypeVar("T")
 
 # alias -> (the CACHES setting it was found in, its client). get_client() is on every
 # hot path, and Django's thread-local cache handler costs about as much as a Redis
@@ -422,18 +425,108 @@ def subscribe(pubsub: PubSub, channels: Collection[str], deadline: float) -> boo
     A message published before the confirmation may not be heard: callers that must
     not miss one subscribe first, then read the state they wait for.
     """
+    return run_steps(subscribing(pubsub, channels, deadline), None)
+
+
+def subscribing(pubsub: Any, channels: Collection[str], deadline: float) -> Steps[bool]:
+    """:func:`subscribe` as steps, for a Pub/Sub object of either kind of client."""
     if not channels:
         return True
-    pubsub.subscribe(*channels)
+    yield lambda _: pubsub.subscribe(*channels)
     confirmed = 0
     while confirmed < len(channels):
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        message = pubsub.get_message(timeout=left)
+        message = yield listen(pubsub, left)
         if message is not None and message["type"] == "subscribe":
             confirmed += 1
     return True
+
+
+def listen(pubsub: Any, timeout: float) -> Step:
+    """The step that waits up to ``timeout`` seconds for a message on ``pubsub``."""
+    return lambda _: pubsub.get_message(timeout=timeout)
+
+
+def watching(
+    deadline: float,
+    channels: Collection[str],
+    look: Callable[[Callable[[Collection[str]], Steps[bool]]], Steps[T]],
+    enough: Callable[[T], bool],
+) -> Steps[T]:
+    """Steps that ``look`` until ``enough`` of what it returns, or until ``deadline``
+    (the last look), waking whenever something is published on ``channels``.
+
+    Every channel is subscribed (and confirmed) before the look that follows, so what
+    is published in between wakes the loop. ``look(also)`` may listen to more channels
+    with ``yield from also(channels)`` before it reads what they announce.
+    """
+    subscriber = yield pubsub
+    try:
+        subscribed = set(channels)
+
+        def also(more: Collection[str]) -> Steps[bool]:
+            new = set(more) - subscribed
+            subscribed.update(new)
+            return subscribing(subscriber, new, deadline)
+
+        yield from subscribing(subscriber, subscribed, deadline)
+        while True:
+            seen = yield from look(also)
+            remaining = deadline - time.monotonic()
+            if enough(seen) or remaining <= 0:
+                return seen
+            yield listen(subscriber, remaining)
+    finally:
+        yield close_pubsub(subscriber)
+
+
+def close_pubsub(pubsub: Any) -> Step:
+    """The step that closes a Pub/Sub object of either kind of client."""
+    return lambda _: pubsub.aclose() if hasattr(pubsub, "aclose") else pubsub.reset()
+
+
+# A step is a function of a client that sends it commands: it returns the reply on a
+# redis-py client, an awaitable of it on a ``redis.asyncio`` one. A generator of steps
+# (receiving each reply) is then one body that runs on either (see ``twins``).
+Step = Callable[[Any], Any]
+Steps = Generator[Step, Any, T]
+
+
+def run_steps(steps: Steps[T], client: Any) -> T:
+    """Run ``steps`` on a redis-py ``client``; what the generator returns.
+
+    An exception a step raises is thrown into the generator (its ``finally`` may
+    still take steps, such as closing a Pub/Sub)."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = step(client), None
+        except BaseException as exc:
+            error = exc
+
+
+async def arun_steps(steps: Steps[T], client: Any) -> T:
+    """:func:`run_steps` on a ``redis.asyncio`` client: each step's reply awaited."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = step(client), None
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except BaseException as exc:
+            error = exc
 
 
 def rediscover(client: Any) -> None:
@@ -450,6 +543,11 @@ def rediscover(client: Any) -> None:
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` talks to a Redis Cluster (sync or asyncio)."""
     return isinstance(client, (RedisCluster, redis.asyncio.RedisCluster))
+
+
+def is_async(client: Any) -> bool:
+    """Whether ``client`` is a ``redis.asyncio`` client (single server or cluster)."""
+    return isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster))
 
 
 def text(value: Any) -> str:

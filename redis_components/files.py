@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 from redis.client import NEVER_DECODE
@@ -72,6 +72,7 @@ from .conf import conf
 from .connection import REDIS_DOWN, get_client, text
 from .exceptions import ChannelBusy, FilesError, InvalidInput, MessagingError, ReaderDropped
 from .messaging import GroupChat
+from .twins import threaded
 from .waiting import ms, new_token, positive_seconds
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ RETRY_FIRST, RETRY_MAX = 0.1, 5.0
 
 T = TypeVar("T")
 Stop = Callable[[], bool]
+_never: Stop = bool  # (bool() is False: the stop() of a loop nothing stops)
 # A chat per channel (read, gone) among the channel's own accounts, not users of the site.
 chats = GroupChat(keep_read=False, creates_per_minute=0, accounts=True)
 
@@ -250,6 +252,9 @@ def receive_files(
     return receiver.run(progress, stop or _never)
 
 
+asend_files, areceive_files = threaded(send_files), threaded(receive_files)
+
+
 # The channel's keys and script, and the retry loop both sides share.
 
 
@@ -272,8 +277,7 @@ class _Channel:
     ) -> list[Any]:
         """Run one operation; ``seqs`` name the files whose data keys it receives."""
         names = [*self.keys, *(self.data_key(seq) for seq in seqs)]
-        reply: list[Any] = scripts.load("files")(self.client, names, [operation, actor, *args])
-        return reply
+        return cast(list[Any], scripts.load("files")(self.client, names, [operation, actor, *args]))
 
     def run_many(self, actor: str, calls: list[tuple[str, int, list[scripts.Arg]]]) -> list[Any]:
         """Several operations, each on one file, in one round trip (in order)."""
@@ -291,10 +295,6 @@ class _Channel:
 
 class _Stopped(Exception):
     """stop() returned true."""
-
-
-def _never() -> bool:
-    return False
 
 
 def _retry(call: Callable[[], T], stop: Stop) -> T:

@@ -69,13 +69,13 @@ from typing import Any, TypeVar, cast, overload
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from redis import Redis
 
 from . import keys, scripts
 from .conf import conf
-from .connection import get_client, pubsub, subscribe, text
+from .connection import Step, Steps, text, watching
 from .deprecation import deprecated
 from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, MessagingError, NotAMember
+from .twins import twins
 
 # The statuses that lua/chat.lua returns first.
 DONE, NO_CHAT, NOT_MEMBER, EXISTS = 0, 1, 2, 3
@@ -513,7 +513,7 @@ class Mailbox:
     drops its oldest. Messages are any JSON value.
     """
 
-    def send(self, recipient: keys.User, message: Any) -> None:
+    def _send(self, recipient: keys.User, message: Any) -> Steps[None]:
         """Append ``message`` to ``recipient``'s mailbox (a user or a user's pk).
 
         Raises :class:`InvalidInput` for a bad user or a message that is not
@@ -524,13 +524,10 @@ class Mailbox:
             payload = json.dumps(message, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise InvalidInput("message", f"must be JSON-serializable: {exc}") from None
-        key = keys.key("mailbox", recipient)
-        pipe = get_client().pipeline(transaction=True)
-        pipe.rpush(key, payload)
-        pipe.ltrim(key, -conf.MAILBOX_MAX_MESSAGES, -1)
-        pipe.execute()
+        key, most = keys.key("mailbox", recipient), conf.MAILBOX_MAX_MESSAGES
+        yield lambda c: c.pipeline().rpush(key, payload).ltrim(key, -most, -1).execute()
 
-    def fetch(self, user: keys.User) -> list[Any]:
+    def _fetch(self, user: keys.User) -> Steps[list[Any]]:
         """Remove and return every message in ``user``'s mailbox, oldest first.
 
         Reading and emptying are one transaction: of two concurrent fetches, each
@@ -538,11 +535,11 @@ class Mailbox:
         :class:`UnreadableMessage`: nothing is lost, nothing raises.
         """
         key = keys.key("mailbox", keys.user_id(user))
-        pipe = get_client().pipeline(transaction=True)
-        pipe.lrange(key, 0, -1)
-        pipe.delete(key)
-        packed, _ = pipe.execute()
+        packed, _ = yield lambda c: c.pipeline().lrange(key, 0, -1).delete(key).execute()
         return [_mail(item) for item in packed]
+
+    send, asend = twins(_send)
+    fetch, afetch = twins(_fetch)
 
 
 class GroupChat:
@@ -579,14 +576,14 @@ class GroupChat:
         self.creates_per_minute = creates_per_minute
         self.accounts = accounts
 
-    def create(
+    def _create(
         self,
         sender: keys.User,
         recipients: Iterable[keys.User],
         message: str,
         *,
         public: bool = False,
-    ) -> str:
+    ) -> Steps[str]:
         """Create a chat of ``sender`` and ``recipients``, send ``message``, return its id.
 
         A ``public`` chat may be joined by anyone through the views; otherwise only
@@ -599,30 +596,29 @@ class GroupChat:
         named = [self._user(user, "recipients") for user in recipients]
         members = list(dict.fromkeys([sender, *named]))
         body = _message_text(message)
-        client = get_client()
-        self._count_creation(client, sender)
-        chat_id = str(client.incr(keys.key("chat", "next-id")))
-        versions = self._add_to_indexes(client, chat_id, members)
+        yield from self._count_creation(sender)
+        chat_id = str((yield lambda c: c.incr(keys.key("chat", "next-id"))))
+        versions = yield from self._add_to_indexes(chat_id, members)
         pairs = [value for pair in zip(members, versions, strict=True) for value in pair]
-        reply = self._run(client, chat_id, "create", sender, int(public), body, *pairs)
+        reply = yield self._run(chat_id, "create", sender, int(public), body, *pairs)
         if reply[0] == EXISTS:
             for user, version in zip(members, versions, strict=True):
-                self._remove_from_index(client, user, [(chat_id, version)])
+                yield self._remove_from_index(user, [(chat_id, version)])
             raise MessagingError(
                 f"chat {chat_id} exists already: the chat id counter "
                 f"{keys.key('chat', 'next-id')} was reset or deleted"
             )
         return chat_id
 
-    def send(self, chat_id: str, sender: keys.User, message: str) -> int:
+    def _send(self, chat_id: str, sender: keys.User, message: str) -> Steps[int]:
         """Send ``message`` to the chat as ``sender`` and return its id."""
         chat_id = _chat_id(chat_id)
         sender = self._user(sender, "sender")
         body = _message_text(message)
-        reply = _checked(self._run(get_client(), chat_id, "send", sender, body), chat_id, sender)
-        return int(reply[1])
+        reply = yield self._run(chat_id, "send", sender, body)
+        return int(_checked(reply, chat_id, sender)[1])
 
-    def fetch_pending(self, user: keys.User, *, wait: float = 0) -> list[Pending]:
+    def _fetch_pending(self, user: keys.User, *, wait: float = 0) -> Steps[list[Pending]]:
         """Return ``user``'s unread messages, per chat, and mark them seen.
 
         Only chats with something new are listed, in chat id order. With ``wait``
@@ -631,20 +627,19 @@ class GroupChat:
         """
         user = self._user(user)
         wait = keys.seconds(wait, "wait")
-        client = get_client()
-        pending = self._fetch(client, user, self._index(client, user))
+        pending = yield from self._pending(user, (yield from self._index(user)))
         if pending or not wait:
             return pending
-        fetch = partial(self._fetch, client, user)
-        return self._watch(client, user, time.monotonic() + wait, fetch, bool)
+        pending_now = partial(self._pending, user)
+        return (yield from self._watch(user, time.monotonic() + wait, pending_now, bool))
 
-    def unread_counts(
+    def _unread_counts(
         self,
         user: keys.User,
         *,
         wait: float = 0,
         shown: UnreadCounts | Mapping[str, int] | str | None = None,
-    ) -> UnreadCounts:
+    ) -> Steps[UnreadCounts]:
         """How many unread messages ``user`` has per chat, without marking any seen.
 
         With ``wait``, a long poll: answers once the counts differ from ``shown`` (the
@@ -654,9 +649,8 @@ class GroupChat:
         """
         user = self._user(user)
         deadline = time.monotonic() + keys.seconds(wait, "wait")
-        client = get_client()
         if not wait:
-            return self._counts(client, user, self._index(client, user))
+            return (yield from self._counts(user, (yield from self._index(user))))
         baseline = _mark(shown)
 
         def differs(counts: UnreadCounts) -> bool:
@@ -664,26 +658,25 @@ class GroupChat:
             baseline = baseline or counts.mark  # none shown: the counts at the call
             return counts.mark != baseline
 
-        return self._watch(client, user, deadline, partial(self._counts, client, user), differs)
+        return (yield from self._watch(user, deadline, partial(self._counts, user), differs))
 
-    def chat_list(self, user: keys.User) -> list[ChatSummary]:
+    def _chat_list(self, user: keys.User) -> Steps[list[ChatSummary]]:
         """Each of ``user``'s chats with its members and unread count, in chat id order,
         marking nothing seen: two round trips for any number of chats."""
         user = self._user(user)
-        client = get_client()
-        replies = self._on_chats_of(client, user, self._index(client, user), "summary")
+        replies = yield from self._on_chats_of(user, (yield from self._index(user)), "summary")
         return [
             ChatSummary(chat_id, sorted(text(name) for name in names), int(unread))
             for chat_id, (_, unread, names) in replies
         ]
 
-    def _counts(self, client: Redis, user: str, index: dict[str, int]) -> UnreadCounts:
-        replies = self._on_chats_of(client, user, index, "unread")
+    def _counts(self, user: str, index: dict[str, int]) -> Steps[UnreadCounts]:
+        replies = yield from self._on_chats_of(user, index, "unread")
         return UnreadCounts({chat_id: int(reply[1]) for chat_id, reply in replies})
 
-    def history(
+    def _history(
         self, chat_id: str, user: keys.User, before: int | None = None, limit: int = 50
-    ) -> list[Message]:
+    ) -> Steps[list[Message]]:
         """The chat's messages still held, oldest first: the ``limit`` newest below ``before``.
 
         Members only, and from their join on: a member who joined an existing chat does
@@ -700,12 +693,12 @@ class GroupChat:
                 "limit", f"must be an integer from 1 to {HISTORY_MAX_LIMIT}, not {limit!r}"
             )
         below = "+inf" if before is None else before
-        reply = self._run(get_client(), chat_id, "history", user, below, limit)
+        reply = yield self._run(chat_id, "history", user, below, limit)
         return _decode(reversed(_checked(reply, chat_id, user)[1]))
 
-    def messages_after(
+    def _messages_after(
         self, chat_id: str, user: keys.User, after: int = 0, *, wait: float = 0, limit: int = 100
-    ) -> list[Message]:
+    ) -> Steps[list[Message]]:
         """The chat's messages after id ``after``, oldest first (at most ``limit``),
         marking nothing seen: every open page of every member can follow a chat this way.
 
@@ -722,33 +715,25 @@ class GroupChat:
                 "limit", f"must be an integer from 1 to {HISTORY_MAX_LIMIT}, not {limit!r}"
             )
         deadline = time.monotonic() + keys.seconds(wait, "wait")
-        client = get_client()
+        since = partial(self._since, chat_id, user, after, limit)
         if not wait:
-            return self._since(client, chat_id, user, after, limit)
-        with pubsub(client) as subscriber:
-            subscribe(subscriber, {_chat_keys(chat_id)[3]}, deadline)
-            while True:
-                found = self._since(client, chat_id, user, after, limit)
-                remaining = deadline - time.monotonic()
-                if found or remaining <= 0:
-                    return found
-                subscriber.get_message(timeout=remaining)
+            return (yield from since())
+        return (yield from watching(deadline, {_chat_keys(chat_id)[3]}, lambda _: since(), bool))
 
-    def _since(
-        self, client: Redis, chat_id: str, user: str, after: int, limit: int
-    ) -> list[Message]:
-        reply = self._run(client, chat_id, "since", user, after, limit)
+    def _since(self, chat_id: str, user: str, after: int, limit: int) -> Steps[list[Message]]:
+        reply = yield self._run(chat_id, "since", user, after, limit)
         return _decode(_checked(reply, chat_id, user)[1])
 
-    def mark_read(self, chat_id: str, user: keys.User) -> int:
+    def _mark_read(self, chat_id: str, user: keys.User) -> Steps[int]:
         """Mark everything in the chat read by ``user``; how many messages were unread."""
         chat_id = _chat_id(chat_id)
         user = self._user(user)
-        reply = self._run(get_client(), chat_id, "fetch", user, _user_channel(user))
-        reply = _checked(reply, chat_id, user)
+        reply = _checked(
+            (yield self._run(chat_id, "fetch", user, _user_channel(user))), chat_id, user
+        )
         return int(reply[1]) + len(reply[2])
 
-    def join(self, chat_id: str, user: keys.User) -> None:
+    def _join(self, chat_id: str, user: keys.User) -> Steps[None]:
         """Add ``user`` to the chat; they will receive the messages sent from now on.
 
         Joining a chat one is in already changes nothing. Joining an unknown chat
@@ -757,44 +742,42 @@ class GroupChat:
         """
         chat_id = _chat_id(chat_id)
         user = self._user(user)
-        client = get_client()
-        if not client.exists(_chat_keys(chat_id)[0]):
+        if not (yield lambda c: c.exists(_chat_keys(chat_id)[0])):
             raise ChatNotFound(f"no chat {chat_id}")
-        [version] = self._add_to_indexes(client, chat_id, [user])
-        reply = self._run(client, chat_id, "join", user, version)
+        [version] = yield from self._add_to_indexes(chat_id, [user])
+        reply = yield self._run(chat_id, "join", user, version)
         if reply[0] == NO_CHAT:
-            self._remove_from_index(client, user, [(chat_id, version)])
+            yield self._remove_from_index(user, [(chat_id, version)])
         _checked(reply, chat_id, user)
 
-    def leave(self, chat_id: str, user: keys.User) -> None:
+    def _leave(self, chat_id: str, user: keys.User) -> Steps[None]:
         """Remove ``user`` from the chat; the last member to leave deletes it."""
         chat_id = _chat_id(chat_id)
         user = self._user(user)
-        client = get_client()
-        reply = _checked(self._run(client, chat_id, "leave", user), chat_id, user)
-        self._remove_from_index(client, user, [(chat_id, int(reply[1]))])
+        reply = _checked((yield self._run(chat_id, "leave", user)), chat_id, user)
+        yield self._remove_from_index(user, [(chat_id, int(reply[1]))])
 
-    def members(self, chat_id: str) -> list[str]:
+    def _members(self, chat_id: str) -> Steps[list[str]]:
         """The chat's members: their pks, as strings, sorted as strings."""
         chat_id = _chat_id(chat_id)
-        names = get_client().zrange(_chat_keys(chat_id)[1], 0, -1)
+        names = yield lambda c: c.zrange(_chat_keys(chat_id)[1], 0, -1)
         if not names:
             raise ChatNotFound(f"no chat {chat_id}")
         return sorted(text(name) for name in names)
 
-    def is_public(self, chat_id: str) -> bool:
+    def _is_public(self, chat_id: str) -> Steps[bool]:
         """Whether anyone may join the chat through the views."""
         chat_id = _chat_id(chat_id)
-        flag = get_client().hget(_chat_keys(chat_id)[0], "public")
+        flag = yield lambda c: c.hget(_chat_keys(chat_id)[0], "public")
         if flag is None:
             raise ChatNotFound(f"no chat {chat_id}")
         return text(flag) == "1"
 
-    def chats_of(self, user: keys.User) -> list[str]:
+    def _chats_of(self, user: keys.User) -> Steps[list[str]]:
         """The ids of the chats ``user`` is a member of, in id order."""
-        return list(self.unread_counts(user).per_chat)
+        return list((yield from self._unread_counts(user)).per_chat)
 
-    def forget(self, user: keys.User) -> bool:
+    def _forget(self, user: keys.User) -> Steps[bool]:
         """Delete ``user``'s join counter once they are in no chat; ``False`` while they are.
 
         Only for accounts that will never again join a chat they were in, such as the
@@ -804,7 +787,24 @@ class GroupChat:
         """
         user = self._user(user)
         index, versions = keys.key("chat-index", user), keys.key("chat-index", user, "versions")
-        return bool(scripts.load("chat_index_forget")(get_client(), [index, versions]))
+        return bool(
+            (yield scripts.step((scripts.load("chat_index_forget"), [index, versions], [])))
+        )
+
+    create, acreate = twins(_create)
+    send, asend = twins(_send)
+    fetch_pending, afetch_pending = twins(_fetch_pending)
+    unread_counts, aunread_counts = twins(_unread_counts)
+    chat_list, achat_list = twins(_chat_list)
+    history, ahistory = twins(_history)
+    messages_after, amessages_after = twins(_messages_after)
+    mark_read, amark_read = twins(_mark_read)
+    join, ajoin = twins(_join)
+    leave, aleave = twins(_leave)
+    members, amembers = twins(_members)
+    is_public, ais_public = twins(_is_public)
+    chats_of, achats_of = twins(_chats_of)
+    forget, aforget = twins(_forget)
 
     # Helpers. Each reads or writes one slot: a chat's or a user's.
 
@@ -828,7 +828,7 @@ class GroupChat:
                 field, f"must be a user or a user's primary key, not {keys.shorten(user)}"
             ) from None
 
-    def _count_creation(self, client: Redis, sender: str) -> None:
+    def _count_creation(self, sender: str) -> Steps[None]:
         """Count a chat ``sender`` creates; :class:`ChatLimitReached` past
         ``CHAT_CREATES_PER_MINUTE`` (a window that starts with their first in a minute)."""
         limit = self.creates_per_minute
@@ -837,11 +837,15 @@ class GroupChat:
         if not limit:
             return
         key = keys.key("chat-creates", sender)
-        pipe = client.pipeline(transaction=True)
-        pipe.set(key, 0, ex=60, nx=True)
-        pipe.incr(key)
-        pipe.ttl(key)
-        _, count, ttl = pipe.execute()
+        _, count, ttl = (
+            yield lambda c: (
+                c.pipeline(transaction=True)
+                .set(key, 0, ex=60, nx=True)
+                .incr(key)
+                .ttl(key)
+                .execute()
+            )
+        )
         if int(count) > limit:
             raise ChatLimitReached(
                 f"{sender!r} created {limit} chats in the last minute (CHAT_CREATES_PER_MINUTE)",
@@ -854,22 +858,20 @@ class GroupChat:
         limits = [conf.CHAT_MAX_MESSAGES, 0 if max_age is None else max_age, int(keep)]
         return [operation, user, *limits, *rest]
 
-    def _run(
-        self, client: Redis, chat_id: str, operation: str, user: str, *rest: scripts.Arg
-    ) -> list[Any]:
-        script = scripts.load("chat")
+    def _run(self, chat_id: str, operation: str, user: str, *rest: scripts.Arg) -> Step:
+        """The step that runs ``operation`` of lua/chat.lua on the chat; it replies a list."""
         args = self._args(operation, user, *rest)
-        return cast(list[Any], script(client, _chat_keys(chat_id), args))
+        return scripts.step((scripts.load("chat"), _chat_keys(chat_id), args))
 
-    def _index(self, client: Redis, user: str) -> dict[str, int]:
+    def _index(self, user: str) -> Steps[dict[str, int]]:
         """The user's index, chat id -> join version, in chat id order."""
-        entries = client.hgetall(keys.key("chat-index", user))
+        entries = yield lambda c: c.hgetall(keys.key("chat-index", user))
         index = {text(chat_id): int(version) for chat_id, version in entries.items()}
         return dict(sorted(index.items(), key=lambda entry: int(entry[0])))
 
     def _on_chats_of(
-        self, client: Redis, user: str, index: dict[str, int], operation: str, *rest: str
-    ) -> list[tuple[str, list[Any]]]:
+        self, user: str, index: dict[str, int], operation: str, *rest: str
+    ) -> Steps[list[tuple[str, list[Any]]]]:
         """Run ``operation`` on every chat of the index in one pipeline.
 
         Returns ``(chat_id, reply)`` for the chats that list the user as a member, and
@@ -879,7 +881,7 @@ class GroupChat:
         chat = scripts.load("chat")
         args = self._args(operation, user, *rest)
         calls = [(chat, _chat_keys(chat_id), args) for chat_id in index]
-        replies = scripts.run_many(client, calls)
+        replies = yield scripts.many(calls)
         done, stale = [], []
         for (chat_id, version), reply in zip(index.items(), replies, strict=True):
             if isinstance(reply, Exception):
@@ -889,12 +891,12 @@ class GroupChat:
             elif reply[0] == NOT_MEMBER and version <= int(reply[1]):
                 stale.append((chat_id, version))
         if stale:
-            self._remove_from_index(client, user, stale)
+            yield self._remove_from_index(user, stale)
         return done
 
-    def _fetch(self, client: Redis, user: str, index: dict[str, int]) -> list[Pending]:
+    def _pending(self, user: str, index: dict[str, int]) -> Steps[list[Pending]]:
         pending = []
-        replies = self._on_chats_of(client, user, index, "fetch", _user_channel(user))
+        replies = yield from self._on_chats_of(user, index, "fetch", _user_channel(user))
         for chat_id, (_, missed, packed) in replies:
             if packed or missed:
                 pending.append(Pending(chat_id, MessageList(tuple(_decode(packed)), int(missed))))
@@ -902,12 +904,11 @@ class GroupChat:
 
     def _watch(
         self,
-        client: Redis,
         user: str,
         deadline: float,
-        look: Callable[[dict[str, int]], T],
+        look: Callable[[dict[str, int]], Steps[T]],
         enough: Callable[[T], bool],
-    ) -> T:
+    ) -> Steps[T]:
         """``look(index)`` at the user's chats whenever something is published on them or
         on the user's own channel, until ``enough`` of what it returns or ``deadline``;
         the last look.
@@ -916,36 +917,32 @@ class GroupChat:
         follows it, and the user's own channel before the index is read, so a message
         sent or a chat joined in between wakes the loop rather than wait for the deadline.
         """
-        with pubsub(client) as subscriber:
-            subscribed = {_user_channel(user)}
-            subscribe(subscriber, subscribed, deadline)
-            while True:
-                index = self._index(client, user)
-                channels = {_chat_keys(chat_id)[3] for chat_id in index}
-                subscribe(subscriber, channels - subscribed, deadline)
-                subscribed |= channels
-                seen = look(index)
-                remaining = deadline - time.monotonic()
-                if enough(seen) or remaining <= 0:
-                    return seen
-                subscriber.get_message(timeout=remaining)
 
-    def _add_to_indexes(self, client: Redis, chat_id: str, users: list[str]) -> list[int]:
+        def looking(also: Callable[[set[str]], Steps[bool]]) -> Steps[T]:
+            index = yield from self._index(user)
+            yield from also({_chat_keys(chat_id)[3] for chat_id in index})
+            return (yield from look(index))
+
+        return (yield from watching(deadline, {_user_channel(user)}, looking, enough))
+
+    def _add_to_indexes(self, chat_id: str, users: list[str]) -> Steps[list[int]]:
         """Add the chat to each user's index (one pipeline); return each join's version."""
         add = scripts.load("chat_index_add")
         calls = [
             (add, [keys.key("chat-index", u), keys.key("chat-index", u, "versions")], [chat_id])
             for u in users
         ]
-        versions = scripts.run_many(client, calls)
+        versions = yield scripts.many(calls)
         for version in versions:
             if isinstance(version, Exception):
                 raise version
         return [int(version) for version in versions]
 
-    def _remove_from_index(self, client: Redis, user: str, entries: list[tuple[str, int]]) -> None:
+    def _remove_from_index(self, user: str, entries: list[tuple[str, int]]) -> Step:
         pairs = [value for entry in entries for value in entry]
-        scripts.load("chat_index_remove")(client, [keys.key("chat-index", user)], pairs)
+        return scripts.step(
+            (scripts.load("chat_index_remove"), [keys.key("chat-index", user)], pairs)
+        )
 
 
 def _chat_keys(chat_id: str) -> list[str]:

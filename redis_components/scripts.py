@@ -15,20 +15,21 @@ script that was not found did not run.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from typing import Any
 
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as LostConnection
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as LostReply
 
-from .connection import MEANWHILE, kept
+from .connection import MEANWHILE, Step, Steps, arun_steps, is_async, is_cluster, kept, run_steps
 
 LUA_DIR = resources.files("redis_components") / "lua"
 HEADER_FIELDS = ("-- KEYS:", "-- ARGV:", "-- Returns:")
@@ -202,21 +203,61 @@ async def arun_and_wait(client: Any, call: Call, replicas: int, timeout: float) 
 
 
 def _pipelined(client: Any, calls: Sequence[Call]) -> list[Any]:
-    pipe = client.pipeline(transaction=False)
-    for script, keys, args in calls:
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-    results: list[Any] = pipe.execute(raise_on_error=False)
+    return run_steps(_pipelined_steps(calls), client)
+
+
+def _pipelined_steps(calls: Sequence[Call]) -> Steps[list[Any]]:
+    def send(calls: Sequence[Call]) -> Step:
+        def step(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
+            for script, keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return pipe.execute(raise_on_error=False)
+
+        return step
+
+    results: list[Any] = yield send(calls)
     missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
     if missing:
         for script in {calls[i][0] for i in missing}:
-            client.script_load(script.source)
-        pipe = client.pipeline(transaction=False)
-        for i in missing:
-            script, keys, args = calls[i]
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        for i, result in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+            yield partial(_load, script)
+        replies = yield send([calls[i] for i in missing])
+        for i, result in zip(missing, replies, strict=True):
             results[i] = result
     return results
+
+
+def _load(script: Script, client: Any) -> Any:
+    return client.script_load(script.source)
+
+
+async def arun_many(client: Any, calls: Sequence[Call]) -> list[Any]:
+    """:func:`run_many` on a ``redis.asyncio`` client. On Redis Cluster the calls go
+    concurrently, each on its own (a round trip each, at once)."""
+    if not calls:
+        return []
+    if not is_cluster(client):
+        return await arun_steps(_pipelined_steps(calls), client)
+    runs = (script.run_async(client, keys, args) for script, keys, args in calls)
+    results = await asyncio.gather(*runs, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, ResponseError):
+            raise result  # (a lost connection, as run_many raises it)
+    return results
+
+
+def step(call: Call) -> Step:
+    """The step that runs one script on either kind of client."""
+    script, keys, args = call
+    return lambda client: (
+        script.run_async(client, keys, args) if is_async(client) else script(client, keys, args)
+    )
+
+
+def many(calls: Sequence[Call]) -> Step:
+    """The step that runs several scripts as :func:`run_many` does, on either kind of
+    client."""
+    return lambda client: arun_many(client, calls) if is_async(client) else run_many(client, calls)
 
 
 INCLUDE = "-- @include "

@@ -32,6 +32,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_admin_queues.py": ("django",),
     "test_admin_queues_browser.py": ("browser",),
     "test_architecture.py": ("static",),
+    "test_async_twins.py": ("server",),
     "test_autocomplete.py": ("server",),
     "test_autocomplete_browser.py": ("browser",),
     "test_autocomplete_views.py": ("django",),

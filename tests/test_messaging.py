@@ -18,7 +18,7 @@ from django.test import override_settings
 
 from conftest import single_server_only
 from redis_components import ChatSummary, GroupChat, InvalidInput, Mailbox, Pending, scripts
-from redis_components.connection import get_client
+from redis_components.connection import Steps, get_client, run_steps
 from redis_components.embedded import EmbeddedRedis
 from redis_components.exceptions import ChatLimitReached, ChatNotFound, MessagingError, NotAMember
 from redis_components.messaging import (
@@ -233,7 +233,7 @@ def test_leaving_cleans_what_everyone_else_has_seen(r: redis.Redis) -> None:
 
 def test_a_leave_interrupted_before_the_index_is_cleaned_heals(r: redis.Redis) -> None:
     chat_id = chats.create("alice", ["bob"], "hello")
-    chats._run(get_client(), chat_id, "leave", "bob")  # the chat step only, as if crashed
+    chats._run(chat_id, "leave", "bob")(get_client())  # the chat step only, as if crashed
     assert r.hexists("rc:chat-index:{bob}", chat_id)
     assert chats.chats_of("bob") == []
     assert not r.hexists("rc:chat-index:{bob}", chat_id)  # the stale entry is gone
@@ -242,22 +242,22 @@ def test_a_leave_interrupted_before_the_index_is_cleaned_heals(r: redis.Redis) -
 def test_a_join_on_its_way_keeps_its_index_entry(r: redis.Redis) -> None:
     client = get_client()
     chat_id = chats.create("alice", [], "hello")
-    [version] = chats._add_to_indexes(client, chat_id, ["dave"])  # the index step only
+    [version] = run_steps(chats._add_to_indexes(chat_id, ["dave"]), client)  # the index step only
     assert chats.chats_of("dave") == []
     assert chats.fetch_pending("dave") == []
     assert r.hexists("rc:chat-index:{dave}", chat_id)  # not mistaken for a stale entry
-    chats._run(client, chat_id, "join", "dave", version)  # the chat step arrives
+    chats._run(chat_id, "join", "dave", version)(client)  # the chat step arrives
     assert chats.chats_of("dave") == [chat_id]
 
 
 def test_a_join_that_lost_the_race_to_a_leave_cannot_slip_in(r: redis.Redis) -> None:
     client = get_client()
     chat_id = chats.create("alice", [], "hello")
-    [older] = chats._add_to_indexes(client, chat_id, ["bob"])
+    [older] = run_steps(chats._add_to_indexes(chat_id, ["bob"]), client)
     chats.join(chat_id, "bob")  # a newer join, applied first
     chats.leave(chat_id, "bob")
     assert not r.hexists("rc:chat-index:{bob}", chat_id)
-    chats._run(client, chat_id, "join", "bob", older)  # the older join's chat step, late
+    chats._run(chat_id, "join", "bob", older)(client)  # the older join's chat step, late
     assert chats.members(chat_id) == ["alice"]
     assert chats.chats_of("bob") == []
 
@@ -492,8 +492,8 @@ def test_a_waiting_fetch_wakes_for_a_chat_created_just_after_it_read_the_index(
     reads: list[dict[str, int]] = []
     read_index = GroupChat._index
 
-    def index_then_create(self: GroupChat, client: redis.Redis, user: str) -> dict[str, int]:
-        reads.append(read_index(self, client, user))
+    def index_then_create(self: GroupChat, user: str) -> Steps[dict[str, int]]:
+        reads.append((yield from read_index(self, user)))
         if len(reads) == 2:  # the waiting loop's first read: the chat comes right after it
             created.append(chats.create("alice", ["carol"], "hi"))
         return reads[-1]
@@ -842,7 +842,7 @@ def test_renaming_a_member_keeps_their_own_messages_seen(r: redis.Redis) -> None
     chats.send(chat_id, "bob", "two")  # before reading "one": his own is seen all the same
     client = get_client()
     scripts.load("chat_rename")(client, _chat_keys(chat_id), ["bob", "8", 1])  # migration
-    assert chats._run(client, chat_id, "unread", "8") == [0, 1]
+    assert chats._run(chat_id, "unread", "8")(client) == [0, 1]
     assert not r.hexists(f"rc:chat:{{{chat_id}}}:meta", "own:bob")
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .conf import conf
-from .connection import Steps, get_client, text
+from .connection import Steps, get_client, pipelined, text
 from .exceptions import InvalidInput
 from .twins import twins
 
@@ -165,13 +165,11 @@ class Guild:
             raise InvalidInput("names", "must be an iterable of names, not one string")
         members = [_member(name) for name in names]
 
-        def add(client: Any) -> Any:
-            pipe = client.pipeline(transaction=True)
+        def add(pipe: Any) -> None:
             for start in range(0, len(members), JOIN_BATCH):
                 pipe.zadd(self.key, dict.fromkeys(members[start : start + JOIN_BATCH], 0))
-            return pipe.execute()
 
-        return sum((yield add))
+        return sum((yield pipelined(add)))
 
     def _leave(self, name: str) -> Steps[bool]:
         """Remove ``name``; False if it was not a member."""
@@ -235,13 +233,11 @@ class RecentContacts:
         """
         key = _contacts_key(user)
         contact, most = validate_contact(contact), self.capacity - 1
-        yield (
-            lambda client: (
-                client.pipeline(transaction=True)
-                .lrem(key, 0, contact)
-                .lpush(key, contact)
-                .ltrim(key, 0, most)
-                .execute()
+        yield pipelined(
+            lambda pipe: (
+                pipe.lrem(key, 0, contact),
+                pipe.lpush(key, contact),
+                pipe.ltrim(key, 0, most),
             )
         )
 

@@ -494,6 +494,19 @@ Step = Callable[[Any], Any]
 Steps = Generator[Step, Any, T]
 
 
+def pipelined(commands: Callable[[Any], object], transaction: bool = True) -> Step:
+    """The step that sends what ``commands`` queues on a pipeline (MULTI/EXEC unless
+    ``transaction`` is false) and returns its replies. A pipeline's methods are called
+    one by one, never chained: an asyncio cluster's pipeline returns no pipeline."""
+
+    def step(client: Any) -> Any:
+        pipe = client.pipeline(transaction=transaction)
+        commands(pipe)
+        return pipe.execute()
+
+    return step
+
+
 def run_steps(steps: Steps[T], client: Any) -> T:
     """Run ``steps`` on a redis-py ``client``; what the generator returns.
 

@@ -72,7 +72,7 @@ from django.core.exceptions import ValidationError
 
 from . import keys, scripts
 from .conf import conf
-from .connection import Step, Steps, text, watching
+from .connection import Step, Steps, pipelined, text, watching
 from .deprecation import deprecated
 from .exceptions import ChatLimitReached, ChatNotFound, InvalidInput, MessagingError, NotAMember
 from .twins import twins
@@ -525,7 +525,7 @@ class Mailbox:
         except (TypeError, ValueError) as exc:
             raise InvalidInput("message", f"must be JSON-serializable: {exc}") from None
         key, most = keys.key("mailbox", recipient), conf.MAILBOX_MAX_MESSAGES
-        yield lambda c: c.pipeline().rpush(key, payload).ltrim(key, -most, -1).execute()
+        yield pipelined(lambda pipe: (pipe.rpush(key, payload), pipe.ltrim(key, -most, -1)))
 
     def _fetch(self, user: keys.User) -> Steps[list[Any]]:
         """Remove and return every message in ``user``'s mailbox, oldest first.
@@ -535,7 +535,7 @@ class Mailbox:
         :class:`UnreadableMessage`: nothing is lost, nothing raises.
         """
         key = keys.key("mailbox", keys.user_id(user))
-        packed, _ = yield lambda c: c.pipeline().lrange(key, 0, -1).delete(key).execute()
+        packed, _ = yield pipelined(lambda pipe: (pipe.lrange(key, 0, -1), pipe.delete(key)))
         return [_mail(item) for item in packed]
 
     send, asend = twins(_send)
@@ -837,14 +837,8 @@ class GroupChat:
         if not limit:
             return
         key = keys.key("chat-creates", sender)
-        _, count, ttl = (
-            yield lambda c: (
-                c.pipeline(transaction=True)
-                .set(key, 0, ex=60, nx=True)
-                .incr(key)
-                .ttl(key)
-                .execute()
-            )
+        _, count, ttl = yield pipelined(
+            lambda pipe: (pipe.set(key, 0, ex=60, nx=True), pipe.incr(key), pipe.ttl(key))
         )
         if int(count) > limit:
             raise ChatLimitReached(

@@ -45,7 +45,7 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
 from redis_components.tasks.schedules import Claim, Scheduler, build
-from redis_components.tasks.status import queue_stats, running_tasks
+from redis_components.tasks.status import home_stats, queue_stats, running_tasks
 from redis_components.tasks.store import (
     Fetched,
     Outcome,
@@ -1288,6 +1288,67 @@ def test_a_partitioned_queues_limit_is_shared_by_its_partitions() -> None:
             tasks.customer_step.using(queue_name=HOT).enqueue("ann", 2)
         assert (full.value.queue, full.value.limit) == (HOT, 4)
         tasks.customer_step.using(queue_name=HOT).enqueue("bob", 0)  # (another partition)
+
+
+@pytest.mark.usefixtures("hot_partitions")
+def test_where_a_queues_tasks_are_partition_by_partition_next_to_its_share() -> None:
+    """``rc_queues -v 2``: each partition, its node, what it holds against its share of
+    the queue's bound (one customer's tasks fill one partition's share of 2 while the
+    queue's count says 2 of 4), and the shared home."""
+    changed = {**settings.REDIS_COMPONENTS, "TASK_QUEUE_LIMITS": {HOT: 4}}
+    with override_settings(REDIS_COMPONENTS=changed):
+        for step in range(2):
+            tasks.customer_step.using(queue_name=HOT).enqueue("ann", step)
+        homes = home_stats(HOT)
+        out = io.StringIO()
+        call_command("rc_queues", "-v", "2", stdout=out)
+    assert [(h.partition, h.of, h.bound) for h in homes] == [
+        (1, 3, 2),
+        (2, 3, 2),
+        (3, 3, 2),
+        (0, 0, 0),
+    ]
+    assert sorted(h.counts.waiting for h in homes) == [0, 0, 0, 2]
+    assert len({h.node for h in homes[:3]}) == (3 if is_cluster(get_client()) else 1)
+    lines = out.getvalue().splitlines()
+    first = lines.index("Where the tasks are (waiting: ready, delayed and on limits)")
+    assert lines[first + 1].split() == [
+        "queue",
+        "partition",
+        "node",
+        "waiting",
+        "bound",
+        "in",
+        "progress",
+        "dead",
+    ]
+    rows = [line.split() for line in lines[first + 2 :] if line.startswith(f"{HOT} ")]
+    assert rows == [
+        [
+            HOT,
+            *([str(h.partition), "of", str(h.of)] if h.partition else ["shared"]),
+            h.node,
+            str(h.counts.waiting),
+            str(h.bound) if h.bound else "-",
+            "0",
+            "0",
+        ]
+        for h in homes
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("hot_partitions")
+def test_the_admins_queue_page_shows_its_partitions(admin_client: Any) -> None:
+    tasks.customer_step.using(queue_name=HOT).enqueue("ann", 0)
+    page = admin_client.get("/admin/redis_components/taskqueues/queue/", {"name": HOT})
+    shown = page.content.decode()
+    assert "Where its tasks are: 3 homes" in shown  # (the shared home is empty)
+    for home in home_stats(HOT)[:3]:
+        assert f"<code>{home.node}</code>" in shown
+    assert shown.count("of 3</td>") == 3
+    one = admin_client.get("/admin/redis_components/taskqueues/queue/", {"name": "test"})
+    assert "Where its tasks are" not in one.content.decode()  # (one home, nothing to say)
 
 
 @pytest.mark.parametrize(("before", "after"), [(6, 3), (3, 6), (4, 1)])

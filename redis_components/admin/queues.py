@@ -44,10 +44,12 @@ from ..tasks.results import TaskRecord, get_record
 from ..tasks.schedules import schedule_states
 from ..tasks.status import (
     Minute,
+    QueueCounts,
     WaitingTask,
     dead_letter_entry,
     dead_letter_page,
     held_back,
+    home_stats,
     limits_in_use,
     queue_stats,
     read_dead_letter,
@@ -499,6 +501,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 for task in waiting
             ]
         pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
+        # Its partitions, and the shared home while it holds any of its tasks.
+        homes = [h for h in home_stats(name) if h.partition or h.counts != QueueCounts()]
         base: dict[str, str | int] = {"name": name, "state": state}
         if number > pages:  # past the end (the list shrank, or a made-up page): the last
             return redirect(self.url("queue", query=urlencode({**base, "page": pages})))
@@ -508,6 +512,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             refresh=REFRESH_SECONDS,
             requeue_all_url=self.url("action", "requeue-all", query=Target(name).query()),
             queue=name,
+            homes=homes if len(homes) > 1 else [],
             state=state,
             rows=rows,
             total=total,

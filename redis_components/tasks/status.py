@@ -13,22 +13,28 @@ from dataclasses import dataclass
 
 from .. import keys
 from ..conf import conf
+from ..connection import server_of
 from .backend import queues_in_use
 from .messages import validate_queue
 from .store import (
     DeadLetter,
     LimitUse,
+    QueueCounts,
     TaskStore,
     WaitingTask,
     WorkerInfo,
+    home_roles,
     queue_limit,
     read_dead_letter,
+    tasks_client,
 )
 
 __all__ = [
     "DeadLetter",
+    "HomeStats",
     "LimitUse",
     "Minute",
+    "QueueCounts",
     "QueueStats",
     "TaskRun",
     "WaitingTask",
@@ -36,6 +42,7 @@ __all__ = [
     "dead_letter_entry",
     "dead_letter_page",
     "dead_letters",
+    "home_stats",
     "limits_in_use",
     "queue_names",
     "queue_stats",
@@ -99,6 +106,37 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
         )
         for name in names
     ]
+
+
+@dataclass(frozen=True)
+class HomeStats:
+    """A queue's tasks in one of its homes: partition ``partition`` of ``of`` (its own
+    partitions, then those of another count still in use, where they are left), or the
+    shared home (0 of 0, tasks written before queues had homes of their own), on
+    ``node``. ``bound`` is the partition's share of ``TASK_QUEUE_LIMITS`` (0: none),
+    which ``counts.waiting`` counts towards."""
+
+    partition: int
+    of: int
+    node: str
+    counts: QueueCounts
+    bound: int
+
+
+def home_stats(queue: str) -> list[HomeStats]:
+    """Where ``queue``'s tasks are: its counts in each of its homes, partition by
+    partition, with the node each is on (one round trip per home)."""
+    validate_queue(queue)
+    serving = [w.id for w in workers() if queue in w.queues]
+    roles = home_roles(queue)
+    limit = queue_limit(queue)
+    found = []
+    for head, counts in TaskStore().home_counts({queue: serving})[queue]:
+        partition, of = roles.get(head, (0, 0))
+        host, port, path = server_of(tasks_client(head))
+        bound = -(-limit // of) if partition else 0  # (as an enqueue there shares it)
+        found.append(HomeStats(partition, of, path or f"{host}:{port}", counts, bound))
+    return found
 
 
 def limits_in_use(count: int = 100) -> tuple[int, list[LimitUse]]:

@@ -13,7 +13,14 @@ from django.core.management.base import CommandError, CommandParser
 from ...exceptions import InvalidInput, TaskNotCancellable, WorkflowDoesNotExist
 from ...tasks.messages import validate_queue
 from ...tasks.schedules import schedule_states
-from ...tasks.status import limits_in_use, queue_names, queue_stats, waiting_tasks, workers
+from ...tasks.status import (
+    home_stats,
+    limits_in_use,
+    queue_names,
+    queue_stats,
+    waiting_tasks,
+    workers,
+)
 from ...tasks.store import TaskStore, cancel
 from ...tasks.workflows import Summary, get_workflow, workflows
 from ..base import RedisCommand
@@ -31,7 +38,9 @@ class Command(RedisCommand):
         "Show each task queue's ready, delayed, in-progress and dead task counts, the "
         "registered workers, the concurrency limits in use and the running workflows; or "
         "the schedules, the workflows, or the tasks waiting on limits; or requeue dead "
-        "letters, purge a queue, cancel a task or a workflow."
+        "letters, purge a queue, cancel a task or a workflow. With -v 2, also where each "
+        "queue's tasks are: partition by partition, on which node, next to its share of "
+        "the queue's bound."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -116,15 +125,16 @@ class Command(RedisCommand):
                     + ("cancelled" if done == "cancelled" else "its worker will stop it")
                 )
             else:
-                self.show()
+                self.show(where=options["verbosity"] >= 2)
         except (InvalidInput, TaskNotCancellable, WorkflowDoesNotExist) as error:
             raise CommandError(str(error)) from None
 
-    def show(self) -> None:
+    def show(self, where: bool = False) -> None:
         rows: list[tuple[str, ...]] = [
             ("queue", "ready", "delayed", "on limits", "in progress", "dead", "limit")
         ]
-        for stats in queue_stats():
+        found = queue_stats()
+        for stats in found:
             rows.append(
                 (
                     stats.name,
@@ -140,6 +150,8 @@ class Command(RedisCommand):
             self.stdout.write("No queues yet.")
         else:
             self.write_table(rows)
+        if where and found:
+            self.show_homes([stats.name for stats in found])
         registered = workers()
         self.stdout.write(f"\nWorkers: {len(registered)}")
         if registered:
@@ -168,6 +180,28 @@ class Command(RedisCommand):
         if running:  # most projects have none: no line for them
             self.stdout.write(f"\nRunning workflows: {len(running)}")
             self.write_workflows(running)
+
+    def show_homes(self, queues: list[str]) -> None:
+        """Where each queue's tasks are (-v 2): partition by partition, with the node
+        each is on, and what counts towards its share of the queue's bound."""
+        self.stdout.write("\nWhere the tasks are (waiting: ready, delayed and on limits)")
+        rows: list[tuple[str, ...]] = [
+            ("queue", "partition", "node", "waiting", "bound", "in progress", "dead")
+        ]
+        for queue in queues:
+            for home in home_stats(queue):
+                rows.append(
+                    (
+                        queue,
+                        f"{home.partition} of {home.of}" if home.partition else "shared",
+                        home.node,
+                        str(home.counts.waiting),
+                        str(home.bound) if home.bound else "-",
+                        str(home.counts.in_progress),
+                        str(home.counts.dead),
+                    )
+                )
+        self.write_table(rows)
 
     def show_on_limits(self, queue: str) -> None:
         total, waiting = waiting_tasks(queue, "on_limits", 0, ON_LIMITS_SHOWN)

@@ -4,7 +4,9 @@ the operations pages and metrics (never a write), and the server's risky setting
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -150,7 +152,18 @@ class Inspection(Router):
 
     def queue_counts(self, serving: dict[str, list[str]]) -> dict[str, QueueCounts]:
         """The counts of each queue of ``serving`` (queue -> the workers serving it), in one
-        round trip per home."""
+        round trip per home: its homes' counts added up."""
+        return {
+            name: functools.reduce(operator.add, (counts for _, counts in homes))
+            for name, homes in self.home_counts(serving).items()
+        }
+
+    def home_counts(
+        self, serving: dict[str, list[str]]
+    ) -> dict[str, list[tuple[str, QueueCounts]]]:
+        """The counts of each queue of ``serving`` (queue -> the workers serving it) in
+        each of its homes (see layout.queue_homes: its partitions first), in one round
+        trip per home."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
         heads = {name: queue_homes(name) for name in serving}  # (read once: see layout)
         for name, worker_ids in serving.items():
@@ -166,18 +179,20 @@ class Inspection(Router):
                     ),
                 ]
         counts = iter(self._each_home(commands))
-        found = {}
+        found: dict[str, list[tuple[str, QueueCounts]]] = {}
         for name, worker_ids in serving.items():
-            summed = [0] * 5
-            for _ in heads[name]:
+            found[name] = []
+            for head in heads[name]:
                 ready, delayed, dead, on_limits = (next(counts) for _ in range(4))
                 held = sum(next(counts) for _ in worker_ids)
-                for i, count in enumerate([ready, delayed, dead, held, int(on_limits or 0)]):
-                    summed[i] += count
-            ready, delayed, dead, held, on_limits = summed
-            found[name] = QueueCounts(
-                ready=ready, delayed=delayed, dead=dead, in_progress=held, on_limits=on_limits
-            )
+                home = QueueCounts(
+                    ready=ready,
+                    delayed=delayed,
+                    dead=dead,
+                    in_progress=held,
+                    on_limits=int(on_limits or 0),
+                )
+                found[name].append((head, home))
         return found
 
     def dead_letters(self, queue: str, first: int, last: int) -> list[DeadLetter]:

@@ -320,6 +320,18 @@ def queue_homes(queue: str) -> list[str]:
     return own if own == [_head()] else [*own, *stray_homes(queue), _head()]
 
 
+def home_roles(queue: str) -> dict[str, tuple[int, int]]:
+    """What each home of ``queue`` (:func:`queue_homes`) is to it: (the number of its
+    partition, of how many) for its own partitions and those of another count noted,
+    (0, 0) for the shared home."""
+    own = own_homes(queue)
+    roles = {head: (number, len(own)) for number, head in enumerate(own, 1)}
+    for head, count in stray_homes(queue).items():
+        roles[head] = (count_homes(queue, count).index(head) + 1, count)
+    roles.setdefault(_head(), (0, 0))
+    return roles
+
+
 def head_of(key: str) -> str:
     """The head of the home of a key of the task system: up to its hash tag's end."""
     return key[: key.index("}", key.index("{")) + 2]

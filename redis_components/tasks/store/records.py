@@ -9,7 +9,7 @@ import functools
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ..messages import TaskMessage
@@ -286,11 +286,22 @@ class LimitUse:
 
 @dataclass(frozen=True, kw_only=True)
 class QueueCounts:
-    ready: int
-    delayed: int
-    dead: int
-    in_progress: int
-    on_limits: int  # waiting for a permit of a concurrency limit (not in ready)
+    ready: int = 0
+    delayed: int = 0
+    dead: int = 0
+    in_progress: int = 0
+    on_limits: int = 0  # waiting for a permit of a concurrency limit (not in ready)
+
+    def __add__(self, other: QueueCounts) -> QueueCounts:
+        """The counts of two homes (partitions) of a queue, added up."""
+        return QueueCounts(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
+    @property
+    def waiting(self) -> int:
+        """What counts towards ``TASK_QUEUE_LIMITS``: ready, delayed and on limits."""
+        return self.ready + self.delayed + self.on_limits
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,12 +15,11 @@ instead of failing, work without JavaScript, and refresh themselves when it is o
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import django
 import redis
@@ -29,24 +28,19 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
-from django.utils.text import format_lazy
-from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, override, pgettext_lazy
+from django.utils.translation import gettext, override, pgettext_lazy
 
 from ..exceptions import (
     InvalidInput,
     TaskNotCancellable,
-    TaskResultDoesNotExist,
-    WorkflowDoesNotExist,
 )
 from ..models import can_manage_task_queues, can_view_task_queues, refusal
 from ..tasks.messages import validate_queue
-from ..tasks.results import TaskRecord, get_record
 from ..tasks.schedules import schedule_states
 from ..tasks.status import (
     Minute,
     QueueCounts,
     WaitingTask,
-    dead_letter_entry,
     dead_letter_page,
     held_back,
     home_stats,
@@ -58,9 +52,19 @@ from ..tasks.status import (
     waiting_tasks,
     workers,
 )
-from ..tasks.store import TaskStore, cancel
-from ..tasks.workflows import Workflow, get_workflow, workflows
+from ..tasks.store import TaskStore
+from ..tasks.workflows import workflows
 from ..views import INT64_MAX, whole_number
+from .actions import (
+    ACTIONS,
+    Target,
+    confirmable,
+    entry_digest,
+    existing_dead_entry,
+    result_or_404,
+    target_or_404,
+    workflow_or_404,
+)
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
@@ -79,12 +83,6 @@ STATES = {
     "on_limits": pgettext_lazy("tasks", "On limits"),
     "dead": pgettext_lazy("tasks", "Dead"),
 }
-
-
-def entry_digest(entry: bytes) -> str:
-    """Names one dead letter on a confirmation page, so that the action applies to the
-    entry the user saw even if the list moved meanwhile."""
-    return hashlib.sha256(entry).hexdigest()[:20]
 
 
 # -- throughput chart ------------------------------------------------------------------------
@@ -134,210 +132,6 @@ def chart(queue: str, minutes: list[Minute]) -> Chart | None:
         )
         lines.append(Line(kind, label, color, points, sum(values)))
     return Chart(queue, lines, peak, minutes[0].at, minutes[-1].at)
-
-
-# -- actions ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Target:
-    """What an action applies to, from the query string (confirmation) or the form (POST)."""
-
-    queue: str = ""
-    task_id: str = ""
-    index: int | None = None
-    digest: str = ""
-    workflow_id: str = ""
-
-    @classmethod
-    def from_data(cls, data: Any) -> Target:
-        index = data.get("index")
-        queue = data.get("queue", "")
-        return cls(
-            queue=validate_queue(queue) if queue else "",
-            task_id=data.get("task", "")[:100],
-            index=whole_number(index, "index", 0) if index not in (None, "") else None,
-            digest=data.get("digest", "")[:40],
-            workflow_id=data.get("workflow", "")[:100],
-        )
-
-    def query(self) -> str:
-        fields = {
-            "queue": self.queue,
-            "task": self.task_id,
-            "digest": self.digest,
-            "workflow": self.workflow_id,
-        }
-        if self.index is not None:
-            fields["index"] = str(self.index)
-        return urlencode({k: v for k, v in fields.items() if v})
-
-    def dead_entry(self) -> bytes:
-        """The dead letter this names, still at its place; else :class:`InvalidInput`."""
-        if not self.queue or self.index is None:
-            raise InvalidInput("index", gettext("a queue and the dead letter's index are needed"))
-        entry = dead_letter_entry(self.queue, self.index)
-        if entry is None or (self.digest and entry_digest(entry) != self.digest):
-            raise InvalidInput(
-                "index", gettext("that dead letter is no longer there (the list changed)")
-            )
-        return entry
-
-
-def _requeue(target: Target) -> StrOrPromise:
-    if TaskStore().requeue_dead_entry(target.queue, target.dead_entry()):
-        return format_lazy(
-            gettext_lazy("Requeued the dead letter on {queue}."), queue=repr(target.queue)
-        )
-    return gettext_lazy(
-        "That dead letter could not be requeued (another user moved it, or it is unreadable)."
-    )
-
-
-def _delete(target: Target) -> StrOrPromise:
-    if TaskStore().delete_dead_entry(target.queue, target.dead_entry()):
-        return format_lazy(
-            gettext_lazy("Deleted the dead letter from {queue}."), queue=repr(target.queue)
-        )
-    return gettext_lazy("That dead letter was already gone.")
-
-
-def _requeue_all(target: Target) -> StrOrPromise:
-    moved, left = TaskStore().requeue_dead(_queue_of(target))
-    done = format_lazy(
-        ngettext_lazy(
-            "Requeued {count} dead letter on {queue}.",
-            "Requeued {count} dead letters on {queue}.",
-            moved,
-        ),
-        count=moved,
-        queue=repr(target.queue),
-    )
-    if not left:
-        return done
-    kept = ngettext_lazy(
-        "{count} unreadable dead letter stays in the list.",
-        "{count} unreadable dead letters stay in the list.",
-        left,
-    )
-    return format_lazy("{} {}", done, format_lazy(kept, count=left))
-
-
-def _purge(target: Target) -> StrOrPromise:
-    purged = TaskStore().purge(_queue_of(target))
-    return format_lazy(
-        ngettext_lazy(
-            "Purged {count} task from {queue}.", "Purged {count} tasks from {queue}.", purged
-        ),
-        count=purged,
-        queue=repr(target.queue),
-    )
-
-
-def _cancel(target: Target) -> StrOrPromise:
-    cancel(target.task_id)
-    return format_lazy(gettext_lazy("Cancelled task {task}."), task=target.task_id)
-
-
-def _terminate(target: Target) -> StrOrPromise:
-    outcome = cancel(target.task_id, terminate=True)
-    if outcome == "cancelled":  # it had not started after all
-        return format_lazy(
-            gettext_lazy("Cancelled task {task} (it had not started)."), task=target.task_id
-        )
-    return format_lazy(
-        gettext_lazy("Task {task} is being stopped (its worker process is replaced)."),
-        task=target.task_id,
-    )
-
-
-def _cancel_workflow(target: Target) -> StrOrPromise:
-    dropped, running = _workflow_or_404(target.workflow_id).cancel()
-    return format_lazy(
-        gettext_lazy(
-            "Cancelled workflow {workflow}: {dropped} steps dropped, {running} running "
-            "asked to stop."
-        ),
-        workflow=target.workflow_id,
-        dropped=dropped,
-        running=running,
-    )
-
-
-def _queue_of(target: Target) -> str:
-    if not target.queue:
-        raise InvalidInput("queue", gettext("which queue?"))
-    return target.queue
-
-
-@dataclass(frozen=True)
-class Action:
-    title: StrOrPromise
-    warning: StrOrPromise
-    confirm: StrOrPromise  # the button that does it
-    # What it did, as a lazy string: the message shows it in the user's language, the log
-    # line in English.
-    run: Callable[[Target], StrOrPromise]
-    needs: Literal["dead letter", "queue", "task", "workflow"]
-
-
-ACTIONS = {
-    "requeue": Action(
-        gettext_lazy("Requeue a dead letter"),
-        gettext_lazy("It goes back to its queue with fresh retries."),
-        gettext_lazy("Yes, requeue a dead letter"),
-        _requeue,
-        "dead letter",
-    ),
-    "delete": Action(
-        gettext_lazy("Delete a dead letter"),
-        gettext_lazy("It is gone for good."),
-        gettext_lazy("Yes, delete a dead letter"),
-        _delete,
-        "dead letter",
-    ),
-    "requeue-all": Action(
-        gettext_lazy("Requeue every dead letter of a queue"),
-        gettext_lazy("Each goes back to its queue with fresh retries."),
-        gettext_lazy("Yes, requeue every dead letter of a queue"),
-        _requeue_all,
-        "queue",
-    ),
-    "purge": Action(
-        gettext_lazy("Purge a queue"),
-        gettext_lazy(
-            "Every ready, delayed, dead task of the queue, and every one waiting on a limit, "
-            "is deleted; running ones finish."
-        ),
-        gettext_lazy("Yes, purge a queue"),
-        _purge,
-        "queue",
-    ),
-    "cancel": Action(
-        gettext_lazy("Cancel a waiting task"),
-        gettext_lazy("It leaves its queue and its result says CANCELLED."),
-        gettext_lazy("Yes, cancel a waiting task"),
-        _cancel,
-        "task",
-    ),
-    "terminate": Action(
-        gettext_lazy("Terminate a running task"),
-        gettext_lazy("The worker process running it is stopped and replaced; the attempt fails."),
-        gettext_lazy("Yes, terminate a running task"),
-        _terminate,
-        "task",
-    ),
-    "cancel-workflow": Action(
-        gettext_lazy("Cancel a workflow"),
-        gettext_lazy(
-            "No further step starts: waiting and queued steps are dropped, running ones are "
-            "asked to stop."
-        ),
-        gettext_lazy("Yes, cancel a workflow"),
-        _cancel_workflow,
-        "workflow",
-    ),
-}
 
 
 # -- the admin -------------------------------------------------------------------------------
@@ -504,8 +298,12 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # Its partitions, and the shared home while it holds any of its tasks.
         homes = [h for h in home_stats(name) if h.partition or h.counts != QueueCounts()]
         base: dict[str, str | int] = {"name": name, "state": state}
+
+        def page_url(n: int) -> str:
+            return self.url("queue", query=urlencode({**base, "page": n})) if 0 < n <= pages else ""
+
         if number > pages:  # past the end (the list shrank, or a made-up page): the last
-            return redirect(self.url("queue", query=urlencode({**base, "page": pages})))
+            return redirect(page_url(pages))
         context = self._context(
             request,
             gettext("Queue %(name)s") % {"name": name},
@@ -524,18 +322,14 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 (tab, label, self.url("queue", query=urlencode({**base, "state": tab})))
                 for tab, label in STATES.items()
             ],
-            previous_url=self.url("queue", query=urlencode({**base, "page": number - 1}))
-            if number > 1
-            else "",
-            next_url=self.url("queue", query=urlencode({**base, "page": number + 1}))
-            if number < pages
-            else "",
+            previous_url=page_url(number - 1),
+            next_url=page_url(number + 1),
         )
         return render(request, "admin/redis_components/queue.html", context)
 
     def dead_letter(self, request: HttpRequest) -> HttpResponse:
-        target = _target_or_404(request.GET)
-        entry = _existing_dead_entry(target)
+        target = target_or_404(request.GET)
+        entry = existing_dead_entry(target)
         found = Target(target.queue, index=target.index, digest=entry_digest(entry))
         context = self._context(
             request,
@@ -550,7 +344,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def task(self, request: HttpRequest) -> HttpResponse:
         """One task with its arguments in full (the list pages show only their start)."""
-        result = _result_or_404(request.GET.get("id", ""))
+        result = result_or_404(request.GET.get("id", ""))
         target = Target(result.queue, result.id).query()
         context = self._context(
             request,
@@ -577,7 +371,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def workflow(self, request: HttpRequest) -> HttpResponse:
         """One workflow's steps: each one's state and its result (or failure)."""
-        found = _workflow_or_404(request.GET.get("id", ""))
+        found = workflow_or_404(request.GET.get("id", ""))
         summary = found.summary()
         listed = found.steps()
         limited = held_back(step.task_id for step in listed if step.state == "QUEUED")
@@ -611,7 +405,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not can_manage_task_queues(request.user):
             return self._refused(request, refusal(manage=True))
         if request.method != "POST":
-            target, shown = _confirmable(chosen, request.GET)
+            target, shown = confirmable(chosen, request.GET)
             context = self._context(
                 request, chosen.title, action=chosen, target=target, shown=shown
             )
@@ -634,71 +428,3 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             query = urlencode({"name": target.queue, "state": state})
             return HttpResponseRedirect(self.url("queue", query=query))
         return HttpResponseRedirect(self.url("changelist"))
-
-
-def _existing_dead_entry(target: Target) -> bytes:
-    """The dead letter ``target`` names; a 404 when there is none."""
-    try:
-        return target.dead_entry()
-    except InvalidInput as error:
-        raise Http404(error.problem) from None
-
-
-def _result_or_404(task_id: str) -> TaskRecord:
-    try:
-        return get_record(task_id)
-    except (TaskResultDoesNotExist, InvalidInput):
-        raise Http404("No such task is kept (unknown, or its result expired).") from None
-
-
-def _workflow_or_404(workflow_id: str) -> Workflow:
-    try:
-        return get_workflow(workflow_id)
-    except (WorkflowDoesNotExist, InvalidInput):
-        raise Http404("No such workflow is kept (unknown, or expired).") from None
-
-
-def _target_or_404(data: Any) -> Target:
-    try:
-        return Target.from_data(data)
-    except InvalidInput as error:
-        raise Http404(str(error)) from None
-
-
-def _confirmable(action: Action, data: Any) -> tuple[Target, list[tuple[str, str]]]:
-    """The target as the confirmation page's form names it, and what the page lists
-    about it; a 404 when it names no target, or a dead letter or task that does not
-    exist."""
-    target = _target_or_404(data)
-    given = {
-        "dead letter": target.index is not None,
-        "queue": target.queue,
-        "task": target.task_id,
-        "workflow": target.workflow_id,
-    }
-    if not given[action.needs]:
-        raise Http404(f"Which {action.needs}?")
-    shown = [(gettext("Queue"), target.queue)] if target.queue else []
-    if action.needs == "dead letter":
-        entry = _existing_dead_entry(target)
-        letter = read_dead_letter(target.queue, entry)
-        shown += [
-            (gettext("Dead letter"), letter.reason),
-            (gettext("Error"), letter.error),
-            (gettext("Task"), letter.task),
-        ]
-        return Target(target.queue, index=target.index, digest=entry_digest(entry)), shown
-    if action.needs == "task":
-        result = _result_or_404(target.task_id)
-        shown += [
-            (gettext("Task"), f"{result.task} ({result.status.value})"),
-            (gettext("Id"), result.id),
-        ]
-    if action.needs == "workflow":
-        summary = _workflow_or_404(target.workflow_id).summary()
-        states = ", ".join(f"{n} {state}" for state, n in summary.counts.items())
-        shown += [
-            (gettext("Workflow"), f"{summary.id} ({summary.status})"),
-            (gettext("Steps"), states),
-        ]
-    return target, shown

@@ -14,6 +14,9 @@ import math
 import unicodedata
 from typing import TYPE_CHECKING, TypeGuard
 
+from django.conf import settings
+from django.utils import timezone
+
 from .conf import conf
 from .exceptions import InvalidInput
 
@@ -148,3 +151,16 @@ def key(component: str, name: str, *parts: str) -> str:
     """Build ``<prefix>:<component>:{<name>}[:<part>...]`` for an already validated name."""
     tail = "".join(f":{part}" for part in parts)
     return f"{conf.KEY_PREFIX}:{component}:{{{escape(name)}}}{tail}"
+
+
+def django_time(ms: int | None) -> datetime.datetime | None:
+    """Epoch ms as Django's own backends give times: aware, or naive local time when
+    ``USE_TZ`` is False."""
+    return django_datetime(utc_from_ms(ms))
+
+
+def django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
+    """An aware time as Django's own backends give it (naive local when ``USE_TZ`` is False)."""
+    if value is None or settings.USE_TZ:
+        return value
+    return timezone.make_naive(value)

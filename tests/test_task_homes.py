@@ -1344,8 +1344,8 @@ def test_the_admins_queue_page_shows_its_partitions(admin_client: Any) -> None:
     page = admin_client.get("/admin/redis_components/taskqueues/queue/", {"name": HOT})
     shown = page.content.decode()
     assert "Where its tasks are: 3 homes" in shown  # (the shared home is empty)
-    for home in home_stats(HOT)[:3]:
-        assert f"<code>{home.node}</code>" in shown
+    for partition in home_stats(HOT)[:3]:
+        assert f"<code>{partition.node}</code>" in shown
     assert shown.count("of 3</td>") == 3
     one = admin_client.get("/admin/redis_components/taskqueues/queue/", {"name": "test"})
     assert "Where its tasks are" not in one.content.decode()  # (one home, nothing to say)

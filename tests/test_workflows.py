@@ -31,6 +31,7 @@ from redis_components.exceptions import (
 )
 from redis_components.scripts import LUA_DIR
 from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.messages import PlannedStep
 from redis_components.tasks.status import queue_stats, workers
 from redis_components.tasks.store import (
     TaskStore,
@@ -39,8 +40,8 @@ from redis_components.tasks.store import (
     result_key,
     settled_elsewhere,
 )
+from redis_components.tasks.store.flow_records import FIELDS, STEP_FIELDS
 from redis_components.tasks.worker import Worker
-from redis_components.tasks.workflow_records import FIELDS, STEP_FIELDS
 from redis_components.tasks.workflows import (
     MAX_STEPS,
     STATES,
@@ -885,9 +886,8 @@ def test_creating_a_workflow_twice_with_one_id_changes_nothing_the_second_time()
     before = workflow.steps()
     message = store.queued_message(before[0].task_id)
     assert message is not None
-    again = store.create_workflow(
-        workflow.id, ["status", "RUNNING"], [(1, message, message.encode())]
-    )
+    first = PlannedStep(number=1, message=message, parents=(), template=None)
+    again = store.create_workflow(workflow.id, [first], [], "@1")
     assert again is None
     assert ready() == 2
     assert workflow.steps() == before

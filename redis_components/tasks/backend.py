@@ -97,7 +97,7 @@ from .messages import (
 from .registry import task_registry, time_limits, validate_retries
 from .results import django_datetime, django_time, to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
-from .workflow_records import Workflow, record_fields
+from .workflow_records import Workflow
 
 __all__ = [
     "InvalidTask",
@@ -301,14 +301,13 @@ class RedisTaskBackend(QueueBackend):
         self, steps: list[PlannedStep], barriers: list[Barrier], result: str
     ) -> Workflow:
         workflow_id = random_id()
-        fields, roots = record_fields(steps, barriers, workflow_id, result)
         tasks = TaskStore()
         try:
-            created = tasks.create_workflow(workflow_id, fields, roots)
+            created = tasks.create_workflow(workflow_id, steps, barriers, result)
         except (redis.ConnectionError, redis.TimeoutError):
             # The reply was lost: the script may have run. Its id is ours (chosen before),
             # and a read on the server comes after the script: the workflow if it exists.
-            if "status" in tasks.workflow_fields([workflow_id], ["status"])[0]:
+            if tasks.workflow_summaries([workflow_id]) != [None]:
                 return Workflow(workflow_id)
             raise
         if created is None:  # pragma: no cover

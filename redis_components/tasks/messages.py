@@ -93,7 +93,7 @@ class FlowStep:
 @dataclass(kw_only=True)
 class PlannedStep:
     """A step of a workflow about to be written: planned by ``definition._Plan``, written
-    by ``workflow_records.record_fields`` (its :class:`FlowStep` is made then)."""
+    by ``store/flow_records.record_fields`` (its :class:`FlowStep` is made then)."""
 
     number: int
     message: TaskMessage

@@ -12,16 +12,13 @@ then Redis expires it: nothing grows forever.
 
 from __future__ import annotations
 
-import datetime
 import json
 import traceback
 from typing import Any
 
-from django.conf import settings
-from django.utils import timezone
-
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
+from ..keys import django_datetime, django_time
 from .framework import Task, TaskResult, TaskResultStatus
 from .framework import TaskError as DjangoTaskError
 from .store import AttemptError, TaskRecord, TaskStatus, TaskStore
@@ -77,19 +74,6 @@ def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
     for task_id in task_ids:
         keys.validate_name(task_id, "task_id", MAX_TASK_ID)
     return TaskStore().task_records(task_ids)
-
-
-def django_time(ms: int | None) -> datetime.datetime | None:
-    """Epoch ms as Django's own backends give times: aware, or naive local time when
-    ``USE_TZ`` is False."""
-    return django_datetime(keys.utc_from_ms(ms))
-
-
-def django_datetime(value: datetime.datetime | None) -> datetime.datetime | None:
-    """An aware time as Django's own backends give it (naive local when ``USE_TZ`` is False)."""
-    if value is None or settings.USE_TZ:
-        return value
-    return timezone.make_naive(value)
 
 
 def to_django(task: Task[..., Any], record: TaskRecord) -> TaskResult[..., Any]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from .. import keys
 from ..conf import conf
-from ..connection import server_of
 from .backend import queues_in_use
 from .messages import validate_queue
 from .store import (
@@ -26,7 +25,6 @@ from .store import (
     home_roles,
     queue_limit,
     read_dead_letter,
-    tasks_client,
 )
 
 __all__ = [
@@ -130,12 +128,11 @@ def home_stats(queue: str) -> list[HomeStats]:
     serving = [w.id for w in workers() if queue in w.queues]
     roles = home_roles(queue)
     limit = queue_limit(queue)
-    found = []
-    for head, counts in TaskStore().home_counts({queue: serving})[queue]:
+    store, found = TaskStore(), []
+    for head, counts in store.home_counts({queue: serving})[queue]:
         partition, of = roles.get(head, (0, 0))
-        host, port, path = server_of(tasks_client(head))
         bound = -(-limit // of) if partition else 0  # (as an enqueue there shares it)
-        found.append(HomeStats(partition, of, path or f"{host}:{port}", counts, bound))
+        found.append(HomeStats(partition, of, store.node_of(head), counts, bound))
     return found
 
 

@@ -3,6 +3,7 @@ outcomes between homes (outboxes), and its reads."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -11,12 +12,22 @@ from ... import scripts
 from ...conf import conf
 from ...connection import text
 from ...exceptions import TaskNotDurable
-from ..messages import TaskMessage
+from ..messages import Barrier, PlannedStep
 from . import replies
 from .calls import (
     flow_create_call,
     flow_release_call,
     flow_settle_call,
+)
+from .flow_records import (
+    PAGE,
+    REFERENCE,
+    SUMMARY_FIELDS,
+    Step,
+    Summary,
+    fill,
+    record_fields,
+    step_of,
 )
 from .layout import (
     flow_key,
@@ -45,13 +56,12 @@ class Flows(Router):
     """Workflows: created, their steps' outcomes carried to them, and read."""
 
     def create_workflow(
-        self,
-        workflow_id: str,
-        fields: Sequence[scripts.Arg],
-        roots: Sequence[tuple[int, TaskMessage, str]],
+        self, workflow_id: str, steps: list[PlannedStep], barriers: list[Barrier], result: str
     ) -> int | None:
-        """Write a workflow and enqueue its first steps in one script; the server's time
-        (ms) of the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
+        """Write a workflow of these steps and barriers, whose result is ``result`` (a
+        template), and enqueue its first steps in one script; the server's time (ms) of
+        the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
+        fields, roots = record_fields(steps, barriers, workflow_id, result)
         call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
         created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
         if created is None:
@@ -167,6 +177,60 @@ class Flows(Router):
         if errors:  # (after the others are out of the outbox)
             raise errors[0]
         return len(carried)
+
+    def workflow_summaries(self, workflow_ids: Sequence[str]) -> list[Summary | None]:
+        """Each workflow at a glance (``None`` for one not kept), in one round trip."""
+        records = self.workflow_fields(workflow_ids, SUMMARY_FIELDS)
+        return [
+            Summary.of(workflow_id, record) if "status" in record else None
+            for workflow_id, record in zip(workflow_ids, records, strict=True)
+        ]
+
+    def workflow_steps(self, workflow_id: str) -> list[Step] | None:
+        """Every step of a workflow, in the order it was written (``None`` when it is not
+        kept)."""
+        found = self._each_step(workflow_id, "id", "name", "q", "st", "r")
+        return None if found is None else [step_of(found[1], n) for n in range(1, found[0] + 1)]
+
+    def workflow_members(self, workflow_id: str) -> list[tuple[str, str]] | None:
+        """The task id and the queue of each step of a workflow (``None`` when it is not
+        kept)."""
+        found = self._each_step(workflow_id, "id", "q")
+        if found is None:
+            return None
+        count, record = found
+        return [
+            (record[f"id:{n}"].decode(), record[f"q:{n}"].decode()) for n in range(1, count + 1)
+        ]
+
+    def _each_step(self, workflow_id: str, *names: str) -> tuple[int, dict[str, bytes]] | None:
+        """How many steps a workflow has, and ``names`` of each of them."""
+        [summary] = self.workflow_summaries([workflow_id])
+        numbers = range(1, summary.steps + 1) if summary else range(0)
+        record = self._workflow_read(workflow_id, [f"{f}:{n}" for n in numbers for f in names])
+        return None if summary is None or record is None else (summary.steps, record)
+
+    def workflow_outcome(self, workflow_id: str) -> tuple[str, str | None, Any] | None:
+        """A workflow's status, the task id of the step that failed it, and its result
+        once it succeeded (``None`` when it is not kept)."""
+        record = self._workflow_read(workflow_id, ["failed", "result"])
+        if record is None:
+            return None
+        status, failed = record["status"].decode(), record.get("failed")
+        if status != "SUCCESSFUL":
+            return status, failed.decode() if failed else None, None
+        template = record["result"].decode()
+        results = self._workflow_read(workflow_id, [f"r:{n}" for n in REFERENCE.findall(template)])
+        value = json.loads(fill(template, lambda n: (results or {})[f"r:{n}"].decode()))
+        return status, None, value
+
+    def _workflow_read(self, workflow_id: str, fields: list[str]) -> dict[str, bytes] | None:
+        """``fields`` of a workflow (those it has) and its status, :data:`PAGE` fields per
+        command in one round trip; ``None`` when it is not kept."""
+        wanted = ["status", *fields]
+        pages = [wanted[first : first + PAGE] for first in range(0, len(wanted), PAGE)]
+        record = self.workflow_pages(workflow_id, pages)
+        return record if "status" in record else None
 
     def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
         """These fields of a workflow's HASH (those it has), one HMGET per page of them,

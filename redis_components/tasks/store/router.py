@@ -16,7 +16,7 @@ from redis.client import NEVER_DECODE
 
 from ... import scripts
 from ...conf import conf
-from ...connection import REDIS_DOWN
+from ...connection import REDIS_DOWN, server_of
 from ..messages import validate_queue
 from .layout import (
     find_nodes_again,
@@ -104,6 +104,12 @@ class Router:
         if self._at is not None:
             return self._at(head)
         return self.client if head == registry() else tasks_client(head)
+
+    def node_of(self, head: str) -> str:
+        """Where the home ``head`` is: its server's (on a cluster, node's) host and port,
+        or its socket's path."""
+        host, port, path = server_of(tasks_client(head))
+        return path or f"{host}:{port}"
 
     def _on(self, script_keys: Sequence[str]) -> Any:
         """The client for a script whose keys are ``script_keys`` (all of one home)."""

@@ -8,7 +8,7 @@ says so): a task reaches its backend as Django's tasks do, through its alias (Dj
 ``task_backends`` for ``settings.TASKS``; :func:`own_backend`, built from its dotted
 path, for our ``@redis_task``'s), and the backends it can run on are
 :class:`QueueBackend`\ s (``backend.RedisTaskBackend``). What a workflow writes and how
-it is read back is ``workflow_records.py``; what Django's ``@task`` and our
+it is read back is ``store/flow_records.py``; what Django's ``@task`` and our
 ``@redis_task`` add is ``backend.py``.
 """
 

@@ -27,7 +27,7 @@ dead process left).
 
 This module gathers the public names: the steps and their planning are in
 ``definition.py`` (beside the task type, whose ``.s()`` makes a step), the workflow's
-record and the handle that reads it in ``workflow_records.py``.
+record in ``store/flow_records.py``, the handle that reads it in ``workflow_records.py``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the store reads, made records: the only code that decodes the task system's
-replies (a workflow's fields are ``workflow_records.py``'s, its codec).
+replies (a workflow's fields are ``flow_records.py``'s, its codec).
 
 Anything with access to Redis may have written these keys, so each parser reads what it
 can and marks or leaves out what it cannot: reading never fails on bad data.

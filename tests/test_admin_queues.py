@@ -18,7 +18,8 @@ from redis_components import chain, get_result, group
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import dead_letters, queue_stats, waiting_tasks
-from redis_components.tasks.store import dead_entry, dead_key, new_task_id, ready_key
+from redis_components.tasks.store import dead_entry, new_task_id
+from redis_components.tasks.store.layout import dead_key, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.processes import running_worker, wait_until

@@ -10,7 +10,8 @@ from django.contrib.auth.models import Permission
 
 from redis_components import chain
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.store import dead_entry, dead_key
+from redis_components.tasks.store import dead_entry
+from redis_components.tasks.store.layout import dead_key
 from tests.pages import broken_words, page_width, resize
 from tests.processes import wait_until
 from tests.testapp import tasks

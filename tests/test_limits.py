@@ -35,8 +35,8 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.limits import from_settings, split_by_queue, unmatched_settings
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, waiting_tasks, workers
-from redis_components.tasks.store import TaskStore, home, ready_key
-from redis_components.tasks.store.layout import split_homes
+from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store.layout import home, ready_key, split_homes
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.processes import WorkerProcess, running_worker, wait_until

@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_stats, waiting_tasks
-from redis_components.tasks.store import dead_key
+from redis_components.tasks.store.layout import dead_key
 from redis_components.testing import crashed_worker, no_registered_tasks
 from tests.processes import ROOT
 from tests.settings import caches

@@ -34,7 +34,7 @@ from redis_components.tasks.status import (
     waiting_tasks,
     workers,
 )
-from redis_components.tasks.store import ready_key, registry
+from redis_components.tasks.store.layout import ready_key, registry
 from tests.processes import ROOT, WorkerProcess, wait_until
 from tests.settings import caches
 from tests.testapp import tasks

@@ -52,12 +52,18 @@ from redis_components.tasks.store import (
     TaskStore,
     TickClaim,
     WorkerStore,
+    partitions,
+    placement,
+    worker_store,
+)
+from redis_components.tasks.store.calls import tick_enqueue_call
+from redis_components.tasks.store.layout import (
     home,
     lease_copy_key,
     leases_key,
+    noted_counts,
     own_homes,
-    partitions,
-    placement,
+    queue_homes,
     queues_key,
     rank,
     ready_key,
@@ -65,15 +71,9 @@ from redis_components.tasks.store import (
     released_key,
     result_key,
     settled_key,
-    tasks_client,
-    tick_enqueue_call,
-    worker_store,
-)
-from redis_components.tasks.store.layout import (
-    noted_counts,
-    queue_homes,
     split_homes,
     task_home,
+    tasks_client,
     waiting_key,
 )
 from redis_components.tasks.store.worker_store import runs

@@ -24,8 +24,8 @@ from redis_components.tasks.schedules import (
     schedules,
 )
 from redis_components.tasks.status import waiting_tasks
-from redis_components.tasks.store import schedule_last_key as last_key
-from redis_components.tasks.store import schedule_next_key as next_key
+from redis_components.tasks.store.layout import schedule_last_key as last_key
+from redis_components.tasks.store.layout import schedule_next_key as next_key
 from tests.testapp import tasks
 
 UTC = datetime.timezone.utc

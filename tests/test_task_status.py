@@ -17,12 +17,8 @@ from redis_components.tasks.status import (
     throughput,
     waiting_tasks,
 )
-from redis_components.tasks.store import (
-    TaskStore,
-    dead_key,
-    delayed_key,
-    ready_key,
-)
+from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store.layout import dead_key, delayed_key, ready_key
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.testapp import tasks

@@ -22,8 +22,6 @@ from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import FlowStep, TaskMessage, random_id
 from redis_components.tasks.status import queue_stats
 from redis_components.tasks.store import (
-    BAND,
-    FIRST,
     NOW,
     Attempt,
     Delivery,
@@ -37,36 +35,42 @@ from redis_components.tasks.store import (
     TickClaim,
     Ticks,
     WorkerStore,
+    layout,
+    replies,
+    server_warnings,
+)
+from redis_components.tasks.store.calls import (
     cancel_call,
     claim_call,
-    counter_key,
-    dead_key,
-    delayed_key,
     enqueue_call,
     entry_heads_call,
     fetch_call,
     fetch_keys,
     forget_call,
     heartbeat_call,
-    home,
-    layout,
-    leases_key,
     purge_call,
     put_back_call,
-    rank,
-    ready_key,
     recover_call,
     renew_call,
-    replies,
     requeue_dead_call,
+)
+from redis_components.tasks.store.layout import (
+    BAND,
+    FIRST,
+    counter_key,
+    dead_key,
+    delayed_key,
+    home,
+    leases_key,
+    rank,
+    ready_key,
     result_key,
     running_key,
     running_tasks_key,
-    server_warnings,
+    split_homes,
     tasks_client,
     unique_key,
 )
-from redis_components.tasks.store.layout import split_homes
 from redis_components.tasks.store.replies import RESULT_FIELDS
 from redis_components.tasks.worker import Worker
 from tests.processes import run_processes, running_worker, wait_until
@@ -388,6 +392,11 @@ def test_each_facet_serves_alone_and_the_store_is_all_of_them() -> None:
     owned = [name for facet in facets for name in vars(facet) if not name.startswith("_")]
     assert len(owned) == len(set(owned))
     assert not [name for name in vars(TaskStore) if not name.startswith("_")]
+    # The package offers records and facets: a key or a script call is the store's own.
+    from redis_components.tasks import store
+
+    builders = [n for n in store.__all__ if n.endswith(("_key", "_call", "_keys"))]
+    assert not builders, builders
 
 
 def test_server_warnings_name_eviction_and_no_persistence(r: redis.Redis) -> None:

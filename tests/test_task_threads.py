@@ -27,7 +27,8 @@ from redis_components import cancel, chain, get_result
 from redis_components.exceptions import InvalidInput
 from redis_components.tasks.framework import TaskResultStatus, task_finished
 from redis_components.tasks.status import queue_stats, running_tasks, workers
-from redis_components.tasks.store import TaskStore, ready_key
+from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store.layout import ready_key
 from redis_components.tasks.waker import Waker
 from redis_components.tasks.worker import Worker
 from tests.processes import ROOT, WorkerProcess, running_worker, wait_until

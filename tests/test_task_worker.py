@@ -29,14 +29,8 @@ from redis_components.tasks.status import (
     waiting_tasks,
     workers,
 )
-from redis_components.tasks.store import (
-    TaskStore,
-    WorkerStore,
-    leases_key,
-    ready_key,
-    result_key,
-    tasks_client,
-)
+from redis_components.tasks.store import TaskStore, WorkerStore
+from redis_components.tasks.store.layout import leases_key, ready_key, result_key, tasks_client
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
 from tests.commands import commands_per_task

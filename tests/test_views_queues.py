@@ -15,7 +15,7 @@ from django.test import Client
 from django.test.utils import modify_settings, override_settings
 from django.urls import include, path
 
-from redis_components.tasks.store import dead_key, leases_key, queues_key, workers_key
+from redis_components.tasks.store.layout import dead_key, leases_key, queues_key, workers_key
 from tests.testapp import tasks
 
 URL = "/rc/queues/"

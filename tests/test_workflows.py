@@ -33,14 +33,14 @@ from redis_components.scripts import LUA_DIR
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.messages import PlannedStep
 from redis_components.tasks.status import queue_stats, workers
-from redis_components.tasks.store import (
-    TaskStore,
+from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store.flow_records import FIELDS, STEP_FIELDS
+from redis_components.tasks.store.layout import (
     flow_key,
     released_key,
     result_key,
     settled_elsewhere,
 )
-from redis_components.tasks.store.flow_records import FIELDS, STEP_FIELDS
 from redis_components.tasks.worker import Worker
 from redis_components.tasks.workflows import (
     MAX_STEPS,

@@ -125,17 +125,8 @@ from .slots import (
     execute,
     validate_slots,
 )
-from .store import (
-    Fetched,
-    Outcome,
-    TaskStore,
-    WorkerStore,
-    find_nodes_again,
-    queue_homes,
-    ready_key,
-    registry,
-    tasks_client,
-)
+from .store import Fetched, Outcome, TaskStore, WorkerStore, find_nodes_again
+from .store.layout import queue_homes, ready_key, registry, tasks_client
 from .waker import Waker, backoff
 
 logger = logging.getLogger("redis_components.worker")

@@ -16,8 +16,8 @@ from django.tasks import Task, TaskResult  # only Django 6 ships these tests
 
 from redis_components.tasks.backend import RedisTaskBackend
 from redis_components.tasks.definition import P, R
-from redis_components.tasks.store import TaskStore, result_key, tasks_client
-from redis_components.tasks.store.layout import task_home
+from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store.layout import result_key, task_home, tasks_client
 from redis_components.tasks.worker import Worker
 
 

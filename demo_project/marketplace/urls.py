@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from . import views
+from . import checkouts, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -17,6 +17,9 @@ urlpatterns = [
     path("inventory/withdraw/", views.withdraw, name="withdraw"),
     path("notices/", views.notices, name="notices"),
     path("notices/waiting/", views.waiting, name="waiting_emails"),
+    path("checkouts/", checkouts.checkouts, name="checkouts"),
+    path("checkouts/slots/", checkouts.checkout_slots, name="checkout_slots"),
+    path("checkouts/load/", checkouts.checkout_load, name="checkout_load"),
     path("contacts/", views.contacts, name="contacts"),
     path("guild/", views.guild, name="guild"),
     path("chats/", views.chats, name="chats"),

@@ -55,6 +55,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_market.py": ("server", "processes"),
     "test_market_browser.py": ("browser",),
     "test_market_views.py": ("django",),
+    "test_market_visible.py": ("django",),
     "test_messaging.py": ("server",),
     "test_messaging_views.py": ("django",),
     "test_metrics.py": ("django",),

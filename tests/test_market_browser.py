@@ -133,7 +133,8 @@ def test_two_buyers_at_once_one_gets_it_the_other_sees_why(
 def test_no_page_is_wider_than_a_phone(site: str, browser: Any) -> None:
     log_in(browser, site, "alice")
     resize(browser, 390)
-    for page in ("/", "/market/", "/inventory/", "/notices/", "/chats/", "/contacts/", "/guild/"):
+    pages = ("/", "/market/", "/inventory/", "/notices/", "/chats/", "/contacts/", "/guild/")
+    for page in (*pages, "/checkouts/"):
         browser.get(site + page)
         assert page_width(browser) <= 390, page
 
@@ -153,3 +154,40 @@ def test_a_listings_text_is_centred_on_its_buy_button(site: str, browser: Any) -
     )
     middle = text["y"] + text["height"] / 2
     assert abs(middle - (button["y"] + button["height"] / 2)) <= 2
+
+
+def test_the_checkouts_page_shows_the_slots_held_live(
+    site: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start a load from the page: the slots fill, live, never past the semaphore's limit,
+    and all come free once every checkout has paid."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    from demo_project.marketplace import checkouts
+
+    monkeypatch.setattr(checkouts, "PAY_SECONDS", 0.5)
+    monkeypatch.setattr(checkouts, "LOAD", 9)
+    log_in(browser, site, "bob")
+    browser.get(f"{site}/checkouts/")
+
+    def held() -> int:
+        return len(browser.find_elements(By.CSS_SELECTOR, "ol.slots li.held"))
+
+    assert held() == 0
+    browser.find_element(By.CSS_SELECTOR, "[data-start-load]").click()
+    seen: list[int] = []
+
+    def full(_: Any) -> bool:
+        seen.append(held())
+        return seen[-1] == checkouts.SLOTS
+
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(full, "the slots never filled")
+    done = '[data-slot="done"]'
+    WebDriverWait(browser, 20, poll_frequency=0.05).until(
+        lambda _: seen.append(held()) or browser.find_element(By.CSS_SELECTOR, done).text == "9",
+        "the load did not finish",
+    )
+    WebDriverWait(browser, 5).until(lambda _: held() == 0, "the slots did not come free")
+    assert max(seen) == checkouts.SLOTS
+    assert browser.find_element(By.CSS_SELECTOR, '[data-slot="peak"]').text == "3"

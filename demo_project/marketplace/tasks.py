@@ -14,6 +14,7 @@ burst of sales queues its emails instead of failing or retrying them.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -25,11 +26,14 @@ from django.http import HttpRequest
 
 from redis_components import Mailbox, chain, get_workflow, rate_limit, redis_task
 from redis_components.exceptions import WorkflowDoesNotExist
+from redis_components.tasks.status import WaitingTask, waiting_tasks
 
 from .market import Market
 
 SENT_KEPT = 10  # the buyer's latest sales whose workflow the notices page shows
 MAIL_RELAY = [rate_limit(5, per=1.0, key="mail-relay")]
+EMAIL_QUEUE = "email"
+WAITING_SHOWN = 20  # emails listed of each kind of wait on the notices page
 
 
 def record_sale(sale: str, seller_id: int, buyer_id: int, price: int) -> bool:
@@ -94,3 +98,35 @@ def sales(request: HttpRequest) -> list[dict[str, Any]]:
             steps = [(step.task_name.rpartition(".")[2], step.state) for step in workflow.steps()]
             shown.append({**sale, "status": workflow.status, "steps": steps})
     return shown
+
+
+def waiting_emails() -> dict[str, Any]:
+    """The sold emails that wait now, as the notices page shows them (and polls them):
+    queued (ready for a worker), set aside on the mail relay's rate until their turn
+    (``delayed``), or waiting for a concurrency permit (``on_limits``). Three reads."""
+    now_ms = time.time() * 1000
+    found: dict[str, Any] = {"rate": str(MAIL_RELAY[0]), "key": MAIL_RELAY[0].key, "emails": []}
+    for state in ("ready", "delayed", "on_limits"):
+        count, tasks = waiting_tasks(EMAIL_QUEUE, state, 0, WAITING_SHOWN)
+        found[state] = count
+        found["emails"] += [_email(state, task, now_ms) for task in tasks]
+    return found
+
+
+def _email(state: str, task: WaitingTask, now_ms: float) -> dict[str, Any]:
+    """One waiting email: its task, the item it is about, what it waits for and how long."""
+    try:
+        arguments = json.loads(task.arguments)
+    except ValueError:  # cut short (a long item name) or not JSON: show no item
+        arguments = None
+    # send_sold_email(seller_id, item_id, price, buyer_id)
+    item = arguments[1] if isinstance(arguments, list) and len(arguments) == 4 else ""
+    due_in = max(0.0, (task.due_ms - now_ms) / 1000) if task.due_ms is not None else None
+    return {
+        "task_id": task.task_id,
+        "item": item if isinstance(item, str) else "",
+        "state": state,
+        "waits_for": task.waits_for or ("a worker" if state == "ready" else ""),
+        "waits_on": task.waits_on,
+        "due_in": None if due_in is None else round(due_in, 2),
+    }

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from . import views
+from . import checkouts, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -11,10 +11,15 @@ urlpatterns = [
     path("logout/", LogoutView.as_view(), name="logout"),
     path("market/", views.market, name="market"),
     path("market/buy/<str:item>/<int:seller>/", views.buy, name="buy"),
+    path("market/buy-many/", views.buy_many, name="buy_many"),
     path("inventory/", views.inventory, name="inventory"),
     path("inventory/sell/", views.sell, name="sell"),
     path("inventory/withdraw/", views.withdraw, name="withdraw"),
     path("notices/", views.notices, name="notices"),
+    path("notices/waiting/", views.waiting, name="waiting_emails"),
+    path("checkouts/", checkouts.checkouts, name="checkouts"),
+    path("checkouts/slots/", checkouts.checkout_slots, name="checkout_slots"),
+    path("checkouts/load/", checkouts.checkout_load, name="checkout_load"),
     path("contacts/", views.contacts, name="contacts"),
     path("guild/", views.guild, name="guild"),
     path("chats/", views.chats, name="chats"),

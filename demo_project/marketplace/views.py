@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
@@ -31,7 +31,7 @@ from redis_components import (
 from redis_components.exceptions import ChatLimitReached, InvalidInput, LockNotAcquired
 
 from .market import PURCHASE_LOCKS, Market, Purchase, item_name_problem
-from .tasks import after_sale, sales
+from .tasks import after_sale, sales, waiting_emails
 
 MARKET = Market("main")
 MAX_PRICE = 1_000_000
@@ -42,22 +42,27 @@ SORTS = {
     "seller": lambda row: (row[3].casefold(), row[2]),
 }
 
-# (name, book section, what it does, the demo's pages that show it, or where to see it)
+# (name, book section, what it does, the demo's pages that show it, or where to see it,
+# what to click there)
 COMPONENTS = [
     ("Autocomplete", "6.1", "A user's recent contacts, and a large guild searched by prefix.",
-     [("Contacts", "contacts"), ("Guild", "guild")], ""),
+     [("Contacts", "contacts"), ("Guild", "guild")], "",
+     "Type a few letters of a name: suggestions follow each key."),
     ("Distributed locks", "6.2", "Fine-grained locks with fencing tokens and renewing leases.",
-     [("Market", "market")], ""),
+     [("Market", "market")], "", "Buy an item: the listing's lock and yours, taken together."),
     ("Counting semaphores", "6.3", "Fair and basic semaphores that never exceed their limit.",
-     [], "docs/semaphores.md"),
+     [("Checkouts", "checkouts")], "",
+     "Start 20 checkouts at once: at most 3 hold a slot, live; the rest wait their turn."),
     ("Task queues", "6.4", "Priorities, delayed tasks, workflows, at-least-once delivery, retries.",
-     [("Notices", "notices")], ""),
+     [("Notices", "notices")], "", "Buy an item, then follow its sale's workflow, step by step."),
     ("Task limits", "6.3, 6.4", "Rate and concurrency limits: at most 5 sold emails a second.",
-     [("Notices", "notices")], ""),
+     [("Market", "market"), ("Notices", "notices")], "",
+     "Click Buy 10 at once: Notices lists the emails waiting their turn on the rate."),
     ("Pull messaging", "6.5", "Mailboxes and group chats with unread tracking.",
-     [("Chats", "chats"), ("Notices", "notices")], ""),
+     [("Chats", "chats"), ("Notices", "notices")], "",
+     "Open a chat in two tabs: a message shows in both within a second."),
     ("File distribution", "6.6", "Files streamed through a bounded buffer to many readers.",
-     [], "manage.py rc_files_send"),
+     [], "manage.py rc_files_send", ""),
 ]  # fmt: skip
 
 
@@ -123,6 +128,9 @@ def me(request: HttpRequest) -> int:
 
 
 LISTINGS_PER_PAGE = 100
+# "Buy 10 at once": ten sales queue ten sold emails at once, twice what the mail relay
+# takes in a second, so the notices page shows the rest waiting on its rate.
+BURST = 10
 
 
 @login_required
@@ -146,6 +154,7 @@ def market(request: HttpRequest) -> HttpResponse:
         "sort": sort,
         "funds": MARKET.funds(me(request)),
         "me": request.user.pk,
+        "burst": BURST,
     }
     return render(request, "marketplace/market.html", context)
 
@@ -217,6 +226,44 @@ def buy(request: HttpRequest, item: str, seller: int) -> HttpResponse:
         f"You bought {item} from {name} for {purchase.price}. Your balance is {purchase.balance}.",
     )
     return redirect("market")
+
+
+@require_POST
+@login_required
+def buy_many(request: HttpRequest) -> HttpResponse:
+    """Buy the ``BURST`` cheapest listings of others at once, each as the Buy button
+    buys one (under its two locks, then its sale's workflow): ``BURST`` sold emails
+    queue at once, more than the mail relay's rate, and the notices page shows them wait.
+    """
+    buyer = me(request)
+    offered = [row for row in MARKET.listings() if row[1] != buyer]  # cheapest first
+    names = _usernames({seller for _, seller, _ in offered})
+    bought = []
+    for item, seller, price in offered:
+        if len(bought) == BURST:
+            break
+        purchase = MARKET.purchase_item(buyer, item, seller, "fine", price)
+        if purchase.outcome == "cannot pay":
+            break  # the rest cost as much or more
+        if purchase.ok:  # else sold, withdrawn or repriced meanwhile, or being bought now
+            name = names.get(seller, f"user {seller}")
+            after_sale(request, seller, item, purchase.price, name)
+            RecentContacts().add(request.user, name)
+            bought.append(item)
+    if not bought:
+        messages.error(
+            request,
+            "Nothing was bought: no one else has an item for sale that you can afford. "
+            "Log in as someone else and sell a few from My items.",
+        )
+        return redirect("market")
+    messages.success(
+        request,
+        f"You bought {len(bought)} items at once ({', '.join(bought)}). Your balance is "
+        f"{MARKET.funds(buyer)}. The sellers' emails queue behind the mail relay's rate "
+        "limit: watch them wait below.",
+    )
+    return redirect("notices")
 
 
 def _refused(request: HttpRequest, item: str, purchase: Purchase) -> None:
@@ -355,8 +402,17 @@ def notices(request: HttpRequest) -> HttpResponse:
         "notices": Notice.objects.filter(user=request.user).order_by("-created")[:100],
         "sales": sales(request),
         "trades": MARKET.trades(me(request)),
+        "waiting": waiting_emails(),
+        "burst": BURST,
     }
     return render(request, "marketplace/notices.html", context)
+
+
+@login_required
+def waiting(request: HttpRequest) -> JsonResponse:
+    """The sold emails waiting now (queued, or held back by the mail relay's limit), as
+    JSON: what the notices page polls."""
+    return JsonResponse(waiting_emails())
 
 
 @login_required

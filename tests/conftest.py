@@ -54,6 +54,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_locks.py": ("server",),
     "test_market.py": ("server", "processes"),
     "test_market_browser.py": ("browser",),
+    "test_market_catalogue.py": ("django",),
     "test_market_views.py": ("django",),
     "test_market_visible.py": ("django",),
     "test_messaging.py": ("server",),

@@ -134,7 +134,7 @@ def test_no_page_is_wider_than_a_phone(site: str, browser: Any) -> None:
     log_in(browser, site, "alice")
     resize(browser, 390)
     pages = ("/", "/market/", "/inventory/", "/notices/", "/chats/", "/contacts/", "/guild/")
-    for page in (*pages, "/checkouts/"):
+    for page in (*pages, "/checkouts/", "/catalogue/"):
         browser.get(site + page)
         assert page_width(browser) <= 390, page
 
@@ -191,3 +191,36 @@ def test_the_checkouts_page_shows_the_slots_held_live(
     WebDriverWait(browser, 5).until(lambda _: held() == 0, "the slots did not come free")
     assert max(seen) == checkouts.SLOTS
     assert browser.find_element(By.CSS_SELECTOR, '[data-slot="peak"]').text == "3"
+
+
+def test_the_catalogue_page_shows_the_readers_progress_and_the_download(
+    site: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publish from the page: the sender's and readers' bars fill, live, and the link to
+    the visitor's copy appears once every reader has the file."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    from demo_project.marketplace import catalogues
+
+    monkeypatch.setattr(catalogues, "PACE", dict.fromkeys(catalogues.PACE, 0.05))
+    log_in(browser, site, "bob")
+    browser.get(f"{site}/catalogue/")
+    link = browser.find_element(By.CSS_SELECTOR, "[data-download]")
+    assert not link.is_displayed()
+    browser.find_element(By.CSS_SELECTOR, "[data-publish]").click()
+
+    def cell(who: str, field: str) -> str:
+        selector = f'tr[data-who="{who}"] [data-field="{field}"]'
+        return str(browser.find_element(By.CSS_SELECTOR, selector).text)
+
+    WebDriverWait(browser, 10, poll_frequency=0.05).until(
+        lambda _: cell("sender", "bytes") != "0", "the sender's progress never showed"
+    )
+    WebDriverWait(browser, 20, poll_frequency=0.1).until(
+        lambda _: link.is_displayed(), "the download never appeared"
+    )
+    total = browser.find_element(By.CSS_SELECTOR, '[data-run="bytes_total"]').text
+    for who in ("sender", *catalogues.READERS):
+        assert (cell(who, "bytes"), cell(who, "state")) == (total, "done")
+    assert link.get_attribute("href") == f"{site}/catalogue/download/"

@@ -340,6 +340,11 @@ def test_home_page_lists_the_components_and_the_redis_in_use(
     assert semaphores is not None
     assert 'href="/checkouts/"' in semaphores[0]
     assert "Start 20 checkouts at once" in semaphores[0]
+    files = re.search(r"<tr><td>File distribution</td>.*?</tr>", page, re.DOTALL)
+    assert files is not None
+    assert 'href="/catalogue/"' in files[0]
+    assert "Publish my catalogue" in files[0]
+    assert "rc_files_send" not in page
     limits = re.search(r"<tr><td>Task limits</td>.*?</tr>", page, re.DOTALL)
     assert limits is not None
     assert "Buy 10 at once" in limits[0]
@@ -524,7 +529,7 @@ def test_page_views_write_nothing_to_redis(
     [chat] = GroupChat().chat_list(users["alice"])
     pages = ["/", "/login/", "/market/", "/market/?sort=seller", "/inventory/", "/contacts/"]
     pages += ["/guild/?member=Ada+Abbott", "/notices/", "/chats/", "/checkouts/"]
-    pages += ["/notices/waiting/", "/checkouts/slots/"]
+    pages += ["/notices/waiting/", "/checkouts/slots/", "/catalogue/", "/catalogue/progress/"]
     for name, chats in (("alice", [f"/chats/{chat.chat_id}/"]), ("frank", [])):
         client = login(name)
         for page in pages + chats:

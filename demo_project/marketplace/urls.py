@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from . import checkouts, views
+from . import catalogues, checkouts, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -20,6 +20,10 @@ urlpatterns = [
     path("checkouts/", checkouts.checkouts, name="checkouts"),
     path("checkouts/slots/", checkouts.checkout_slots, name="checkout_slots"),
     path("checkouts/load/", checkouts.checkout_load, name="checkout_load"),
+    path("catalogue/", catalogues.catalogue_page, name="catalogue"),
+    path("catalogue/progress/", catalogues.catalogue_progress, name="catalogue_progress"),
+    path("catalogue/publish/", catalogues.catalogue_publish, name="catalogue_publish"),
+    path("catalogue/download/", catalogues.catalogue_download, name="catalogue_download"),
     path("contacts/", views.contacts, name="contacts"),
     path("guild/", views.guild, name="guild"),
     path("chats/", views.chats, name="chats"),

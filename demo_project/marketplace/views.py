@@ -62,7 +62,8 @@ COMPONENTS = [
      [("Chats", "chats"), ("Notices", "notices")], "",
      "Open a chat in two tabs: a message shows in both within a second."),
     ("File distribution", "6.6", "Files streamed through a bounded buffer to many readers.",
-     [], "manage.py rc_files_send", ""),
+     [("Catalogue", "catalogue")], "",
+     "Click Publish my catalogue: 3 readers get the file block by block, live; then download it."),
 ]  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from demo_project.marketplace import checkouts
 from demo_project.marketplace.seed import DEMO_PASSWORD, seed
 from demo_project.marketplace.views import BURST, MARKET
 from redis_components.tasks.worker import Worker
+from tests.processes import wait_until
 from tests.test_market_views import flash, login
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("worker_may_check_db_connections")]
@@ -126,7 +127,11 @@ def test_a_load_of_checkouts_holds_at_most_the_semaphores_slots(
         if not now["running"]:
             break
         time.sleep(0.05)
-    assert (now["done"], now["gave_up"], now["held"], now["waiting"]) == (8, 0, 0, 0)
+    assert (now["done"], now["gave_up"], now["waiting"]) == (8, 0, 0)
+    # Every slot comes free: at once, or, when a release ran between a grant and its
+    # waiter's leaving the queue (one permit too many handed on: see Permit.holding, the
+    # next acquire takes it), once that permit's timeout has passed, with no acquire.
+    wait_until(lambda: client.get("/checkouts/slots/").json()["held"] == 0, timeout=5)
     assert now["peak"] == checkouts.SLOTS  # 8 at once fill every slot, and never more
     assert max(seen) <= checkouts.SLOTS
     # Over: a form post starts another and comes back to the page.

@@ -84,11 +84,11 @@ def checkout() -> None:
         client.register_script(PEAK)([PROGRESS], [semaphore().holders()])
         time.sleep(PAY_SECONDS)
     finally:
+        permit.release()  # (first: a checkout is done once its slot is free)
         with client.pipeline(transaction=True) as pipe:  # paid: one count to the other
             pipe.hincrby(PROGRESS, "paying", -1)
             pipe.hincrby(PROGRESS, "done", 1)
             pipe.execute()
-        permit.release()
 
 
 def slots() -> dict[str, Any]:

@@ -5,10 +5,10 @@ workflows it makes, made by our ``@redis_task`` or by Django's with
 :class:`RedisTaskBackend`: ``backend.py``), and every result Django's ``TaskResult``.
 One store (``store/``) sends every command on the task keys: the queue scripts on
 task messages (``messages.py``), the result records (``results.py``), the workflows
-(``workflows.py``: chains, groups and fan-ins; their records in
-``store/flow_records.py``) and schedules (``schedules.py``); our ``@redis_task``
-registers tasks by name (``registry.py``); a task's rate and concurrency limits are
-``limits.py``.
+(``workflows.py``: chains, groups and fan-ins; the handle in ``workflow_records.py``,
+their records in ``store/flow_records.py``) and schedules (``schedules.py``); our
+``@redis_task`` registers tasks by name (``registry.py``); a task's rate and concurrency
+limits are ``limits.py``.
 Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
 without polling (``waker.py``), record and take through one conveyor (``conveyor.py``),
 run each (``jobs.py``, ``execution.py``) in a slot, a

@@ -1,12 +1,11 @@
 // The catalogue page: publishes the seller's catalogue (without leaving the page) and
 // shows the sender's and each reader's progress, polling the JSON view named by
-// [data-catalogue-progress] four times a second while the page is visible. No globals.
+// [data-catalogue-progress] four times a second while the page is visible (live.js).
 (function () {
   "use strict";
   const box = document.querySelector("[data-catalogue-progress]");
   if (!box) return;
   const form = box.querySelector("form");
-  const csrf = form.querySelector("[name=csrfmiddlewaretoken]").value;
   const download = box.querySelector("[data-download]");
   const EVERY = 250; // ms between polls
 
@@ -36,31 +35,6 @@
     form.querySelector("button").disabled = data.running;
   }
 
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const response = await fetch(box.dataset.cataloguePublish, {
-      method: "POST",
-      headers: {"Accept": "application/json", "X-CSRFToken": csrf},
-      body: new FormData(form),
-      credentials: "same-origin",
-    });
-    if (!response.ok) {
-      const data = await response.json().catch(() => ({}));
-      window.alert(data.error || response.statusText);
-    }
-  });
-
-  async function poll() {
-    if (!document.hidden) {
-      try {
-        const response = await fetch(box.dataset.catalogueProgress, {credentials: "same-origin"});
-        if (response.ok) show(await response.json());
-      } catch (error) {
-        // The server is restarting or Redis is away: the next poll tries again.
-      }
-    }
-    setTimeout(poll, EVERY);
-  }
-
-  setTimeout(poll, EVERY);
+  demoLive.submitInPlace(form, box.dataset.cataloguePublish);
+  demoLive.poll(box.dataset.catalogueProgress, EVERY, show);
 })();

@@ -1,6 +1,6 @@
 // The notices page: follows the sold emails waiting in the email queue (queued, or set
 // aside on the mail relay's rate until their turn), polling the JSON view named by
-// [data-waiting-emails] twice a second while the page is visible. No globals.
+// [data-waiting-emails] twice a second while the page is visible (live.js).
 (function () {
   "use strict";
   const box = document.querySelector("[data-waiting-emails]");
@@ -29,17 +29,5 @@
     }));
   }
 
-  async function poll() {
-    if (!document.hidden) {
-      try {
-        const response = await fetch(box.dataset.waitingEmails, {credentials: "same-origin"});
-        if (response.ok) show(await response.json());
-      } catch (error) {
-        // The server is restarting or Redis is away: the next poll tries again.
-      }
-    }
-    setTimeout(poll, EVERY);
-  }
-
-  setTimeout(poll, EVERY);
+  demoLive.poll(box.dataset.waitingEmails, EVERY, show);
 })();

@@ -26,7 +26,7 @@ from redis.crc import key_slot
 
 from conftest import CLUSTER
 from conftest import cancelled as is_cancelled
-from redis_components import chain, get_result, get_workflow, group, redis_task
+from redis_components import cancel, chain, get_result, get_workflow, group, redis_task
 from redis_components.connection import (
     OneConnection,
     get_client,
@@ -588,103 +588,91 @@ def test_rc_queues_and_the_running_tasks_read_every_home() -> None:
     assert any(worker.id in line for line in lines)
 
 
-def test_tasks_written_before_queues_had_homes_of_their_own_still_run() -> None:
+def test_a_worker_moves_the_tasks_an_earlier_release_left_into_their_homes() -> None:
     """An upgrade: the tasks an earlier release left in the registry's home (32-digit
-    ids) are taken there, recovered there, and read, while new ones go to their homes."""
+    ids), those a worker of it held when it died among them, move into their queues'
+    homes when a worker starts, and run there; their ids find them."""
     with split_homes(False):  # (as the earlier release wrote them)
         old = [tasks.record.using(queue_name=queue).enqueue(queue).id for queue in QUEUES]
         later = timezone.now() + datetime.timedelta(milliseconds=200)
         old.append(tasks.record.using(queue_name="third", run_after=later).enqueue("late").id)
+        crashed = crashed_worker(QUEUES, take=1)  # (a worker of that release, killed)
     new = enqueue("first", "new")
     assert [len(task_id) for task_id in old] == [32] * 4
-    assert task_home(new) != registry()
-    # The readers count the tasks of both homes, and keep the queues known.
+    assert crashed.task_ids == [old[0]]
     store = TaskStore()
+    assert store.holds_tasks(registry(), QUEUES, crashed.id)
+    # Its tasks go back where they were, and move on at once.
+    recovered = store.recover_worker(crashed.id, QUEUES, only_if_expired=False, max_crashes=3)
+    assert recovered == (1, 0)
+    assert not store.holds_tasks(registry(), QUEUES, crashed.id)
     counts = store.queue_counts({queue: [] for queue in QUEUES})
     assert [(counts[q].ready, counts[q].delayed) for q in QUEUES] == [(2, 0), (1, 0), (1, 1)]
-    assert store.forget_queues(QUEUES) == 0
-    # A worker killed holding two of them: they go back where they were.
-    crashed = crashed_worker(QUEUES, take=2)
-    assert crashed.task_ids == [old[0], new]  # (the two homes take turns)
-    assert TaskStore().recover_worker(crashed.id, QUEUES, only_if_expired=False, max_crashes=3) == (
-        2,
-        0,
-    )
     time.sleep(0.3)
     Worker(QUEUES, burst=True, scheduler=True).run()
-    assert [get_result(task_id).status for task_id in [*old, new]] == (
-        [TaskResultStatus.SUCCESSFUL] * 5
-    )
-    assert not TaskStore().holds_tasks(registry(), QUEUES, crashed.id)
-    # What the worker finished is counted in each task's home, and read from both.
+    records = store.task_records([*old, new])
+    done = [(r.status, len(r.id)) for r in records if r]
+    assert done == [(TaskResultStatus.SUCCESSFUL, 36)] * 5
+    assert [r.id[4:] for r in records if r][:4] == old
+    assert [get_result(task_id).status for task_id in old] == [TaskResultStatus.SUCCESSFUL] * 4
+    assert get_result(old[0]).errors[0].traceback.startswith("its worker died while running it")
     _, minutes = store.minute_counts(QUEUES, 1)
     processed = {q: sum(m.get("processed", 0) for m in minutes[q].values()) for q in QUEUES}
     assert processed == {"first": 2, "reports": 1, "third": 2}
+    assert store.migrate_layout(QUEUES) == 0  # (nothing is left to move)
 
 
-@pytest.mark.parametrize("ahead", [False, True])
-def test_a_worker_takes_in_turn_from_its_queues_homes_and_the_registrys(
-    ahead: bool, held: Callable[[str], OneConnection]
-) -> None:
-    """The registry's home holds workflows' steps and old tasks of the same queues: the
-    takes (those ahead too) look there first every other time, so that neither kind
-    starves the other."""
-    with split_homes(False):  # (tasks the registry's home holds)
-        old = [enqueue("first", f"old {n}") for n in range(2)]
-    new = [enqueue("first", f"new {n}") for n in range(2)]
-    store = listening([], ["first"], client=held)
-    taken = [store.take()]
-    for _ in range(3):
-        if ahead:
-            assert store.may_take_ahead
-            taken.append(store.receive(store.take_ahead(None)))
-        else:
-            taken.append(store.take())
-    assert [(f.position, task_id_of(f.payload or b"")) for f in taken] == [
-        (2, old[0]),
-        (1, new[0]),
-        (2, old[1]),
-        (1, new[1]),
-    ]
-
-
-@pytest.mark.parametrize("state", ["ready", "delayed"])
-def test_a_queues_waiting_tasks_are_listed_from_each_of_its_homes(state: str) -> None:
+def test_a_move_keeps_order_due_times_uniqueness_and_dead_letters() -> None:
+    """What the registry's home held is where it was in its new home: the ready tasks in
+    their order, the delayed ones due when they were, a unique task still unique, the
+    dead letters before the home's own; and the old ids cancel and requeue them."""
     due = timezone.now() + datetime.timedelta(hours=1)
-    sender = tasks.record.using(queue_name="first", run_after=due if state == "delayed" else None)
-    with split_homes(False):  # (a task the shared home holds)
-        old = sender.enqueue("old").id
-    new = [sender.enqueue(f"new {n}").id for n in range(2)]
-    store = TaskStore()
-    total, waiting = store.waiting("first", state, 0, 10)  # type: ignore[arg-type]
-    listed = [w.task_id for w in waiting]
-    assert (total, set(listed[:2]), listed[2:]) == (3, set(new), [old])  # its own home's first
-    total, page = store.waiting("first", state, 1, 2)  # type: ignore[arg-type]
-    assert (total, [w.task_id for w in page]) == (3, listed[1:])
-
-
-def test_dead_letters_written_before_queues_had_homes_of_their_own_are_kept() -> None:
-    with split_homes(False):  # (as the earlier release wrote them)
+    with split_homes(False):
+        low = tasks.record.using(queue_name="first", priority=-5).enqueue("low").id
+        high = tasks.record.using(queue_name="first", priority=5).enqueue("high").id
+        delayed = tasks.record.using(queue_name="first", run_after=due).enqueue("later").id
+        unique = tasks.unique_record.using(queue_name="reports").enqueue("one").id
         failed = tasks.fail_now.using(queue_name="third").enqueue("old").id
         Worker(["third"], burst=True, scheduler=False).run()
-    later = tasks.fail_now.using(queue_name="third").enqueue("new").id
+    newer = tasks.fail_now.using(queue_name="third").enqueue("new").id
     Worker(["third"], burst=True, scheduler=False).run()
     store = TaskStore()
-    assert store.queue_counts({"third": []})["third"].dead == 2
-    # Read as one list, the older home's first (the newest is last).
-    assert [failed in d.task for d in store.dead_letters("third", 0, -1)] == [True, False]
-    assert [later in d.task for d in store.dead_letters("third", -1, -1)] == [True]
-    total, glimpsed = store.dead_letter_glimpses("third", -2, -1)
-    assert (total, [failed in d.task for d in glimpsed]) == (2, [True, False])
-    assert store.dead_letter_glimpses("third", -5, -3) == (2, [])
-    assert later.encode() in (store.dead_letter_at("third", 0) or b"")
-    assert failed.encode() in (store.dead_letter_at("third", 1) or b"")
-    assert store.dead_letter_at("third", 2) is None
-    assert store.requeue_dead("third") == (2, 0)  # each back in its home
+    assert store.migrate_layout(QUEUES) == 4  # (the dead letter moved as that worker started)
+    assert store.migrate_layout(QUEUES) == 0
+    _, ready = store.waiting("first", "ready", 0, 10)
+    assert [w.task_id[4:] for w in ready] == [high, low]
+    _, later = store.waiting("first", "delayed", 0, 10)
+    assert [w.task_id[4:] for w in later] == [delayed]
+    assert abs(later[0].due_ms - due.timestamp() * 1000) < 2  # type: ignore[operator]
+    again = tasks.unique_record.using(queue_name="reports").enqueue("one").id
+    assert again[4:] == unique  # (the equal task waiting is the moved one)
+    letters = store.dead_letters("third", 0, -1)
+    assert [(failed in d.task, newer in d.task) for d in letters] == [(True, False), (False, True)]
+    assert cancel(low) == "cancelled"
+    assert is_cancelled(get_result(low))
+    assert store.requeue_dead("third") == (2, 0)
     assert get_result(failed).status is TaskResultStatus.READY
-    assert store.holds_tasks(registry(), ["third"], WORKER)
-    assert store.purge("third") == 2
-    assert store.queue_counts({"third": []})["third"].ready == 0
+    assert not store.holds_tasks(registry(), QUEUES, WORKER)
+
+
+def test_workers_starting_at_once_move_each_task_once(caplog: pytest.LogCaptureFixture) -> None:
+    with split_homes(False):
+        old = [tasks.record.using(queue_name="first").enqueue(str(n)).id for n in range(300)]
+    tasks_client().zadd(ready_key("first", registry()), {b"not a task": 1})
+    moved: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: moved.append(TaskStore().migrate_layout(["first"])))
+        for _ in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(moved) >= 300  # (each counts what it wrote or found written)
+    total, waiting = TaskStore().waiting("first", "ready", 0, 1000)
+    assert total == 300
+    assert sorted(w.task_id[4:] for w in waiting) == sorted(old)
+    assert "not a task's entry" in caplog.text  # (left where it is, and said)
 
 
 def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection(
@@ -1070,7 +1058,7 @@ def test_a_queue_with_partitions_has_a_home_in_each_third_of_the_slots() -> None
     assert len(set(heads)) == 3 == partitions(HOT)
     thirds = {key_slot(lease_copy_key(head).encode()) * 3 // 16384 for head in heads}
     assert thirds == {0, 1, 2}
-    assert queue_homes(HOT) == [*heads, registry()]
+    assert queue_homes(HOT) == heads
     # An enqueue picks a partition by a hash of its random id: each gets about a third.
     ids = [tasks.record.using(queue_name=HOT).enqueue(str(i)).id for i in range(300)]
     shares = [sum(task_home(task_id) == head for task_id in ids) for head in heads]
@@ -1294,7 +1282,7 @@ def test_a_partitioned_queues_limit_is_shared_by_its_partitions() -> None:
 def test_where_a_queues_tasks_are_partition_by_partition_next_to_its_share() -> None:
     """``rc_queues -v 2``: each partition, its node, what it holds against its share of
     the queue's bound (one customer's tasks fill one partition's share of 2 while the
-    queue's count says 2 of 4), and the shared home."""
+    queue's count says 2 of 4)."""
     changed = {**settings.REDIS_COMPONENTS, "TASK_QUEUE_LIMITS": {HOT: 4}}
     with override_settings(REDIS_COMPONENTS=changed):
         for step in range(2):
@@ -1302,13 +1290,8 @@ def test_where_a_queues_tasks_are_partition_by_partition_next_to_its_share() -> 
         homes = home_stats(HOT)
         out = io.StringIO()
         call_command("rc_queues", "-v", "2", stdout=out)
-    assert [(h.partition, h.of, h.bound) for h in homes] == [
-        (1, 3, 2),
-        (2, 3, 2),
-        (3, 3, 2),
-        (0, 0, 0),
-    ]
-    assert sorted(h.counts.waiting for h in homes) == [0, 0, 0, 2]
+    assert [(h.partition, h.of, h.bound) for h in homes] == [(1, 3, 2), (2, 3, 2), (3, 3, 2)]
+    assert sorted(h.counts.waiting for h in homes) == [0, 0, 2]
     assert len({h.node for h in homes[:3]}) == (3 if is_cluster(get_client()) else 1)
     lines = out.getvalue().splitlines()
     first = lines.index("Where the tasks are (waiting: ready, delayed and on limits)")
@@ -1326,7 +1309,9 @@ def test_where_a_queues_tasks_are_partition_by_partition_next_to_its_share() -> 
     assert rows == [
         [
             HOT,
-            *([str(h.partition), "of", str(h.of)] if h.partition else ["shared"]),
+            str(h.partition),
+            "of",
+            str(h.of),
             h.node,
             str(h.counts.waiting),
             str(h.bound) if h.bound else "-",
@@ -1343,7 +1328,7 @@ def test_the_admins_queue_page_shows_its_partitions(admin_client: Any) -> None:
     tasks.customer_step.using(queue_name=HOT).enqueue("ann", 0)
     page = admin_client.get("/admin/redis_components/taskqueues/queue/", {"name": HOT})
     shown = page.content.decode()
-    assert "Where its tasks are: 3 homes" in shown  # (the shared home is empty)
+    assert "Where its tasks are: 3 homes" in shown
     for partition in home_stats(HOT)[:3]:
         assert f"<code>{partition.node}</code>" in shown
     assert shown.count("of 3</td>") == 3
@@ -1407,12 +1392,12 @@ def test_a_count_no_process_notes_is_forgotten_once_its_partitions_are_empty(
         assert set(noted_counts(fresh=True)[HOT]) == {6}
         # A worker forgets it once it is empty (and no process noted it for a while).
         monkeypatch.setattr(worker_store, "FORGET_AFTER_MS", 0)
-        monkeypatch.setattr(worker_store, "SHARED_EVERY", 0.05)
+        monkeypatch.setattr(worker_store, "STRAY_EVERY", 0.05)
         with running_worker([HOT]):
             wait_until(lambda: r.hlen("{test}:runs") == 30)
             wait_until(lambda: HOT not in noted_counts(fresh=True))
         assert {get_result(task_id).status for task_id in ids} == {TaskResultStatus.SUCCESSFUL}
-        assert queue_homes(HOT) == [*own_homes(HOT), registry()]
+        assert queue_homes(HOT) == own_homes(HOT)
 
 
 @pytest.mark.usefixtures("hot_partitions")

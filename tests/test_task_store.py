@@ -48,6 +48,7 @@ from redis_components.tasks.store.calls import (
     fetch_keys,
     forget_call,
     heartbeat_call,
+    migrate_call,
     purge_call,
     put_back_call,
     recover_call,
@@ -71,6 +72,7 @@ from redis_components.tasks.store.layout import (
     tasks_client,
     unique_key,
 )
+from redis_components.tasks.store.records import Move
 from redis_components.tasks.store.replies import RESULT_FIELDS
 from redis_components.tasks.worker import Worker
 from tests.processes import run_processes, running_worker, wait_until
@@ -580,6 +582,21 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
     "queue_forget": lambda n: forget_call(names=[f"q{i}" for i in range(n)], hours=[1, 2]),
     "entry_heads": lambda n: entry_heads_call(key="k", first=0, last=1, start_bytes=1, end_bytes=1),
     "schedule_claim": lambda n: claim_call(claims=_claims(n)),
+    "queue_migrate": lambda n: migrate_call(
+        move=Move(
+            old_id="ab",
+            old_entry=b"{}",
+            task_id="ab",
+            entry="{}",
+            into=ready_key("q"),
+            wakes=ready_key("q"),
+            score=1.0,
+            fields={},
+            keep_ms=0,
+            unique_key="",
+            unique_ms=0,
+        )
+    ),
 }
 
 
@@ -619,8 +636,7 @@ def test_workflows_and_requeued_dead_letters_wait_for_the_replicas(
         assert get_workflow(info.value.task_id).status == "RUNNING"  # enqueued all the same
         assert TaskStore().requeue_dead("test") == (1, 0)
     assert "1 dead letters of 'test' were requeued, but 0 of 1 replicas" in caplog.text
-    # The workflow's first step, the requeued task (on a cluster, the step's in the
-    # shared home).
+    # The workflow's first step, the requeued task.
     assert sum(r.zcard(ready_key("test", head)) for head in layout.queue_homes("test")) == 2
 
 

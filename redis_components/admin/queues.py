@@ -39,7 +39,6 @@ from ..tasks.messages import validate_queue
 from ..tasks.schedules import schedule_states
 from ..tasks.status import (
     Minute,
-    QueueCounts,
     WaitingTask,
     dead_letter_page,
     held_back,
@@ -295,8 +294,8 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 for task in waiting
             ]
         pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
-        # Its partitions, and the shared home while it holds any of its tasks.
-        homes = [h for h in home_stats(name) if h.partition or h.counts != QueueCounts()]
+        homes = home_stats(name)
+        homes = homes if len(homes) > 1 else []  # (a table for its partitions)
         base: dict[str, str | int] = {"name": name, "state": state}
 
         def page_url(n: int) -> str:

@@ -109,8 +109,7 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
 @dataclass(frozen=True)
 class HomeStats:
     """A queue's tasks in one of its homes: partition ``partition`` of ``of`` (its own
-    partitions, then those of another count still in use, where they are left), or the
-    shared home (0 of 0, tasks written before queues had homes of their own), on
+    partitions, then those of another count still in use, where they are left), on
     ``node``. ``bound`` is the partition's share of ``TASK_QUEUE_LIMITS`` (0: none),
     which ``counts.waiting`` counts towards."""
 

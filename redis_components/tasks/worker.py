@@ -196,9 +196,7 @@ class Worker:
         self.max_tasks = max_tasks
         self.processed = 0
         self._stopping = False
-        # Each queue's wake-up channel is named like its ready set, in each of its homes
-        # (one per partition, and the shared home, where tasks of an earlier release may
-        # be, when queues have homes of their own).
+        # Each queue's wake-up channel is named like its ready set, in each of its homes.
         channels = [ready_key(queue, head) for queue in self.queues for head in queue_homes(queue)]
         self._waker = Waker(list(dict.fromkeys(channels)))
         # The worker's side of the store: for the loop's thread, on its held connection
@@ -713,10 +711,12 @@ class Worker:
     # -- registration, termination -------------------------------------------------------
 
     def _register(self) -> bool:
-        """Register before taking any task, waiting for Redis if need be; False if stopped."""
+        """Register (and move its queues' tasks of an earlier layout: store/migration.py)
+        before taking any task, waiting for Redis if need be; False if stopped."""
         while not self._stopping:
             try:
                 self._lease.beat()
+                self.store.migrate_layout(self.queues)
                 self._connected()
                 return True
             except REDIS_DOWN as error:

@@ -193,7 +193,7 @@ class Command(RedisCommand):
                 rows.append(
                     (
                         queue,
-                        f"{home.partition} of {home.of}" if home.partition else "shared",
+                        f"{home.partition} of {home.of}",
                         home.node,
                         str(home.counts.waiting),
                         str(home.bound) if home.bound else "-",

@@ -26,8 +26,9 @@ Words of placement
   prefix its keys start with, ending in its hash tag (``{tasks}:`` on one server).
 * The **registry** is the home of the keys no queue owns.
 * A **partition** is one of a queue's homes, when ``QUEUE_PARTITIONS`` gives it several.
-* The **shared home** is the registry's home when queues have homes of their own: the
-  tasks written before they had are served there.
+* The **shared home** is the registry's home when queues have homes of their own: a
+  release before they had (0.1.0) wrote its tasks there, and a worker moves them into
+  their queues' homes when it starts (``migration``).
 * **Stray homes** are the partitions of a count noted by some process that is not the
   queue's own count (a changed ``QUEUE_PARTITIONS``).
 * A **lane** is one of a worker's queues in one home (its ready, delayed, taken and dead
@@ -66,11 +67,11 @@ and the workflow in the registry's: the script that records a step's final outco
 writes it to its home's outbox, from where it is carried to the workflow, whose steps
 it releases go to the workflows' outbox until each is enqueued in its home (both
 idempotent: see lua/lib/flow.lua). The tasks written before queues had homes of their
-own stay in the registry's home (``layout.shared_home``), workflows' steps among them,
-which settle there in place: their 32-digit ids name that home, a call about one of
-them uses its keys there, and a worker serves that home too (as a last run) while it
-holds tasks of its queues. So are the homes of another count of a queue's partitions
-(a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on it): each process that
+own, in the registry's home (``layout.shared_home``), are moved into their queues' homes
+once, when a worker of those queues starts (``migration.py``), each under a new id that
+its old result forwards to (``Router.current_id``). The homes of another count of a
+queue's partitions (a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on it)
+are served where they are: each process that
 adds a task to several partitions notes their count in the registry's home, and the
 workers, the readers and recovery cover the homes of every count noted
 (``layout.stray_homes``) until it is forgotten once empty (:meth:`TaskStore.forget_count`).
@@ -155,6 +156,7 @@ from .layout import (
     placement,
 )
 from .leases import Leases
+from .migration import Migration
 from .queues import Queues, queue_limit
 from .records import (
     DURATION_BUCKETS,
@@ -203,6 +205,7 @@ __all__ = [
     "Leases",
     "LimitUse",
     "LogLine",
+    "Migration",
     "Outcome",
     "QueueCounts",
     "Queues",

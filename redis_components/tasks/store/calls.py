@@ -45,12 +45,12 @@ from .layout import (
     waiting_key,
     workers_key,
 )
-from .records import TERMINATE_WAIT_MS, Fetched, Outcome, TickClaim, duration_bucket
+from .records import TERMINATE_WAIT_MS, Fetched, Move, Outcome, TickClaim, duration_bucket
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[str]:
     """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it):
-    those of ``queues``' one home (or of ``head``: see layout.shared_home)."""
+    those of ``queues``' one home (or of ``head``: another count's partition)."""
     head = head or one_home(queues)
     leases = lease_copy_key(head)
     script_keys = [leases, running_tasks_key(head), counter_key(head), leases, leases]
@@ -88,6 +88,23 @@ def enqueue_call(
             result_ttl_ms(),
             message.id,
             unique_ms,
+        ],
+    )
+
+
+def migrate_call(*, move: Move) -> scripts.Call:
+    """lua/queue_migrate.lua: write a task of an earlier layout in its queue's home."""
+    head = task_home(move.task_id)
+    return (
+        scripts.load("queue_migrate"),
+        [result_key(move.task_id), move.into, move.unique_key or counter_key(head), move.wakes],
+        [
+            move.entry,
+            "" if move.score is None else repr(move.score),
+            json.dumps(move.fields, ensure_ascii=False),
+            max(move.keep_ms, 0),
+            move.unique_ms,
+            move.task_id,
         ],
     )
 

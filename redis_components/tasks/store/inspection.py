@@ -94,7 +94,9 @@ class Inspection(Router):
 
     def task_records(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
         """Each task's record (``None`` where none is kept, or it is not one of ours), from
-        its result hash and the running hash, in one round trip per home."""
+        its result hash and the running hash, in one round trip per home (a moved
+        task's under its id now: see :meth:`~.router.Router.current_id`)."""
+        task_ids = [self.current_id(task_id) for task_id in task_ids]
         commands: list[tuple[str, tuple[Any, ...]]] = []
         for task_id in task_ids:
             head = task_home(task_id)
@@ -111,6 +113,7 @@ class Inspection(Router):
     def queued_message(self, task_id: str) -> TaskMessage | None:
         """The message a task was queued with, while its result is kept (``None`` if it
         is not, or is not one of ours)."""
+        task_id = self.current_id(task_id)
         found = raw(self.at(task_home(task_id)), "HGET", result_key(task_id), "message")
         try:
             return TaskMessage.decode(found) if found else None
@@ -271,8 +274,7 @@ class Inspection(Router):
         """How many tasks wait in the ``state`` set of ``queue``, and ``count`` of them from
         ``offset`` in the order they will run, each read in part when it is long, in one
         round trip per home (and one for their sizes, when there are several: the queue's
-        own home's, partition by partition, then those of the shared home, written by an
-        earlier release)."""
+        own home's, partition by partition, then those of another count of partitions)."""
         key_of = ready_key if state == "ready" else delayed_key
         total, spans = self._spans(
             queue_homes(queue),

@@ -260,11 +260,9 @@ def task_home(task_id: str) -> str:
 
 
 def shared_home() -> str | None:
-    """When queues have homes of their own, the registry's home, which holds tasks of
-    every queue too: those written before queues had homes of their own (by 0.1.0, or
-    on one server), workflows' steps among them.
-    A worker serves it too while it holds tasks of its queues (see WorkerStore), and a
-    task's keys follow its id's home. ``None`` on one server."""
+    """When queues have homes of their own, the registry's home, where a release before
+    that (0.1.0) wrote the tasks of every queue: a worker moves them into their queues'
+    homes when it starts (see migration.py). ``None`` on one server."""
     return _head() if _split() else None
 
 
@@ -280,6 +278,13 @@ def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> 
     _note(queue, len(tags))
     by = digits if partition_by is None else partition_by
     return tags[zlib.crc32(by.encode()) % len(tags)] + digits
+
+
+def moved_id(queue: str, task_id: str, digest: str | None) -> str:
+    """The id in its queue's home of a task that the registry's home held as ``task_id``
+    (see :func:`shared_home`): its digits after the tag of a partition picked as for a
+    new task, by them or, for a unique task, by its ``digest``."""
+    return new_task_id(queue, partition_by=digest or task_id)[:4] + task_id
 
 
 def partition_id(message: TaskMessage, by: str | None) -> str:
@@ -313,22 +318,19 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
 
 
 def queue_homes(queue: str) -> list[str]:
-    """Every home that may hold tasks of ``queue``: its own (one per partition), those
-    of the other counts of partitions noted (see :func:`stray_homes`), then (when queues
-    have homes of their own) the registry's (see :func:`shared_home`)."""
+    """Every home that may hold tasks of ``queue``: its own (one per partition), then
+    those of the other counts of partitions noted (see :func:`stray_homes`)."""
     own = own_homes(queue)
-    return own if own == [_head()] else [*own, *stray_homes(queue), _head()]
+    return own if own == [_head()] else [*own, *stray_homes(queue)]
 
 
 def home_roles(queue: str) -> dict[str, tuple[int, int]]:
     """What each home of ``queue`` (:func:`queue_homes`) is to it: (the number of its
-    partition, of how many) for its own partitions and those of another count noted,
-    (0, 0) for the shared home."""
+    partition, of how many) for its own partitions and those of another count noted."""
     own = own_homes(queue)
     roles = {head: (number, len(own)) for number, head in enumerate(own, 1)}
     for head, count in stray_homes(queue).items():
         roles[head] = (count_homes(queue, count).index(head) + 1, count)
-    roles.setdefault(_head(), (0, 0))
     return roles
 
 
@@ -362,8 +364,8 @@ def tasks_client(head: str = "") -> Redis:
 # A queue's keys, in its home.
 
 
-# ``head``: the home of the keys when it is not the queue's: the registry's, for the
-# tasks written before queues had homes of their own (see shared_home()).
+# ``head``: the home of the keys when it is not the queue's (another partition's, or the
+# registry's for the tasks of an earlier layout: see shared_home()).
 
 
 def ready_key(queue: str, head: str = "") -> str:

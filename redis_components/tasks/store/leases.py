@@ -1,6 +1,8 @@
 """The leases facet of the task store: a worker's heartbeat and lease copies, and the
-recovery of a dead worker's tasks. It builds on the flows facet: recovery carries
-what a dead worker left in its outboxes."""
+recovery of a dead worker's tasks. It builds on the flows facet (recovery carries what a
+dead worker left in its outboxes) and the migration's (a worker of the release before
+homes of their own held its tasks in the registry's home: they are put back there, then
+moved)."""
 
 from __future__ import annotations
 
@@ -29,13 +31,14 @@ from .layout import (
     terminate_key,
     workers_key,
 )
+from .migration import Migration
 from .records import (
     Heartbeat,
 )
 from .router import raw
 
 
-class Leases(Flows):
+class Leases(Flows, Migration):
     """Workers' leases, and the recovery of the tasks of those whose lease ran out."""
 
     def heartbeat(
@@ -106,7 +109,7 @@ class Leases(Flows):
         here = registry()
         by_home = homes_of(queues)
         shared = shared_home()
-        if shared is not None:  # where it may hold older tasks
+        if shared is not None:  # (where a worker of an earlier release held its tasks)
             by_home[shared] = list(queues)
         held: dict[str, list[bytes]] = {}
         started: dict[str, int] = {}  # in each home: a crash with others is shared
@@ -149,6 +152,8 @@ class Leases(Flows):
                 steps = [task_id for task_id, p in payloads.items() if flow_of(p)]
                 if steps and settled_elsewhere(steps[0]):  # (one home: all or none)
                     self.carry_outcomes(head, steps)  # those it dead-lettered or cancelled
+        if shared is not None and requeued:
+            self.migrate_layout(queues)
         return (requeued, buried) if found_any else None
 
     def _lease_alive(self, worker_id: str, heads: Sequence[str]) -> bool:

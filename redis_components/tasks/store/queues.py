@@ -239,6 +239,7 @@ class Queues(Flows):
         A cancelled unique task frees its key: an equal task may be enqueued at once.
         """
         keys.validate_name(task_id, "task_id", 100)
+        task_id = self.current_id(task_id)
         done = self._cancel(task_id, terminate=terminate)
         if done == 1:
             return "cancelled"

@@ -324,3 +324,21 @@ class TickClaim:
     run: bool  # False: only move on (missed ticks the schedule skips)
     message: TaskMessage
     payload: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Move:
+    """A task that an earlier release left in the registry's home, as it moves into its
+    queue's home (see migration.py)."""
+
+    old_id: str
+    old_entry: bytes  # the member (or dead letter) it was there
+    task_id: str  # its id in its new home
+    entry: str  # the member (or dead letter) it is there
+    into: str  # the ready or delayed ZSET, or the dead-letter list, it goes in
+    wakes: str  # its queue's ready ZSET there: the wake-up channel of its workers
+    score: float | None  # its score there (None: a dead letter)
+    fields: dict[str, str]  # its result's fields ({} when its result was not kept)
+    keep_ms: int  # how long its result is kept yet (<= 0: no expiry, or none kept)
+    unique_key: str  # the key that keeps it unique there ("" when it is not)
+    unique_ms: int

@@ -24,6 +24,9 @@ from .layout import (
     homes,
     queues_key,
     registry,
+    result_key,
+    shared_home,
+    task_home,
     tasks_client,
 )
 
@@ -110,6 +113,15 @@ class Router:
         or its socket's path."""
         host, port, path = server_of(tasks_client(head))
         return path or f"{host}:{port}"
+
+    def current_id(self, task_id: str) -> str:
+        """The id the task ``task_id`` has now: where a worker moved it into its queue's
+        home (see migration.py), for an id of the registry's home on a cluster (one
+        ``HGET``); else ``task_id`` itself."""
+        if shared_home() is None or task_home(task_id) != registry():
+            return task_id
+        moved = raw(self.client, "HGET", result_key(task_id), "moved_to")
+        return moved.decode("utf-8", "replace") if moved else task_id
 
     def _on(self, script_keys: Sequence[str]) -> Any:
         """The client for a script whose keys are ``script_keys`` (all of one home)."""

@@ -1,5 +1,6 @@
 """TaskStore: every command on the task system's keys, one facet per concern over one
-router of homes (``router.py``): queues, leases, inspection, ticks and flows. A facet may
+router of homes (``router.py``): queues, leases (with the migration of an earlier
+layout), inspection, ticks and flows. A facet may
 be used alone (``Inspection()`` reads); ``TaskStore`` is all of them."""
 
 from __future__ import annotations

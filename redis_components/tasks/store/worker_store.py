@@ -42,9 +42,8 @@ MOVE_EVERY_MS = 100
 # move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
 RECKON_FOR = 1.0
 # How often (seconds) a worker whose queues have homes of their own looks for tasks of
-# them in the registry's home (see layout.shared_home), unless a wake-up says so sooner,
-# and in the homes of the other counts of partitions noted (see layout.stray_homes).
-SHARED_EVERY = 10.0
+# them in the homes of the other counts of partitions noted (see layout.stray_homes).
+STRAY_EVERY = 10.0
 # For how long (seconds) at most the takes of a worker whose queues are in several homes
 # leave out a home they found empty, unless a wake-up from it is heard first.
 EMPTY_FOR = 0.1
@@ -187,11 +186,8 @@ class WorkerStore:
         self._others: dict[str, Run] = {}
         # The queue at each of its positions: its lanes', then the other runs'.
         self._lanes = [queue for run in self._own for queue in run.queues]
-        self._shared = shared_home()
-        self._shared_channels = frozenset(
-            ready_key(queue, self._shared) for queue in self.queues if self._shared is not None
-        )
-        self._shared_at = 0.0  # (monotonic) when it next looks there
+        self._split = shared_home() is not None  # (queues have homes of their own)
+        self._stray_at = 0.0  # (monotonic) when it next looks for stray homes
         self._turns = 0  # the takes made: the order of the next one (see _in_turn)
         # The partition each take looks in first (modulo their number): each worker
         # starts at one of its own, and moves to the next every ROTATE_EVERY.
@@ -226,15 +222,13 @@ class WorkerStore:
 
     def _watch_others(self) -> None:
         """Serve the other homes that hold tasks of its queues, while they do, as runs
-        after its own (at positions after theirs): the registry's, where a worker of an
-        earlier release (or of one server's layout) enqueued them, workflows' steps
-        among them; and those of the other counts of partitions noted (a changed
-        ``QUEUE_PARTITIONS``, or a deploy that disagrees on it). Looked at every
-        ``SHARED_EVERY``, and when a wake-up from the registry's home is heard."""
-        if self._shared is None or _now() < self._shared_at:
+        after its own (at positions after theirs): those of the other counts of
+        partitions noted (a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on
+        it). Looked at every ``STRAY_EVERY``."""
+        if not self._split or _now() < self._stray_at:
             return
-        self._shared_at = _now() + SHARED_EVERY
-        others: dict[str, tuple[list[str], int]] = {self._shared: (self.queues, 0)}
+        self._stray_at = _now() + STRAY_EVERY
+        others: dict[str, tuple[list[str], int]] = {}
         noted_counts(fresh=True)
         for queue in self.queues:
             self._forget_counts(queue)
@@ -303,7 +297,7 @@ class WorkerStore:
     def listens(self) -> bool:
         """Whether its takes leave out the homes they found empty until a wake-up from
         there is heard (see the class): the worker should subscribe before it is idle."""
-        return self._heard is not None and (len(self._own) > 1 or self._shared is not None)
+        return self._heard is not None and (len(self._own) > 1 or self._split)
 
     def _open_run(self) -> Run | None:
         """The first run, in turn, that a take does not leave out (``None``: it leaves
@@ -513,9 +507,8 @@ class WorkerStore:
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all of them when
-        the wake-ups may have been missed), and in the shared home if one came from
-        there."""
-        if self._heard is None or not (self._empty or self._shared_channels):
+        the wake-ups may have been missed, and for stray homes then)."""
+        if self._heard is None or not self._empty:
             return
         try:
             heard = self._heard()
@@ -523,13 +516,11 @@ class WorkerStore:
             heard = None
         if heard is None:
             self._empty.clear()
-            self._shared_at = 0.0
+            self._stray_at = 0.0
         elif heard:
             for run in self._runs:
                 if run.channels & heard:
                     self._empty.pop(run.first, None)
-            if self._shared_channels & heard:
-                self._shared_at = 0.0
 
     def _left_out(self, run: Run, mode: str, waits: list[int]) -> bool:
         """Whether a fetch in ``mode`` leaves ``run`` out (it found it empty); the wait

@@ -1,0 +1,188 @@
+"""The migration facet of the task store: the one-time move of the tasks that a release
+before queues had homes of their own (0.1.0) left in the registry's home, on a Redis
+Cluster, into their queues' homes.
+
+A worker runs it for its queues when it starts (``Worker.run``), before its first take;
+it is quick when there is nothing to move (one ``EXISTS`` per queue), and any number of
+processes may run it at once: each task is written in its new home once
+(lua/queue_migrate.lua), then taken out of the registry's. Nothing is served from the
+registry's home after that: the takes, the readers and the cancels know only the
+queues' homes.
+
+A moved task keeps its id's 32 digits after the tag of its new home (a partition's
+picked as for a new task: by the digits, or by its arguments when it is unique). Its
+old result is kept as a forward (``moved_to``), which the readers and cancels follow, so
+the id its caller was given still finds it. Ready and delayed tasks keep their scores
+(their order, their due time); dead letters go before the home's own; a unique task's
+key moves with it. A task that a worker of that release still runs finishes there, and
+is read there; if that worker dies, recovery puts it back where it was, and moves it.
+One server has a single home: nothing to move.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+
+from ..messages import MalformedTask, TaskMessage
+from .calls import migrate_call
+from .layout import (
+    dead_key,
+    delayed_key,
+    head_of,
+    moved_id,
+    ready_key,
+    result_key,
+    shared_home,
+    task_home,
+    unique_key,
+)
+from .records import Move
+from .replies import fields_of
+from .router import Router, raw
+
+logger = logging.getLogger("redis_components.tasks")
+
+BATCH = 100  # the entries read, written and taken out in three round trips
+
+
+def _keys(queue: str, head: str) -> tuple[str, str, str]:
+    """Where the home ``head`` keeps tasks of ``queue``: ready, delayed, dead."""
+    return ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)
+
+
+class Migration(Router):
+    """The tasks of an earlier layout, moved into their queues' homes."""
+
+    def migrate_layout(self, queues: Sequence[str]) -> int:
+        """Move what the registry's home holds of ``queues`` (ready, delayed and dead)
+        into their homes; how many tasks it moved (0 on one server)."""
+        old = shared_home()
+        if old is None or not queues:
+            return 0
+        if not raw(self.at(old), "EXISTS", *[k for queue in queues for k in _keys(queue, old)]):
+            return 0
+        moved = sum(self._move_all(queue, key) for queue in queues for key in _keys(queue, old))
+        if moved:
+            logger.warning(
+                "Moved %d tasks of %s that an earlier release left in %s into their "
+                "queues' homes (once: see the docs, Redis Cluster, Upgrading from 0.1)",
+                moved,
+                ", ".join(queues),
+                old,
+            )
+        return moved
+
+    def _move_all(self, queue: str, key: str) -> int:
+        """Move every entry of ``key`` (a ready or delayed ZSET, or a dead-letter list, of
+        the registry's home), a batch at a time; how many it moved. An entry that is not
+        a task's stays, and is said."""
+        moved, left, listed = 0, 0, key == _keys(queue, head_of(key))[2]
+        client = self.at(head_of(key))
+        while True:
+            if listed:  # newest first: each goes before those moved already
+                found = raw(client, "LRANGE", key, -BATCH - left, -1 - left)[::-1]
+                entries: list[tuple[bytes, float | None]] = [(entry, None) for entry in found]
+            else:
+                last = left + BATCH - 1
+                found = raw(client, "ZRANGE", key, left, last, "WITHSCORES", withscores=True)
+                entries = [(entry, float(score)) for entry, score in found]
+            if not entries:
+                return moved
+            done = self._move(queue, key, entries)
+            moved += done
+            left += len(entries) - done
+
+    def _move(self, queue: str, key: str, entries: list[tuple[bytes, float | None]]) -> int:
+        """Move these entries of ``key``: each task's result and unique key read, the task
+        written in its new home, then taken out of the old one, whose result is made a
+        forward to it. How many moved."""
+        client = self.at(head_of(key))
+        messages: list[tuple[bytes, float | None, TaskMessage]] = []
+        for entry, score in entries:
+            try:
+                payload = entry if score is not None else json.loads(entry)["task"]
+                messages.append((entry, score, TaskMessage.decode(payload)))
+            except (ValueError, KeyError, TypeError, MalformedTask) as error:
+                logger.error("Left in %s: not a task's entry (%s): %r", key, error, entry[:200])
+        pipe = client.pipeline(transaction=False)
+        for _, _, message in messages:
+            old_result = result_key(message.id)
+            raw(pipe, "HGETALL", old_result)
+            raw(pipe, "PTTL", old_result)
+        read = pipe.execute()
+        results = [fields_of(reply) for reply in read[::2]]
+        pipe = client.pipeline(transaction=False)
+        for fields in results:
+            name = fields.get("unique", b"") or result_key("")
+            raw(pipe, "GET", name)
+            raw(pipe, "PTTL", name)
+        uniques = pipe.execute()
+        moves = [
+            self._plan(queue, key, *found, results[i], read[2 * i + 1], *uniques[2 * i : 2 * i + 2])
+            for i, found in enumerate(messages)
+        ]
+        replies = self._run_each([migrate_call(move=move) for move in moves])
+        pipe = client.pipeline(transaction=True)
+        for move, reply in zip(moves, replies, strict=True):
+            to = move.task_id if not isinstance(reply, list) else reply[1].decode()
+            if move.score is None:
+                pipe.lrem(key, 1, move.old_entry)
+            else:
+                pipe.zrem(key, move.old_entry)
+            if move.fields:  # its result is kept: a forward from its old id
+                pipe.hset(result_key(move.old_id), "moved_to", to)
+            if move.keep_ms > 0:
+                pipe.pexpire(result_key(move.old_id), move.keep_ms)
+        pipe.execute()
+        return len(moves)
+
+    @staticmethod
+    def _plan(
+        queue: str,
+        key: str,
+        entry: bytes,
+        score: float | None,
+        message: TaskMessage,
+        fields: dict[str, bytes],
+        keep_ms: int,
+        unique_holder: bytes | None,
+        unique_ms: int,
+    ) -> Move:
+        """How the task of ``entry`` moves: its id, payload and result in its new home."""
+        name = fields.get("unique", b"").decode("utf-8", "replace")
+        unique = bool(name) and unique_holder == message.id.encode() and unique_ms > 0
+        digest = name.rpartition("unique:")[2]
+        new = dataclasses.replace(
+            message, id=moved_id(queue, message.id, digest if unique else None)
+        )
+        payload = new.encode()
+        written = {k: v.decode("utf-8", "replace") for k, v in fields.items()}
+        for field in ("message", "payload"):
+            if field in written:
+                written[field] = payload
+        head = task_home(new.id)
+        if unique:
+            written["unique"] = unique_key(digest, head)
+        if score is None:
+            letter = json.loads(entry)
+            letter["task"] = payload
+            placed, into = json.dumps(letter, ensure_ascii=False), dead_key(queue, head)
+        else:
+            kind = ready_key if key == ready_key(queue, head_of(key)) else delayed_key
+            placed, into = payload, kind(queue, head)
+        return Move(
+            old_id=message.id,
+            old_entry=entry,
+            task_id=new.id,
+            entry=placed,
+            into=into,
+            wakes=ready_key(queue, head),
+            score=score,
+            fields=written,
+            keep_ms=keep_ms,
+            unique_key=written["unique"] if unique else "",
+            unique_ms=unique_ms if unique else 0,
+        )

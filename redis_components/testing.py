@@ -40,10 +40,10 @@ from typing import Any
 from .conf import conf
 from .keys import integer
 from .tasks.backend import declared_tasks, queues_in_use
+from .tasks.definition import task_registry
 from .tasks.execution import DEAD_LETTERED, bury
 from .tasks.lease import description, lease_ms, new_worker_id, validate_worker_id
 from .tasks.messages import TaskMessage, to_json
-from .tasks.registry import task_registry
 from .tasks.results import error_json
 from .tasks.schedules import schedule_registry
 from .tasks.status import waiting_tasks

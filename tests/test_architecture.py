@@ -3,6 +3,11 @@
 - No import cycle among the package's modules. Every ``import`` counts, wherever it
   stands: inside a function (lazy) and under ``if TYPE_CHECKING:`` too, since a cycle
   that only a lazy import hides is still two modules that cannot be read apart.
+- The task system is at most ten floors tall (``MAX_FLOORS``): no chain of imports among
+  the modules of ``tasks/`` passes through more than ten of them, every import counted
+  as above and the store package (``tasks/store/``) counted as one floor, since its own
+  layers are its own matter. A taller chain is a lower module reaching up for what it
+  could be handed (a type, a protocol) or for what belongs to another module.
 - What a module never needs at run time (``NEVERS``): the task type talks to no Redis
   and reads no workflow codec; the worker side needs no Django backend module.
 - Nothing under ``tasks/`` imports ``django.http``: HTTP lives in ``admin/`` and views.
@@ -210,6 +215,61 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 def test_no_import_cycle() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
+
+
+# The most floors the task system may have: modules on its longest chain of imports.
+MAX_FLOORS = 10
+
+
+def tallest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports among the task system's modules (``tasks`` and every
+    module under it), each a floor, the store package and its modules one floor together
+    (``tasks.store``). Fails naming the chain if the floors make a cycle."""
+
+    def floor(name: str) -> str:
+        return STORE if is_store(name) else name
+
+    tasks = f"{PACKAGE}.tasks"
+    inside = {floor(name) for name in graph if name == tasks or name.startswith(f"{tasks}.")}
+    above: dict[str, set[str]] = {name: set() for name in inside}
+    for name, targets in graph.items():
+        if floor(name) in inside:
+            above[floor(name)] |= {floor(t) for t in targets if floor(t) in inside}
+    longest: dict[str, list[str]] = {}
+
+    def chain_from(name: str, path: tuple[str, ...]) -> list[str]:
+        assert name not in path, "a cycle of floors: " + " -> ".join([*path, name])
+        if name not in longest:
+            below = [chain_from(t, (*path, name)) for t in sorted(above[name] - {name})]
+            longest[name] = [name, *max(below, key=len, default=[])]
+        return longest[name]
+
+    return max((chain_from(name, ()) for name in sorted(inside)), key=len, default=[])
+
+
+def test_the_floors_count_the_store_as_one() -> None:
+    t, store = f"{PACKAGE}.tasks", STORE
+    graph = {
+        f"{t}.worker": {f"{t}.jobs", f"{PACKAGE}.conf"},
+        f"{t}.jobs": {f"{store}.queues"},
+        f"{store}.queues": {f"{store}.calls"},
+        f"{store}.calls": {f"{t}.messages"},
+        f"{t}.messages": set(),
+        f"{t}.waker": set(),
+        f"{PACKAGE}.conf": set(),
+    }
+    assert tallest_chain(graph) == [f"{t}.worker", f"{t}.jobs", store, f"{t}.messages"]
+
+
+def test_the_task_system_is_at_most_ten_floors_tall() -> None:
+    """A lower module that imports a higher one (for a type, a helper that belongs
+    elsewhere) stacks everything above it one floor higher: a reader can no longer learn
+    the task system from the bottom up. Counted with every import, the store as one."""
+    chain = tallest_chain(import_graph())
+    assert len(chain) <= MAX_FLOORS, (
+        f"the task system is {len(chain)} floors tall (at most {MAX_FLOORS}): "
+        + " -> ".join(name.removeprefix(f"{PACKAGE}.") for name in chain)
+    )
 
 
 def test_the_task_type_needs_neither_the_backend_nor_workflows() -> None:

@@ -20,9 +20,10 @@ from redis_components.exceptions import (
     TaskSerializationError,
 )
 from redis_components.keys import MAX_SECONDS
+from redis_components.tasks.definition import get_task
 from redis_components.tasks.framework import TaskResult, TaskResultStatus
 from redis_components.tasks.messages import TaskMessage
-from redis_components.tasks.registry import backoff, get_task, running, stop_running
+from redis_components.tasks.registry import backoff, running, stop_running
 from redis_components.tasks.status import queue_stats, waiting_tasks
 from redis_components.testing import no_registered_tasks
 from tests.testapp import tasks

@@ -7,8 +7,8 @@ import redis
 
 from redis_components import chain, get_result, periodic, redis_task
 from redis_components.exceptions import InvalidInput, TaskNotRegistered
+from redis_components.tasks.definition import get_task, registered_tasks
 from redis_components.tasks.framework import TaskResultStatus
-from redis_components.tasks.registry import get_task, registered_tasks
 from redis_components.tasks.schedules import schedules
 from redis_components.tasks.status import queue_stats, running_tasks, workers
 from redis_components.testing import ScriptedWorker, crashed_worker, drain, no_registered_tasks

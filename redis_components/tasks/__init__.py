@@ -7,8 +7,8 @@ One store (``store/``) sends every command on the task keys: the queue scripts o
 task messages (``messages.py``), the result records (``results.py``), the workflows
 (``workflows.py``: chains, groups and fan-ins; the handle in ``workflow_records.py``,
 their records in ``store/flow_records.py``) and schedules (``schedules.py``); our
-``@redis_task`` registers tasks by name (``registry.py``); a task's rate and concurrency
-limits are ``limits.py``.
+``@redis_task`` registers tasks by name (``definition.py``); a task's rate and
+concurrency limits are ``limits.py``; what a running task uses is ``registry.py``.
 Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
 without polling (``waker.py``), record and take through one conveyor (``conveyor.py``),
 run each (``jobs.py``, ``execution.py``) in a slot, a
@@ -23,9 +23,10 @@ from typing import Any
 
 from ..deprecation import deprecated
 from .backend import RedisTask, RedisTaskBackend, get_result, redis_task
+from .definition import get_task
 from .limits import concurrency_limit, rate_limit
 from .messages import DEFAULT_QUEUE, TaskMessage
-from .registry import Retry, RunningTask, current_task, defer, get_task
+from .registry import Retry, RunningTask, current_task, defer
 from .schedules import periodic
 from .store import cancel
 from .workflows import Workflow, chain, get_workflow, group, signature

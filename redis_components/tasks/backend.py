@@ -70,6 +70,7 @@ from .definition import (
     bind_arguments,
     find_django_task,
     own_backend,
+    task_registry,
 )
 from .framework import (
     InvalidTask,
@@ -94,7 +95,7 @@ from .messages import (
     validate_priority,
     validate_queue,
 )
-from .registry import task_registry, time_limits, validate_retries
+from .registry import time_limits, validate_retries
 from .results import django_datetime, django_time, to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow

@@ -25,15 +25,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ..connection import REDIS_DOWN
 from .lease import Lease
 from .messages import task_id_of
-from .slots import Execution
 from .store import Ahead, Fetched, Outcome, WorkerStore
 
 logger = logging.getLogger("redis_components.worker")
+
+
+class Execution(Protocol):
+    """What the conveyor reads of a finished execution (``slots.Execution``): how it
+    ended. It neither runs tasks nor knows the slots that do."""
+
+    outcome: Outcome | None
 
 
 class Conveyor:

@@ -3,13 +3,14 @@ r"""What a task is, and what enqueuing it makes: the task type, its steps and th
 :class:`RedisTask` is Django's ``Task`` with our options; ``task.s(...)`` makes a
 :class:`Signature`, and :func:`chain` and :func:`group` combine signatures into the graph
 of a workflow, which :func:`enqueue_workflow` plans and its backend writes in one
-script. Neither needs the backend's module, the store or the workflow codec (a test
-says so): a task reaches its backend as Django's tasks do, through its alias (Django's
-``task_backends`` for ``settings.TASKS``; :func:`own_backend`, built from its dotted
-path, for our ``@redis_task``'s), and the backends it can run on are
-:class:`QueueBackend`\ s (``backend.RedisTaskBackend``). What a workflow writes and how
-it is read back is ``store/flow_records.py``; what Django's ``@task`` and our
-``@redis_task`` add is ``backend.py``.
+script; :data:`task_registry` holds our ``@redis_task``'s tasks by name. None of it
+needs the backend's module, the store or the workflow codec (a test says so): a task
+reaches its backend as Django's tasks do, through its alias (Django's ``task_backends``
+for ``settings.TASKS``; :func:`own_backend`, built from its dotted path, for our
+``@redis_task``'s), and the backends it can run on are :class:`QueueBackend`\ s
+(``backend.RedisTaskBackend``). What a workflow writes and how it is read back is
+``store/flow_records.py``; what Django's ``@task`` and our ``@redis_task`` add is
+``backend.py``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from django.utils.module_loading import import_string
 
 from .. import keys
 from ..deprecation import deprecated
-from ..exceptions import InvalidInput, InvalidTaskArguments
+from ..exceptions import InvalidInput, InvalidTaskArguments, TaskNotRegistered
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .limits import Limit, fill_key
 from .messages import Barrier, Due, PlannedStep, TaskMessage, due_at
+from .registry import Registry
 
 if TYPE_CHECKING:
     from .workflow_records import Workflow
@@ -274,6 +276,31 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
         if not isinstance(backend, QueueBackend):
             raise InvalidTask(f"the backend {self.backend!r} is not a RedisTaskBackend")
         return backend
+
+
+# -- tasks by name ---------------------------------------------------------------------
+
+# Our @redis_task's tasks by name (registered by backend.redis_task as their modules are
+# imported): how a worker finds the task of a message.
+task_registry: Registry[RedisTask[..., Any]] = Registry()
+
+
+def get_task(name: str) -> RedisTask[..., Any]:
+    """The task registered under ``name``, or :class:`TaskNotRegistered`."""
+    found = task_registry.find(name)
+    if found is None:
+        raise TaskNotRegistered(f"no task is registered as {name!r}")
+    return found
+
+
+def find_task(name: str) -> RedisTask[..., Any] | None:
+    """The task registered under ``name``, or ``None`` (the worker's lookup)."""
+    return task_registry.find(name)
+
+
+def registered_tasks() -> dict[str, RedisTask[..., Any]]:
+    """Every registered task by name (a copy)."""
+    return task_registry.all()
 
 
 def as_enqueued(

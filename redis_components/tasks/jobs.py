@@ -26,6 +26,7 @@ from .definition import (
     bind_arguments,
     find_django_task,
     own_backend,
+    task_registry,
 )
 from .framework import (
     InvalidTask,
@@ -41,7 +42,6 @@ from .framework import (
     task_started,
 )
 from .messages import TaskMessage, to_json
-from .registry import task_registry
 from .results import TaskStatus, django_time, to_django
 
 RUNNING = TaskResultStatus("RUNNING")

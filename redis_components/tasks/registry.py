@@ -1,9 +1,10 @@
-"""Tasks by name, and what a running task uses: :class:`Retry`, :func:`current_task`,
-:func:`defer`.
+"""Things by name (:class:`Registry`), and what a running task uses: :class:`Retry`,
+:func:`current_task`, :func:`defer`.
 
-Our ``@redis_task`` (``backend.py``) registers each task here under its name when the task's
-module is imported (every installed app's ``tasks`` module is, at start-up); a worker
-finds the task of a message by that name.
+The registry of tasks by name is ``definition.task_registry``, beside the task type it
+holds: our ``@redis_task`` (``backend.py``) registers each task there when the task's
+module is imported (every installed app's ``tasks`` module is, at start-up), and a
+worker finds the task of a message by that name. This module needs no task type.
 """
 
 from __future__ import annotations
@@ -12,16 +13,13 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from .. import keys
 from ..conf import conf
-from ..exceptions import InvalidInput, LockNotAcquired, TaskNotRegistered
+from ..exceptions import InvalidInput, LockNotAcquired
 from ..guard import Busy
 from .messages import TaskMessage
-
-if TYPE_CHECKING:
-    from .definition import RedisTask
 
 
 class Retry(Exception):
@@ -69,9 +67,6 @@ class Registry(Generic[T]):
             self._items = saved
 
 
-task_registry: Registry[RedisTask[..., Any]] = Registry()
-
-
 def _optional_seconds(value: float | None, field: str) -> float | None:
     return None if value is None else keys.seconds(value, field, positive=True)
 
@@ -90,24 +85,6 @@ def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]
             "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"
         )
     return hard_s, soft_s
-
-
-def get_task(name: str) -> RedisTask[..., Any]:
-    """The task registered under ``name``, or :class:`TaskNotRegistered`."""
-    found = task_registry.find(name)
-    if found is None:
-        raise TaskNotRegistered(f"no task is registered as {name!r}")
-    return found
-
-
-def find_task(name: str) -> RedisTask[..., Any] | None:
-    """The task registered under ``name``, or ``None`` (the worker's lookup)."""
-    return task_registry.find(name)
-
-
-def registered_tasks() -> dict[str, RedisTask[..., Any]]:
-    """Every registered task by name (a copy)."""
-    return task_registry.all()
 
 
 def backoff(retries: int, base: float | None = None) -> float:

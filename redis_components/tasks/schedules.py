@@ -44,11 +44,11 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
-from .definition import RedisTask, bind_arguments
+from .definition import RedisTask, bind_arguments, find_task
 from .framework import Task
 from .limits import fill as fill_limits
 from .messages import TaskMessage, to_json
-from .registry import Registry, find_task
+from .registry import Registry
 from .results import TaskRecord, read_records
 from .store import TaskStore, TickClaim, new_task_id
 

@@ -14,9 +14,9 @@ from ...conf import conf
 from ...connection import get_client, is_cluster
 from ...exceptions import InvalidInput
 from ...tasks.backend import declared_tasks, django_backends, queues_in_use
+from ...tasks.definition import registered_tasks
 from ...tasks.limits import from_settings, split_by_queue, unmatched_settings
 from ...tasks.messages import DEFAULT_QUEUE
-from ...tasks.registry import registered_tasks
 from ...tasks.slots import MAX_THREADS
 from ...tasks.store import placement, server_warnings
 from ...tasks.supervisor import Supervisor

@@ -507,8 +507,9 @@ class WorkerStore:
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all of them when
-        the wake-ups may have been missed, and for stray homes then)."""
-        if self._heard is None or not self._empty:
+        the wake-ups may have been missed, and for stray homes then). A worker that
+        :attr:`listens` reads them at each take, so that they never pile up unread."""
+        if self._heard is None or not (self._empty or self._split):
             return
         try:
             heard = self._heard()

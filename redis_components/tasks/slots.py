@@ -151,11 +151,14 @@ class Execution:
             self.hard_at = now + job.time_limit
             self.last_resort = self.hard_at + grace
 
-    def begin(self, job: Job) -> bool:
-        """Its job's call starts (in its thread); False if it was settled already (a
-        hard limit or a termination came before its thread did)."""
+    def begin(self, job: Job) -> None:
+        """Its job's call starts (in its thread); :class:`Abandoned` if it was settled
+        already (a hard limit or a termination came before its thread did)."""
+        self.task_id = job.message.id
+        self.called = True
         self.entry = type(job).call.__code__
-        return not self.abandoned
+        if self.abandoned:
+            raise Abandoned
 
     def end_code(self) -> bool:
         """Its task's code returned or raised (in the thread that ran it): from now no
@@ -226,19 +229,12 @@ def execute(execution: Execution, pid: int) -> Outcome:
     assert execution.job is not None
 
     def call(job: Job) -> Any:
-        execution.task_id = job.message.id
-        execution.called = True
-        if not execution.begin(job):
-            raise Abandoned
+        execution.begin(job)
         try:
-            value = _call_code(job, pid)
-        except BaseException:
+            return _call_code(job, pid)
+        finally:
             if not execution.end_code():  # settled already: nothing more to say
                 raise Abandoned from None
-            raise
-        if not execution.end_code():
-            raise Abandoned
-        return value
 
     # In the main thread, when it called Worker.run(), a KeyboardInterrupt is Ctrl-C
     # (outside rc_worker, whose signal handlers only set a flag, and whose slots are never
@@ -257,25 +253,19 @@ async def aexecute(execution: Execution) -> Outcome:
     assert execution.job is not None
 
     async def call(job: Job) -> Any:
-        execution.task_id = job.message.id
-        execution.called = True
-        if not execution.begin(job):
-            raise Abandoned
+        execution.begin(job)
         try:
-            value = await job.acall()
+            try:
+                return await job.acall()
+            finally:
+                if not execution.end_code():  # settled already: nothing more to say
+                    raise Abandoned from None
         except asyncio.CancelledError:
-            if not execution.end_code() or execution.cancelled_by is Abandoned:
-                raise Abandoned from None  # settled already, or the loop closes
+            if execution.cancelled_by is Abandoned:
+                raise Abandoned from None  # the loop closes
             if execution.cancelled_by is SoftTimeLimitExceeded:
                 raise SoftTimeLimitExceeded("the task ran past its soft time limit") from None
             raise  # not ours (an awaited task that something else cancelled): a failure
-        except BaseException:
-            if not execution.end_code():
-                raise Abandoned from None
-            raise
-        if not execution.end_code():
-            raise Abandoned
-        return value
 
     return await arun_job(execution.job, execution.delivery, call=call)
 
@@ -522,11 +512,9 @@ class Slots(Pool):
                     execution.outcome = self._run(execution)
                 except Abandoned:
                     pass
-                except KeyboardInterrupt:
-                    if not own_thread:
+                except BaseException as error:  # a limit that came after the task's code, or a bug
+                    if isinstance(error, KeyboardInterrupt) and not own_thread:
                         raise
-                    logger.exception("The thread running task %s failed", execution.task_id)
-                except BaseException:  # a limit that came after the task's code, or a bug
                     logger.exception("The thread running task %s failed", execution.task_id)
                 if execution.abandoned:
                     self.finished_with(execution)
@@ -570,11 +558,6 @@ class LoopSlots(Pool):
     @property
     def blocked(self) -> bool:
         return time.monotonic() - self._tick > BLOCKED_AFTER
-
-    @property
-    def alive(self) -> list[Execution]:
-        """The executions whose code may still run: those running, and those abandoned."""
-        return [*self.running, *self._abandoned]
 
     @property
     def busy(self) -> bool:

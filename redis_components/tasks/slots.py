@@ -2,17 +2,11 @@
 (``--threads N``, 1 by default) and up to M ``async def`` tasks on one event loop
 (``--async-tasks M``). The one way a task runs, whatever N and M.
 
-No task code runs in the worker's loop (``worker.py``): it takes a task only when a
-slot of each kind is free (no prefetch, so priorities stay global and other processes
-get work; a task's kind is known once it is taken), and hands it to a slot thread or to
-the event loop (:class:`LoopSlots`). A slot thread whose task has ended records the
-outcome and takes its next task itself, in one round trip, under the worker's step
-lock (its code has ended: no limit can settle it any more), so a busy worker hands
-nothing between threads; what is out of the ordinary (no task ready, an async task,
-stopping) goes to the loop. The first slot thread is the one that called
-``Worker.run`` (:meth:`Slots.serve_here`). The process keeps one lease for all its
-tasks, renewed by the lease's thread (``lease.py``): a process that dies has all of
-them put back at once by the supervisor.
+No task code runs in the worker's loop (``worker.py``): it hands each task it takes to
+a slot thread or to the event loop (:class:`LoopSlots`). A slot thread whose task has
+ended records it and takes its next task itself, under the worker's step lock (its
+code has ended: no limit can settle it any more). The first slot thread is the one
+that called ``Worker.run`` (:meth:`Slots.serve_here`).
 
 Time limits are per task, counted from when the task is handed out, and enforced under
 the step lock by the loop (woken when a limit falls due) or a slot thread taking its
@@ -205,19 +199,6 @@ def clear_raised_here() -> None:
     """Drop an exception raised in this thread by :func:`raise_in_thread` that has not
     landed yet."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
-
-
-def raise_in_task_code(execution: Execution, error: type[BaseException]) -> bool:
-    """Raise ``error`` in the execution's thread if it runs the task's own code now;
-    True if raised (or the thread is gone), False to try again shortly."""
-    entry = execution.entry
-    frame = sys._current_frames().get(execution.thread)
-    if frame is None:
-        return True
-    if entry is None or task_frame(frame, entry) is not frame:
-        return False
-    raise_in_thread(execution.thread, error)
-    return True
 
 
 # -- running one execution, in its slot ----------------------------------------------
@@ -493,9 +474,14 @@ class Slots(Pool):
         with execution.lock:
             if error is SoftTimeLimitExceeded and (execution.code_ended or execution.done):
                 return True
-            raised = raise_in_task_code(execution, error)
-            execution.soft_sent |= raised and error is SoftTimeLimitExceeded
-            return raised
+            entry = execution.entry
+            frame = sys._current_frames().get(execution.thread)
+            if frame is not None:  # (else its thread is gone)
+                if entry is None or task_frame(frame, entry) is not frame:
+                    return False  # not in the task's own code now
+                raise_in_thread(execution.thread, error)
+            execution.soft_sent |= error is SoftTimeLimitExceeded
+            return True
 
     def _start_thread(self) -> None:
         self._started += 1

@@ -30,7 +30,7 @@ from ..exceptions import InvalidInput
 from .lease import lease_ms, new_worker_id, put_back_tasks
 from .slots import MAX_THREADS, validate_slots
 from .store import TaskStore
-from .waker import backoff
+from .waker import backoff, empty_pipe
 from .worker import Worker, validate_queues
 
 logger = logging.getLogger("redis_components.worker")
@@ -255,11 +255,7 @@ class Supervisor:
                 timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
             sentinels = [child.process.sentinel for child in self._children.values()]
             wait_for([*sentinels, wake_r], timeout)
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+            empty_pipe(wake_r)
             if (self._signals or self.refused_threads) and not stopping:
                 stopping = True
                 restarts.clear()

@@ -34,16 +34,17 @@ worker goes on.
 One execution path
 ------------------
 The loop runs no task code: it hands each task it takes to a slot (``slots.py``) and
-takes the next only while a slot of each kind is free. A slot's thread whose sync task
-has ended records it and takes its next task itself, in the same round trip
-(:meth:`Worker._then`); what else ends (async tasks, abandoned threads, what a slot
-could not record) the loop records with its next fetch. What a worker holds between
-round trips is its conveyor's (``conveyor.py``); recording, taking and handing out
-happen under one lock, so one thread at a time does them. With ``threads=1`` too: the
-loop then runs in a thread of its own, and the thread that called :meth:`Worker.run` is
-the one slot (so a test's database transaction is the task's). Each outcome carries its
-attempt (the take's time), which the script checks: an execution whose task was
-recovered and taken again records nothing.
+takes the next only while a slot of each kind is free (no prefetch, so priorities stay
+global and other processes get work). A slot's thread whose sync task has ended records
+it and takes its next task itself, in the same round trip (:meth:`Worker._then`); what
+else ends (async tasks, abandoned threads, what a slot could not record) the loop
+records with its next fetch. What a worker holds between round trips is its conveyor's
+(``conveyor.py``); recording, taking and handing out happen under one lock, so one
+thread at a time does them. With ``threads=1`` too: the loop then runs in a thread of
+its own, and the thread that called :meth:`Worker.run` is the one slot (so a test's
+database transaction is the task's). Each outcome carries its attempt (the take's time),
+which the script checks: an execution whose task was recovered and taken again records
+nothing.
 
 Taking ahead
 ------------
@@ -193,11 +194,8 @@ class Worker:
         # thread whose task just ended (see _then). Never while waiting or running a task.
         self._step_lock = threading.Lock()
         self._revived = False  # taken for dead: the permits of what runs are held again
-        # When the loop's current wait ends (-inf: it is not waiting).
-        self._loop_wakes_at = -math.inf
-        # The outcomes to record, the take sent ahead and the task held ahead.
+        self._loop_wakes_at = -math.inf  # when the loop's current wait ends (-inf: none)
         self._conveyor = Conveyor(self._tasks, self._lease, AHEAD_FOR)
-        # The thread slots for sync tasks and the event loop for async ones.
         self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
         self._pools: list[Pool] = [
             self._threads,
@@ -206,11 +204,9 @@ class Worker:
         # A task whose worker died running it ALONE_AFTER times runs alone: no other task
         # is taken until it ends, and it starts once the others have ended.
         self._alone: Execution | None = None
-        # The slots' threads gave up on this many tasks: this process is to be replaced.
-        self.worn_out = False
+        self.worn_out = False  # too many tasks it gave up on: to be replaced (see _may_take)
         self._deadline = deadline
         self._pid = os.getpid()
-        # How the loop's thread ended.
         self._interrupted = False  # the caller was interrupted: stop at once
         #: What ended the worker's loop with an error (run() raises it), if anything.
         self.failure: BaseException | None = None

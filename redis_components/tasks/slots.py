@@ -593,7 +593,7 @@ class LoopSlots(Pool):
                     "blocks it (a time.sleep or another blocking call in an async def?); "
                     "running on it: %s",
                     time.monotonic() - self._tick,
-                    ", ".join(e.task_id or "?" for e in [*self.running, *self._abandoned]),
+                    ", ".join(e.task_id or "?" for e in self.alive),
                 )
             elif not self.blocked and self._blocked_since is not None:
                 logger.warning("The event loop of async def tasks runs again")

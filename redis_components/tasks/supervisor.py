@@ -246,13 +246,9 @@ class Supervisor:
             if time.monotonic() >= renew_at:
                 self._renew_leases()
                 renew_at = time.monotonic() + conf.TASK_HEARTBEAT_INTERVAL / 2
-            timeout = min(1.0, max(0.0, renew_at - time.monotonic()))
-            if restarts:
-                timeout = min(timeout, min(when for when, _ in restarts) - time.monotonic())
-            timeout = max(0.0, min(timeout, stop_by - time.monotonic()))
             deadlines = [c.deadline.value for c in self._children.values() if c.deadline.value]
-            if deadlines:
-                timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
+            wake_at = min([renew_at, stop_by, *(when for when, _ in restarts), *deadlines])
+            timeout = max(0.0, min(1.0, wake_at - time.monotonic()))
             sentinels = [child.process.sentinel for child in self._children.values()]
             wait_for([*sentinels, wake_r], timeout)
             empty_pipe(wake_r)

@@ -250,7 +250,7 @@ class Worker:
         """The connection of the loop's fetches in the home ``head``, held: one script
         call per task, so it skips the client's layers (see OneConnection). Only the
         thread holding the step lock uses it. Homes on one node share it: the reply to
-        a take sent ahead is read before any other fetch is sent (see _fetch)."""
+        a take sent ahead is read before any other fetch is sent (see Conveyor)."""
         client = self.client_at(head)
         node = server_of(client)
         held = self._held_connections.get(node)

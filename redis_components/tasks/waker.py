@@ -2,10 +2,11 @@
 
 A worker whose take found its queues empty waits on a Pub/Sub subscription to their
 wake-up channels (each named like its queue's ready set), confirmed before its first
-wait: the scripts that make an empty queue non-empty, or add a new earliest delayed
-task, publish there. The wait is a client-side ``select`` on the subscription's
-socket and on a pipe that a signal or :meth:`Waker.wake` writes to, so no blocking
-command holds a connection and the server's ``hz`` does not delay a wake-up.
+wait: the scripts that make an empty queue non-empty, or add a new earliest delayed task
+(idle workers sleep until the earliest due time), publish there. The wait is a
+client-side ``select`` on the subscription's socket and on a pipe that a signal or
+:meth:`Waker.wake` writes to, so no blocking command holds a connection and the server's
+``hz`` does not delay a wake-up.
 """
 
 from __future__ import annotations

@@ -5,16 +5,7 @@ A worker records how its tasks ended and takes the next in one script call
 Between two calls it holds the outcomes not yet recorded, a take sent ahead whose reply
 is unread, the task that take holds ahead, and after a lost connection the duty to
 reclaim a take whose reply it never read. The :class:`Conveyor` owns all of that and
-offers the verbs that move it:
-
-* :meth:`Conveyor.finished` queues an execution's outcome;
-* :meth:`Conveyor.fetch` records the queued outcomes, the last together with a take
-  (record-and-take), or with none (record);
-* :meth:`Conveyor.start` starts the task held ahead (recording the outcomes with it),
-  and may send a take ahead in the same call, whose reply :meth:`Conveyor.receive`
-  reads later and :meth:`Conveyor.hand_out` gives to start;
-* :meth:`Conveyor.give_back` puts the task held ahead back on its queue;
-* :meth:`Conveyor.lost` and :meth:`Conveyor.reclaim` deal with a reply lost with Redis.
+offers the verbs that move it (record, record-and-take, start, give back, reclaim).
 
 The worker's loop and its slots' threads call one verb per turn, and only under the
 worker's step lock: the conveyor has no lock of its own.
@@ -101,21 +92,17 @@ class Conveyor:
     def start(self, fetched: Fetched | None, *, ahead: bool) -> None:
         """Start ``fetched``, the task held ahead that :meth:`hand_out` gave (if given),
         recording the queued outcomes with it; ``ahead``: take the next task to hold
-        ahead in that same call."""
-        if ahead:
-            self._take_ahead(fetched)
-        elif fetched is not None:
-            self.fetch(take=False, start=fetched)
-
-    def _take_ahead(self, start: Fetched | None) -> None:
-        """Record the queued outcomes and start ``start`` (if given), taking a task to
-        hold ahead in the same script, whose reply :meth:`receive` reads."""
+        ahead in that same call, whose reply :meth:`receive` reads."""
+        if not ahead:
+            if fetched is not None:
+                self.fetch(take=False, start=fetched)
+            return
         self._record_all_but_last()
         execution, outcome = self._first_outcome()
-        ahead = self.tasks.take_ahead(outcome, start=start)
+        sent = self.tasks.take_ahead(outcome, start=fetched)
         if execution is not None:
             self.outcomes.pop(0)
-        self._pending = (ahead, execution)
+        self._pending = (sent, execution)
         self._ahead_until = time.monotonic() + self._hold_for
 
     def receive(self) -> None:

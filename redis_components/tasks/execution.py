@@ -1,15 +1,12 @@
 """Executing a task: a taken payload in, the :class:`~redis_components.tasks.store.Outcome`
 that the next fetch records out.
 
-The one path a worker runs a task by: the worker's loop decodes the payload (one that
-is not a task is dead-lettered) and finds what runs it (a :class:`Job`: the task, its
-options, its context and Django's signals; :func:`prepare`); its slot runs it with the
-current task and database connections around the call, and says how the run ended:
-done with its return value, deferred, retried after the backoff, or dead-lettered
-(:func:`run_job`, or :func:`arun_job` for an ``async def`` task on the event loop). The
-slot gives only the call itself (its time limits, its guard against forked children:
-``slots.execute``); for a task settled at its hard time limit, the worker records the
-failed attempt with :func:`over_time`.
+The worker's loop decodes the payload and finds the :class:`Job` that runs it
+(:func:`prepare`; a payload that is not a task is dead-lettered); its slot runs it by
+:func:`run_job` (:func:`arun_job` on the event loop), which says how the run ended:
+done with its return value, deferred, retried after the backoff, or dead-lettered. The
+slot gives only the call itself (``slots.execute``). A task settled at its hard time
+limit is recorded by :func:`over_time`.
 """
 
 from __future__ import annotations

@@ -203,9 +203,8 @@ class Lease(Generic[Running]):
                         self.worker_id,
                     )
                     self._revived()
-                expired = beat.expired
                 if time.monotonic() >= recover_after:
-                    for worker_id in expired:
+                    for worker_id in beat.expired:
                         self._recover_expired(worker_id)
                     self._carry_left()
             except REDIS_DOWN as error:

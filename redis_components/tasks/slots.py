@@ -2,17 +2,11 @@
 (``--threads N``, 1 by default) and up to M ``async def`` tasks on one event loop
 (``--async-tasks M``). The one way a task runs, whatever N and M.
 
-No task code runs in the worker's loop (``worker.py``): it takes a task only when a
-slot of each kind is free (no prefetch, so priorities stay global and other processes
-get work; a task's kind is known once it is taken), and hands it to a slot thread or to
-the event loop (:class:`LoopSlots`). A slot thread whose task has ended records the
-outcome and takes its next task itself, in one round trip, under the worker's step
-lock (its code has ended: no limit can settle it any more), so a busy worker hands
-nothing between threads; what is out of the ordinary (no task ready, an async task,
-stopping) goes to the loop. The first slot thread is the one that called
-``Worker.run`` (:meth:`Slots.serve_here`). The process keeps one lease for all its
-tasks, renewed by the lease's thread (``lease.py``): a process that dies has all of
-them put back at once by the supervisor.
+No task code runs in the worker's loop (``worker.py``): it hands each task it takes to
+a slot thread or to the event loop (:class:`LoopSlots`). A slot thread whose task has
+ended records it and takes its next task itself, under the worker's step lock (its
+code has ended: no limit can settle it any more). The first slot thread is the one
+that called ``Worker.run`` (:meth:`Slots.serve_here`).
 
 Time limits are per task, counted from when the task is handed out, and enforced under
 the step lock by the loop (woken when a limit falls due) or a slot thread taking its
@@ -151,11 +145,14 @@ class Execution:
             self.hard_at = now + job.time_limit
             self.last_resort = self.hard_at + grace
 
-    def begin(self, job: Job) -> bool:
-        """Its job's call starts (in its thread); False if it was settled already (a
-        hard limit or a termination came before its thread did)."""
+    def begin(self, job: Job) -> None:
+        """Its job's call starts (in its thread); :class:`Abandoned` if it was settled
+        already (a hard limit or a termination came before its thread did)."""
+        self.task_id = job.message.id
+        self.called = True
         self.entry = type(job).call.__code__
-        return not self.abandoned
+        if self.abandoned:
+            raise Abandoned
 
     def end_code(self) -> bool:
         """Its task's code returned or raised (in the thread that ran it): from now no
@@ -204,19 +201,6 @@ def clear_raised_here() -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
 
 
-def raise_in_task_code(execution: Execution, error: type[BaseException]) -> bool:
-    """Raise ``error`` in the execution's thread if it runs the task's own code now;
-    True if raised (or the thread is gone), False to try again shortly."""
-    entry = execution.entry
-    frame = sys._current_frames().get(execution.thread)
-    if frame is None:
-        return True
-    if entry is None or task_frame(frame, entry) is not frame:
-        return False
-    raise_in_thread(execution.thread, error)
-    return True
-
-
 # -- running one execution, in its slot ----------------------------------------------
 
 
@@ -226,19 +210,12 @@ def execute(execution: Execution, pid: int) -> Outcome:
     assert execution.job is not None
 
     def call(job: Job) -> Any:
-        execution.task_id = job.message.id
-        execution.called = True
-        if not execution.begin(job):
-            raise Abandoned
+        execution.begin(job)
         try:
-            value = _call_code(job, pid)
-        except BaseException:
+            return _call_code(job, pid)
+        finally:
             if not execution.end_code():  # settled already: nothing more to say
                 raise Abandoned from None
-            raise
-        if not execution.end_code():
-            raise Abandoned
-        return value
 
     # In the main thread, when it called Worker.run(), a KeyboardInterrupt is Ctrl-C
     # (outside rc_worker, whose signal handlers only set a flag, and whose slots are never
@@ -257,25 +234,19 @@ async def aexecute(execution: Execution) -> Outcome:
     assert execution.job is not None
 
     async def call(job: Job) -> Any:
-        execution.task_id = job.message.id
-        execution.called = True
-        if not execution.begin(job):
-            raise Abandoned
+        execution.begin(job)
         try:
-            value = await job.acall()
+            try:
+                return await job.acall()
+            finally:
+                if not execution.end_code():  # settled already: nothing more to say
+                    raise Abandoned from None
         except asyncio.CancelledError:
-            if not execution.end_code() or execution.cancelled_by is Abandoned:
-                raise Abandoned from None  # settled already, or the loop closes
+            if execution.cancelled_by is Abandoned:
+                raise Abandoned from None  # the loop closes
             if execution.cancelled_by is SoftTimeLimitExceeded:
                 raise SoftTimeLimitExceeded("the task ran past its soft time limit") from None
             raise  # not ours (an awaited task that something else cancelled): a failure
-        except BaseException:
-            if not execution.end_code():
-                raise Abandoned from None
-            raise
-        if not execution.end_code():
-            raise Abandoned
-        return value
 
     return await arun_job(execution.job, execution.delivery, call=call)
 
@@ -503,9 +474,14 @@ class Slots(Pool):
         with execution.lock:
             if error is SoftTimeLimitExceeded and (execution.code_ended or execution.done):
                 return True
-            raised = raise_in_task_code(execution, error)
-            execution.soft_sent |= raised and error is SoftTimeLimitExceeded
-            return raised
+            entry = execution.entry
+            frame = sys._current_frames().get(execution.thread)
+            if frame is not None:  # (else its thread is gone)
+                if entry is None or task_frame(frame, entry) is not frame:
+                    return False  # not in the task's own code now
+                raise_in_thread(execution.thread, error)
+            execution.soft_sent |= error is SoftTimeLimitExceeded
+            return True
 
     def _start_thread(self) -> None:
         self._started += 1
@@ -522,11 +498,9 @@ class Slots(Pool):
                     execution.outcome = self._run(execution)
                 except Abandoned:
                     pass
-                except KeyboardInterrupt:
-                    if not own_thread:
+                except BaseException as error:  # a limit that came after the task's code, or a bug
+                    if isinstance(error, KeyboardInterrupt) and not own_thread:
                         raise
-                    logger.exception("The thread running task %s failed", execution.task_id)
-                except BaseException:  # a limit that came after the task's code, or a bug
                     logger.exception("The thread running task %s failed", execution.task_id)
                 if execution.abandoned:
                     self.finished_with(execution)
@@ -570,11 +544,6 @@ class LoopSlots(Pool):
     @property
     def blocked(self) -> bool:
         return time.monotonic() - self._tick > BLOCKED_AFTER
-
-    @property
-    def alive(self) -> list[Execution]:
-        """The executions whose code may still run: those running, and those abandoned."""
-        return [*self.running, *self._abandoned]
 
     @property
     def busy(self) -> bool:
@@ -624,7 +593,7 @@ class LoopSlots(Pool):
                     "blocks it (a time.sleep or another blocking call in an async def?); "
                     "running on it: %s",
                     time.monotonic() - self._tick,
-                    ", ".join(e.task_id or "?" for e in [*self.running, *self._abandoned]),
+                    ", ".join(e.task_id or "?" for e in self.alive),
                 )
             elif not self.blocked and self._blocked_since is not None:
                 logger.warning("The event loop of async def tasks runs again")

@@ -27,10 +27,10 @@ from django.db import connections
 from ..conf import conf
 from ..connection import REDIS_DOWN
 from ..exceptions import InvalidInput
-from .lease import new_worker_id, put_back_tasks
+from .lease import lease_ms, new_worker_id, put_back_tasks
 from .slots import MAX_THREADS, validate_slots
 from .store import TaskStore
-from .waker import backoff
+from .waker import backoff, empty_pipe
 from .worker import Worker, validate_queues
 
 logger = logging.getLogger("redis_components.worker")
@@ -199,8 +199,7 @@ class Supervisor:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
-        handled = (signal.SIGTERM, signal.SIGINT)
-        previous = {signum: signal.signal(signum, self._on_signal) for signum in handled}
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
         previous_fd = signal.set_wakeup_fd(wake_w)
         try:
             connections.close_all()  # children must not share the parent's DB sockets
@@ -228,12 +227,11 @@ class Supervisor:
             name=f"rc-worker-{slot}",
         )
         # Signals wait until the child has installed its own handlers.
-        blocked = {signal.SIGTERM, signal.SIGINT}
-        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             process.start()
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         assert process.pid is not None
         self._children[process.pid] = _Child(slot, worker_id, process, deadline, finished)
         logger.info("Started worker process %d (pid %d)", slot, process.pid)
@@ -248,20 +246,12 @@ class Supervisor:
             if time.monotonic() >= renew_at:
                 self._renew_leases()
                 renew_at = time.monotonic() + conf.TASK_HEARTBEAT_INTERVAL / 2
-            timeout = min(1.0, max(0.0, renew_at - time.monotonic()))
-            if restarts:
-                timeout = min(timeout, min(when for when, _ in restarts) - time.monotonic())
-            timeout = max(0.0, min(timeout, stop_by - time.monotonic()))
             deadlines = [c.deadline.value for c in self._children.values() if c.deadline.value]
-            if deadlines:
-                timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
+            wake_at = min([renew_at, stop_by, *(when for when, _ in restarts), *deadlines])
+            timeout = max(0.0, min(1.0, wake_at - time.monotonic()))
             sentinels = [child.process.sentinel for child in self._children.values()]
             wait_for([*sentinels, wake_r], timeout)
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+            empty_pipe(wake_r)
             if (self._signals or self.refused_threads) and not stopping:
                 stopping = True
                 restarts.clear()
@@ -304,8 +294,7 @@ class Supervisor:
         Their lease then covers only the death of the machine (and of this process)."""
         alive = [c.worker_id for c in self._children.values() if c.process.is_alive()]
         try:
-            lease_ms = round(conf.TASK_HEARTBEAT_INTERVAL * 1500)
-            TaskStore().renew_leases(alive, lease_ms, self.queues)
+            TaskStore().renew_leases(alive, lease_ms(conf.TASK_HEARTBEAT_INTERVAL), self.queues)
         except REDIS_DOWN as error:
             logger.debug("Could not renew the worker processes' leases: %s", error)
         except Exception:
@@ -331,37 +320,20 @@ class Supervisor:
         if code == 0 and child.finished.value:
             logger.info("Worker process %d (pid %s) finished", child.slot, child.process.pid)
             return False
+        process = f"Worker process {child.slot} (pid {child.process.pid})"
         if code == NO_THREADS:  # (it said why)
             self.refused_threads = True
-            put_back_tasks(
-                TaskStore(),
-                child.worker_id,
-                self.queues,
-                f"Worker process {child.slot} (pid {child.process.pid}) stopped",
-                crashed=False,
-                quiet_if_none=True,
-            )
+            self._put_back(child, f"{process} stopped", crashed=False, quiet_if_none=True)
             return False
         if code == WORN_OUT:
-            put_back_tasks(
-                TaskStore(),
-                child.worker_id,
-                self.queues,
-                f"Worker process {child.slot} (pid {child.process.pid}) stopped with tasks "
-                "stuck past their time limit",
-                crashed=False,
-                then="" if stopping else "; replacing it",
-            )
+            then = "" if stopping else "; replacing it"
+            why = f"{process} stopped with tasks stuck past their time limit"
+            self._put_back(child, why, crashed=False, then=then)
             return True
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        put_back_tasks(
-            TaskStore(),
-            child.worker_id,
-            self.queues,
-            f"Worker process {child.slot} (pid {child.process.pid}) died ({how})",
-            crashed=True,
-            level=logging.ERROR,
-            then="" if stopping else "; restarting it",
+        then = "" if stopping else "; restarting it"
+        self._put_back(
+            child, f"{process} died ({how})", crashed=True, level=logging.ERROR, then=then
         )
         return True
 
@@ -371,11 +343,8 @@ class Supervisor:
             child.process.kill()
         for child in list(self._children.values()):
             child.process.join()
-            put_back_tasks(
-                TaskStore(),
-                child.worker_id,
-                self.queues,
-                f"Worker process {child.slot} killed",
-                crashed=False,
-            )
+            self._put_back(child, f"Worker process {child.slot} killed", crashed=False)
         self._children.clear()
+
+    def _put_back(self, child: _Child, why: str, **how: Any) -> None:
+        put_back_tasks(TaskStore(), child.worker_id, self.queues, why, **how)

@@ -2,10 +2,11 @@
 
 A worker whose take found its queues empty waits on a Pub/Sub subscription to their
 wake-up channels (each named like its queue's ready set), confirmed before its first
-wait: the scripts that make an empty queue non-empty, or add a new earliest delayed
-task, publish there. The wait is a client-side ``select`` on the subscription's
-socket and on a pipe that a signal or :meth:`Waker.wake` writes to, so no blocking
-command holds a connection and the server's ``hz`` does not delay a wake-up.
+wait: the scripts that make an empty queue non-empty, or add a new earliest delayed task
+(idle workers sleep until the earliest due time), publish there. The wait is a
+client-side ``select`` on the subscription's socket and on a pipe that a signal or
+:meth:`Waker.wake` writes to, so no blocking command holds a connection and the server's
+``hz`` does not delay a wake-up.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ def backoff(down_for: float) -> float:
     """Seconds to wait before trying Redis again once it has been away ``down_for``
     seconds: from 0.1 s, doubled each half second, up to 5 s."""
     return min(5.0, 0.1 * 2.0 ** min(6, int(down_for / 0.5)))
+
+
+def empty_pipe(fd: int) -> None:
+    """Read the non-blocking pipe ``fd`` to its end (its wake-ups are taken)."""
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 512):
+            pass
 
 
 class Waker:
@@ -100,7 +108,7 @@ class Waker:
         # drain below reconnects, or raises that Redis is down.
         with contextlib.suppress(ValueError, OSError):
             select.select([fd, self._read], [], [], timeout)
-        self._empty_pipe()
+        empty_pipe(self._read)
         with self._reading:
             if self._pubsub is not None:
                 self._drain()
@@ -136,14 +144,25 @@ class Waker:
 
     def subscribe(self, client: Any) -> None:
         """Subscribe (on ``client``) unless subscribed: from then on, :meth:`heard` hears."""
-        if self._pubsub is None:
-            self._subscribe(client)
+        if self._pubsub is not None:
+            return
+        pubsub: PubSub = new_pubsub(client)
+        try:
+            if not subscribe(pubsub, self.channels, time.monotonic() + CONFIRM_TIMEOUT):
+                raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
+        except BaseException:
+            pubsub.close()
+            raise
+        with self._reading:
+            self._pubsub = pubsub
+            self._heard = None
+            self._loop = threading.get_ident()
 
     def pause(self, seconds: float) -> None:
         """Sleep ``seconds`` unless woken first (a back-off, or a wait for a running
         task: no wake-up message ends it)."""
         select.select([self._read], [], [], seconds)
-        self._empty_pipe()
+        empty_pipe(self._read)
 
     def unsubscribe(self) -> None:
         """Drop the subscription (its connection is lost); the next wait subscribes again."""
@@ -161,19 +180,6 @@ class Waker:
             os.close(self._read)
             os.close(self._write)
 
-    def _subscribe(self, client: Any) -> None:
-        pubsub: PubSub = new_pubsub(client)
-        try:
-            if not subscribe(pubsub, self.channels, time.monotonic() + CONFIRM_TIMEOUT):
-                raise redis.exceptions.TimeoutError("Redis did not confirm the subscription")
-        except BaseException:
-            pubsub.close()
-            raise
-        with self._reading:
-            self._pubsub = pubsub
-            self._heard = None
-            self._loop = threading.get_ident()
-
     def _drain(self) -> bool:
         """Read every pending wake-up (or resubscription) message; True if there was one."""
         assert self._pubsub is not None
@@ -189,10 +195,3 @@ class Waker:
         elif self._heard is not None and message["type"] == "message":
             channel = message["channel"]
             self._heard.add(channel.decode() if isinstance(channel, bytes) else channel)
-
-    def _empty_pipe(self) -> None:
-        try:
-            while os.read(self._read, 512):
-                pass
-        except BlockingIOError:
-            pass

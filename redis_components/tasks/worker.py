@@ -4,84 +4,57 @@
 which forks worker processes, each running a :class:`Worker`. The scripts it runs and
 the keys they touch are described in ``store/``.
 
-Reliable fetch across several queues
-------------------------------------
+Taking and waiting
+------------------
 Blocking pops are reliable for one list but not across several, so taking a task and
-waiting for one are separate:
+waiting for one are separate. **Taking** is one script (``queue_fetch.lua``): it moves
+the due delayed tasks of the worker's queues to their ready sets, takes the first task
+of the first non-empty queue, in the worker's priority order, into the worker's own
+in-progress set, and records how the task the worker just ran ended, so a busy worker
+needs one round trip per task and a task is never only in the worker's memory.
+**Waiting** happens only after a take found nothing (``waker.py``), on a subscription
+confirmed before the first take, so a wake-up cannot be lost: the first task pushed
+after a take that found the queues empty reaches the worker; if the subscription drops,
+redis-py resubscribes and the confirmation itself makes the worker take again. Every
+idle worker of a queue wakes for the first task of an empty queue and races for it with
+the take script: one take per idle worker per burst of tasks, not per task.
 
-* **Taking** is one script (``queue_fetch.lua``): it moves the due delayed tasks of
-  the worker's queues to their ready sets, then takes the first task of the first
-  non-empty queue, in the worker's priority order, into the worker's own in-progress
-  set. It also records how the task the worker just ran ended (done, to be retried,
-  deferred or dead-lettered), so a busy worker needs one round trip per task. A task
-  is never only in the worker's memory.
-* **Waiting** happens only after a take found nothing, on a Pub/Sub subscription to
-  the queues' wake-up channels that is confirmed before the first take. A script
-  that makes an empty ready set non-empty (enqueue, the delayed mover, recovery)
-  publishes on the queue's channel, and one that adds a new earliest delayed task
-  publishes too, because idle workers sleep until the earliest due time. A wake-up
-  cannot be lost: a worker whose take found its queues empty is subscribed already,
-  so the first task pushed after that take reaches it; if the subscription drops,
-  redis-py resubscribes and the confirmation itself makes the worker take again. Idle
-  workers wait with a client-side ``select`` (no blocking command, so the server's
-  ``hz`` does not delay them): until the next delayed task is due, a message, a
-  signal, or at most one heartbeat interval, the last only as a safety net
-  (``waker.py``).
+Delayed tasks are moved by every worker that serves their queue (unless
+``--no-scheduler``), in the take script: a script is atomic, so each task moves exactly
+once and no lock is needed. A busy worker's takes look at them only when one may be due
+(the earliest due time it knows of, and every ``store.worker_store.MOVE_EVERY_MS``); a
+take that finds no ready task always does.
 
-Every idle worker of a queue wakes for the first task of an empty queue (Pub/Sub is a
-broadcast); they race for it with the take script, and each one that finds nothing
-goes back to sleep. That costs one take per idle worker per burst of tasks, not per
-task: a queue that is not empty publishes nothing.
-
-Delayed tasks are moved by every worker that serves their queue, in the take script,
-so several workers (or ``rc_worker --no-scheduler`` ones that do not move) may run at
-once: a script is atomic, so each task moves exactly once and no lock is needed. A busy
-worker's takes look at the delayed tasks only when one may be due (the earliest due time
-it knows of, and every 100 ms, ``store.worker_store.MOVE_EVERY_MS``); a take that finds
-no ready task always does.
-
-Leases and recovery
--------------------
-A worker registers a lease before it takes a task, and a thread renews it whatever
-the task is doing; the same thread puts back the tasks of workers whose lease ran out
-(``lease.py``). The supervisor does it at once for a child process that dies. The
-take script refuses to hand a task to a worker that is not registered (recovered
-while it was cut off from Redis), so no task is ever held by a worker no one watches.
-
-Bad data
---------
-A payload that is not a task (not UTF-8, not JSON, nested too deeply, the wrong
-shape), or names a task this worker does not have, is dead-lettered with the reason
-on its first take, and the worker goes on: decoding catches everything a decoder can
-raise.
+A worker registers its lease (``lease.py``) before it takes a task, and the take script
+refuses a worker that is not registered (recovered while cut off from Redis), so no task
+is ever held by a worker no one watches. A payload that is not a task, or names a task
+this worker does not have, is dead-lettered with the reason on its first take, and the
+worker goes on.
 
 One execution path
 ------------------
-The loop runs no task code: it hands each task it takes to a slot, a thread for a sync
-task and the event loop for an ``async def`` one, and takes the next only while a slot
-of each kind is free. A slot's thread whose sync task has ended records its outcome
-and takes its next task itself, in the same round trip, and runs it (:meth:`Worker._then`):
-a busy worker hands nothing between threads. Outcomes of async tasks, of abandoned
-threads and those a slot could not record go to the loop, which records them with its
-next fetch, several in a row when several finished. What a worker holds between round
-trips (outcomes to record, a take sent ahead, a task held ahead) is its conveyor's
+The loop runs no task code: it hands each task it takes to a slot (``slots.py``) and
+takes the next only while a slot of each kind is free (no prefetch, so priorities stay
+global and other processes get work). A slot's thread whose sync task has ended records
+it and takes its next task itself, in the same round trip (:meth:`Worker._then`); what
+else ends (async tasks, abandoned threads, what a slot could not record) the loop
+records with its next fetch. What a worker holds between round trips is its conveyor's
 (``conveyor.py``); recording, taking and handing out happen under one lock, so one
-thread at a time does them. With ``threads=1`` too: the
-loop then runs in a thread of its own, and the thread that called :meth:`Worker.run`
-is the one slot (so a test's database transaction is the task's). Every task's time
-limits and termination are the slots' (``slots.py``), whatever the count. Each outcome
-carries its attempt (the take's time), which the script checks: an execution whose
-task was recovered and taken again records nothing.
+thread at a time does them. With ``threads=1`` too: the loop then runs in a thread of
+its own, and the thread that called :meth:`Worker.run` is the one slot (so a test's
+database transaction is the task's). Each outcome carries its attempt (the take's time),
+which the script checks: an execution whose task was recovered and taken again records
+nothing.
 
 Taking ahead
 ------------
 A slot whose short task ended while more were ready holds one task ahead: the script
 that records its outcome and starts the task held ahead also takes the next, and the
 slot runs the started task without waiting for that script's reply, which it reads
-when the task ends (:meth:`Worker._then`). So a busy worker never waits for Redis
-between two short tasks. A task held ahead is not started: its score in the worker's
-in-progress set is negative, recovery counts no crash against it, and it goes back to
-its queue (:meth:`~.conveyor.Conveyor.give_back`) once the task before it has run
+when the task ends. So a busy worker never waits for Redis between two short tasks. A
+task held ahead is not started: its score in the worker's in-progress set is negative,
+recovery counts no crash against it, and it goes back to its queue
+(:meth:`~.conveyor.Conveyor.give_back`) once the task before it has run
 :data:`AHEAD_FOR`, when the worker stops, or when nothing runs to start it after.
 
 Signals
@@ -221,11 +194,8 @@ class Worker:
         # thread whose task just ended (see _then). Never while waiting or running a task.
         self._step_lock = threading.Lock()
         self._revived = False  # taken for dead: the permits of what runs are held again
-        # When the loop's current wait ends (-inf: it is not waiting).
-        self._loop_wakes_at = -math.inf
-        # The outcomes to record, the take sent ahead and the task held ahead.
+        self._loop_wakes_at = -math.inf  # when the loop's current wait ends (-inf: none)
         self._conveyor = Conveyor(self._tasks, self._lease, AHEAD_FOR)
-        # The thread slots for sync tasks and the event loop for async ones.
         self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
         self._pools: list[Pool] = [
             self._threads,
@@ -234,11 +204,9 @@ class Worker:
         # A task whose worker died running it ALONE_AFTER times runs alone: no other task
         # is taken until it ends, and it starts once the others have ended.
         self._alone: Execution | None = None
-        # The slots' threads gave up on this many tasks: this process is to be replaced.
-        self.worn_out = False
+        self.worn_out = False  # too many tasks it gave up on: to be replaced (see _may_take)
         self._deadline = deadline
         self._pid = os.getpid()
-        # How the loop's thread ended.
         self._interrupted = False  # the caller was interrupted: stop at once
         #: What ended the worker's loop with an error (run() raises it), if anything.
         self.failure: BaseException | None = None
@@ -282,7 +250,7 @@ class Worker:
         """The connection of the loop's fetches in the home ``head``, held: one script
         call per task, so it skips the client's layers (see OneConnection). Only the
         thread holding the step lock uses it. Homes on one node share it: the reply to
-        a take sent ahead is read before any other fetch is sent (see _fetch)."""
+        a take sent ahead is read before any other fetch is sent (see Conveyor)."""
         client = self.client_at(head)
         node = server_of(client)
         held = self._held_connections.get(node)

@@ -147,14 +147,7 @@ from __future__ import annotations
 from ..messages import NOW, Due, due_at
 from .flows import Flows
 from .inspection import Inspection, server_warnings
-from .layout import (
-    find_nodes_again,
-    home_roles,
-    new_task_id,
-    partition_id,
-    partitions,
-    placement,
-)
+from .layout import find_nodes_again, home_roles, new_task_id, partition_id, partitions, placement
 from .leases import Leases
 from .migration import Migration
 from .queues import Queues, queue_limit

@@ -213,11 +213,7 @@ def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) ->
     head = task_home(task_id)
     return (
         scripts.load("queue_put_back"),
-        [
-            running_tasks_key(head),
-            running_key(worker_id, queue, head),
-            ready_key(queue, head),
-        ],
+        [running_tasks_key(head), running_key(worker_id, queue, head), ready_key(queue, head)],
         [worker_id, held.payload or b"", task_id, held.now_ms, queue],
     )
 

@@ -14,11 +14,7 @@ from ...connection import text
 from ...exceptions import TaskNotDurable
 from ..messages import Barrier, PlannedStep
 from . import replies
-from .calls import (
-    flow_create_call,
-    flow_release_call,
-    flow_settle_call,
-)
+from .calls import flow_create_call, flow_release_call, flow_settle_call
 from .flow_records import (
     PAGE,
     REFERENCE,

@@ -16,9 +16,7 @@ from redis import Redis
 from ...connection import text
 from ..messages import MalformedTask, TaskMessage, validate_queue
 from . import replies
-from .calls import (
-    entry_heads_call,
-)
+from .calls import entry_heads_call
 from .layout import (
     dead_key,
     delayed_key,
@@ -218,11 +216,7 @@ class Inspection(Router):
         return self._spans(heads, lambda head: ("LLEN", dead_key(queue, head)), first, last)
 
     def _spans(
-        self,
-        heads: Sequence[str],
-        count: Callable[[str], tuple[str, str]],
-        first: int,
-        last: int,
+        self, heads: Sequence[str], count: Callable[[str], tuple[str, str]], first: int, last: int
     ) -> tuple[int | None, list[tuple[str, int, int]]]:
         """Where the entries from ``first`` to ``last`` (indexes, negative from the end)
         of a key in each of these homes, read as one in their order, are: a home's head

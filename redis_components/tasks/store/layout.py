@@ -15,14 +15,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ... import keys
 from ...conf import MAX_PARTITIONS, conf
-from ...connection import (
-    REDIS_DOWN,
-    get_client,
-    is_cluster,
-    node_client,
-    rediscover,
-    server_of,
-)
+from ...connection import REDIS_DOWN, get_client, is_cluster, node_client, rediscover, server_of
 from ..messages import MAX_PRIORITY, FlowStep, TaskMessage
 
 COMPONENT = "queue"

@@ -11,11 +11,7 @@ from typing import Any
 
 from ...connection import text
 from ..messages import flow_of, task_id_of
-from .calls import (
-    heartbeat_call,
-    recover_call,
-    renew_call,
-)
+from .calls import heartbeat_call, recover_call, renew_call
 from .flows import Flows
 from .layout import (
     delayed_key,
@@ -32,9 +28,7 @@ from .layout import (
     workers_key,
 )
 from .migration import Migration
-from .records import (
-    Heartbeat,
-)
+from .records import Heartbeat
 from .router import raw
 
 
@@ -86,12 +80,7 @@ class Leases(Flows, Migration):
         )
 
     def recover_worker(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        *,
-        only_if_expired: bool,
-        max_crashes: int,
+        self, worker_id: str, queues: Sequence[str], *, only_if_expired: bool, max_crashes: int
     ) -> tuple[int, int] | None:
         """Put a worker's in-progress tasks back in their queues; deregister it.
 

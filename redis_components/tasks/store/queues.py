@@ -53,11 +53,7 @@ from .layout import (
     unique_key,
     waiting_key,
 )
-from .records import (
-    Enqueued,
-    Fetched,
-    LogLine,
-)
+from .records import Enqueued, Fetched, LogLine
 from .router import raw
 
 logger = logging.getLogger("redis_components.tasks")
@@ -81,12 +77,7 @@ class Queues(Flows):
     """Enqueue, fetch, dead letters, cancel, purge and forget: what moves tasks."""
 
     def enqueue(
-        self,
-        message: TaskMessage,
-        payload: str,
-        due: Due = NOW,
-        *,
-        unique_for: float | None = None,
+        self, message: TaskMessage, payload: str, due: Due = NOW, *, unique_for: float | None = None
     ) -> Enqueued:
         """Add a task to its queue, to run when it is ``due``.
 

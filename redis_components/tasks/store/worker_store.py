@@ -427,10 +427,7 @@ class WorkerStore:
             self.store.limits_run(call)
 
     def _over_runs(
-        self,
-        mode: str,
-        finished: Outcome | None = None,
-        start: Fetched | None = None,
+        self, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
         """Run a fetch in each run in order until one takes a task (``mode`` "": none),
         recording ``finished`` and starting ``start`` with the call in their runs; a
@@ -557,11 +554,7 @@ class WorkerStore:
         self._empty[run.first] = Empty(_now() + EMPTY_FOR, due)
 
     def _fetch(
-        self,
-        run: Run,
-        mode: str,
-        finished: Outcome | None = None,
-        start: Fetched | None = None,
+        self, run: Run, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
         """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
         meanwhile)."""

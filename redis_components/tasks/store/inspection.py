@@ -78,13 +78,11 @@ def server_warnings(client: Redis) -> list[str]:
 # A list page reads at most this much of the start of an entry (a payload, a dead
 # letter): enough for a task's names, never megabytes of arguments.
 GLIMPSE_BYTES = 4096
-# How many entries of a concurrency key's waiting tasks one round trip reads.
-ON_LIMITS_PAGE = 500
-
-
 # ... and of a dead letter's end: its traceback (at most MAX_TRACEBACK characters, mostly
 # ASCII), which follows its reason and error.
 DEAD_LETTER_END_BYTES = 32_768
+# How many entries of a concurrency key's waiting tasks one round trip reads.
+ON_LIMITS_PAGE = 500
 
 
 class Inspection(Router):

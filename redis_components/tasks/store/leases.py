@@ -1,8 +1,6 @@
 """The leases facet of the task store: a worker's heartbeat and lease copies, and the
-recovery of a dead worker's tasks. It builds on the flows facet (recovery carries what a
-dead worker left in its outboxes) and the migration's (a worker of the release before
-homes of their own held its tasks in the registry's home: they are put back there, then
-moved)."""
+recovery of a dead worker's tasks (with what it left in its outboxes, and in the shared
+home, where they are put back, then moved)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The router of homes under every facet of the task store: which client serves a home
-(on a cluster, which node), pipelines over homes grouped by node, script runs, durable
-writes (``WAIT`` for replicas), and reading a cluster's map again when a node's client
-meets a stale one. Every facet (queues, leases, inspection, ticks, flows) is a
-:class:`Router`, and :class:`~.task_store.TaskStore` is all of them."""
+"""The router of homes under every facet of the task store: which client serves a home,
+pipelines over homes grouped by node, script runs, durable writes (``WAIT`` for
+replicas), and reading a cluster's map again when a node's client meets a stale one."""
 
 from __future__ import annotations
 

@@ -343,11 +343,8 @@ def tasks_client(head: str = "") -> Redis:
     return node_client(client, lease_copy_key(head or registry())) if is_cluster(client) else client
 
 
-# A queue's keys, in its home.
-
-
-# ``head``: the home of the keys when it is not the queue's (another partition's, or the
-# registry's for the tasks of an earlier layout: see shared_home()).
+# A queue's keys, in its home (``head``: the home of the keys when it is not the queue's:
+# another partition's, or the registry's for the tasks of an earlier layout).
 
 
 def ready_key(queue: str, head: str = "") -> str:

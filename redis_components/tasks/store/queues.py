@@ -108,15 +108,11 @@ class Queues(Flows):
         return Enqueued(at_ms=int(reply[1]))
 
     def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:
-        """Run a :func:`fetch_call`: record an outcome, start a task held ahead, move due
-        delayed tasks and take a task, in one script.
-
-        A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
-        and the hour; its loop's gives it a
-        :class:`~redis_components.connection.OneConnection`. ``meanwhile``: a
-        :class:`LogLine` to write while the server runs the script (on such a
-        connection), or else after it.
-        """
+        """Run a :func:`fetch_call` (a worker's :class:`WorkerStore` builds it):
+        record an outcome, start a task held ahead, move due delayed tasks and take a
+        task, in one script. ``meanwhile``: a :class:`LogLine` to write while the server
+        runs the script (on a :class:`~redis_components.connection.OneConnection`, as a
+        worker's loop gives it), or else after it."""
         script, script_keys, args = call
         client = self._on(script_keys)
         held = isinstance(client, OneConnection)

@@ -205,10 +205,9 @@ class WorkerStore:
     def delivery(self, fetched: Fetched) -> Delivery:
         """The task ``fetched`` took (its payload is not ``None``), as it is run."""
         assert fetched.payload is not None
-        position = fetched.position
         return Delivery(
-            position=position,
-            queue=self.queue_at(position),
+            position=fetched.position,
+            queue=self.queue_at(fetched.position),
             payload=fetched.payload,
             attempt=fetched.now_ms,
         )

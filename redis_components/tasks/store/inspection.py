@@ -125,13 +125,9 @@ class Inspection(Router):
         pipe.time()
         described, leases, (seconds, micros) = pipe.execute()
         now_ms = replies.server_ms(seconds, micros)
-        expiry = {replies.text(member): float(score) for member, score in leases}
+        left = {replies.text(member): (float(ms) - now_ms) / 1000 for member, ms in leases}
         found = [
-            replies.worker_info(
-                worker_id,
-                info,
-                (expiry[worker_id] - now_ms) / 1000 if worker_id in expiry else -math.inf,
-            )
+            replies.worker_info(worker_id, info, left.get(worker_id, -math.inf))
             for worker_id, info in fields_of(described).items()
         ]
         return sorted(found, key=lambda worker: worker.id)

@@ -257,23 +257,22 @@ class Queues(Flows):
             message = TaskMessage.decode(written) if written else None
         except MalformedTask:
             message = None
-        queue = message.queue if message else None
-        if payload is None or queue is None:
+        if payload is None or message is None:
             raise TaskNotCancellable(
                 task_id, "no such task is kept (unknown, or its result expired)"
             )
         call = cancel_call(
             task_id=task_id,
-            queue=queue,
+            queue=message.queue,
             payload=payload,
             # (only a key of ours)
             unique=unique if unique.startswith(unique_key("", task_home(task_id))) else "",
             terminate=terminate,
-            flow=message.flow if message else None,
+            flow=message.flow,
             workflow_cancelled=workflow_cancelled,
         )
         done = int(self._run(call))
-        if done in (1, -1) and message and message.flow:  # (-1: maybe a gone one's)
+        if done in (1, -1) and message.flow:  # (-1: maybe a gone one's)
             self.carry_step(task_id)
         return done
 

@@ -1,29 +1,26 @@
 """The task store: the one place that sends commands on the task system's keys.
 
-A package of modules, each read in one sitting: ``layout`` (the keys and a task's
-rank), ``records`` (the values the store takes and returns), ``replies`` (the parsers
-that make them of what Redis answers), ``calls`` (one builder per script), ``router``
-(which client serves a home, pipelines over homes, durable writes), a facet per concern
-over the router, which alone send commands (``queues``, ``leases``, ``inspection``,
-``ticks``, ``flows``), ``task_store`` (:class:`TaskStore`: every facet in one) and
-``worker_store`` (:class:`WorkerStore`, what one worker says of its own tasks). Import
-from the package: the names it exports are its interface.
+Its modules: ``layout`` (the keys and a task's rank), ``records`` (the values the store
+takes and returns), ``replies`` (the parsers of what Redis answers), ``calls`` (for each
+script, one keyword-only builder of its KEYS and ARGV; a test checks them against the
+scripts' headers), ``router`` (which client serves a home, pipelines over homes, durable
+writes), the facets over the router, which alone send commands (``queues``, ``leases``,
+``inspection``, ``ticks``, ``flows``, ``migration``), ``task_store`` (:class:`TaskStore`:
+every facet in one) and ``worker_store`` (:class:`WorkerStore`: what one worker says of
+its own tasks). Import from the package: the names it exports are its interface.
 
-:class:`TaskStore` owns every key, every script call and every parse of a raw reply,
-and returns the task system's types. Both front doors (our ``@redis_task`` and Django's
-Tasks backend) enqueue through :meth:`TaskStore.enqueue`; workers take, finish and
-recover tasks through :meth:`~TaskStore.fetch` and :meth:`~TaskStore.recover_worker`;
-the operations commands requeue, cancel and purge through it; results, the operations
-pages, metrics and schedules read through it (and the schedules claim their ticks).
-Each script's KEYS and ARGV are built by one keyword-only function next to nothing
-but that script's contract (``*_call``; a test checks them against the scripts'
-headers). Nothing else builds a key of the task system or reads a raw reply about it,
-and nothing here knows about workers' loops, Django's API or pages.
+Both front doors (our ``@redis_task`` and Django's Tasks backend) enqueue through
+:meth:`TaskStore.enqueue`; workers take, finish and recover tasks through
+:meth:`~TaskStore.fetch` and :meth:`~TaskStore.recover_worker`; the operations commands,
+results, pages, metrics and schedules read and write through it too. Nothing else builds
+a key of the task system or reads a raw reply about it, and nothing here knows about
+workers' loops, Django's API or pages.
 
 Words of placement
 ------------------
 * A **home** is where a set of keys lives, one slot of a cluster; its **head** is the
-  prefix its keys start with, ending in its hash tag (``{tasks}:`` on one server).
+  prefix its keys start with, ending in its hash tag (``{tasks}:`` on one server), so
+  that one script may touch any key of one home on a Redis Cluster.
 * The **registry** is the home of the keys no queue owns.
 * A **partition** is one of a queue's homes, when ``QUEUE_PARTITIONS`` gives it several.
 * The **shared home** is the registry's home when queues have homes of their own: a
@@ -38,48 +35,37 @@ Words of placement
 
 Keys
 ----
-Each key belongs to a *home*: a head that ends in a hash tag, so that one script may
-touch any key of one home on Redis Cluster. A queue's keys and its tasks' keys are in
-the queue's home (``layout.home``); the keys that no queue owns (the workers' leases
-and descriptions, the queues served, the schedules, the workflows) are in the
-registry's (``layout.registry``); each home has its own running hash, enqueue counter,
-metrics totals, limit keys and copy of the workers' leases (the registry's leases are
-the copy of the registry's home), which fences the fetches and recoveries there. A
-task's id names its home (``layout.task_home``: 36 hex digits start with the home's tag;
-32 are the registry's), so that a reader given only the id finds its result.
+A queue's keys and its tasks' are in the queue's home (``layout.home``); the workers'
+leases and descriptions, the queues served, the schedules and the workflows are in the
+registry's. Each home has its own running hash, enqueue counter, metrics totals, limit
+keys and copy of the workers' leases, which fences the fetches and recoveries there. A
+task's id names its home (``layout.task_home``), so that a reader given only the id
+finds its result.
 
 On one server every home is ``{tasks}``, so a worker's take of all its queues is one
-script. On a Redis Cluster each queue has a home of its own (``layout.home``), so the
-queues spread over the shards (``layout.split_homes`` and ``RC_SPLIT_HOMES`` choose in
-the tests and the benchmarks); a queue given partitions (``QUEUE_PARTITIONS``) has a
-home per partition (``layout.own_homes``), in a range of the slots of its own, and
-an enqueue picks one by a hash of its id (or of the task's ``partition_key``, its
-first limit's key, or a unique task's arguments). Across homes: enqueue, a worker's takes
-(:class:`WorkerStore` cuts its queues into runs of one home each, a script per run
-looked in; a run found empty is left out until a wake-up from it is heard), its
-heartbeat (the lease, then each home's copy and its terminate flags, a pipeline per
-node), recovery (a script per home, fenced by the home's copy, the registry's last),
-the readers (a pipeline per node, ``Router._each_home``; a queue's counts and dead
-letters are summed over its homes, ``layout.queue_homes``), and the schedules
-(a tick's task is enqueued in its queue's home, refused when it was already, then the
-tick is claimed in the registry's). A workflow's steps live in their queues' homes,
-and the workflow in the registry's: the script that records a step's final outcome
-writes it to its home's outbox, from where it is carried to the workflow, whose steps
-it releases go to the workflows' outbox until each is enqueued in its home (both
-idempotent: see lua/lib/flow.lua). The tasks written before queues had homes of their
-own, in the registry's home (``layout.shared_home``), are moved into their queues' homes
-once, when a worker of those queues starts (``migration.py``), each under a new id that
-its old result forwards to (``Router.current_id``). The homes of another count of a
-queue's partitions (a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on it)
-are served where they are: each process that
-adds a task to several partitions notes their count in the registry's home, and the
-workers, the readers and recovery cover the homes of every count noted
-(``layout.stray_homes``) until it is forgotten once empty (:meth:`TaskStore.forget_count`).
-A script is given the keys of one home (``layout.one_home``
-refuses queues of different homes) through ``KEYS``; the keys it can know only once it
-has read a task (a limit's, a released step's) are named by ``lua/lib/keys.lua`` from
-the head of a key it was given, as this module's builders name them (tests tie the two,
-and find any key a script names otherwise). With the default prefix::
+script. On a Redis Cluster each queue has a home of its own, so the queues spread over
+the shards (``layout.split_homes`` and ``RC_SPLIT_HOMES`` choose in the tests and the
+benchmarks), and a queue given partitions has a home per partition
+(``layout.own_homes``), one picked for each enqueue by a hash of the task's id (or of its
+``partition_key``, its first limit's key, or a unique task's arguments). Across homes,
+one script or pipeline per home (or node): enqueue, a worker's takes (see
+:class:`WorkerStore`), its heartbeat, recovery (fenced by each home's copy of the lease,
+the registry's last), the readers (``Router._each_home``; a queue's counts and dead
+letters are summed over ``layout.queue_homes``) and the schedules (a tick's task is
+enqueued in its queue's home, refused when it was already, then the tick is claimed in
+the registry's). A workflow lives in the registry's home and its steps in their queues':
+a step's final outcome goes through its home's outbox to the workflow, and the steps
+that releases go through the workflows' outbox to their homes (both idempotent: see
+lua/lib/flow.lua). The shared home's tasks are moved once, each under a new id that its
+old result forwards to (``Router.current_id``). Stray homes are served where they are:
+each process that adds a task to several partitions notes their count in the registry,
+and the workers, readers and recovery cover the homes of every count noted
+(``layout.stray_homes``) until it is forgotten once empty
+(:meth:`TaskStore.forget_count`). A script is given the keys of one home
+(``layout.one_home`` refuses queues of different homes) through ``KEYS``; the keys it
+can know only once it has read a task (a limit's, a released step's) are named by
+``lua/lib/keys.lua`` from the head of a key it was given, as ``layout`` names them
+(tests tie the two, and find any key a script names otherwise). With the default prefix::
 
     rc:queue:{tasks}:ready:<queue>              ZSET  tasks ready to run, by priority, then age
     rc:queue:{tasks}:delayed:<queue>            ZSET  tasks not due yet, scored by due time (ms)
@@ -147,14 +133,7 @@ from __future__ import annotations
 from ..messages import NOW, Due, due_at
 from .flows import Flows
 from .inspection import Inspection, server_warnings
-from .layout import (
-    find_nodes_again,
-    home_roles,
-    new_task_id,
-    partition_id,
-    partitions,
-    placement,
-)
+from .layout import find_nodes_again, home_roles, new_task_id, partition_id, partitions, placement
 from .leases import Leases
 from .migration import Migration
 from .queues import Queues, queue_limit

@@ -16,8 +16,6 @@ from .layout import (
     delayed_key,
     flow_key,
     flow_section,
-    flows_done_key,
-    flows_live_key,
     head_of,
     lease_copy_key,
     leases_key,
@@ -44,6 +42,7 @@ from .layout import (
     unique_key,
     waiting_key,
     workers_key,
+    workflow_keys,
 )
 from .records import TERMINATE_WAIT_MS, Fetched, Move, Outcome, TickClaim, duration_bucket
 
@@ -213,11 +212,7 @@ def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) ->
     head = task_home(task_id)
     return (
         scripts.load("queue_put_back"),
-        [
-            running_tasks_key(head),
-            running_key(worker_id, queue, head),
-            ready_key(queue, head),
-        ],
+        [running_tasks_key(head), running_key(worker_id, queue, head), ready_key(queue, head)],
         [worker_id, held.payload or b"", task_id, held.now_ms, queue],
     )
 
@@ -396,8 +391,7 @@ def flow_create_call(
 ) -> scripts.Call:
     """lua/flow_create.lua: write a workflow (``fields``: its HASH's, flat) and enqueue
     its ``roots`` (each step's number, message and payload)."""
-    script_keys = [flow_key(workflow_id), counter_key(registry()), flows_live_key()]
-    script_keys.append(flows_done_key())
+    script_keys = workflow_keys(workflow_id)
     args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
     for number, message, payload in roots:
         if settled_elsewhere(message.id):  # released through the outbox
@@ -411,8 +405,7 @@ def flow_create_call(
 def flow_settle_call(*, workflow_id: str, step: int, state: str, record: bytes) -> scripts.Call:
     """lua/flow_settle.lua: settle the final outcome (``state``: S, F or C; ``record``:
     its return value or failure record) of a step that ran in another home."""
-    script_keys = [flow_key(workflow_id), counter_key(registry()), flows_live_key()]
-    script_keys += [flows_done_key(), released_key()]
+    script_keys = [*workflow_keys(workflow_id), released_key()]
     return scripts.load("flow_settle"), script_keys, [step, state, record, result_ttl_ms()]
 
 
@@ -431,13 +424,7 @@ def flow_cancel_call(
     *, workflow_id: str, steps: Sequence[tuple[str, str]], terminate: bool
 ) -> scripts.Call:
     """lua/flow_cancel.lua: cancel a workflow (``steps``: each step's task id and queue)."""
-    script_keys = [
-        flow_key(workflow_id),
-        counter_key(registry()),
-        flows_live_key(),
-        flows_done_key(),
-        running_tasks_key(registry()),
-    ]
+    script_keys = [*workflow_keys(workflow_id), running_tasks_key(registry())]
     elsewhere = ""  # (a step in another home: see the script)
     for task_id, queue in steps:
         if settled_elsewhere(task_id):

@@ -113,26 +113,15 @@ def record_fields(
             roots.append((n, message, message.encode()))
             continue
         payload = message.encode()
-        fields += [
-            f"st:{n}",
-            "W",
-            f"deps:{n}",
-            len(step.parents),
-            f"rank:{n}",
-            rank(message.priority),
-        ]
+        fields += [f"st:{n}", "W", f"deps:{n}", len(step.parents)]
+        fields += [f"rank:{n}", rank(message.priority)]
         if step.template is None:
             fields += [f"head:{n}", payload]
         else:
             cut = payload.index(ARGS) + len(ARGS)
             rest = payload[cut:]
-            fields += [
-                f"head:{n}",
-                payload[:cut],
-                f"tail:{n}",
-                rest if rest[0] == "]" else "," + rest,
-            ]
-            fields += [f"in:{n}", step.template]
+            tail = rest if rest[0] == "]" else "," + rest
+            fields += [f"head:{n}", payload[:cut], f"tail:{n}", tail, f"in:{n}", step.template]
     return fields, roots
 
 

@@ -13,12 +13,8 @@ from ...conf import conf
 from ...connection import text
 from ...exceptions import TaskNotDurable
 from ..messages import Barrier, PlannedStep
-from . import replies
-from .calls import (
-    flow_create_call,
-    flow_release_call,
-    flow_settle_call,
-)
+from . import layout, replies
+from .calls import flow_create_call, flow_release_call, flow_settle_call
 from .flow_records import (
     PAGE,
     REFERENCE,
@@ -28,18 +24,6 @@ from .flow_records import (
     fill,
     record_fields,
     step_of,
-)
-from .layout import (
-    flow_key,
-    flows_done_key,
-    flows_live_key,
-    head_of,
-    homes_of,
-    released_key,
-    settled_elsewhere,
-    settled_key,
-    shared_home,
-    task_home,
 )
 from .router import Router, raw
 
@@ -66,7 +50,7 @@ class Flows(Router):
         created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
         if created is None:
             return None
-        elsewhere = [message.id for _, message, _ in roots if settled_elsewhere(message.id)]
+        elsewhere = [message.id for _, message, _ in roots if layout.settled_elsewhere(message.id)]
         # Written to the workflows' outbox: enqueued in their homes now.
         if elsewhere and self.carry_released(elsewhere) < len(elsewhere) and not problem:
             problem = (
@@ -82,10 +66,10 @@ class Flows(Router):
         (:meth:`carry_outcomes`; ``known``: its entry, when the caller knows it), if it
         lives in another home than its workflow (no round trip when it does not); how
         many entries (0 or 1) it carried."""
-        if not settled_elsewhere(task_id):
+        if not layout.settled_elsewhere(task_id):
             return 0
         entries = None if known is None else {task_id.encode(): known}
-        return self.carry_outcomes(task_home(task_id), [task_id], entries, delete=delete)
+        return self.carry_outcomes(layout.task_home(task_id), [task_id], entries, delete=delete)
 
     def carry_outcomes(
         self,
@@ -102,7 +86,7 @@ class Flows(Router):
         the entries go (unless not ``delete``: then the caller deletes them, see
         lua/queue_fetch.lua). Any process may carry any entry, as often as it likes:
         each counts once (see lua/lib/flow.lua). How many entries it carried."""
-        client, key = self.at(head), settled_key(head)
+        client, key = self.at(head), layout.settled_key(head)
         if entries is None:
             entries = _read(client, key, task_ids)
         for entry in entries.values():
@@ -123,10 +107,11 @@ class Flows(Router):
     def outbox_entries(self, queues: Sequence[str]) -> set[tuple[str, str]]:
         """The entries in the outboxes of ``queues``' homes and in the workflows' outbox,
         each as (its outbox's key, its task id), read in one pipeline per node."""
-        if shared_home() is None:  # one server: every workflow settles in place
+        if layout.shared_home() is None:  # one server: every workflow settles in place
             return set()
-        keys = [settled_key(head) for head in sorted(homes_of(queues))] + [released_key()]
-        replies = self._each_home([(head_of(key), ("HKEYS", key)) for key in keys])
+        keys = [layout.settled_key(head) for head in sorted(layout.homes_of(queues))]
+        keys.append(layout.released_key())
+        replies = self._each_home([(layout.head_of(key), ("HKEYS", key)) for key in keys])
         return {(key, text(i)) for key, ids in zip(keys, replies, strict=True) for i in ids}
 
     def carry_left(self, entries: Iterable[tuple[str, str]]) -> int:
@@ -135,8 +120,8 @@ class Flows(Router):
         by_key: dict[str, list[str]] = {}
         for key, task_id in entries:
             by_key.setdefault(key, []).append(task_id)
-        released = by_key.pop(released_key(), [])
-        carried = sum(self.carry_outcomes(head_of(key), ids) for key, ids in by_key.items())
+        released = by_key.pop(layout.released_key(), [])
+        carried = sum(self.carry_outcomes(layout.head_of(key), ids) for key, ids in by_key.items())
         return carried + (self.carry_released(released) if released else 0)
 
     def carry_released(self, entries: Sequence[str] | dict[bytes, bytes]) -> int:
@@ -146,7 +131,7 @@ class Flows(Router):
         ``QUEUE_WAIT_REPLICAS``, once the replicas have them, as for any enqueue (one
         ``WAIT`` per node; the steps of a node whose replicas were late stay, for a
         later carry). How many it carried."""
-        key = released_key()
+        key = layout.released_key()
         if not isinstance(entries, dict):
             entries = _read(self.client, key, entries)
         ids = list(entries)
@@ -154,7 +139,7 @@ class Flows(Router):
         replicas, timeout = conf.QUEUE_WAIT_REPLICAS or 0, conf.QUEUE_WAIT_TIMEOUT
         carried: list[bytes] = []
         errors: list[Exception] = []
-        for client, indexes in self._by_client([head_of(call[1][0]) for call in calls]):
+        for client, indexes in self._by_client([layout.head_of(call[1][0]) for call in calls]):
             mine = [calls[i] for i in indexes]
             if replicas:
                 replies, acknowledged = scripts.run_many_and_wait(client, mine, replicas, timeout)
@@ -237,7 +222,7 @@ class Flows(Router):
         in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for page in pages:
-            raw(pipe, "HMGET", flow_key(workflow_id), *page)
+            raw(pipe, "HMGET", layout.flow_key(workflow_id), *page)
         replies = pipe.execute() if pages else []
         return {
             name: value
@@ -249,20 +234,20 @@ class Flows(Router):
     def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
         """The result (JSON) of a workflow's step or barrier, as stored (``None`` when it
         has none, or the workflow is not kept)."""
-        value: bytes | None = raw(self.client, "HGET", flow_key(workflow_id), f"r:{node}")
+        value: bytes | None = raw(self.client, "HGET", layout.flow_key(workflow_id), f"r:{node}")
         return value
 
     def workflow_ids(self, limit: int) -> tuple[list[str], list[str]]:
         """The ids of the oldest ``limit`` live workflows and of the latest ``limit``
         finished ones still kept."""
         pipe = self.client.pipeline(transaction=False)
-        raw(pipe, "ZRANGE", flows_live_key(), 0, limit - 1)
-        raw(pipe, "ZREVRANGE", flows_done_key(), 0, limit - 1)
+        raw(pipe, "ZRANGE", layout.flows_live_key(), 0, limit - 1)
+        raw(pipe, "ZREVRANGE", layout.flows_done_key(), 0, limit - 1)
         live, done = pipe.execute()
         return [replies.text(i) for i in live], [replies.text(i) for i in done]
 
     def running_workflow_count(self) -> int:
-        return int(self.client.zcard(flows_live_key()))
+        return int(self.client.zcard(layout.flows_live_key()))
 
     def workflow_fields(
         self, workflow_ids: Sequence[str], fields: Sequence[str]
@@ -271,7 +256,7 @@ class Flows(Router):
         is gone), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for workflow_id in workflow_ids:
-            raw(pipe, "HMGET", flow_key(workflow_id), *fields)
+            raw(pipe, "HMGET", layout.flow_key(workflow_id), *fields)
         replies = pipe.execute() if workflow_ids else []
         return [
             {name: value for name, value in zip(fields, values, strict=True) if value is not None}

@@ -16,9 +16,7 @@ from redis import Redis
 from ...connection import text
 from ..messages import MalformedTask, TaskMessage, validate_queue
 from . import replies
-from .calls import (
-    entry_heads_call,
-)
+from .calls import entry_heads_call
 from .layout import (
     dead_key,
     delayed_key,
@@ -80,13 +78,11 @@ def server_warnings(client: Redis) -> list[str]:
 # A list page reads at most this much of the start of an entry (a payload, a dead
 # letter): enough for a task's names, never megabytes of arguments.
 GLIMPSE_BYTES = 4096
-# How many entries of a concurrency key's waiting tasks one round trip reads.
-ON_LIMITS_PAGE = 500
-
-
 # ... and of a dead letter's end: its traceback (at most MAX_TRACEBACK characters, mostly
 # ASCII), which follows its reason and error.
 DEAD_LETTER_END_BYTES = 32_768
+# How many entries of a concurrency key's waiting tasks one round trip reads.
+ON_LIMITS_PAGE = 500
 
 
 class Inspection(Router):
@@ -129,13 +125,9 @@ class Inspection(Router):
         pipe.time()
         described, leases, (seconds, micros) = pipe.execute()
         now_ms = replies.server_ms(seconds, micros)
-        expiry = {replies.text(member): float(score) for member, score in leases}
+        left = {replies.text(member): (float(ms) - now_ms) / 1000 for member, ms in leases}
         found = [
-            replies.worker_info(
-                worker_id,
-                info,
-                (expiry[worker_id] - now_ms) / 1000 if worker_id in expiry else -math.inf,
-            )
+            replies.worker_info(worker_id, info, left.get(worker_id, -math.inf))
             for worker_id, info in fields_of(described).items()
         ]
         return sorted(found, key=lambda worker: worker.id)
@@ -218,11 +210,7 @@ class Inspection(Router):
         return self._spans(heads, lambda head: ("LLEN", dead_key(queue, head)), first, last)
 
     def _spans(
-        self,
-        heads: Sequence[str],
-        count: Callable[[str], tuple[str, str]],
-        first: int,
-        last: int,
+        self, heads: Sequence[str], count: Callable[[str], tuple[str, str]], first: int, last: int
     ) -> tuple[int | None, list[tuple[str, int, int]]]:
         """Where the entries from ``first`` to ``last`` (indexes, negative from the end)
         of a key in each of these homes, read as one in their order, are: a home's head

@@ -15,14 +15,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ... import keys
 from ...conf import MAX_PARTITIONS, conf
-from ...connection import (
-    REDIS_DOWN,
-    get_client,
-    is_cluster,
-    node_client,
-    rediscover,
-    server_of,
-)
+from ...connection import REDIS_DOWN, get_client, is_cluster, node_client, rediscover, server_of
 from ..messages import MAX_PRIORITY, FlowStep, TaskMessage
 
 COMPONENT = "queue"
@@ -53,9 +46,7 @@ _seen: tuple[object, bool] = (None, False)  # the last client asked about, and i
 
 
 def _split() -> bool:
-    """Whether each queue has a home of its own: on a Redis Cluster, so that the queues
-    spread over its shards; never on one server, where a worker's take of all its
-    queues stays one script."""
+    """Whether each queue has a home of its own (see ``_forced``)."""
     global _seen
     if _forced is not None:
         return _forced
@@ -147,13 +138,9 @@ def count_homes(queue: str, count: int) -> list[str]:
     return [_own(conf.KEY_PREFIX, tag) for tag in _tags(queue, count)]
 
 
-# Where a queue's tasks may be besides its partitions' homes: in those of another count
-# of partitions, which a process used before a change of QUEUE_PARTITIONS (or uses
-# still, in a deploy that disagrees on it). Each process that picks a partition for a
-# new task notes the count it uses (at most every NOTE_EVERY seconds per queue, before
-# the task is added), and the workers and readers serve and read the homes of every
-# count noted: no setting hides a task. A count of 1 is never noted: its home is the
-# first partition's of any count.
+# The stray homes (see the package's doc): a process that picks a partition for a new
+# task notes the count it uses at most every NOTE_EVERY seconds per queue, before the
+# task is added. A count of 1 is never noted: its home is the first partition's of any.
 NOTE_EVERY = 60.0
 # How long (seconds) a process keeps the counts it read before it reads them again.
 READ_EVERY = 10.0
@@ -240,13 +227,8 @@ def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
 
 def home(queue: str) -> str:
     """The head of the keys of ``queue`` and of its tasks: the queue's home (its first
-    partition's, when it has several: see :func:`own_homes`).
-
-    A home's keys share one hash tag, so a script may touch any of them on a cluster
-    (see the package's doc). On a Redis Cluster each queue has its own,
-    ``{tasks:<4 hex digits>}``; on one server every queue's home is the registry's
-    (``{tasks}``).
-    """
+    partition's: see :func:`own_homes`), ``{tasks:<4 hex digits>}`` when queues have homes
+    of their own, else the registry's (``{tasks}``)."""
     return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else _head()
 
 
@@ -361,11 +343,8 @@ def tasks_client(head: str = "") -> Redis:
     return node_client(client, lease_copy_key(head or registry())) if is_cluster(client) else client
 
 
-# A queue's keys, in its home.
-
-
-# ``head``: the home of the keys when it is not the queue's (another partition's, or the
-# registry's for the tasks of an earlier layout: see shared_home()).
+# A queue's keys, in its home (``head``: the home of the keys when it is not the queue's:
+# another partition's, or the registry's for the tasks of an earlier layout).
 
 
 def ready_key(queue: str, head: str = "") -> str:
@@ -503,6 +482,12 @@ def flows_done_key() -> str:
     return f"{registry()}flows:done"
 
 
+def workflow_keys(workflow_id: str) -> list[str]:
+    """The keys in the workflows' home of every script that may end a workflow: its HASH,
+    the counter, the live and the finished workflows."""
+    return [flow_key(workflow_id), counter_key(registry()), flows_live_key(), flows_done_key()]
+
+
 def settled_key(head: str) -> str:
     """The outbox of the home ``head``: the final outcomes of the workflows' steps that
     ran there, while they are carried to their workflows' home (see lua/lib/flow.lua)."""
@@ -536,7 +521,7 @@ def flow_section(flow: FlowStep, task_id: str) -> tuple[list[str], str]:
     if settled_elsewhere(task_id):
         head = task_home(task_id)
         return [settled_key(head), waiting_key(head)], f"{flow.step} {flow.workflow} {task_id}"
-    section = [flow_key(flow.workflow), counter_key(registry()), flows_live_key(), flows_done_key()]
+    section = workflow_keys(flow.workflow)
     for kid_id, queue in flow.kids:
         section += [result_key(kid_id), ready_key(queue, task_home(kid_id))]
     return section, str(flow.step)

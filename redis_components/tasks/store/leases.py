@@ -1,8 +1,6 @@
 """The leases facet of the task store: a worker's heartbeat and lease copies, and the
-recovery of a dead worker's tasks. It builds on the flows facet (recovery carries what a
-dead worker left in its outboxes) and the migration's (a worker of the release before
-homes of their own held its tasks in the registry's home: they are put back there, then
-moved)."""
+recovery of a dead worker's tasks (with what it left in its outboxes, and in the shared
+home, where they are put back, then moved)."""
 
 from __future__ import annotations
 
@@ -11,30 +9,11 @@ from typing import Any
 
 from ...connection import text
 from ..messages import flow_of, task_id_of
-from .calls import (
-    heartbeat_call,
-    recover_call,
-    renew_call,
-)
+from . import layout, replies
+from .calls import heartbeat_call, recover_call, renew_call
 from .flows import Flows
-from .layout import (
-    delayed_key,
-    homes_of,
-    lease_copy_key,
-    leases_key,
-    ready_key,
-    registry,
-    running_key,
-    settled_elsewhere,
-    shared_home,
-    task_home,
-    terminate_key,
-    workers_key,
-)
 from .migration import Migration
-from .records import (
-    Heartbeat,
-)
+from .records import Heartbeat
 from .router import raw
 
 
@@ -58,11 +37,11 @@ class Leases(Flows, Migration):
         The lease is the registry's; the copy in each other home of ``queues`` (the fence
         of the fetches there) gets its expiry, in a pipeline per node that also reads the
         termination requests of the running tasks of those homes."""
-        here = registry()
-        by_home: dict[str, list[str]] = {head: [] for head in homes_of(queues)}
+        here = layout.registry()
+        by_home: dict[str, list[str]] = {head: [] for head in layout.homes_of(queues)}
         by_home.pop(here, None)
         for task_id in running_ids:
-            by_home.setdefault(task_home(task_id), []).append(task_id)
+            by_home.setdefault(layout.task_home(task_id), []).append(task_id)
         call = heartbeat_call(
             worker_id=worker_id,
             lease_ms=lease_ms,
@@ -76,22 +55,17 @@ class Leases(Flows, Migration):
         commands: list[tuple[str, tuple[Any, ...]]] = []
         asked: list[str | None] = []  # the task each reply is about (None: a copy's)
         for head, ids in by_home.items():
-            commands.append((head, ("ZADD", lease_copy_key(head), expiry, worker_id)))
-            commands += [(head, ("DEL", terminate_key(task_id))) for task_id in ids]
+            commands.append((head, ("ZADD", layout.lease_copy_key(head), expiry, worker_id)))
+            commands += [(head, ("DEL", layout.terminate_key(task_id))) for task_id in ids]
             asked += [None, *ids]
-        replies = self._each_home(commands)  # (a pipeline per node, whatever the homes)
-        stop += [i for i, gone in zip(asked, replies, strict=True) if i is not None and gone]
+        deleted = self._each_home(commands)  # (a pipeline per node, whatever the homes)
+        stop += [i for i, gone in zip(asked, deleted, strict=True) if i is not None and gone]
         return Heartbeat(
             expired=expired, leader=bool(leader), terminate=stop, registered=bool(registered)
         )
 
     def recover_worker(
-        self,
-        worker_id: str,
-        queues: Sequence[str],
-        *,
-        only_if_expired: bool,
-        max_crashes: int,
+        self, worker_id: str, queues: Sequence[str], *, only_if_expired: bool, max_crashes: int
     ) -> tuple[int, int] | None:
         """Put a worker's in-progress tasks back in their queues; deregister it.
 
@@ -106,9 +80,9 @@ class Leases(Flows, Migration):
         node's clock): when a home refused, the registry's step waits for a later call
         (``None`` is returned), or nothing would ever recover that home.
         """
-        here = registry()
-        by_home = homes_of(queues)
-        shared = shared_home()
+        here = layout.registry()
+        by_home = layout.homes_of(queues)
+        shared = layout.shared_home()
         if shared is not None:  # (where a worker of an earlier release held its tasks)
             by_home[shared] = list(queues)
         held: dict[str, list[bytes]] = {}
@@ -116,7 +90,7 @@ class Leases(Flows, Migration):
         for head, served in by_home.items():
             pipe = self.at(head).pipeline(transaction=False)
             for queue in served:
-                key = running_key(worker_id, queue, head)
+                key = layout.running_key(worker_id, queue, head)
                 raw(pipe, "ZRANGE", key, 0, -1, "WITHSCORES", withscores=True)
             pairs = [pair for reply in pipe.execute() for pair in reply]
             held[head] = [payload for payload, _ in pairs]
@@ -150,7 +124,7 @@ class Leases(Flows, Migration):
                 found_any = True
                 requeued, buried = requeued + int(result[0]), buried + int(result[1])
                 steps = [task_id for task_id, p in payloads.items() if flow_of(p)]
-                if steps and settled_elsewhere(steps[0]):  # (one home: all or none)
+                if steps and layout.settled_elsewhere(steps[0]):  # (one home: all or none)
                     self.carry_outcomes(head, steps)  # those it dead-lettered or cancelled
         if shared is not None and requeued:
             self.migrate_layout(queues)
@@ -159,16 +133,15 @@ class Leases(Flows, Migration):
     def _lease_alive(self, worker_id: str, heads: Sequence[str]) -> bool:
         """Whether the copy of the worker's lease in any of these homes has not run out
         (by the clock of its node)."""
-        replies = self._each_home(
-            [
-                c
-                for head in heads
-                for c in ((head, ("ZSCORE", lease_copy_key(head), worker_id)), (head, ("TIME",)))
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for head in heads:
+            commands += [
+                (head, ("ZSCORE", layout.lease_copy_key(head), worker_id)),
+                (head, ("TIME",)),
             ]
-        )
-        for score, (seconds, micros) in zip(replies[::2], replies[1::2], strict=True):
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
-            if score is not None and float(score) >= now_ms:
+        found = self._each_home(commands)
+        for score, (seconds, micros) in zip(found[::2], found[1::2], strict=True):
+            if score is not None and float(score) >= replies.server_ms(seconds, micros):
                 return True
         return False
 
@@ -180,28 +153,29 @@ class Leases(Flows, Migration):
         without. Returns how many of the registry's leases were renewed."""
         if not worker_ids:
             return 0
-        heads = ["", *sorted(set(homes_of(queues)) - {registry()})]  # "": the registry's
+        others = sorted(set(layout.homes_of(queues)) - {layout.registry()})
+        heads = ["", *others]  # "": the registry's
         calls = [renew_call(head=head, worker_ids=worker_ids, lease_ms=lease_ms) for head in heads]
         return int(self._run_each(calls)[0])  # (a pipeline per node)
 
     def drop_lease(self, raw_id: bytes) -> None:
         """Forget a lease whose owner is not a worker of ours (it holds no task)."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.zrem(leases_key(), raw_id)
-        pipe.hdel(workers_key(), raw_id)
+        pipe.zrem(layout.leases_key(), raw_id)
+        pipe.hdel(layout.workers_key(), raw_id)
         pipe.execute()
 
     def copy_lease(self, worker_id: str, head: str) -> None:
         """Copy the worker's lease to the home ``head``, which its takes start to serve
         (the heartbeat renews it from then on: see :meth:`heartbeat`)."""
-        expiry = raw(self.client, "ZSCORE", leases_key(), worker_id)
+        expiry = raw(self.client, "ZSCORE", layout.leases_key(), worker_id)
         if expiry is not None:
-            raw(self.at(head), "ZADD", lease_copy_key(head), expiry, worker_id)
+            raw(self.at(head), "ZADD", layout.lease_copy_key(head), expiry, worker_id)
 
     def holds_tasks(self, head: str, queues: Sequence[str], worker_id: str) -> bool:
         """Whether the home ``head`` holds tasks of ``queues`` (ready, delayed, or taken by
         the worker ``worker_id``), in one round trip."""
-        queue_keys = [ready_key(queue, head) for queue in queues]
-        queue_keys += [delayed_key(queue, head) for queue in queues]
-        queue_keys += [running_key(worker_id, queue, head) for queue in queues]
+        queue_keys = [layout.ready_key(queue, head) for queue in queues]
+        queue_keys += [layout.delayed_key(queue, head) for queue in queues]
+        queue_keys += [layout.running_key(worker_id, queue, head) for queue in queues]
         return bool(raw(self.at(head), "EXISTS", *queue_keys))

@@ -27,18 +27,8 @@ import logging
 from collections.abc import Sequence
 
 from ..messages import MalformedTask, TaskMessage
+from . import layout
 from .calls import migrate_call
-from .layout import (
-    dead_key,
-    delayed_key,
-    head_of,
-    moved_id,
-    ready_key,
-    result_key,
-    shared_home,
-    task_home,
-    unique_key,
-)
 from .records import Move
 from .replies import fields_of
 from .router import Router, raw
@@ -50,7 +40,11 @@ BATCH = 100  # the entries read, written and taken out in three round trips
 
 def _keys(queue: str, head: str) -> tuple[str, str, str]:
     """Where the home ``head`` keeps tasks of ``queue``: ready, delayed, dead."""
-    return ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)
+    return (
+        layout.ready_key(queue, head),
+        layout.delayed_key(queue, head),
+        layout.dead_key(queue, head),
+    )
 
 
 class Migration(Router):
@@ -59,7 +53,7 @@ class Migration(Router):
     def migrate_layout(self, queues: Sequence[str]) -> int:
         """Move what the registry's home holds of ``queues`` (ready, delayed and dead)
         into their homes; how many tasks it moved (0 on one server)."""
-        old = shared_home()
+        old = layout.shared_home()
         if old is None or not queues:
             return 0
         if not raw(self.at(old), "EXISTS", *[k for queue in queues for k in _keys(queue, old)]):
@@ -79,8 +73,8 @@ class Migration(Router):
         """Move every entry of ``key`` (a ready or delayed ZSET, or a dead-letter list, of
         the registry's home), a batch at a time; how many it moved. An entry that is not
         a task's stays, and is said."""
-        moved, left, listed = 0, 0, key == _keys(queue, head_of(key))[2]
-        client = self.at(head_of(key))
+        moved, left, listed = 0, 0, key == _keys(queue, layout.head_of(key))[2]
+        client = self.at(layout.head_of(key))
         while True:
             if listed:  # newest first: each goes before those moved already
                 found = raw(client, "LRANGE", key, -BATCH - left, -1 - left)[::-1]
@@ -99,7 +93,7 @@ class Migration(Router):
         """Move these entries of ``key``: each task's result and unique key read, the task
         written in its new home, then taken out of the old one, whose result is made a
         forward to it. How many moved."""
-        client = self.at(head_of(key))
+        client = self.at(layout.head_of(key))
         messages: list[tuple[bytes, float | None, TaskMessage]] = []
         for entry, score in entries:
             try:
@@ -109,14 +103,14 @@ class Migration(Router):
                 logger.error("Left in %s: not a task's entry (%s): %r", key, error, entry[:200])
         pipe = client.pipeline(transaction=False)
         for _, _, message in messages:
-            old_result = result_key(message.id)
+            old_result = layout.result_key(message.id)
             raw(pipe, "HGETALL", old_result)
             raw(pipe, "PTTL", old_result)
         read = pipe.execute()
         results = [fields_of(reply) for reply in read[::2]]
         pipe = client.pipeline(transaction=False)
         for fields in results:
-            name = fields.get("unique", b"") or result_key("")
+            name = fields.get("unique", b"") or layout.result_key("")
             raw(pipe, "GET", name)
             raw(pipe, "PTTL", name)
         uniques = pipe.execute()
@@ -133,9 +127,9 @@ class Migration(Router):
             else:
                 pipe.zrem(key, move.old_entry)
             if move.fields:  # its result is kept: a forward from its old id
-                pipe.hset(result_key(move.old_id), "moved_to", to)
+                pipe.hset(layout.result_key(move.old_id), "moved_to", to)
             if move.keep_ms > 0:
-                pipe.pexpire(result_key(move.old_id), move.keep_ms)
+                pipe.pexpire(layout.result_key(move.old_id), move.keep_ms)
         pipe.execute()
         return len(moves)
 
@@ -156,22 +150,26 @@ class Migration(Router):
         unique = bool(name) and unique_holder == message.id.encode() and unique_ms > 0
         digest = name.rpartition("unique:")[2]
         new = dataclasses.replace(
-            message, id=moved_id(queue, message.id, digest if unique else None)
+            message, id=layout.moved_id(queue, message.id, digest if unique else None)
         )
         payload = new.encode()
         written = {k: v.decode("utf-8", "replace") for k, v in fields.items()}
         for field in ("message", "payload"):
             if field in written:
                 written[field] = payload
-        head = task_home(new.id)
+        head = layout.task_home(new.id)
         if unique:
-            written["unique"] = unique_key(digest, head)
+            written["unique"] = layout.unique_key(digest, head)
         if score is None:
             letter = json.loads(entry)
             letter["task"] = payload
-            placed, into = json.dumps(letter, ensure_ascii=False), dead_key(queue, head)
+            placed, into = json.dumps(letter, ensure_ascii=False), layout.dead_key(queue, head)
         else:
-            kind = ready_key if key == ready_key(queue, head_of(key)) else delayed_key
+            kind = (
+                layout.ready_key
+                if key == layout.ready_key(queue, layout.head_of(key))
+                else layout.delayed_key
+            )
             placed, into = payload, kind(queue, head)
         return Move(
             old_id=message.id,
@@ -179,7 +177,7 @@ class Migration(Router):
             task_id=new.id,
             entry=placed,
             into=into,
-            wakes=ready_key(queue, head),
+            wakes=layout.ready_key(queue, head),
             score=score,
             fields=written,
             keep_ms=keep_ms,

@@ -53,11 +53,7 @@ from .layout import (
     unique_key,
     waiting_key,
 )
-from .records import (
-    Enqueued,
-    Fetched,
-    LogLine,
-)
+from .records import Enqueued, Fetched, LogLine
 from .router import raw
 
 logger = logging.getLogger("redis_components.tasks")
@@ -81,12 +77,7 @@ class Queues(Flows):
     """Enqueue, fetch, dead letters, cancel, purge and forget: what moves tasks."""
 
     def enqueue(
-        self,
-        message: TaskMessage,
-        payload: str,
-        due: Due = NOW,
-        *,
-        unique_for: float | None = None,
+        self, message: TaskMessage, payload: str, due: Due = NOW, *, unique_for: float | None = None
     ) -> Enqueued:
         """Add a task to its queue, to run when it is ``due``.
 
@@ -117,15 +108,11 @@ class Queues(Flows):
         return Enqueued(at_ms=int(reply[1]))
 
     def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:
-        """Run a :func:`fetch_call`: record an outcome, start a task held ahead, move due
-        delayed tasks and take a task, in one script.
-
-        A worker calls it through its :class:`WorkerStore`, which owns the keys, the mode
-        and the hour; its loop's gives it a
-        :class:`~redis_components.connection.OneConnection`. ``meanwhile``: a
-        :class:`LogLine` to write while the server runs the script (on such a
-        connection), or else after it.
-        """
+        """Run a :func:`fetch_call` (a worker's :class:`WorkerStore` builds it):
+        record an outcome, start a task held ahead, move due delayed tasks and take a
+        task, in one script. ``meanwhile``: a :class:`LogLine` to write while the server
+        runs the script (on a :class:`~redis_components.connection.OneConnection`, as a
+        worker's loop gives it), or else after it."""
         script, script_keys, args = call
         client = self._on(script_keys)
         held = isinstance(client, OneConnection)
@@ -270,23 +257,22 @@ class Queues(Flows):
             message = TaskMessage.decode(written) if written else None
         except MalformedTask:
             message = None
-        queue = message.queue if message else None
-        if payload is None or queue is None:
+        if payload is None or message is None:
             raise TaskNotCancellable(
                 task_id, "no such task is kept (unknown, or its result expired)"
             )
         call = cancel_call(
             task_id=task_id,
-            queue=queue,
+            queue=message.queue,
             payload=payload,
             # (only a key of ours)
             unique=unique if unique.startswith(unique_key("", task_home(task_id))) else "",
             terminate=terminate,
-            flow=message.flow if message else None,
+            flow=message.flow,
             workflow_cancelled=workflow_cancelled,
         )
         done = int(self._run(call))
-        if done in (1, -1) and message and message.flow:  # (-1: maybe a gone one's)
+        if done in (1, -1) and message.flow:  # (-1: maybe a gone one's)
             self.carry_step(task_id)
         return done
 

@@ -114,8 +114,7 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
 
 
 def _time(value: bytes | None) -> datetime.datetime | None:
-    ms = integer(value) if value else None
-    return keys.utc_from_ms(ms)
+    return keys.utc_from_ms(integer(value) if value else None)
 
 
 def _errors(value: bytes | None) -> list[AttemptError]:
@@ -356,10 +355,9 @@ def pairs(reply: list[bytes]) -> dict[bytes, bytes]:
 def requeueable(entry: bytes) -> TaskMessage | None:
     try:
         data = json.loads(entry)
-        message = TaskMessage.decode(data["task"]) if isinstance(data, dict) else None
+        return TaskMessage.decode(data["task"]) if isinstance(data, dict) else None
     except (MalformedTask, ValueError, KeyError, TypeError, RecursionError):
         return None
-    return message
 
 
 def server_ms(seconds: Any, micros: Any) -> int:

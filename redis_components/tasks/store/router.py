@@ -1,8 +1,6 @@
-"""The router of homes under every facet of the task store: which client serves a home
-(on a cluster, which node), pipelines over homes grouped by node, script runs, durable
-writes (``WAIT`` for replicas), and reading a cluster's map again when a node's client
-meets a stale one. Every facet (queues, leases, inspection, ticks, flows) is a
-:class:`Router`, and :class:`~.task_store.TaskStore` is all of them."""
+"""The router of homes under every facet of the task store: which client serves a home,
+pipelines over homes grouped by node, script runs, durable writes (``WAIT`` for
+replicas), and reading a cluster's map again when a node's client meets a stale one."""
 
 from __future__ import annotations
 
@@ -18,17 +16,7 @@ from ... import scripts
 from ...conf import conf
 from ...connection import REDIS_DOWN, server_of
 from ..messages import validate_queue
-from .layout import (
-    find_nodes_again,
-    head_of,
-    homes,
-    queues_key,
-    registry,
-    result_key,
-    shared_home,
-    task_home,
-    tasks_client,
-)
+from . import layout
 
 
 def raw(client: Any, *command: Any, **options: Any) -> Any:
@@ -64,7 +52,7 @@ def _finding_nodes_again(method: _F) -> _F:
         except _STALE_NODES as error:
             mine = router._client is None and router._at is None
             if mine and not getattr(error, "nodes_found_again", False):
-                find_nodes_again()
+                layout.find_nodes_again()
                 error.nodes_found_again = True  # type: ignore[union-attr]
             raise
 
@@ -99,36 +87,36 @@ class Router:
         move)."""
         if self._client is not None:
             return self._client
-        return tasks_client() if self._at is None else self._at(registry())
+        return layout.tasks_client() if self._at is None else self._at(layout.registry())
 
     def at(self, head: str) -> Any:
         """The client for the home ``head`` (:attr:`client` for the registry's, unless
         ``at`` was given)."""
         if self._at is not None:
             return self._at(head)
-        return self.client if head == registry() else tasks_client(head)
+        return self.client if head == layout.registry() else layout.tasks_client(head)
 
     def node_of(self, head: str) -> str:
         """Where the home ``head`` is: its server's (on a cluster, node's) host and port,
         or its socket's path."""
-        host, port, path = server_of(tasks_client(head))
+        host, port, path = server_of(layout.tasks_client(head))
         return path or f"{host}:{port}"
 
     def current_id(self, task_id: str) -> str:
         """The id the task ``task_id`` has now: where a worker moved it into its queue's
         home (see migration.py), for an id of the registry's home on a cluster (one
         ``HGET``); else ``task_id`` itself."""
-        if shared_home() is None or task_home(task_id) != registry():
+        if layout.shared_home() is None or layout.task_home(task_id) != layout.registry():
             return task_id
-        moved = raw(self.client, "HGET", result_key(task_id), "moved_to")
+        moved = raw(self.client, "HGET", layout.result_key(task_id), "moved_to")
         return moved.decode("utf-8", "replace") if moved else task_id
 
     def _on(self, script_keys: Sequence[str]) -> Any:
         """The client for a script whose keys are ``script_keys`` (all of one home)."""
-        return self.at(head_of(script_keys[0])) if script_keys else self.client
+        return self.at(layout.head_of(script_keys[0])) if script_keys else self.client
 
     def _homes(self) -> list[str]:
-        return homes(self.known_queue_names)
+        return layout.homes(self.known_queue_names)
 
     def _by_client(self, heads: Sequence[str]) -> list[tuple[Any, list[int]]]:
         """The clients of the homes ``heads``, each with the positions of its heads in
@@ -159,7 +147,7 @@ class Router:
         """Run ``calls`` (each in one home) in one pipeline per client of their homes:
         their replies, in order. A script's error is raised once all have run."""
         found: list[Any] = [None] * len(calls)
-        for client, indexes in self._by_client([head_of(call[1][0]) for call in calls]):
+        for client, indexes in self._by_client([layout.head_of(call[1][0]) for call in calls]):
             replies = scripts.run_many(client, [calls[i] for i in indexes])
             for i, reply in zip(indexes, replies, strict=True):
                 found[i] = reply
@@ -198,7 +186,7 @@ class Router:
     def known_queue_names(self, extra: Iterable[str] = ()) -> set[str]:
         """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
         names = set(extra)
-        for name in raw(self.client, "SMEMBERS", queues_key()):
+        for name in raw(self.client, "SMEMBERS", layout.queues_key()):
             try:
                 names.add(validate_queue(name.decode()))
             except ValueError:  # UnicodeDecodeError too

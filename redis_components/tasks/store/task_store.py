@@ -1,7 +1,5 @@
-"""TaskStore: every command on the task system's keys, one facet per concern over one
-router of homes (``router.py``): queues, leases (with the migration of an earlier
-layout), inspection, ticks and flows. A facet may
-be used alone (``Inspection()`` reads); ``TaskStore`` is all of them."""
+"""TaskStore: every facet of the task store in one (a facet may be used alone:
+``Inspection()`` reads)."""
 
 from __future__ import annotations
 

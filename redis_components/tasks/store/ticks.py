@@ -8,19 +8,9 @@ from collections.abc import Sequence
 
 from ... import keys
 from . import replies
-from .calls import (
-    claim_call,
-    tick_enqueue_call,
-)
-from .layout import (
-    registry,
-    schedule_last_key,
-    schedule_next_key,
-    task_home,
-)
-from .records import (
-    TickClaim,
-)
+from .calls import claim_call, tick_enqueue_call
+from .layout import registry, schedule_last_key, schedule_next_key, task_home
+from .records import TickClaim
 from .replies import fields_of
 from .router import Router, raw
 

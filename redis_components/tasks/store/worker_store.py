@@ -126,39 +126,32 @@ def _said(finished: Outcome | None) -> LogLine | None:
 
 
 class WorkerStore:
-    """One worker's side of the store: what a worker process says of its own tasks.
+    """One worker's side of the store: what a worker process says of its own tasks (its
+    loop, its lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` use it).
 
-    It owns what every such call needs: the worker's keys, whether its takes move due
-    delayed tasks (``move_delayed``: a worker that runs the scheduler does; see
-    :meth:`TaskStore.fetch`), and the server's time at its last call, whose hour files
-    the throughput counts. A take moves due delayed tasks only when one may be due: when
-    the last move said one falls due by now, when a retry or deferral it recorded falls
-    due, every ``MOVE_EVERY_MS``, and whenever no ready task is left. So a busy worker
-    does not look at the delayed tasks on each take, and a due one waits at most that
-    long for a busy worker. The server's time is read by the fetch that moves delayed
-    tasks (or once a second, ``RECKON_FOR``); the fetches between take the time the
-    worker reckons from that reading and its own monotonic clock, which spares the
-    server a ``TIME`` per task: the times they write (a task's start and end, its
-    attempt, the minute it is counted in) are the server's within a millisecond or
-    so, and never step back. ``client`` gives the client each call in a home uses (given
-    the home's head; on a cluster the keys' node may move; a worker's loop holds one
-    connection of its own per home, which runs :meth:`take` and :meth:`record`, not the
-    pipelines of :meth:`put_back` and :meth:`held`): one object per thread that talks
-    to Redis.
+    It owns the worker's keys, whether its takes move due delayed tasks (``move_delayed``:
+    a worker that runs the scheduler does), the ``TASK_LIMITS`` as they were when it was
+    made, and the server's time at its last call, whose hour files the throughput counts.
+    A take moves due delayed tasks only when one may be due: when the last move said one
+    falls due by now, when a retry or deferral it recorded falls due, every
+    ``MOVE_EVERY_MS``, and whenever no ready task is left; so a due task waits at most
+    that long for a busy worker. The server's time is read by the fetches that move
+    delayed tasks (or after ``RECKON_FOR``); those between take the time reckoned from
+    that reading and the monotonic clock, which spares a ``TIME`` per task: the times
+    they write are the server's within a millisecond or so, and never step back.
 
-    Queues of several homes (on a cluster, each queue may have its own: see the
-    layout) are cut into :class:`Run` s of consecutive queues that share one: a take
-    looks in each run in order, one script per run, until one gives a task, and the
-    outcome recorded goes with the call in its own run. Given ``heard`` (the worker's
-    :meth:`Waker.heard`), its takes leave out a run they found empty until a wake-up
-    from it is heard, ``EMPTY_FOR`` has passed, or (for a take that moves delayed
-    tasks) its next delayed task is due: so a busy worker sends one script per task,
-    and a task enqueued in a run left out while the worker is busy elsewhere waits at
-    most ``EMPTY_FOR``. A take ahead looks in one run: the only one, or the first that
+    ``client`` gives the client of a home, given its head (on a cluster the keys' node
+    may move; a worker's loop holds a connection of its own per home for :meth:`take` and
+    :meth:`record`): one object per thread that talks to Redis.
+
+    Queues of several homes are cut into :class:`Run` s: a take looks in each run in
+    order, one script per run, until one gives a task, and an outcome is recorded with
+    the call in its own run. Given ``heard`` (the worker's :meth:`Waker.heard`), takes
+    leave out a run found empty until a wake-up from it is heard, ``EMPTY_FOR`` has
+    passed, or (for a take that moves delayed tasks) its next delayed task is due: so a
+    busy worker sends one script per task, and a task enqueued in a run left out waits
+    at most ``EMPTY_FOR``. A take ahead looks in one run: the only one, or the first that
     takes do not leave out.
-    The worker's loop, its lease, ``rc_worker``'s supervisor and
-    :mod:`redis_components.testing` all use it. Its takes apply the limits of the
-    ``TASK_LIMITS`` setting as it was when it was made.
     """
 
     def __init__(
@@ -212,10 +205,9 @@ class WorkerStore:
     def delivery(self, fetched: Fetched) -> Delivery:
         """The task ``fetched`` took (its payload is not ``None``), as it is run."""
         assert fetched.payload is not None
-        position = fetched.position
         return Delivery(
-            position=position,
-            queue=self.queue_at(position),
+            position=fetched.position,
+            queue=self.queue_at(fetched.position),
             payload=fetched.payload,
             attempt=fetched.now_ms,
         )
@@ -427,10 +419,7 @@ class WorkerStore:
             self.store.limits_run(call)
 
     def _over_runs(
-        self,
-        mode: str,
-        finished: Outcome | None = None,
-        start: Fetched | None = None,
+        self, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
         """Run a fetch in each run in order until one takes a task (``mode`` "": none),
         recording ``finished`` and starting ``start`` with the call in their runs; a
@@ -558,11 +547,7 @@ class WorkerStore:
         self._empty[run.first] = Empty(_now() + EMPTY_FOR, due)
 
     def _fetch(
-        self,
-        run: Run,
-        mode: str,
-        finished: Outcome | None = None,
-        start: Fetched | None = None,
+        self, run: Run, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
         """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
         meanwhile)."""

@@ -95,7 +95,7 @@ from .messages import (
     validate_priority,
     validate_queue,
 )
-from .registry import time_limits, validate_retries
+from .registry import optional_seconds, time_limits, validate_retries
 from .results import django_datetime, django_time, to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow
@@ -184,14 +184,15 @@ class RedisTaskBackend(QueueBackend):
             if isinstance(task, RedisTask) and task.registered_name is not None:
                 # Found by its name, not imported by its path: it may be defined anywhere
                 # (Django's checks want a module-level function); the rest is checked below.
-                if task.takes_context and _first_argument(task.func) != "context":
+                first = [*inspect.signature(task.func).parameters][:1] if task.takes_context else []
+                if task.takes_context and first != ["context"]:
                     raise InvalidTask(
                         "Task takes context but does not have a first argument of 'context'."
                     )
             else:
                 super().validate_task(task)
-            if isinstance(task, RedisTask) and task.registered_name is None:
-                _declared[task.module_path] = task
+                if isinstance(task, RedisTask):
+                    _declared[task.module_path] = task
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
             if isinstance(task, RedisTask):
@@ -376,10 +377,8 @@ class RedisTaskBackend(QueueBackend):
                 f"not {retries!r}.",
                 id="redis_components.E012",
             )
-        backoff = self.options.get("RETRY_BACKOFF")
         try:
-            if backoff is not None:
-                keys.seconds(backoff, "RETRY_BACKOFF", positive=True)
+            optional_seconds(self.options.get("RETRY_BACKOFF"), "RETRY_BACKOFF")
             self.time_limits  # noqa: B018 - checks them
         except InvalidInput as error:
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
@@ -562,12 +561,8 @@ def redis_task(
                 takes_context=takes_context,
                 registered_name=task_name,
                 max_retries=validate_retries(max_retries),
-                retry_backoff=None
-                if retry_backoff is None
-                else keys.seconds(retry_backoff, "retry_backoff", positive=True),
-                unique_for=None
-                if unique_for is None
-                else keys.seconds(unique_for, "unique_for", positive=True),
+                retry_backoff=optional_seconds(retry_backoff, "retry_backoff"),
+                unique_for=optional_seconds(unique_for, "unique_for"),
                 time_limit=hard,
                 soft_time_limit=soft,
                 limits=validate_limits(limits, function, task_name),
@@ -670,17 +665,10 @@ def _checked_options(task: RedisTask[..., Any]) -> None:
     if task.max_retries is not None:
         validate_retries(task.max_retries)
     for name in ("retry_backoff", "unique_for"):
-        value = getattr(task, name)
-        if value is not None:
-            keys.seconds(value, name, positive=True)
+        optional_seconds(getattr(task, name), name)
     time_limits(task.time_limit, task.soft_time_limit)
     validate_limits(task.limits, task.func, task.name)
     validate_partition_key(task.partition_key, task.func, task.name)
-
-
-def _first_argument(func: Callable[..., Any]) -> str | None:
-    parameters = list(inspect.signature(func).parameters)
-    return parameters[0] if parameters else None
 
 
 def _priority(task: Task[..., Any]) -> int:

@@ -67,7 +67,8 @@ class Registry(Generic[T]):
             self._items = saved
 
 
-def _optional_seconds(value: float | None, field: str) -> float | None:
+def optional_seconds(value: object, field: str) -> float | None:
+    """``value`` as a positive number of seconds, or ``None``; else :class:`InvalidInput`."""
     return None if value is None else keys.seconds(value, field, positive=True)
 
 
@@ -78,8 +79,8 @@ def validate_retries(max_retries: object) -> int:
 
 def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
     """A task's ``time_limit`` and ``soft_time_limit`` (seconds, or None), checked."""
-    hard_s = _optional_seconds(hard, "time_limit")  # type: ignore[arg-type]
-    soft_s = _optional_seconds(soft, "soft_time_limit")  # type: ignore[arg-type]
+    hard_s, soft_s = optional_seconds(hard, "time_limit"), optional_seconds(soft, "soft_time_limit")
+
     if hard_s is not None and soft_s is not None and soft_s >= hard_s:
         raise InvalidInput(
             "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"

@@ -275,7 +275,6 @@ class RedisTaskBackend(QueueBackend):
         return Prepared(result, message, message.encode())
 
     def due(self, task: Task[..., Any]) -> Due:
-        """When ``task`` is due: now, or at its ``run_after``."""
         return NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
 
     def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
@@ -605,8 +604,7 @@ def _warn_if_late(registered: RedisTask[..., Any]) -> None:
         )
 
 
-# Django's tasks on a backend of ours that this process declared (each is validated when
-# its module is imported), by module path: the name their limits are keyed by.
+# Django's @task's tasks on a backend of ours, by module path, as validate_task sees them.
 _declared: dict[str, RedisTask[..., Any]] = {}
 
 
@@ -614,6 +612,7 @@ def declared_tasks() -> dict[str, RedisTask[..., Any]]:
     """The tasks this process knows, by the name their limits are keyed by: the
     registered ones (``@redis_task``), and Django's ``@task`` s of our backend declared
     so far (by module path)."""
+
     return {**_declared, **task_registry.all()}
 
 

@@ -44,7 +44,7 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
-from .definition import RedisTask, bind_arguments, find_task
+from .definition import RedisTask, bind_arguments, task_registry
 from .framework import Task
 from .limits import fill as fill_limits
 from .messages import TaskMessage, to_json
@@ -272,7 +272,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
     """What runs a schedule of the setting: one of our tasks, or a Django task."""
     if not isinstance(target, str):
         raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] needs 'task': a task's name")
-    ours = find_task(target)
+    ours = task_registry.find(target)
     if ours is not None:
         return _target_of(ours)
     try:

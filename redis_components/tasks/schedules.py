@@ -203,6 +203,7 @@ def build(
         not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs)
     ):
         raise InvalidInput("kwargs", f"must be a dict with string keys, not {kwargs!r:.100}")
+    call_args, call_kwargs = list(args), dict(kwargs or {})
     schedule = Schedule(
         name=name,
         task=task_name,
@@ -212,28 +213,24 @@ def build(
         cron=cron,
         every_ms=every_ms,
         tz=tz,
-        args=list(args),
-        kwargs=dict(kwargs or {}),
+        args=call_args,
+        kwargs=call_kwargs,
         missed=missed,
     )
-    for field_name, value in (("args", schedule.args), ("kwargs", schedule.kwargs)):
+    for field_name, value in (("args", call_args), ("kwargs", call_kwargs)):
         try:  # refused now, not at the first tick
             to_json(value, "this value")
         except TaskSerializationError as error:
             raise InvalidInput(field_name, str(error)) from None
     if task is not None:  # refused now, not dead-lettered at the first tick
-        bind_arguments(task, schedule.args, schedule.kwargs)
+        bind_arguments(task, call_args, call_kwargs)
         if isinstance(task, RedisTask):
             limits = fill_limits(
-                task.limits,
-                task_name,
-                task.func,
-                schedule.args,
-                schedule.kwargs,
-                task.takes_context,
+                task.limits, task_name, task.func, call_args, call_kwargs, task.takes_context
             )
-            partition_by = task.partition_by(limits, schedule.args, schedule.kwargs)
+            partition_by = task.partition_by(limits, call_args, call_kwargs)
             schedule = replace(schedule, limits=limits, partition_by=partition_by)
+
     return schedule
 
 

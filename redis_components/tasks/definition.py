@@ -273,8 +273,10 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
 
 # -- tasks by name ---------------------------------------------------------------------
 
-# Our @redis_task's tasks by name (registered by backend.redis_task as their modules are
-# imported): how a worker finds the task of a message.
+# Our @redis_task's tasks by name, registered by backend.redis_task as their modules are
+# imported (every installed app's tasks module is, at start-up): how a worker finds the
+# task of a message.
+
 task_registry: Registry[RedisTask[..., Any]] = Registry()
 
 

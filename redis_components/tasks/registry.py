@@ -2,9 +2,8 @@
 :func:`current_task`, :func:`defer`.
 
 The registry of tasks by name is ``definition.task_registry``, beside the task type it
-holds: our ``@redis_task`` (``backend.py``) registers each task there when the task's
-module is imported (every installed app's ``tasks`` module is, at start-up), and a
-worker finds the task of a message by that name. This module needs no task type.
+holds: this module needs no task type.
+
 """
 
 from __future__ import annotations

@@ -102,24 +102,24 @@ def rate_limit(
     )
 
 
-def _template(key: object) -> str | None:
+def _template(key: object, field: str = "key") -> str | None:
     if key is None:
         return None
-    template = keys.validate_name(key, "key", MAX_KEY)
+    template = keys.validate_name(key, field, MAX_KEY)
     try:
-        fields = [field for field in string.Formatter().parse(template) if field[1] is not None]
+        fields = [part for part in string.Formatter().parse(template) if part[1] is not None]
     except ValueError as error:
-        raise InvalidInput("key", f"is not a valid template: {error}") from None
+        raise InvalidInput(field, f"is not a valid template: {error}") from None
     for _, name, spec, conversion in fields:
         assert name is not None
         if not name.isidentifier():
-            raise InvalidInput("key", f"{{{name}}} must name an argument of the task")
+            raise InvalidInput(field, f"{{{name}}} must name an argument of the task")
         # A spec or a conversion would fail (or change the key) only at enqueue: the
         # argument's str() is the key's part, nothing else.
         if spec:
-            raise InvalidInput("key", f"{{{name}:{spec}}} may not have a format spec")
+            raise InvalidInput(field, f"{{{name}:{spec}}} may not have a format spec")
         if conversion:
-            raise InvalidInput("key", f"{{{name}!{conversion}}} may not have a conversion")
+            raise InvalidInput(field, f"{{{name}!{conversion}}} may not have a conversion")
     return template
 
 
@@ -145,10 +145,7 @@ def validate_partition_key(key: object, func: Callable[..., Any], task: str) -> 
     """A task's ``partition_key`` (a template like a limit's key), or :class:`InvalidInput`."""
     if key is None:
         return None
-    try:
-        template = _template(key)
-    except InvalidInput as error:
-        raise InvalidInput("partition_key", error.problem) from None
+    template = _template(key, "partition_key")
     assert template is not None
     _check_fields(template, func, task, "partition_key")
     return template

@@ -4,10 +4,9 @@ Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's `
 carrying our options (retries, backoff, uniqueness, time limits), and every result is
 Django's ``TaskResult``. There are two ways to make a task:
 
-- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered under
-  a name (``name=``, by default its module path) that travels in the queue, so
-  renaming the function does not orphan the tasks already queued; it retries three
-  times by default::
+- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered
+  under its ``name=``, which travels in the queue; it retries three times by default::
+
 
       @redis_task(queue="email", max_retries=3)
       def send_sold_email(seller_id, item_id, price, buyer_id): ...

@@ -3,20 +3,11 @@
 A task's limits travel in its payload, filled from its call's arguments when it is
 enqueued (``"limits":[["c","customer:42",3],["r","stripe",20,1000,5]]``, right after its
 priority: see messages.py), and the scripts that take, record, recover and cancel tasks
-keep them (``lua/lib/limits.lua``):
-
-* a **concurrency limit** is a SET of the ids of the tasks holding one of its permits: a
-  task takes one when it is taken, and gives it back in the script that records its
-  outcome, puts it back (a held-ahead task given back, a dead worker's tasks) or
-  cancels it. A task over the limit is not taken: it waits in the limit's ZSET, with
-  its queue and its score in that queue, and the script that frees a permit hands it to
-  the first one waiting, which goes back to its queue holding it;
-* a **rate limit** is GCRA (the generic cell rate algorithm, a leaky bucket's exact
-  form): its key holds the theoretical arrival time, and a start counts when the task
-  is taken. A task over the rate waits in its queue's delayed tasks for its turn, the
-  rate's next free start after those of the tasks set aside before it; so no window
-  ever sees more starts than ``limit + burst``, and the tasks waiting on a rate come
-  due one per interval, never all at once.
+keep them (``lua/lib/limits.lua``): a **concurrency limit** is a SET of the ids of the
+tasks holding its permits, and a task over it waits in the limit's ZSET for one to be
+handed on; a **rate limit** is GCRA (the generic cell rate algorithm), and a task over
+the rate waits in its queue's delayed tasks for its turn. How each holds, across
+workers and crashes: the Limits page.
 
 Nothing here talks to Redis.
 """

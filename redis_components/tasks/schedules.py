@@ -14,18 +14,10 @@
         "nightly-cleanup": {"task": "myapp.tasks.cleanup", "cron": "0 3 * * *", "tz": "UTC"},
     }}  # also for tasks declared with Django's @task (by module path)
 
-Every ``rc_worker`` may run the scheduler (no separate beat process). Each schedule's
-next tick is kept in Redis; claiming a tick moves it to the next one and enqueues the
-task in one script, so however many schedulers run, on however many machines, and
-even if one is killed mid-claim, each tick is enqueued once. To spare Redis the
-others' attempts, only the worker holding the scheduler's lease (taken and renewed
-by the heartbeats workers send anyway) claims ticks.
-
-Ticks are computed on the Redis server's clock, in each schedule's time zone (cron
-expressions by `cronsim`, which knows daylight saving time); ``every=`` ticks fall on
-multiples of the interval since the epoch, so all schedulers agree on them. When no
-scheduler ran for a while, a schedule whose ticks were missed runs once at once
-(``missed="run_once"``, the default) or waits for its next tick (``missed="skip"``).
+Every ``rc_worker`` may run the scheduler (no separate beat process): claiming a tick
+moves the schedule's next tick on and enqueues its task in one script, so each tick is
+enqueued once however many schedulers run. Who claims, on which clock, and what a
+missed tick does: the Operations page (Schedules), and ``Schedule.next_after``.
 """
 
 from __future__ import annotations

@@ -113,16 +113,9 @@ __all__ = [
 
 logger = logging.getLogger("redis_components.tasks")
 
-OPTIONS = {
-    # How many times a task that raised is run again (after the backoff); 0: never.
-    "MAX_RETRIES": 0,
-    # Seconds before the first retry (doubling, jittered); None: TASK_RETRY_BACKOFF.
-    "RETRY_BACKOFF": None,
-    # Seconds a task may run: past SOFT_TIME_LIMIT it gets SoftTimeLimitExceeded; past
-    # TIME_LIMIT its worker process is stopped and the run counts as a failed attempt.
-    "TIME_LIMIT": None,
-    "SOFT_TIME_LIMIT": None,
-}
+# The OPTIONS of a RedisTaskBackend and their defaults: what each means is in the table
+# of the Task queues page (the options of a task that leaves them at None).
+OPTIONS = {"MAX_RETRIES": 0, "RETRY_BACKOFF": None, "TIME_LIMIT": None, "SOFT_TIME_LIMIT": None}
 
 
 class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):

@@ -4,10 +4,9 @@ Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's `
 carrying our options (retries, backoff, uniqueness, time limits), and every result is
 Django's ``TaskResult``. There are two ways to make a task:
 
-- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered under
-  a name (``name=``, by default its module path) that travels in the queue, so
-  renaming the function does not orphan the tasks already queued; it retries three
-  times by default::
+- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered
+  under its ``name=``, which travels in the queue; it retries three times by default::
+
 
       @redis_task(queue="email", max_retries=3)
       def send_sold_email(seller_id, item_id, price, buyer_id): ...
@@ -95,7 +94,7 @@ from .messages import (
     validate_priority,
     validate_queue,
 )
-from .registry import time_limits, validate_retries
+from .registry import optional_seconds, time_limits, validate_retries
 from .results import django_datetime, django_time, to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow
@@ -114,16 +113,9 @@ __all__ = [
 
 logger = logging.getLogger("redis_components.tasks")
 
-OPTIONS = {
-    # How many times a task that raised is run again (after the backoff); 0: never.
-    "MAX_RETRIES": 0,
-    # Seconds before the first retry (doubling, jittered); None: TASK_RETRY_BACKOFF.
-    "RETRY_BACKOFF": None,
-    # Seconds a task may run: past SOFT_TIME_LIMIT it gets SoftTimeLimitExceeded; past
-    # TIME_LIMIT its worker process is stopped and the run counts as a failed attempt.
-    "TIME_LIMIT": None,
-    "SOFT_TIME_LIMIT": None,
-}
+# The OPTIONS of a RedisTaskBackend and their defaults: what each means is in the table
+# of the Task queues page (the options of a task that leaves them at None).
+OPTIONS = {"MAX_RETRIES": 0, "RETRY_BACKOFF": None, "TIME_LIMIT": None, "SOFT_TIME_LIMIT": None}
 
 
 class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
@@ -184,14 +176,15 @@ class RedisTaskBackend(QueueBackend):
             if isinstance(task, RedisTask) and task.registered_name is not None:
                 # Found by its name, not imported by its path: it may be defined anywhere
                 # (Django's checks want a module-level function); the rest is checked below.
-                if task.takes_context and _first_argument(task.func) != "context":
+                first = [*inspect.signature(task.func).parameters][:1] if task.takes_context else []
+                if task.takes_context and first != ["context"]:
                     raise InvalidTask(
                         "Task takes context but does not have a first argument of 'context'."
                     )
             else:
                 super().validate_task(task)
-            if isinstance(task, RedisTask) and task.registered_name is None:
-                _declared[task.module_path] = task
+                if isinstance(task, RedisTask):
+                    _declared[task.module_path] = task
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
             if isinstance(task, RedisTask):
@@ -274,7 +267,6 @@ class RedisTaskBackend(QueueBackend):
         return Prepared(result, message, message.encode())
 
     def due(self, task: Task[..., Any]) -> Due:
-        """When ``task`` is due: now, or at its ``run_after``."""
         return NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
 
     def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
@@ -376,10 +368,8 @@ class RedisTaskBackend(QueueBackend):
                 f"not {retries!r}.",
                 id="redis_components.E012",
             )
-        backoff = self.options.get("RETRY_BACKOFF")
         try:
-            if backoff is not None:
-                keys.seconds(backoff, "RETRY_BACKOFF", positive=True)
+            optional_seconds(self.options.get("RETRY_BACKOFF"), "RETRY_BACKOFF")
             self.time_limits  # noqa: B018 - checks them
         except InvalidInput as error:
             yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
@@ -562,12 +552,8 @@ def redis_task(
                 takes_context=takes_context,
                 registered_name=task_name,
                 max_retries=validate_retries(max_retries),
-                retry_backoff=None
-                if retry_backoff is None
-                else keys.seconds(retry_backoff, "retry_backoff", positive=True),
-                unique_for=None
-                if unique_for is None
-                else keys.seconds(unique_for, "unique_for", positive=True),
+                retry_backoff=optional_seconds(retry_backoff, "retry_backoff"),
+                unique_for=optional_seconds(unique_for, "unique_for"),
                 time_limit=hard,
                 soft_time_limit=soft,
                 limits=validate_limits(limits, function, task_name),
@@ -610,8 +596,7 @@ def _warn_if_late(registered: RedisTask[..., Any]) -> None:
         )
 
 
-# Django's tasks on a backend of ours that this process declared (each is validated when
-# its module is imported), by module path: the name their limits are keyed by.
+# Django's @task's tasks on a backend of ours, by module path, as validate_task sees them.
 _declared: dict[str, RedisTask[..., Any]] = {}
 
 
@@ -619,6 +604,7 @@ def declared_tasks() -> dict[str, RedisTask[..., Any]]:
     """The tasks this process knows, by the name their limits are keyed by: the
     registered ones (``@redis_task``), and Django's ``@task`` s of our backend declared
     so far (by module path)."""
+
     return {**_declared, **task_registry.all()}
 
 
@@ -670,17 +656,10 @@ def _checked_options(task: RedisTask[..., Any]) -> None:
     if task.max_retries is not None:
         validate_retries(task.max_retries)
     for name in ("retry_backoff", "unique_for"):
-        value = getattr(task, name)
-        if value is not None:
-            keys.seconds(value, name, positive=True)
+        optional_seconds(getattr(task, name), name)
     time_limits(task.time_limit, task.soft_time_limit)
     validate_limits(task.limits, task.func, task.name)
     validate_partition_key(task.partition_key, task.func, task.name)
-
-
-def _first_argument(func: Callable[..., Any]) -> str | None:
-    parameters = list(inspect.signature(func).parameters)
-    return parameters[0] if parameters else None
 
 
 def _priority(task: Task[..., Any]) -> int:

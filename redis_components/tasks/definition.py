@@ -130,17 +130,11 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
         @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
         def send_sold_email(seller_id, item_id, price, buyer_id): ...
 
-    ``None`` (the default) takes the backend's ``OPTIONS`` (``MAX_RETRIES`` and so
-    on); ``unique_for`` (seconds) has no backend-wide setting: an enqueue equal to one
-    made within that time (same task, same arguments) enqueues nothing and returns the
-    first one's result. ``limits``: its :func:`~redis_components.concurrency_limit`\ s
-    and :func:`~redis_components.rate_limit`\ s, enforced where a worker takes it.
-    ``partition_key``: on a queue with partitions (``QUEUE_PARTITIONS``), a template
-    filled from its arguments like a limit's key (``"customer:{customer_id}"``): tasks
-    with the same key go to the same partition, and so start in their order.
-    Bad values raise ``InvalidTask`` when the task is made. They
-    belong to the task's definition: a worker looks the task up by its name or module
-    path, so ``using()`` keeps them and does not change them.
+    The options mean what :func:`redis_task`'s do; ``None`` (the default) takes the
+    backend's ``OPTIONS`` (``MAX_RETRIES`` and so on; ``unique_for``, ``limits`` and
+    ``partition_key`` have no backend-wide setting). Bad values raise ``InvalidTask``
+    when the task is made. They belong to the task's definition: a worker looks the task
+    up by its name or module path, so ``using()`` keeps them and does not change them.
 
     ``registered_name``: the name our :func:`redis_task` registered it under (what its
     messages carry); ``None`` for a Django ``@task`` (found by its module path).
@@ -228,8 +222,7 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     def enqueue_in(self, delay: float, /, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Send the task to run ``delay`` seconds from now (by the Redis server's clock)."""
         milliseconds = math.ceil(keys.seconds(delay, "seconds") * 1000)
-        backend = self._redis_backend()
-        backend.validate_task(self)
+        backend = self._validated_backend()
         result = backend.send(backend.prepare(self, args, kwargs), Due(after_ms=milliseconds))
         return cast("TaskResult[P, R]", result)
 
@@ -251,8 +244,7 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
         (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an error with the
         task id, not raised: the transaction has committed by then.
         """
-        backend = self._redis_backend()
-        backend.validate_task(self)
+        backend = self._validated_backend()
         prepared = backend.prepare(self, args, kwargs)
         due = backend.due(self)
         if not transaction.get_connection().in_atomic_block:
@@ -271,17 +263,20 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
         transaction.on_commit(send)
         return cast("TaskResult[P, R]", prepared.result)
 
-    def _redis_backend(self) -> QueueBackend:
+    def _validated_backend(self) -> QueueBackend:
         backend = self.get_backend()
         if not isinstance(backend, QueueBackend):
             raise InvalidTask(f"the backend {self.backend!r} is not a RedisTaskBackend")
+        backend.validate_task(self)
         return backend
 
 
 # -- tasks by name ---------------------------------------------------------------------
 
-# Our @redis_task's tasks by name (registered by backend.redis_task as their modules are
-# imported): how a worker finds the task of a message.
+# Our @redis_task's tasks by name, registered by backend.redis_task as their modules are
+# imported (every installed app's tasks module is, at start-up): how a worker finds the
+# task of a message.
+
 task_registry: Registry[RedisTask[..., Any]] = Registry()
 
 
@@ -291,11 +286,6 @@ def get_task(name: str) -> RedisTask[..., Any]:
     if found is None:
         raise TaskNotRegistered(f"no task is registered as {name!r}")
     return found
-
-
-def find_task(name: str) -> RedisTask[..., Any] | None:
-    """The task registered under ``name``, or ``None`` (the worker's lookup)."""
-    return task_registry.find(name)
 
 
 def registered_tasks() -> dict[str, RedisTask[..., Any]]:
@@ -536,9 +526,9 @@ class _Plan:
             backend = node.task.get_backend()
             assert isinstance(backend, QueueBackend)  # signature() checked it
             given = None if node.immutable else template
-            # Its function must take the arguments, after its input if it gets one.
-            piped = given is not None
+            piped = given is not None  # its input comes before its arguments
             message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
+
             # (Its id names its queue's home, where it runs: on one server, the
             # workflow's; on a cluster its outcome is carried there, see lib/flow.lua.)
             self.steps.append(

@@ -3,20 +3,11 @@
 A task's limits travel in its payload, filled from its call's arguments when it is
 enqueued (``"limits":[["c","customer:42",3],["r","stripe",20,1000,5]]``, right after its
 priority: see messages.py), and the scripts that take, record, recover and cancel tasks
-keep them (``lua/lib/limits.lua``):
-
-* a **concurrency limit** is a SET of the ids of the tasks holding one of its permits: a
-  task takes one when it is taken, and gives it back in the script that records its
-  outcome, puts it back (a held-ahead task given back, a dead worker's tasks) or
-  cancels it. A task over the limit is not taken: it waits in the limit's ZSET, with
-  its queue and its score in that queue, and the script that frees a permit hands it to
-  the first one waiting, which goes back to its queue holding it;
-* a **rate limit** is GCRA (the generic cell rate algorithm, a leaky bucket's exact
-  form): its key holds the theoretical arrival time, and a start counts when the task
-  is taken. A task over the rate waits in its queue's delayed tasks for its turn, the
-  rate's next free start after those of the tasks set aside before it; so no window
-  ever sees more starts than ``limit + burst``, and the tasks waiting on a rate come
-  due one per interval, never all at once.
+keep them (``lua/lib/limits.lua``): a **concurrency limit** is a SET of the ids of the
+tasks holding its permits, and a task over it waits in the limit's ZSET for one to be
+handed on; a **rate limit** is GCRA (the generic cell rate algorithm), and a task over
+the rate waits in its queue's delayed tasks for its turn. How each holds, across
+workers and crashes: the Limits page.
 
 Nothing here talks to Redis.
 """
@@ -102,24 +93,24 @@ def rate_limit(
     )
 
 
-def _template(key: object) -> str | None:
+def _template(key: object, field: str = "key") -> str | None:
     if key is None:
         return None
-    template = keys.validate_name(key, "key", MAX_KEY)
+    template = keys.validate_name(key, field, MAX_KEY)
     try:
-        fields = [field for field in string.Formatter().parse(template) if field[1] is not None]
+        fields = [part for part in string.Formatter().parse(template) if part[1] is not None]
     except ValueError as error:
-        raise InvalidInput("key", f"is not a valid template: {error}") from None
+        raise InvalidInput(field, f"is not a valid template: {error}") from None
     for _, name, spec, conversion in fields:
         assert name is not None
         if not name.isidentifier():
-            raise InvalidInput("key", f"{{{name}}} must name an argument of the task")
+            raise InvalidInput(field, f"{{{name}}} must name an argument of the task")
         # A spec or a conversion would fail (or change the key) only at enqueue: the
         # argument's str() is the key's part, nothing else.
         if spec:
-            raise InvalidInput("key", f"{{{name}:{spec}}} may not have a format spec")
+            raise InvalidInput(field, f"{{{name}:{spec}}} may not have a format spec")
         if conversion:
-            raise InvalidInput("key", f"{{{name}!{conversion}}} may not have a conversion")
+            raise InvalidInput(field, f"{{{name}!{conversion}}} may not have a conversion")
     return template
 
 
@@ -145,10 +136,7 @@ def validate_partition_key(key: object, func: Callable[..., Any], task: str) -> 
     """A task's ``partition_key`` (a template like a limit's key), or :class:`InvalidInput`."""
     if key is None:
         return None
-    try:
-        template = _template(key)
-    except InvalidInput as error:
-        raise InvalidInput("partition_key", error.problem) from None
+    template = _template(key, "partition_key")
     assert template is not None
     _check_fields(template, func, task, "partition_key")
     return template

@@ -2,9 +2,8 @@
 :func:`current_task`, :func:`defer`.
 
 The registry of tasks by name is ``definition.task_registry``, beside the task type it
-holds: our ``@redis_task`` (``backend.py``) registers each task there when the task's
-module is imported (every installed app's ``tasks`` module is, at start-up), and a
-worker finds the task of a message by that name. This module needs no task type.
+holds: this module needs no task type.
+
 """
 
 from __future__ import annotations
@@ -67,7 +66,8 @@ class Registry(Generic[T]):
             self._items = saved
 
 
-def _optional_seconds(value: float | None, field: str) -> float | None:
+def optional_seconds(value: object, field: str) -> float | None:
+    """``value`` as a positive number of seconds, or ``None``; else :class:`InvalidInput`."""
     return None if value is None else keys.seconds(value, field, positive=True)
 
 
@@ -78,8 +78,8 @@ def validate_retries(max_retries: object) -> int:
 
 def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
     """A task's ``time_limit`` and ``soft_time_limit`` (seconds, or None), checked."""
-    hard_s = _optional_seconds(hard, "time_limit")  # type: ignore[arg-type]
-    soft_s = _optional_seconds(soft, "soft_time_limit")  # type: ignore[arg-type]
+    hard_s, soft_s = optional_seconds(hard, "time_limit"), optional_seconds(soft, "soft_time_limit")
+
     if hard_s is not None and soft_s is not None and soft_s >= hard_s:
         raise InvalidInput(
             "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"

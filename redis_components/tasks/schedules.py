@@ -14,18 +14,10 @@
         "nightly-cleanup": {"task": "myapp.tasks.cleanup", "cron": "0 3 * * *", "tz": "UTC"},
     }}  # also for tasks declared with Django's @task (by module path)
 
-Every ``rc_worker`` may run the scheduler (no separate beat process). Each schedule's
-next tick is kept in Redis; claiming a tick moves it to the next one and enqueues the
-task in one script, so however many schedulers run, on however many machines, and
-even if one is killed mid-claim, each tick is enqueued once. To spare Redis the
-others' attempts, only the worker holding the scheduler's lease (taken and renewed
-by the heartbeats workers send anyway) claims ticks.
-
-Ticks are computed on the Redis server's clock, in each schedule's time zone (cron
-expressions by `cronsim`, which knows daylight saving time); ``every=`` ticks fall on
-multiples of the interval since the epoch, so all schedulers agree on them. When no
-scheduler ran for a while, a schedule whose ticks were missed runs once at once
-(``missed="run_once"``, the default) or waits for its next tick (``missed="skip"``).
+Every ``rc_worker`` may run the scheduler (no separate beat process): claiming a tick
+moves the schedule's next tick on and enqueues its task in one script, so each tick is
+enqueued once however many schedulers run. Who claims, on which clock, and what a
+missed tick does: the Operations page (Schedules), and ``Schedule.next_after``.
 """
 
 from __future__ import annotations
@@ -44,7 +36,7 @@ from django.utils.module_loading import import_string
 from .. import keys
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
-from .definition import RedisTask, bind_arguments, find_task
+from .definition import RedisTask, bind_arguments, task_registry
 from .framework import Task
 from .limits import fill as fill_limits
 from .messages import TaskMessage, to_json
@@ -203,6 +195,7 @@ def build(
         not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs)
     ):
         raise InvalidInput("kwargs", f"must be a dict with string keys, not {kwargs!r:.100}")
+    call_args, call_kwargs = list(args), dict(kwargs or {})
     schedule = Schedule(
         name=name,
         task=task_name,
@@ -212,28 +205,24 @@ def build(
         cron=cron,
         every_ms=every_ms,
         tz=tz,
-        args=list(args),
-        kwargs=dict(kwargs or {}),
+        args=call_args,
+        kwargs=call_kwargs,
         missed=missed,
     )
-    for field_name, value in (("args", schedule.args), ("kwargs", schedule.kwargs)):
+    for field_name, value in (("args", call_args), ("kwargs", call_kwargs)):
         try:  # refused now, not at the first tick
             to_json(value, "this value")
         except TaskSerializationError as error:
             raise InvalidInput(field_name, str(error)) from None
     if task is not None:  # refused now, not dead-lettered at the first tick
-        bind_arguments(task, schedule.args, schedule.kwargs)
+        bind_arguments(task, call_args, call_kwargs)
         if isinstance(task, RedisTask):
             limits = fill_limits(
-                task.limits,
-                task_name,
-                task.func,
-                schedule.args,
-                schedule.kwargs,
-                task.takes_context,
+                task.limits, task_name, task.func, call_args, call_kwargs, task.takes_context
             )
-            partition_by = task.partition_by(limits, schedule.args, schedule.kwargs)
+            partition_by = task.partition_by(limits, call_args, call_kwargs)
             schedule = replace(schedule, limits=limits, partition_by=partition_by)
+
     return schedule
 
 
@@ -272,7 +261,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
     """What runs a schedule of the setting: one of our tasks, or a Django task."""
     if not isinstance(target, str):
         raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] needs 'task': a task's name")
-    ours = find_task(target)
+    ours = task_registry.find(target)
     if ours is not None:
         return _target_of(ours)
     try:

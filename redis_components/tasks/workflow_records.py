@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import keys
 from ..exceptions import InvalidInput, WorkflowDoesNotExist, WorkflowNotSuccessful
@@ -14,6 +14,8 @@ from .store import TaskStore
 from .store.flow_records import STATES, Step, StepState, Summary
 
 __all__ = ["STATES", "Step", "StepState", "Summary", "Workflow", "get_workflow", "workflows"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,11 @@ class Workflow:
 
     def _gone(self) -> WorkflowDoesNotExist:
         return WorkflowDoesNotExist(f"no workflow {self.id} is kept (unknown, or expired)")
+
+    def _kept(self, found: T | None) -> T:
+        if found is None:
+            raise self._gone()
+        return found
 
     @property
     def status(self) -> str:
@@ -44,27 +51,19 @@ class Workflow:
 
     def steps(self) -> list[Step]:
         """Every step, in the order the workflow was written."""
-        found = TaskStore().workflow_steps(self.id)
-        if found is None:
-            raise self._gone()
-        return found
+        return self._kept(TaskStore().workflow_steps(self.id))
 
     def summary(self) -> Summary:
         """The workflow at a glance (its status, and how many steps are in each state):
         a few fields are read, never its steps or their results."""
         [found] = TaskStore().workflow_summaries([self.id])
-        if found is None:
-            raise self._gone()
-        return found
+        return self._kept(found)
 
     def results(self) -> Any:
         """The workflow's result once it succeeded: its last step's for a chain, the list
         of its members' results for a group (nested as the workflow is). Otherwise
         :class:`WorkflowNotSuccessful` says why."""
-        found = TaskStore().workflow_outcome(self.id)
-        if found is None:
-            raise self._gone()
-        status, failed, value = found
+        status, failed, value = self._kept(TaskStore().workflow_outcome(self.id))
         if status != "SUCCESSFUL":
             raise WorkflowNotSuccessful(self.id, status, failed)
         return value
@@ -77,12 +76,11 @@ class Workflow:
         many were still running; a workflow that had finished is refused with
         :class:`InvalidInput`."""
         store = TaskStore()
-        members = store.workflow_members(self.id)
-        if members is None:
-            raise self._gone()
+        members = self._kept(store.workflow_members(self.id))
         cancelled, status, dropped, running = store.cancel_workflow(
             self.id, members, terminate=terminate
         )
+
         if status is None:
             raise self._gone()
         if cancelled:

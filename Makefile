@@ -43,7 +43,10 @@ DIST_INSTALL := --group dist
 DEMO_INSTALL := -e '.[embedded,hiredis]'
 DOCS_INSTALL := -e '.[embedded]' --group docs
 
-.PHONY: demo test lint docs docs-check dist browser gettext postgres leg-1 leg-1-cluster leg-1-long legacy-leg valkey-leg oldest-leg newest-leg lock clean
+.PHONY: demo test lint docs docs-check dist browser gettext postgres lock clean leg-1 \
+	leg-1-proofs leg-1-others leg-1-cluster leg-1-cluster-proofs leg-1-cluster-others \
+	leg-1-long leg-1-waits leg-1-fan-ins legacy-leg valkey-leg valkey-proofs valkey-others \
+	valkey-cluster-leg oldest-leg newest-leg
 
 # $(call venv,FOLDER,PYTHON,WHAT TO INSTALL,LOCK FILE or empty for the newest releases)
 define venv
@@ -163,40 +166,89 @@ postgres:
 			|| echo "Could not install postgresql; the PostgreSQL tests will be skipped."; \
 	else echo "No PostgreSQL server programs, and no apt-get as root to install them: the PostgreSQL tests will be skipped."; fi
 
-# Lint, types and the docs, then the legs. Leg 1 runs in three passes, one after the
-# other (the single server, its long tests, the 3-master Redis Cluster): side by side on
-# a 2-core machine they starve the suite's timing-bound proofs. Then legs 2-4 and the
-# newest leg run two at a time (make -j2): they mostly wait on their servers and
-# processes, and each has servers and a virtualenv of its own. Each leg is chosen by
-# each test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table); each
-# pass's output is printed whole when it ends. Leg 1's two coverage passes are combined
-# into one report.
-test: lint docs-check browser gettext postgres
+# Lint, types, the docs and the legs, in three lanes (make -j3), each lane's jobs one
+# after the other (LANES orders them), each job's output printed whole when it ends. On
+# 2 cores the suite mostly waits (its proofs sleep, hold leases, wait on processes), but
+# its timing-bound proofs, the tests marked processes, starve when two passes full of
+# them share the cores (make -j3 of leg 1's passes failed a run in two: a rate's spacing,
+# a task's command count, a workflow's memory). So each leg's processes tests are a pass
+# of their own, and those passes run one after the other in the first lane. The second
+# runs the legs' other tests; the third what mostly sleeps (python-redis-lock's suite,
+# minutes of its own sleeps, and the schedules proof, 3 minutes of ticks) or keeps one
+# core busy for a minute (lint, types, the docs), then leg 2, whose proofs with
+# processes are few (the smoke tests and the failover). Each leg is chosen by each
+# test's purpose (tests/conftest.py's PURPOSE; CONTRIBUTING.md has the table); each pass
+# with coverage writes a file of its own, combined into one report.
+LANE_PROOFS := leg-1-proofs leg-1-cluster-proofs valkey-proofs newest-leg
+LANE_OTHERS := leg-1-others leg-1-cluster-others valkey-others valkey-cluster-leg \
+	leg-1-fan-ins oldest-leg
+LANE_WAITS := leg-1-waits lint docs-check legacy-leg
+test: browser gettext postgres
 	rm -f .coverage .coverage.*
-	@$(MAKE) --no-print-directory leg-1 leg-1-long leg-1-cluster
-	$(BIN)/coverage combine .coverage.single .coverage.cluster
+	@$(MAKE) --no-print-directory -j3 --output-sync=target LANES=1 $(LANE_PROOFS) \
+		$(LANE_OTHERS) $(LANE_WAITS)
+	$(BIN)/coverage combine $(COVERAGE_FILES)
 	$(BIN)/coverage report
-	@$(MAKE) --no-print-directory -j2 --output-sync=target legacy-leg valkey-leg oldest-leg \
-		newest-leg
 
-# Leg 1: the newest Django, hiredis, Redis 6.2: everything, with coverage.
-leg-1: $(VENV)/.installed
+ifeq ($(LANES),1)
+leg-1-cluster-proofs: | leg-1-proofs
+valkey-proofs: | leg-1-cluster-proofs
+newest-leg: | valkey-proofs
+leg-1-cluster-others: | leg-1-others
+valkey-others: | leg-1-cluster-others
+valkey-cluster-leg: | valkey-others
+leg-1-fan-ins: | valkey-cluster-leg
+oldest-leg: | leg-1-fan-ins
+lint: | leg-1-waits
+docs-check: | lint
+legacy-leg: | docs-check
+endif
+
+# Leg 1: the newest Django, hiredis, Redis 6.2: everything, with coverage; its proofs
+# with processes and its other tests in two passes.
+leg-1: leg-1-proofs leg-1-others
+
+leg-1-proofs: $(VENV)/.installed
 	$(BIN)/python -c 'import django, redis.utils as u; print("Leg 1: Django", django.get_version(), "hiredis" if u.HIREDIS_AVAILABLE else "pure-Python parser")'
-	COVERAGE_FILE=.coverage.single $(BIN)/pytest --cov --cov-report= -m 'not long'
+	COVERAGE_FILE=.coverage.proofs $(BIN)/pytest --cov --cov-report= \
+		-m 'processes and not long and not once'
 
-leg-1-cluster: $(VENV)/.installed
-	@echo "Leg 1 on a 3-master Redis Cluster"
-	COVERAGE_FILE=.coverage.cluster RC_TEST_CLUSTER=1 $(BIN)/pytest --cov --cov-report= \
-		-m 'not static and not browser and not once and not long'
+leg-1-others: $(VENV)/.installed
+	@echo "Leg 1: the tests without processes"
+	COVERAGE_FILE=.coverage.others $(BIN)/pytest --cov --cov-report= \
+		-m 'not processes and not long and not once'
 
-# The tests that run for minutes (marked long), once, on the single server.
-leg-1-long: $(VENV)/.installed
-	@echo "Leg 1: the long tests"
-	RC_TEST_LONG=1 $(BIN)/pytest -m long
+# Leg 1 on a 3-master Redis Cluster: all but static, browser, once and long.
+leg-1-cluster: leg-1-cluster-proofs leg-1-cluster-others
+
+leg-1-cluster-proofs: $(VENV)/.installed
+	@echo "Leg 1 on a 3-master Redis Cluster: the proofs with processes"
+	COVERAGE_FILE=.coverage.cluster-proofs RC_TEST_CLUSTER=1 $(BIN)/pytest --cov \
+		--cov-report= -m 'processes and not static and not browser and not once and not long'
+
+leg-1-cluster-others: $(VENV)/.installed
+	@echo "Leg 1 on a 3-master Redis Cluster: the tests without processes"
+	COVERAGE_FILE=.coverage.cluster-others RC_TEST_CLUSTER=1 $(BIN)/pytest --cov \
+		--cov-report= -m 'not processes and not static and not browser and not once and not long'
+
+# Leg 1's tests that run for minutes (marked long; RC_TEST_LONG set) and python-redis-lock's
+# suite (marked once), each on a single server of its own: the ones that mostly sleep
+# (python-redis-lock's suite, with coverage as in the other passes, and the schedules
+# proof under kill -9), and the ones that keep a core busy (the fan-ins of 8,000 steps).
+leg-1-long: leg-1-waits leg-1-fan-ins
+
+leg-1-waits: $(VENV)/.installed
+	@echo "Leg 1: python-redis-lock's suite and the long proof that waits"
+	COVERAGE_FILE=.coverage.waits $(BIN)/pytest --cov --cov-report= -m once
+	RC_TEST_LONG=1 $(BIN)/pytest -m 'long and not server'
+
+leg-1-fan-ins: $(VENV)/.installed
+	@echo "Leg 1: the long tests on the server"
+	RC_TEST_LONG=1 $(BIN)/pytest -m 'long and server'
 
 # Leg 2: Django 5.2 LTS with the backport, the oldest Python, redis-py's pure-Python
 # parser: the Django and client tests, and a worker's smoke tests.
-legacy-leg:
+legacy-leg: $(VENV)/.installed
 	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		echo "No Python >= 3.12 here, so Django 6 cannot run: the suite ran on Django 5.2 only."; \
 	else \
@@ -207,15 +259,31 @@ legacy-leg:
 	fi
 
 # Leg 3: Valkey 8.1, a current server, instead of the bundled Redis 6.2: the components
-# on the server, and the proofs with processes.
-valkey-leg: $(VENV)/.installed
-	@echo "Leg 3: Valkey 8.1"
-	RC_TEST_SERVER=valkey $(BIN)/pytest -m 'server or processes'
-	RC_TEST_SERVER=valkey RC_TEST_CLUSTER=1 $(BIN)/pytest -m 'server or processes'
+# on the server, and the proofs with processes, on a single server. On the cluster, the
+# components on the server, and the failover of a cluster's master (Valkey's own cluster
+# bus promotes the replica). The other proofs with processes are not repeated there:
+# what a cluster adds to them (the cluster client's routing, slots, hash tags, MOVED) is
+# redis-py's and ours, not the server's, and leg 1's cluster pass proves it on Redis 6.2;
+# what Valkey could change in it, its commands and scripts on a cluster, the server
+# tests run on Valkey's cluster.
+valkey-leg: valkey-proofs valkey-others valkey-cluster-leg
+
+valkey-proofs: $(VENV)/.installed
+	@echo "Leg 3: Valkey 8.1, the proofs with processes"
+	RC_TEST_SERVER=valkey $(BIN)/pytest -m processes
+
+valkey-others: $(VENV)/.installed
+	@echo "Leg 3: Valkey 8.1, the components on the server"
+	RC_TEST_SERVER=valkey $(BIN)/pytest -m 'server and not processes'
+
+valkey-cluster-leg: $(VENV)/.installed
+	@echo "Leg 3: Valkey 8.1 on a 3-master cluster"
+	RC_TEST_SERVER=valkey RC_TEST_CLUSTER=1 $(BIN)/pytest -m 'server and not processes'
+	RC_TEST_SERVER=valkey RC_TEST_CLUSTER=1 $(BIN)/pytest tests/test_failover.py
 
 # Leg 4: the oldest redis-py allowed, with Django 6.0: the client tests, redis-py's lock
 # suite, Django's tasks suite, and a worker's smoke tests.
-oldest-leg:
+oldest-leg: $(VENV)/.installed
 	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		echo "No Python >= 3.12 here, so Django 6.0 cannot run: leg 4 skipped."; \
 	else \
@@ -229,7 +297,7 @@ oldest-leg:
 # next make lock), linted, type-checked and run on the client, peers' and smoke tests. It
 # reports and never fails the build: a new release's breakage is printed, named and
 # fixed on purpose, not found by a fresh clone on the day of an unrelated change.
-newest-leg:
+newest-leg: $(VENV)/.installed
 	@if ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		echo "No Python >= 3.12 here: the newest leg skipped."; \
 	else \

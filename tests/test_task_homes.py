@@ -658,7 +658,10 @@ def test_a_move_keeps_order_due_times_uniqueness_and_dead_letters() -> None:
 def test_workers_starting_at_once_move_each_task_once(caplog: pytest.LogCaptureFixture) -> None:
     with split_homes(False):
         old = [tasks.record.using(queue_name="first").enqueue(str(n)).id for n in range(300)]
-    tasks_client().zadd(ready_key("first", registry()), {b"not a task": 1})
+    stranger = json.dumps(
+        {"id": "ab" * 18, "task": "t", "queue": "first", "args": [], "kwargs": {}}
+    )
+    tasks_client().zadd(ready_key("first", registry()), {b"not a task": 1, stranger: 2})
     moved: list[int] = []
     threads = [
         threading.Thread(target=lambda: moved.append(TaskStore().migrate_layout(["first"])))
@@ -673,6 +676,7 @@ def test_workers_starting_at_once_move_each_task_once(caplog: pytest.LogCaptureF
     assert total == 300
     assert sorted(w.task_id[4:] for w in waiting) == sorted(old)
     assert "not a task's entry" in caplog.text  # (left where it is, and said)
+    assert "is not of 32 digits" in caplog.text
 
 
 def test_a_worker_of_one_home_takes_ahead_on_that_homes_connection(

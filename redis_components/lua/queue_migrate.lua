@@ -6,8 +6,8 @@
 --       of the home when it is not unique)  4) the queue's ready ZSET (its wake-up channel)
 -- ARGV: 1) its payload (its dead letter's entry, for the list)  2) its score in the ZSET
 --       ("" for the list)  3) its result's fields as a JSON object  4) how long to keep
---       the result, in ms (0: no expiry)  5) how long the unique key is kept, in ms (0: not unique)
---       6) its new id
+--       the result, in ms (0: no expiry)  5) how long the unique key is kept, in ms (0:
+--       not unique)  6) its new id
 -- Returns: 1 when it moved it, 0 when it was moved already, or {2, the id of the equal
 --          task that its unique key names} (in the last two cases nothing changed). A
 --          dead letter whose result expired has no result to find: moved twice, if the

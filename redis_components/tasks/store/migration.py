@@ -98,7 +98,10 @@ class Migration(Router):
         for entry, score in entries:
             try:
                 payload = entry if score is not None else json.loads(entry)["task"]
-                messages.append((entry, score, TaskMessage.decode(payload)))
+                message = TaskMessage.decode(payload)
+                if len(message.id) != 32:  # (no id of that layout: it would come back here)
+                    raise MalformedTask(f"its id {message.id[:40]!r} is not of 32 digits")
+                messages.append((entry, score, message))
             except (ValueError, KeyError, TypeError, MalformedTask) as error:
                 logger.error("Left in %s: not a task's entry (%s): %r", key, error, entry[:200])
         pipe = client.pipeline(transaction=False)

@@ -12,9 +12,9 @@ import redis
 from django.test import Client, override_settings
 
 from redis_components import RedisLock, RedisSemaphore, metrics, redis_lock
-from redis_components.tasks.messages import TaskMessage, random_id
+from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_names
-from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store import TaskStore, new_task_id
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker
 from tests.testapp import tasks
@@ -192,7 +192,7 @@ def test_redis_down_is_a_503(client: Client) -> None:
 def test_a_scrape_forgets_the_queues_nobody_uses_any_more(client: Client) -> None:
     def send(queue: str) -> None:
         message = TaskMessage(
-            id=random_id(),
+            id=new_task_id(queue),
             task="tests.testapp.tasks.record",
             queue=queue,
             args=[],

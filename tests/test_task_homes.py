@@ -43,7 +43,7 @@ from redis_components.exceptions import (
 )
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
-from redis_components.tasks.messages import task_id_of
+from redis_components.tasks.messages import TaskMessage, task_id_of
 from redis_components.tasks.schedules import Claim, Scheduler, build
 from redis_components.tasks.status import home_stats, queue_stats, running_tasks
 from redis_components.tasks.store import (
@@ -653,6 +653,13 @@ def test_a_move_keeps_order_due_times_uniqueness_and_dead_letters() -> None:
     assert store.requeue_dead("third") == (2, 0)
     assert get_result(failed).status is TaskResultStatus.READY
     assert not store.holds_tasks(registry(), QUEUES, WORKER)
+
+
+def test_an_enqueue_under_an_id_of_no_queues_home_is_refused() -> None:
+    message = TaskMessage(id="ab" * 16, task="t", queue="first", args=[], kwargs={})
+    with pytest.raises(InvalidInput, match="names no queue's home: make it with new_task_id"):
+        TaskStore().enqueue(message, message.encode())
+    assert TaskStore().queue_counts({"first": []})["first"].ready == 0
 
 
 def test_workers_starting_at_once_move_each_task_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -21,7 +21,7 @@ from redis_components.connection import OneConnection
 from redis_components.exceptions import TaskResultDoesNotExist
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.lease import description
-from redis_components.tasks.messages import TaskMessage, random_id, task_id_of
+from redis_components.tasks.messages import TaskMessage, task_id_of
 from redis_components.tasks.status import (
     dead_letters,
     queue_stats,
@@ -29,7 +29,7 @@ from redis_components.tasks.status import (
     waiting_tasks,
     workers,
 )
-from redis_components.tasks.store import TaskStore, WorkerStore
+from redis_components.tasks.store import TaskStore, WorkerStore, new_task_id
 from redis_components.tasks.store.layout import leases_key, ready_key, result_key, tasks_client
 from redis_components.tasks.worker import Worker
 from redis_components.testing import crashed_worker
@@ -647,7 +647,7 @@ def queued_by_hand(
     """Enqueue a task past the checks of ``enqueue``, as an older release or a hand may
     have: its id."""
     message = TaskMessage(
-        id=random_id(), task=task, queue="test", args=args, kwargs=kwargs, backend=backend
+        id=new_task_id("test"), task=task, queue="test", args=args, kwargs=kwargs, backend=backend
     )
     TaskStore().enqueue(message, message.encode())
     return message.id

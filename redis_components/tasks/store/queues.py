@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError
 from ... import keys, scripts
 from ...conf import user_settings
 from ...connection import OneConnection, text
-from ...exceptions import QueueFull, TaskNotCancellable, TaskNotDurable
+from ...exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDurable
 from ..messages import NOW, Due, MalformedTask, TaskMessage, validate_queue
 from . import replies
 from .calls import (
@@ -48,6 +48,7 @@ from .layout import (
     result_ttl_ms,
     running_tasks_key,
     settled_elsewhere,
+    shared_home,
     stats_key,
     task_home,
     unique_key,
@@ -85,8 +86,14 @@ class Queues(Flows):
         nothing is added when an equal task (:meth:`TaskMessage.digest`) was enqueued
         within that time (:attr:`Enqueued.duplicate_of` names it). Raises
         :class:`QueueFull` when the queue is at its limit, and :class:`TaskNotDurable`
-        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge.
+        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge. Its id must name its
+        queue's home (``new_task_id``): on a cluster, one of 32 digits would put it where
+        no worker takes (:class:`InvalidInput`).
         """
+        if len(message.id) != 36 and shared_home() is not None:
+            raise InvalidInput(
+                "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
+            )
         options = user_settings()
         limit, shares = _limit(options, message.queue), partitions(message.queue)
         call = enqueue_call(

@@ -1,14 +1,11 @@
 """The delivery protocol of one worker process: what it holds between round trips.
 
-A worker records how its tasks ended and takes the next in one script call
-(``lua/queue_fetch.lua``, through :class:`~redis_components.tasks.store.WorkerStore`).
-Between two calls it holds the outcomes not yet recorded, a take sent ahead whose reply
-is unread, the task that take holds ahead, and after a lost connection the duty to
-reclaim a take whose reply it never read. The :class:`Conveyor` owns all of that and
-offers the verbs that move it (record, record-and-take, start, give back, reclaim).
-
-The worker's loop and its slots' threads call one verb per turn, and only under the
-worker's step lock: the conveyor has no lock of its own.
+A worker records how its tasks ended and takes the next in one script call (through
+:class:`~redis_components.tasks.store.WorkerStore`). Between two calls it holds the
+outcomes not yet recorded, a take sent ahead whose reply is unread, the task that take
+holds ahead, and after a lost connection the duty to reclaim a take whose reply it never
+read. The :class:`Conveyor` owns that; the worker calls its verbs only under its step
+lock, so the conveyor has no lock of its own.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ logger = logging.getLogger("redis_components.worker")
 
 
 class Execution(Protocol):
-    """What the conveyor reads of a finished execution (``slots.Execution``): how it
-    ended. It neither runs tasks nor knows the slots that do."""
+    """What the conveyor reads of a finished execution (``slots.Execution``)."""
 
     outcome: Outcome | None
 
@@ -36,9 +32,7 @@ class Execution(Protocol):
 class Conveyor:
     """Outcomes to record, the take sent ahead and the task held ahead, of one worker
     whose side of the store is ``tasks`` and whose ``lease`` puts back a lost take.
-
-    ``hold_for``: seconds a task held ahead waits for the task before it to end; it goes
-    back to its queue (:meth:`give_back`) after that."""
+    ``hold_for``: seconds a task held ahead waits for the task before it to end."""
 
     def __init__(self, tasks: WorkerStore, lease: Lease[Any], hold_for: float) -> None:
         self.tasks = tasks
@@ -72,10 +66,6 @@ class Conveyor:
     def sent_before(self, moment: float) -> bool:
         """A take is sent ahead whose task goes back before ``moment`` (monotonic)."""
         return self._pending is not None and self._ahead_until < moment
-
-    def finished(self, execution: Execution) -> None:
-        """Queue the outcome of ``execution`` for the next fetch."""
-        self.outcomes.append(execution)
 
     def fetch(self, take: bool, start: Fetched | None = None) -> Fetched:
         """Record the queued outcomes, the last with a take (if ``take``) and the start
@@ -161,10 +151,8 @@ class Conveyor:
 
     def _fetch_one(self, take: bool, start: Fetched | None = None) -> Fetched:
         execution, outcome = self._first_outcome()
-        if take:
-            fetched = self.tasks.take(outcome, start=start)
-        else:
-            fetched = self.tasks.record(outcome, start=start)
+        send = self.tasks.take if take else self.tasks.record
+        fetched = send(outcome, start=start)
         if execution is not None:
             self.outcomes.pop(0)
         self._check_recorded(outcome, fetched)

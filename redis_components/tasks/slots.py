@@ -1,37 +1,22 @@
-"""Slots: where a worker process runs its tasks, up to N sync tasks at once in threads
-(``--threads N``, 1 by default) and up to M ``async def`` tasks on one event loop
-(``--async-tasks M``). The one way a task runs, whatever N and M.
+"""Slots: where a worker process runs its tasks, N sync ones at once in threads
+(``--threads N``) and M ``async def`` ones on one event loop (``--async-tasks M``), the
+same way whatever N and M (docs/tasks.md, "Many tasks per worker process").
 
-No task code runs in the worker's loop (``worker.py``): it hands each task it takes to
-a slot thread or to the event loop (:class:`LoopSlots`). A slot thread whose task has
-ended records it and takes its next task itself, under the worker's step lock (its
-code has ended: no limit can settle it any more). The first slot thread is the one
-that called ``Worker.run`` (:meth:`Slots.serve_here`).
+The worker's loop (``worker.py``) runs no task code: it hands each task to a slot's
+thread or to the event loop. Time limits count from the hand-out and are enforced under
+the worker's step lock, without signals (they reach the main thread only):
 
-Time limits are per task, counted from when the task is handed out, and enforced under
-the step lock by the loop (woken when a limit falls due) or a slot thread taking its
-next task (no signals: they reach the main thread only):
+* the **soft limit** raises ``SoftTimeLimitExceeded`` in the task's thread only while it
+  runs the task's own code (:func:`task_frame`), under the execution's lock; one that
+  lands as the code ends is dropped (:meth:`Execution.end_code`), so it never fails a
+  task whose code returned;
+* at the **hard limit** (or a ``terminate=True`` cancel) the task is settled at once and
+  its thread abandoned: a new thread takes its slot, and the old one is sent the error
+  the same way. With :data:`MAX_ABANDONED` such threads the process exits to be
+  replaced; one whose loop cannot run at all (a C call holding the GIL) is replaced by
+  ``rc_worker``'s supervisor (``worker.LAST_RESORT_GRACE``).
 
-* the **soft limit** raises :class:`~redis_components.exceptions.SoftTimeLimitExceeded`
-  in the task's thread when that thread is seen running the task's own code (the rule
-  of :func:`task_frame`): the loop reads the thread's innermost frame and asks again shortly
-  when it is in redis-py or this library. The read and the raise happen under the
-  execution's lock, never once the code's end is claimed; one that lands only as the
-  code ends (a thread switch between the read and the raise) is dropped where the end
-  is claimed (:meth:`Execution.end_code`), so it never fails a task whose code returned;
-* at the **hard limit** the task is settled at once (retried or dead-lettered, recorded
-  :class:`~redis_components.exceptions.TimeLimitExceeded`) and its thread abandoned: a
-  new thread takes its slot, so capacity stays N, and the old one is sent
-  ``TimeLimitExceeded`` the same way, to stop if its code ever runs again. Its late
-  outcome is dropped (and the fenced acknowledgement would refuse it anyway). Once
-  :data:`MAX_ABANDONED` abandoned threads are still running, the process takes no
-  more tasks, lets the others finish and exits to be replaced. A loop that cannot run
-  at all (a C call holding the GIL) is replaced by ``rc_worker``'s supervisor, the last
-  resort (``worker.LAST_RESORT_GRACE``).
-
-A task cancelled with ``terminate=True`` ends the same way as one at its hard limit,
-recorded as cancelled. On the event loop, limits cancel the task's coroutine instead
-(see :class:`LoopSlots`).
+On the event loop, limits cancel the task's coroutine instead (:class:`LoopSlots`).
 """
 
 from __future__ import annotations
@@ -47,7 +32,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any, NoReturn
@@ -83,13 +68,10 @@ PROTECTED_PACKAGES = frozenset({"redis", "hiredis", "django_redis", "redis_compo
 
 
 def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
-    """The innermost frame of a task's own code on the stack that ends in ``frame``.
-
-    The task's code is what the function whose code is ``entry`` (a job's ``call``)
-    calls, directly or not, outside the protected packages: the frame returned is the
-    first one outward of every protected frame. ``None`` when no task code is running
-    (the worker's own code, or a protected frame called right from ``entry``).
-    """
+    """The innermost frame of a task's own code on the stack that ends in ``frame``: of
+    what ``entry`` (a job's ``call``) calls, the first frame outward of every protected
+    one. ``None`` when no task code runs (the worker's own, or a protected frame called
+    right from ``entry``)."""
     found = frame
     while frame is not None:
         if frame.f_code is entry:
@@ -101,8 +83,7 @@ def task_frame(frame: FrameType | None, entry: CodeType) -> FrameType | None:
 
 
 def validate_slots(count: object, name: str, most: int | None = None) -> int:
-    """``count`` if it is a positive integer (up to ``most``), else :class:`InvalidInput`
-    naming ``name``."""
+    """``count`` if a positive integer (at most ``most``), else :class:`InvalidInput`."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInput(name, f"must be a positive integer, not {count!r}")
     if most is not None and count > most:
@@ -136,8 +117,7 @@ class Execution:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def limit(self, job: Job, grace: float) -> None:
-        """It is handed out to run ``job``: from now its limits count (the last resort
-        ``grace`` seconds after the hard one)."""
+        """From now ``job``'s limits count (the last resort ``grace`` s after the hard one)."""
         now = time.monotonic()
         if job.soft_time_limit is not None:
             self.soft_at = now + job.soft_time_limit
@@ -155,14 +135,12 @@ class Execution:
             raise Abandoned
 
     def end_code(self) -> bool:
-        """Its task's code returned or raised (in the thread that ran it): from now no
-        limit settles it. False if the loop abandoned it first (its end is not its own:
-        it was settled already).
+        """Its task's code returned or raised (in its thread): from now no limit settles it.
+        False if the loop abandoned it first (it was settled already).
 
-        A soft limit is raised only under the lock, while the code runs (see
-        :meth:`Slots._interrupt`), but it lands at the thread's next check: when the code
-        had just ended, that is here. It is dropped then (lands in this call, or is
-        cleared before it can land later: in the result's encoding, in a signal)."""
+        A soft limit raised under the lock while the code ran (:meth:`Slots._interrupt`)
+        lands at the thread's next check: when the code had just ended, that is here. It
+        is dropped then (lands in this call, or is cleared before it can land later)."""
         while True:
             try:
                 with self.lock:
@@ -179,8 +157,8 @@ class Execution:
                     raise
 
     def abandon(self) -> bool:
-        """The loop settles it (hard limit, terminate): False if its code ended first,
-        or it finished (its own outcome stands)."""
+        """The loop settles it (hard limit, terminate): False if its code ended or it
+        finished first (its own outcome stands)."""
         with self.lock:
             if self.code_ended or self.done:
                 return False
@@ -196,12 +174,8 @@ def raise_in_thread(ident: int, error: type[BaseException]) -> bool:
 
 
 def clear_raised_here() -> None:
-    """Drop an exception raised in this thread by :func:`raise_in_thread` that has not
-    landed yet."""
+    """Drop an exception :func:`raise_in_thread` raised here that has not landed yet."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
-
-
-# -- running one execution, in its slot ----------------------------------------------
 
 
 def execute(execution: Execution, pid: int) -> Outcome:
@@ -253,11 +227,7 @@ async def aexecute(execution: Execution) -> Outcome:
 
 def _call_code(job: Job, pid: int) -> Any:
     """Run the task's code; a process the task forked (not ``pid``) ends here, whatever
-    happened.
-
-    A forked child that returns (or raises, ``sys.exit`` included) into this code would
-    otherwise go on as a second worker with its parent's id.
-    """
+    happened, rather than go on as a second worker with its parent's id."""
     try:
         value = job.call()
     except BaseException as error:
@@ -270,17 +240,13 @@ def _call_code(job: Job, pid: int) -> Any:
 
 
 def _end_forked_child(error: BaseException | None) -> NoReturn:
-    """End a process forked by a task that came back into the worker's code.
-
-    It exits as the child of a plain program would (the ``sys.exit`` code, 1 after an
-    exception), without running the worker's clean-up, which belongs to its parent.
-    """
+    """End a process forked by a task as a plain program's child would (the ``sys.exit``
+    code, 1 after an exception), without the worker's clean-up, which is its parent's."""
+    code = 0 if error is None else 1
     if isinstance(error, SystemExit):
         code = error.code if isinstance(error.code, int) else int(error.code is not None)
-    else:
-        code = 0 if error is None else 1
-        if error is not None:
-            traceback.print_exception(error)
+    elif error is not None:
+        traceback.print_exception(error)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -288,11 +254,8 @@ def _end_forked_child(error: BaseException | None) -> NoReturn:
 
 
 class Pool:
-    """Up to ``count`` executions at once, run by ``run``; the base of the two kinds.
-
-    Only the worker's loop calls the methods; whatever finishes an execution calls
-    ``wake`` so that the loop records it.
-    """
+    """Up to ``count`` executions at once; the base of the two kinds. Only the worker's
+    loop calls the methods; whatever finishes an execution calls ``wake``."""
 
     def __init__(self, count: int, wake: Callable[[], None]) -> None:
         self.count = count
@@ -330,11 +293,8 @@ class Pool:
         """The executions finished since the last call (abandoned ones left out: they
         were settled when abandoned; they go to ``ended_late``)."""
         ended: list[Execution] = []
-        while True:
-            try:
-                execution = self._done.get_nowait()
-            except queue.Empty:
-                return ended
+        while not self._done.empty():  # (only the loop takes from it)
+            execution = self._done.get()
             if execution.abandoned:
                 self._abandoned.remove(execution)
                 if execution in self._unstopped:
@@ -343,12 +303,12 @@ class Pool:
                 continue
             self.running.remove(execution)
             ended.append(execution)
+        return ended
 
     def enforce_limits(self) -> tuple[list[Execution], float]:
-        """Apply the limits that are due: the soft ones, and abandoning the executions
-        past their hard limit or to be terminated. Returns those abandoned (for the
-        worker to settle) and the seconds until the next limit is due (``math.inf``:
-        none)."""
+        """Apply the limits that are due (abandoning the executions past their hard limit
+        or to be terminated): those abandoned, for the worker to settle, and the seconds
+        until the next limit is due (``math.inf``: none)."""
         now = time.monotonic()
         next_due = math.inf
         abandoned = []
@@ -372,8 +332,7 @@ class Pool:
         return abandoned, max(0.0, next_due - now)
 
     def _abandon(self, execution: Execution) -> bool:
-        """Leave the execution to itself; False if it has just finished (its own
-        outcome stands)."""
+        """Leave the execution to itself; False if it has just finished."""
         if not execution.abandon():
             return False
         self.running.remove(execution)
@@ -381,23 +340,17 @@ class Pool:
         self._unstopped.append(execution)
         return True
 
-    def finished_with(self, execution: Execution) -> None:
-        """Called where the execution ran, once it has ended: the loop gathers it."""
-        self._end(execution)
-        self._done.put(execution)
-        self._wake()
-
-    def finished_here(self, execution: Execution) -> None:
-        """Called where the execution ran, once it has ended, by the one who records it
-        there and then (under the worker's step lock)."""
-        self._end(execution)
-        self.running.remove(execution)
-
-    @staticmethod
-    def _end(execution: Execution) -> None:
+    def finished_with(self, execution: Execution, *, here: bool = False) -> None:
+        """Called where the execution ran, once it has ended: the loop gathers it, unless
+        the caller records it there and then (``here``, under the worker's step lock)."""
         with execution.lock:
             execution.done = True
             execution.entry = None
+        if here:
+            self.running.remove(execution)
+        else:
+            self._done.put(execution)
+            self._wake()
 
     def start(self) -> None:
         raise NotImplementedError
@@ -411,29 +364,26 @@ class Pool:
 
 
 class Slots(Pool):
-    """``count`` threads that run the sync tasks' executions by ``run``: the one that
-    calls :meth:`serve_here`, and ``count - 1`` of their own.
+    """``count`` threads that run the sync tasks' executions: the one that calls
+    :meth:`serve_here`, and ``count - 1`` of their own.
 
-    Once an execution's task has ended, its thread calls ``then`` with it, which
-    records it and returns the next execution for this same thread (claimed
-    by ``then``), or ``None`` to wait for one to be handed out (:meth:`submit`). So a
-    busy worker hands nothing from thread to thread (see ``worker.py``).
+    Once an execution's task has ended, its thread calls ``then`` with it, which records
+    it and returns the next execution for this same thread (submitted ``here``), or
+    ``None`` to wait for one to be handed out. So a busy worker hands nothing from thread
+    to thread.
     """
 
     def __init__(
-        self,
-        count: int,
-        run: Callable[[Execution], Outcome],
-        then: Callable[[Execution], Execution | None],
-        wake: Callable[[], None],
+        self, count: int, then: Callable[[Execution], Execution | None], wake: Callable[[], None]
     ) -> None:
         super().__init__(count, wake)
-        self._run = run
         self._then = then
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._started = 0
+        self._pid = os.getpid()
 
     def start(self) -> None:
+        self._pid = os.getpid()  # the worker's, which a process forked by a task is not
         for started in range(1, self.count):
             try:
                 self._start_thread()
@@ -441,18 +391,15 @@ class Slots(Pool):
                 raise RuntimeError(f"{error} ({started} of {self.count} slots started)") from error
 
     def serve_here(self) -> None:
-        """Be the first slot's thread until :meth:`stop`, or until the execution it runs
-        is abandoned (a new thread takes the slot). A ``KeyboardInterrupt`` in its task
-        propagates (the task's run gives it back: see ``worker.py``)."""
+        """Be the first slot's thread until :meth:`stop`, or until its execution is
+        abandoned. A ``KeyboardInterrupt`` in its task propagates (see ``worker.py``)."""
         self._serve(own_thread=False)
 
-    def submit(self, execution: Execution) -> None:
+    def submit(self, execution: Execution, *, here: bool = False) -> None:
+        """``here``: it runs in the thread whose ``then`` returns it."""
         super().submit(execution)
-        self._work.put(execution)
-
-    def claim(self, execution: Execution) -> None:
-        """Count the execution as running in the thread whose ``then`` returns it."""
-        super().submit(execution)
+        if not here:
+            self._work.put(execution)
 
     def stop(self) -> None:
         """End the threads once they are idle (the abandoned ones are left to themselves)."""
@@ -485,8 +432,7 @@ class Slots(Pool):
 
     def _start_thread(self) -> None:
         self._started += 1
-        name = f"rc-slot-{self._started}"
-        threading.Thread(target=self._serve, name=name, daemon=True).start()
+        threading.Thread(target=self._serve, name=f"rc-slot-{self._started}", daemon=True).start()
 
     def _serve(self, own_thread: bool = True) -> None:
         """A slot's thread: run what it is handed until told to stop, or abandoned."""
@@ -495,7 +441,7 @@ class Slots(Pool):
             while execution is not None:
                 execution.thread = threading.get_ident()
                 try:
-                    execution.outcome = self._run(execution)
+                    execution.outcome = execute(execution, self._pid)
                 except Abandoned:
                     pass
                 except BaseException as error:  # a limit that came after the task's code, or a bug
@@ -513,23 +459,16 @@ class Slots(Pool):
 
 class LoopSlots(Pool):
     """One event loop, in a thread of its own, running up to ``count`` ``async def``
-    tasks' executions at once by ``run``.
+    tasks' executions at once.
 
-    A limit cancels the task's coroutine (the soft one: the task sees ``CancelledError``
-    and may tidy up; :func:`arun_job` then records ``SoftTimeLimitExceeded``). A loop
-    that a task blocks (a ``time.sleep`` in an ``async def``) runs nothing else: it is
-    noticed (no tick for :data:`BLOCKED_AFTER` seconds) and logged, and once a task on
-    it passes its hard limit the loop counts as stuck, so the process is replaced.
+    A limit cancels the task's coroutine (at the soft one the task sees ``CancelledError``
+    and may tidy up). A loop that a task blocks (a ``time.sleep`` in an ``async def``)
+    runs nothing else: that is logged after :data:`BLOCKED_AFTER` seconds without a tick,
+    and once a task on it passes its hard limit the process is replaced.
     """
 
-    def __init__(
-        self,
-        count: int,
-        run: Callable[[Execution], Awaitable[Outcome]],
-        wake: Callable[[], None],
-    ) -> None:
+    def __init__(self, count: int, wake: Callable[[], None]) -> None:
         super().__init__(count, wake)
-        self._run = run
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._tick = time.monotonic()  # the loop's last sign of life
@@ -547,8 +486,7 @@ class LoopSlots(Pool):
 
     @property
     def busy(self) -> bool:
-        """A stuck loop's other tasks cannot end: they go back on their queues when the
-        process stops."""
+        """A stuck loop's other tasks cannot end (they go back when the process stops)."""
         return bool(self.running) and not self.stuck
 
     def start(self) -> None:
@@ -621,7 +559,7 @@ class LoopSlots(Pool):
     async def _serve(self, execution: Execution) -> None:
         execution.coroutine = asyncio.current_task()
         try:
-            execution.outcome = await self._run(execution)
+            execution.outcome = await aexecute(execution)
         except Abandoned:
             pass
         except GeneratorExit:  # the loop closes with the coroutine still running

@@ -28,10 +28,9 @@ from ..conf import conf
 from ..connection import REDIS_DOWN
 from ..exceptions import InvalidInput
 from .lease import lease_ms, new_worker_id, put_back_tasks
-from .slots import MAX_THREADS, validate_slots
 from .store import TaskStore
 from .waker import backoff, empty_pipe
-from .worker import Worker, validate_queues
+from .worker import Worker, validate_options
 
 logger = logging.getLogger("redis_components.worker")
 
@@ -73,12 +72,8 @@ def _child_main(
     if worker is None:  # stopped before Redis answered
         finished.value = 1
         return
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        worker.request_stop()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: worker.request_stop())
     signal.set_wakeup_fd(worker.wakeup_fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     # The main thread only handles signals: a task that its slot gave up on (stuck in a
@@ -90,16 +85,18 @@ def _child_main(
     else:
         worker.stopped.wait()
     signal.set_wakeup_fd(-1)  # the worker closed its pipe: that fd may be reused
-    if worker.failure is not None:
-        if _refused_a_thread(worker.failure):
-            logger.error(
-                "Worker %s could not start its threads: %s. The system allows fewer threads "
-                "(or less memory) than --threads asks: lower --threads or -c, or raise the "
-                "limit (ulimit -u, a container's pids limit)",
-                *(worker_id, worker.failure),
-            )
-            sys.exit(NO_THREADS)
-        raise worker.failure
+    failure = worker.failure
+    # The system refused a thread (in CPython's words).
+    if isinstance(failure, RuntimeError) and "can't start new thread" in str(failure):
+        logger.error(
+            "Worker %s could not start its threads: %s. The system allows fewer threads "
+            "(or less memory) than --threads asks: lower --threads or -c, or raise the "
+            "limit (ulimit -u, a container's pids limit)",
+            *(worker_id, failure),
+        )
+        sys.exit(NO_THREADS)
+    if failure is not None:
+        raise failure
     if worker.worn_out:
         sys.exit(WORN_OUT)
     finished.value = 1
@@ -129,11 +126,6 @@ def _new_worker(worker_id: str, options: dict[str, Any], deadline: Any) -> Worke
             waited = time.monotonic() - down_since
             logger.warning("Worker %s reached Redis after %.1f s", worker_id, waited)
         return worker
-
-
-def _refused_a_thread(error: BaseException) -> bool:
-    """Whether ``error`` is the system refusing to start a thread (CPython's message)."""
-    return isinstance(error, RuntimeError) and "can't start new thread" in str(error)
 
 
 def _serve(worker: Worker) -> None:
@@ -173,19 +165,15 @@ class Supervisor:
     ) -> None:
         if concurrency < 1:
             raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
-        if max_tasks is not None and max_tasks < 1:
-            raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
-        self.queues = validate_queues(queues)
+        self.queues = validate_options(queues, max_tasks, threads, async_tasks)
         self.concurrency = concurrency
         self.options: dict[str, Any] = {
             "queues": self.queues,
             "scheduler": scheduler,
             "burst": burst,
             "max_tasks": max_tasks,
-            "threads": validate_slots(threads, "threads", MAX_THREADS),
-            "async_tasks": None
-            if async_tasks is None
-            else validate_slots(async_tasks, "async_tasks"),
+            "threads": threads,
+            "async_tasks": async_tasks,
         }
         self._signals = 0
         #: Set when a worker process could not start its threads: rc_worker stops.

@@ -32,13 +32,13 @@ POLL_INTERVAL = 0.1
 
 
 def backoff(down_for: float) -> float:
-    """Seconds to wait before trying Redis again once it has been away ``down_for``
-    seconds: from 0.1 s, doubled each half second, up to 5 s."""
+    """Seconds to wait before trying Redis again after ``down_for`` seconds without it:
+    from 0.1 s, doubled each half second, up to 5 s."""
     return min(5.0, 0.1 * 2.0 ** min(6, int(down_for / 0.5)))
 
 
 def empty_pipe(fd: int) -> None:
-    """Read the non-blocking pipe ``fd`` to its end (its wake-ups are taken)."""
+    """Read the non-blocking pipe ``fd`` to its end."""
     with contextlib.suppress(BlockingIOError):
         while os.read(fd, 512):
             pass
@@ -115,13 +115,10 @@ class Waker:
 
     def heard(self) -> set[str] | None:
         """The channels heard since the last call, reading the pending messages without
-        waiting; ``None`` when the subscription was made since: a message may have been
-        missed before it. (Nothing is heard before the first subscription, or while the
-        loop reads the subscription itself: it keeps what it reads for the next call.)
-        Called from another thread than the loop's, a message it read also wakes the
-        loop's wait: the loop may have been waiting for it. A read that loses the
-        subscription says ``None`` (wake-ups may be missed) until the loop's next wait
-        has made it again: no caller of :meth:`heard` reconnects."""
+        waiting; ``None`` when the subscription was made (or lost) since: a message may
+        have been missed. Nothing is heard before the first subscription, or while the
+        loop reads it (it keeps what it reads for the next call). From another thread
+        than the loop's, a message read also wakes the loop. Only the loop reconnects."""
         if not self._reading.acquire(blocking=False):
             return set()
         try:
@@ -159,8 +156,7 @@ class Waker:
             self._loop = threading.get_ident()
 
     def pause(self, seconds: float) -> None:
-        """Sleep ``seconds`` unless woken first (a back-off, or a wait for a running
-        task: no wake-up message ends it)."""
+        """Sleep ``seconds`` unless woken first (no wake-up message ends it)."""
         select.select([self._read], [], [], seconds)
         empty_pipe(self._read)
 

@@ -1,66 +1,38 @@
 """One worker process: run queued tasks at least once, in priority order, without polling.
 
 ``manage.py rc_worker`` starts a :class:`~redis_components.tasks.supervisor.Supervisor`,
-which forks worker processes, each running a :class:`Worker`. The scripts it runs and
-the keys they touch are described in ``store/``.
+which forks worker processes, each running a :class:`Worker`. What a worker promises is
+in docs/tasks.md ("Delivery: at least once" and after); the scripts it runs and the keys
+they touch are described in ``store/``.
 
-Taking and waiting
-------------------
-Blocking pops are reliable for one list but not across several, so taking a task and
-waiting for one are separate. **Taking** is one script (``queue_fetch.lua``): it moves
-the due delayed tasks of the worker's queues to their ready sets, takes the first task
-of the first non-empty queue, in the worker's priority order, into the worker's own
-in-progress set, and records how the task the worker just ran ended, so a busy worker
-needs one round trip per task and a task is never only in the worker's memory.
-**Waiting** happens only after a take found nothing (``waker.py``), on a subscription
-confirmed before the first take, so a wake-up cannot be lost: the first task pushed
-after a take that found the queues empty reaches the worker; if the subscription drops,
-redis-py resubscribes and the confirmation itself makes the worker take again. Every
-idle worker of a queue wakes for the first task of an empty queue and races for it with
-the take script: one take per idle worker per burst of tasks, not per task.
+**Taking** is one script (``queue_fetch.lua``): it moves the due delayed tasks of the
+worker's queues (unless ``--no-scheduler``; a busy worker's takes look only when one may
+be due, and every ``store.worker_store.MOVE_EVERY_MS``), takes the first task of the
+first non-empty queue, in the worker's priority order, into the worker's in-progress
+set, and records how the task the worker just ran ended: one round trip per task, and a
+task is never only in the worker's memory. The script refuses a worker that is not
+registered (``lease.py``), so no task is held by a worker no one watches. Blocking pops
+are reliable for one list but not across several, so **waiting** is apart: only after a
+take found nothing (``waker.py``), on a subscription confirmed before the first take, so
+a wake-up cannot be lost.
 
-Delayed tasks are moved by every worker that serves their queue (unless
-``--no-scheduler``), in the take script: a script is atomic, so each task moves exactly
-once and no lock is needed. A busy worker's takes look at them only when one may be due
-(the earliest due time it knows of, and every ``store.worker_store.MOVE_EVERY_MS``); a
-take that finds no ready task always does.
-
-A worker registers its lease (``lease.py``) before it takes a task, and the take script
-refuses a worker that is not registered (recovered while cut off from Redis), so no task
-is ever held by a worker no one watches. A payload that is not a task, or names a task
-this worker does not have, is dead-lettered with the reason on its first take, and the
-worker goes on.
-
-One execution path
-------------------
 The loop runs no task code: it hands each task it takes to a slot (``slots.py``) and
-takes the next only while a slot of each kind is free (no prefetch, so priorities stay
-global and other processes get work). A slot's thread whose sync task has ended records
-it and takes its next task itself, in the same round trip (:meth:`Worker._then`); what
-else ends (async tasks, abandoned threads, what a slot could not record) the loop
-records with its next fetch. What a worker holds between round trips is its conveyor's
-(``conveyor.py``); recording, taking and handing out happen under one lock, so one
-thread at a time does them. With ``threads=1`` too: the loop then runs in a thread of
-its own, and the thread that called :meth:`Worker.run` is the one slot (so a test's
-database transaction is the task's). Each outcome carries its attempt (the take's time),
-which the script checks: an execution whose task was recovered and taken again records
-nothing.
+takes the next only while a slot of each kind is free (no prefetch). A slot's thread
+whose sync task has ended records it and takes its next task itself, in the same round
+trip (:meth:`Worker._then`); what else ends the loop records with its next fetch. What a
+worker holds between round trips is its conveyor's (``conveyor.py``); recording, taking
+and handing out happen under one lock. With ``threads=1`` too: the loop then runs in a
+thread of its own, and the thread that called :meth:`Worker.run` is the one slot (so a
+test's database transaction is the task's). Each outcome carries its attempt, which the
+script checks: an execution whose task was recovered and taken again records nothing.
 
-Taking ahead
-------------
-A slot whose short task ended while more were ready holds one task ahead: the script
-that records its outcome and starts the task held ahead also takes the next, and the
-slot runs the started task without waiting for that script's reply, which it reads
-when the task ends. So a busy worker never waits for Redis between two short tasks. A
-task held ahead is not started: its score in the worker's in-progress set is negative,
-recovery counts no crash against it, and it goes back to its queue
-(:meth:`~.conveyor.Conveyor.give_back`) once the task before it has run
-:data:`AHEAD_FOR`, when the worker stops, or when nothing runs to start it after.
+**Taking ahead**: when a slot's short task ends while more are ready, the script that
+records it and starts the task held ahead also takes the next; the slot runs the started
+task without waiting for that reply. A task held ahead is not started (no crash counts
+against it) and goes back to its queue (:meth:`~.conveyor.Conveyor.give_back`) once the
+task before it has run :data:`AHEAD_FOR`, when the worker stops, or when nothing runs.
 
-Signals
--------
-Signal handlers only set a flag; a wake-up fd makes the idle wait return at once.
-SIGTERM or SIGINT: the worker finishes its running tasks, records them and exits. A
+Signal handlers only set a flag; a wake-up fd makes the idle wait return at once. A
 ``KeyboardInterrupt`` in the thread that called :meth:`Worker.run` (Ctrl-C outside
 ``rc_worker``) stops it at once: its tasks go back on their queues.
 """
@@ -71,7 +43,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -87,17 +58,7 @@ from .jobs import Job
 from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .messages import validate_queue
 from .schedules import schedules
-from .slots import (
-    MAX_ABANDONED,
-    MAX_THREADS,
-    Execution,
-    LoopSlots,
-    Pool,
-    Slots,
-    aexecute,
-    execute,
-    validate_slots,
-)
+from .slots import MAX_ABANDONED, MAX_THREADS, Execution, LoopSlots, Pool, Slots, validate_slots
 from .store import Fetched, Outcome, TaskStore, WorkerStore, find_nodes_again
 from .store.layout import queue_homes, ready_key, registry, tasks_client
 from .waker import Waker, backoff
@@ -126,6 +87,20 @@ def validate_queues(queues: Sequence[str]) -> list[str]:
     names = list(dict.fromkeys(validate_queue(queue, "queues") for queue in queues))
     if not names:
         raise InvalidInput("queues", "must name at least one queue")
+    return names
+
+
+def validate_options(
+    queues: Sequence[str], max_tasks: int | None, threads: int, async_tasks: int | None
+) -> list[str]:
+    """The queue names (:func:`validate_queues`) once a worker's other options are valid
+    too, or :class:`InvalidInput` naming the first that is not."""
+    names = validate_queues(queues)
+    if max_tasks is not None and max_tasks < 1:
+        raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
+    validate_slots(threads, "threads", MAX_THREADS)
+    if async_tasks is not None:
+        validate_slots(async_tasks, "async_tasks")
     return names
 
 
@@ -158,11 +133,7 @@ class Worker:
         threads: int = 1,
         async_tasks: int | None = None,
     ) -> None:
-        self.queues = validate_queues(queues)
-        if max_tasks is not None and max_tasks < 1:
-            raise InvalidInput("max_tasks", f"must be a positive integer, not {max_tasks!r}")
-        validate_slots(threads, "threads", MAX_THREADS)
-        async_tasks = validate_slots(threads if async_tasks is None else async_tasks, "async_tasks")
+        self.queues = validate_options(queues, max_tasks, threads, async_tasks)
         self.id = validate_worker_id(new_worker_id() if worker_id is None else worker_id)
         self.scheduler = scheduler
         self.burst = burst
@@ -196,17 +167,14 @@ class Worker:
         self._revived = False  # taken for dead: the permits of what runs are held again
         self._loop_wakes_at = -math.inf  # when the loop's current wait ends (-inf: none)
         self._conveyor = Conveyor(self._tasks, self._lease, AHEAD_FOR)
-        self._threads = Slots(threads, self._execute, self._then, self._waker.wake)
-        self._pools: list[Pool] = [
-            self._threads,
-            LoopSlots(async_tasks, aexecute, self._waker.wake),
-        ]
+        self._threads = Slots(threads, self._then, self._waker.wake)
+        self._loop_slots = LoopSlots(async_tasks or threads, self._waker.wake)
+        self._pools: list[Pool] = [self._threads, self._loop_slots]
         # A task whose worker died running it ALONE_AFTER times runs alone: no other task
         # is taken until it ends, and it starts once the others have ended.
         self._alone: Execution | None = None
         self.worn_out = False  # too many tasks it gave up on: to be replaced (see _may_take)
         self._deadline = deadline
-        self._pid = os.getpid()
         self._interrupted = False  # the caller was interrupted: stop at once
         #: What ended the worker's loop with an error (run() raises it), if anything.
         self.failure: BaseException | None = None
@@ -281,7 +249,6 @@ class Worker:
         and the task it runs (if any) returned.
         """
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
-        self._pid = os.getpid()  # a process forked by a task has another
         loop = threading.Thread(target=self._run_loop, name="rc-worker-loop", daemon=True)
         try:
             registered = self._register()
@@ -432,7 +399,7 @@ class Worker:
             if execution.abandoned or self._stopping or self._interrupted or conveyor.reclaiming:
                 self._threads.finished_with(execution)  # the loop gathers it
                 return None
-            self._threads.finished_here(execution)
+            self._threads.finished_with(execution, here=True)
             self._ended(execution)
             quick = execution.outcome is not None and execution.outcome.seconds < AHEAD_FOR
             try:
@@ -466,11 +433,19 @@ class Worker:
         """Tasks run in the slots' threads or on the event loop now."""
         return any(pool.busy for pool in self._pools)
 
+    @property
+    def _running(self) -> list[Execution]:
+        return [execution for pool in self._pools for execution in list(pool.running)]
+
+    def _room_for(self, count: int) -> bool:
+        """Whether ``count`` more tasks keep it within ``max_tasks``."""
+        return (
+            self.max_tasks is None or self.processed + len(self._running) + count <= self.max_tasks
+        )
+
     def _may_take(self) -> bool:
-        if self.max_tasks is not None:
-            running = sum(len(pool.running) for pool in self._pools)
-            if self.processed + running >= self.max_tasks:
-                return False
+        if not self._room_for(1):
+            return False
         for pool in self._pools:
             if pool.stuck >= MAX_ABANDONED and not self.worn_out:
                 self.worn_out = True
@@ -487,12 +462,9 @@ class Worker:
 
     def _may_take_ahead(self, job: Job) -> bool:
         """Whether a slot about to run ``job`` may take a task ahead (see :meth:`_start`)."""
-        if self.max_tasks is not None:
-            running = sum(len(pool.running) for pool in self._pools)
-            if self.processed + running + 2 > self.max_tasks:
-                return False
         return (
-            job.message.crashes < ALONE_AFTER
+            self._room_for(2)
+            and job.message.crashes < ALONE_AFTER
             and self._alone is None
             and not self._conveyor.holding
             and self._tasks.may_take_ahead
@@ -527,8 +499,8 @@ class Worker:
         :data:`LAST_RESORT_GRACE` after the earliest hard limit of the tasks running."""
         if self._deadline is None:
             return
-        running = [e for pool in self._pools for e in pool.running]
-        self._deadline.value = min((e.last_resort for e in running if e.last_resort), default=0.0)
+        resorts = [e.last_resort for e in self._running if e.last_resort]
+        self._deadline.value = min(resorts, default=0.0)
 
     def _start_alone(self) -> None:
         """Start the task that runs alone once nothing else runs."""
@@ -547,18 +519,16 @@ class Worker:
         (``here``: the caller is one, whose task just ended)."""
         job = execution.job
         assert job is not None
-        threads, loop = self._pools
         execution.submitted = True
         execution.limit(job, LAST_RESORT_GRACE)
-        here = here and not job.is_async
-        if here:
-            self._threads.claim(execution)
+        if job.is_async:
+            self._loop_slots.submit(execution)
         else:
-            (loop if job.is_async else threads).submit(execution)
+            self._threads.submit(execution, here=here)
         self._publish_deadline()
         if min(execution.soft_at, execution.hard_at) < self._loop_wakes_at:
             self._waker.wake()  # its limit is due before the loop's wait ends
-        return here
+        return here and not job.is_async
 
     def _ended(self, execution: Execution) -> None:
         if execution is self._alone:
@@ -574,7 +544,7 @@ class Worker:
                 execution.task_id or "(not a task)",
             )
             return
-        self._conveyor.finished(execution)
+        self._conveyor.outcomes.append(execution)
 
     def _settle(self, execution: Execution) -> None:
         """Record the end of a task whose thread was abandoned: cancelled (terminated),
@@ -592,7 +562,7 @@ class Worker:
             stopped = left if execution.coroutine else f"{left} and a new one takes its slot"
             execution.outcome = over_time(execution.delivery, self.id, stopped)
         if execution.outcome is not None:
-            self._conveyor.finished(execution)
+            self._conveyor.outcomes.append(execution)
         # Its code may run on: its permits stay held until it ends (see _collect).
         self._hold_run(execution)
 
@@ -672,10 +642,6 @@ class Worker:
             return None
         return execution if self._submit(execution, here) else None
 
-    def _execute(self, execution: Execution) -> Outcome:
-        """Run a sync task in its slot's thread, in this process (see slots.execute)."""
-        return execute(execution, self._pid)
-
     # -- registration, termination -------------------------------------------------------
 
     def _register(self) -> bool:
@@ -693,8 +659,7 @@ class Worker:
 
     def _now_running(self) -> dict[str, Execution]:
         """The tasks running now by id (any thread: the lease's asks)."""
-        running = [e for pool in self._pools for e in list(pool.running)]
-        return {e.task_id: e for e in running if e.task_id}
+        return {e.task_id: e for e in self._running if e.task_id}
 
     def _taken_for_dead(self) -> None:
         """It was taken for dead and registers again (any thread): the loop holds the

@@ -365,13 +365,9 @@ class Pool:
 
 class Slots(Pool):
     """``count`` threads that run the sync tasks' executions: the one that calls
-    :meth:`serve_here`, and ``count - 1`` of their own.
-
-    Once an execution's task has ended, its thread calls ``then`` with it, which records
-    it and returns the next execution for this same thread (submitted ``here``), or
-    ``None`` to wait for one to be handed out. So a busy worker hands nothing from thread
-    to thread.
-    """
+    :meth:`serve_here`, and ``count - 1`` of their own. Once an execution's task has
+    ended, its thread calls ``then``, which records it and returns the next execution for
+    this same thread (submitted ``here``), or ``None`` to wait for one to be handed out."""
 
     def __init__(
         self, count: int, then: Callable[[Execution], Execution | None], wake: Callable[[], None]

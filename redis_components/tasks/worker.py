@@ -1,40 +1,34 @@
 """One worker process: run queued tasks at least once, in priority order, without polling.
 
-``manage.py rc_worker`` starts a :class:`~redis_components.tasks.supervisor.Supervisor`,
-which forks worker processes, each running a :class:`Worker`. What a worker promises is
-in docs/tasks.md ("Delivery: at least once" and after); the scripts it runs and the keys
-they touch are described in ``store/``.
+``manage.py rc_worker``'s supervisor (``supervisor.py``) forks worker processes, each
+running a :class:`Worker`. What a worker promises is in docs/tasks.md ("Delivery: at
+least once" and after); the scripts it runs and the keys they touch are in ``store/``.
 
-**Taking** is one script (``queue_fetch.lua``): it moves the due delayed tasks of the
-worker's queues (unless ``--no-scheduler``; a busy worker's takes look only when one may
-be due, and every ``store.worker_store.MOVE_EVERY_MS``), takes the first task of the
-first non-empty queue, in the worker's priority order, into the worker's in-progress
-set, and records how the task the worker just ran ended: one round trip per task, and a
-task is never only in the worker's memory. The script refuses a worker that is not
-registered (``lease.py``), so no task is held by a worker no one watches. Blocking pops
-are reliable for one list but not across several, so **waiting** is apart: only after a
-take found nothing (``waker.py``), on a subscription confirmed before the first take, so
-a wake-up cannot be lost.
+**Taking** is one script: it moves the due delayed tasks of the worker's queues (unless
+``--no-scheduler``; a busy worker's takes look only when one may be due, and every
+``store.worker_store.MOVE_EVERY_MS``), takes the first ready task, in the worker's
+priority order, into its in-progress set, and records how the task before it ended: one
+round trip per task, and a task is never only in the worker's memory. It refuses a
+worker that is not registered (``lease.py``), so no task is held by a worker no one
+watches. Blocking pops are reliable for one list, not across several, so **waiting** is
+apart (``waker.py``): only after a take found nothing, on a subscription confirmed
+before the first take, so a wake-up cannot be lost.
 
-The loop runs no task code: it hands each task it takes to a slot (``slots.py``) and
-takes the next only while a slot of each kind is free (no prefetch). A slot's thread
-whose sync task has ended records it and takes its next task itself, in the same round
-trip (:meth:`Worker._then`); what else ends the loop records with its next fetch. What a
-worker holds between round trips is its conveyor's (``conveyor.py``); recording, taking
-and handing out happen under one lock. With ``threads=1`` too: the loop then runs in a
-thread of its own, and the thread that called :meth:`Worker.run` is the one slot (so a
-test's database transaction is the task's). Each outcome carries its attempt, which the
-script checks: an execution whose task was recovered and taken again records nothing.
+The loop runs no task code: it hands each task to a slot (``slots.py``) and takes the
+next only while a slot of each kind is free (no prefetch). A slot's thread whose sync
+task ended records it and takes its next task itself, in the same round trip
+(:meth:`Worker._then`); after a short task, even one ahead: the script that records it
+and starts the task held ahead also takes the next, held ahead (not started: no crash
+counts against it) until the task before it has run :data:`AHEAD_FOR`. What a worker
+holds between round trips is its conveyor's (``conveyor.py``), moved under one lock.
+With ``threads=1`` too, the loop runs in a thread of its own and the caller of
+:meth:`Worker.run` is the one slot (so a test's database transaction is the task's).
+Each outcome carries its attempt, which the script checks: an execution whose task was
+recovered and taken again records nothing.
 
-**Taking ahead**: when a slot's short task ends while more are ready, the script that
-records it and starts the task held ahead also takes the next; the slot runs the started
-task without waiting for that reply. A task held ahead is not started (no crash counts
-against it) and goes back to its queue (:meth:`~.conveyor.Conveyor.give_back`) once the
-task before it has run :data:`AHEAD_FOR`, when the worker stops, or when nothing runs.
-
-Signal handlers only set a flag; a wake-up fd makes the idle wait return at once. A
-``KeyboardInterrupt`` in the thread that called :meth:`Worker.run` (Ctrl-C outside
-``rc_worker``) stops it at once: its tasks go back on their queues.
+Signal handlers only set a flag; a wake-up fd ends the idle wait at once. A
+``KeyboardInterrupt`` in the caller of :meth:`Worker.run` (Ctrl-C outside ``rc_worker``)
+stops it at once: its tasks go back on their queues.
 """
 
 from __future__ import annotations
@@ -107,18 +101,15 @@ def validate_options(
 class Worker:
     """One process's task loop over ``queues``, highest priority first.
 
-    ``scheduler``: also move due delayed tasks of these queues to their ready sets, and
-    claim the ticks of the schedules (see ``schedules.py``) when this worker holds the
-    scheduler's lease. ``deadline`` comes from ``rc_worker``'s supervisor: a shared
-    value it watches, the last resort for a task past its hard time limit that the loop
-    could not settle (see :data:`LAST_RESORT_GRACE`).
+    ``scheduler``: also move the due delayed tasks of these queues, and claim the ticks
+    of the schedules (``schedules.py``) while this worker holds the scheduler's lease.
     ``burst``: return when no task is ready. ``max_tasks``: return after running this
-    many. ``threads``: run up to this many sync tasks at once, each in a thread of its
-    own (the first in the thread that calls :meth:`run`), and ``async_tasks`` (by
-    default as many) ``async def`` tasks on one event loop (see ``slots.py``). :meth:`run`
-    blocks; :meth:`stop` (any thread) or :meth:`request_stop` (a signal handler, with
-    :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make it return after the tasks
-    it is running.
+    many. ``threads``: run up to this many sync tasks at once, the first in the thread
+    that calls :meth:`run`, and ``async_tasks`` (by default as many) ``async def`` ones on
+    one event loop. ``deadline``: a shared value that ``rc_worker``'s supervisor watches
+    (see :data:`LAST_RESORT_GRACE`). :meth:`stop` (any thread) or :meth:`request_stop` (a
+    signal handler, with :attr:`wakeup_fd` given to ``signal.set_wakeup_fd``) make
+    :meth:`run` return after the tasks it is running.
     """
 
     def __init__(
@@ -143,9 +134,8 @@ class Worker:
         # Each queue's wake-up channel is named like its ready set, in each of its homes.
         channels = [ready_key(queue, head) for queue in self.queues for head in queue_homes(queue)]
         self._waker = Waker(list(dict.fromkeys(channels)))
-        # The worker's side of the store: for the loop's thread, on its held connection
-        # (hearing the wake-ups of the homes it left out), and for the lease's thread, on
-        # the worker's client.
+        # The worker's side of the store: the loop's, on its held connection (hearing the
+        # wake-ups of the homes it left out), and the lease's, on the worker's client.
         self._tasks = WorkerStore(
             self.id,
             self.queues,
@@ -181,9 +171,8 @@ class Worker:
         #: Set once the worker has deregistered and closed, even while a task it gave up
         #: on still runs in the thread that called run().
         self.stopped = threading.Event()
-        # Per server (on a cluster, per node: homes on one node share them, so that a
-        # queue of many partitions opens no more connections than the nodes it is on):
-        # the shared client it was made for, and its own.
+        # Per server (on a cluster, per node, so a queue of many partitions opens no more
+        # connections than the nodes it is on): the shared client it was made for, and its own.
         self._own_clients: dict[tuple[Any, ...], tuple[redis.Redis, redis.Redis]] = {}
         self._held_connections: dict[tuple[Any, ...], OneConnection] = {}
         self._down_since: float | None = None
@@ -195,8 +184,8 @@ class Worker:
 
     @property
     def client(self) -> redis.Redis:
-        """The worker's own client for the task system's registry, on a pool no task
-        uses. Looked up each time: on a cluster the keys' node may move."""
+        """The worker's own client for the task registry (looked up each time: on a
+        cluster the keys' node may move)."""
         return self.client_at(registry())
 
     def client_at(self, head: str) -> redis.Redis:
@@ -243,11 +232,9 @@ class Worker:
         self._waker.wake()
 
     def run(self) -> int:
-        """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many ran.
-
-        The calling thread is the first thread slot: it returns once the loop has ended
-        and the task it runs (if any) returned.
-        """
+        """Run tasks until stopped (or done, with ``burst``/``max_tasks``); return how many
+        ran. The calling thread is the first thread slot: it returns once the loop has
+        ended and the task it runs (if any) returned."""
         logger.info("Worker %s serving %s", self.id, ", ".join(self.queues))
         loop = threading.Thread(target=self._run_loop, name="rc-worker-loop", daemon=True)
         try:
@@ -316,8 +303,6 @@ class Worker:
         for _, own in self._own_clients.values():
             own.connection_pool.disconnect()
         self._waker.close()
-
-    # -- the loop ---------------------------------------------------------------------
 
     def _loop(self) -> None:
         while not (self._stopping or self._interrupted):
@@ -613,19 +598,13 @@ class Worker:
         timeout = min(self.heartbeat_interval, pause)
         self._waker.wait(self.client, timeout if next_ms < 0 else min(next_ms / 1000, timeout))
 
-    # -- running one task ---------------------------------------------------------------
-
     def _start(
         self, fetched: Fetched, here: bool = False, *, held: bool = False, quick: bool = False
     ) -> Execution | None:
-        """Hand the task taken to a slot: a thread, or the event loop; the execution if
-        it is to run in the calling slot's thread (``here``: see :meth:`_submit`).
-
-        ``held``: the task held ahead, started by the script that records the finished
-        outcomes. ``quick``: the slot's last task was short: if this one runs here too,
-        the slot takes one more ahead, in that same script (or, after a take that waited,
-        in one of its own).
-        """
+        """Hand the task taken to a thread slot or the event loop; the execution if it is
+        to run in the calling slot's thread (``here``). ``held``: the task held ahead,
+        started by the script that records. ``quick``: the slot's last task was short: if
+        this one runs here too, the slot takes one more ahead in that script (or its own)."""
         assert fetched.payload is not None
         execution = Execution(self._tasks.delivery(fetched))
         prepared = prepare(execution.delivery, self.id)
@@ -641,8 +620,6 @@ class Worker:
             self._start_alone()
             return None
         return execution if self._submit(execution, here) else None
-
-    # -- registration, termination -------------------------------------------------------
 
     def _register(self) -> bool:
         """Register (and move its queues' tasks of an earlier layout: store/migration.py)
@@ -668,15 +645,13 @@ class Worker:
         self._waker.wake()
 
     def _terminate_running(self, execution: Execution) -> None:
-        """Stop a running task that was cancelled with ``terminate=True`` (the lease's
-        thread asks): its slot abandons it."""
+        """Stop a task cancelled with ``terminate=True`` (the lease's thread asks)."""
         execution.terminate = True
         self._waker.wake()
 
     def _leave(self, crashed: bool) -> None:
         """Deregister; a task still held (after an error) goes back on its queue. Its
-        outboxes are left empty (without Redis, a heartbeat of another worker empties
-        them)."""
+        outboxes are left empty (without Redis, another worker's heartbeat empties them)."""
         try:
             self._tasks.clear_carried()
         except REDIS_DOWN as error:
@@ -693,8 +668,6 @@ class Worker:
             quiet_if_none=True,
         )
 
-    # -- connection trouble --------------------------------------------------------------
-
     def _disconnected(self, error: Exception) -> None:
         now = time.monotonic()
         if self._down_since is None:
@@ -708,9 +681,6 @@ class Worker:
 
     def _connected(self) -> None:
         if self._down_since is not None:
-            logger.warning(
-                "Worker %s reached Redis again after %.1f s",
-                self.id,
-                time.monotonic() - self._down_since,
-            )
+            down_for = time.monotonic() - self._down_since
+            logger.warning("Worker %s reached Redis again after %.1f s", self.id, down_for)
             self._down_since = None

@@ -195,12 +195,8 @@ def execute(execution: Execution, pid: int) -> Outcome:
     # (outside rc_worker, whose signal handlers only set a flag, and whose slots are never
     # the main thread): it stops the worker, which puts the task back.
     caller = threading.current_thread() is threading.main_thread()
-    return run_job(
-        execution.job,
-        execution.delivery,
-        call=call,
-        propagate=(KeyboardInterrupt,) if caller else (),
-    )
+    propagate = (KeyboardInterrupt,) if caller else ()
+    return run_job(execution.job, execution.delivery, call=call, propagate=propagate)
 
 
 async def aexecute(execution: Execution) -> Outcome:
@@ -293,7 +289,7 @@ class Pool:
         """The executions finished since the last call (abandoned ones left out: they
         were settled when abandoned; they go to ``ended_late``)."""
         ended: list[Execution] = []
-        while not self._done.empty():  # (only the loop takes from it)
+        while not self._done.empty():  # (one taker at a time: under the step lock)
             execution = self._done.get()
             if execution.abandoned:
                 self._abandoned.remove(execution)

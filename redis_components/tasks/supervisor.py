@@ -1,8 +1,6 @@
-"""The processes of ``manage.py rc_worker``: start worker processes, replace, stop.
-
-A :class:`Supervisor` forks ``concurrency`` worker processes, each running a
-:class:`~redis_components.tasks.worker.Worker`, and recovers and replaces those that
-die. It holds no task itself.
+"""The processes of ``manage.py rc_worker``: a :class:`Supervisor` forks worker
+processes, each running a :class:`~redis_components.tasks.worker.Worker`, and recovers
+and replaces those that die. It holds no task itself.
 """
 
 from __future__ import annotations
@@ -59,10 +57,8 @@ def _child_main(
     worker_id: str, options: dict[str, Any], parent: int, deadline: Any, finished: Any
 ) -> None:
     """Entry point of a worker process: stop on SIGTERM/SIGINT and when the parent dies.
-
-    ``finished`` is set once the worker has stopped by itself: any other exit, even
-    with code 0 (a task's ``os._exit(0)``), is a death.
-    """
+    ``finished`` is set once the worker has stopped by itself: any other exit, even with
+    code 0 (a task's ``os._exit(0)``), is a death."""
     from ..embedded import die_with_parent
 
     die_with_parent()
@@ -104,12 +100,9 @@ def _child_main(
 
 def _new_worker(worker_id: str, options: dict[str, Any], deadline: Any) -> Worker | None:
     """The process's worker, once Redis answers; ``None`` if a stop signal came first.
-
-    Making a worker asks where its queues live, and a Redis Cluster's client cannot be
-    made before the cluster is up (a compose file may start the workers first): this
-    waits as a worker waits for a lost Redis, saying so once. The stop signals are still
-    blocked here: the wait takes them.
-    """
+    Making one asks where its queues live, which a Redis Cluster not yet up cannot say (a
+    compose file may start the workers first). The stop signals are still blocked here:
+    the wait takes them."""
     down_since = None
     while True:
         try:
@@ -181,9 +174,8 @@ class Supervisor:
         self._children: dict[int, _Child] = {}
 
     def run(self) -> int:
-        """Run until stopped by signals or until every worker process has finished; 0,
-        or 1 when a worker process could not start its threads (and the others were
-        stopped)."""
+        """Run until stopped by signals or until every worker process has finished; 0, or
+        1 when a worker process could not start its threads (the others are stopped)."""
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -273,8 +265,7 @@ class Supervisor:
             now = time.monotonic()
             for when, slot in [entry for entry in restarts if entry[0] <= now]:
                 restarts.remove((when, slot))
-                if not stopping:
-                    self._start(slot)
+                self._start(slot)  # (none is left once stopping)
 
     def _renew_leases(self) -> None:
         """Renew the leases of the live children, as their heartbeat threads do: a task

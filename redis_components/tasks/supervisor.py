@@ -122,8 +122,7 @@ def _new_worker(worker_id: str, options: dict[str, Any], deadline: Any) -> Worke
 
 
 def _serve(worker: Worker) -> None:
-    """The worker's first slot (see ``Worker.run``): what it raises, the main thread
-    raises (``worker.failure``)."""
+    """The worker's first slot (see ``Worker.run``); what it raises is ``worker.failure``."""
     try:
         worker.run()
     except BaseException as error:

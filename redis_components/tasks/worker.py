@@ -318,9 +318,8 @@ class Worker:
             self._finish()
 
     def _step(self) -> Callable[[], None] | None:
-        """One turn of the loop, under the step lock: gather, record, take and hand out.
-        Returns what to wait for before the next turn (without the lock), or ``None``
-        to end."""
+        """One turn of the loop under the step lock (gather, record, take, hand out): what
+        to wait for before the next (without the lock), or ``None`` to end."""
         self._loop_wakes_at = -math.inf  # awake: a slot need not wake it
         pause = min(self._collect(), self.heartbeat_interval)
         self._start_alone()
@@ -361,7 +360,9 @@ class Worker:
                 if self.burst:
                     return self._pause(pause) if self._busy else None
                 self._loop_wakes_at = time.monotonic() + pause
-                return functools.partial(self._idle, fetched.next_ms, pause)
+                # Until a wake-up message, the next due time, a signal or a finished task.
+                timeout = pause if fetched.next_ms < 0 else min(fetched.next_ms / 1000, pause)
+                return lambda: self._waker.wait(self.client, timeout)
         except REDIS_DOWN as error:
             conveyor.lost()
             return functools.partial(self._disconnected, error)
@@ -591,12 +592,6 @@ class Worker:
                 else:
                     wait = self._pause(min(pause, self.heartbeat_interval))
             wait()
-
-    def _idle(self, next_ms: int, pause: float) -> None:
-        """Wait for a wake-up message, the next due time, a signal, a finished task, or
-        one interval (at most ``pause``, when the next time limit is due)."""
-        timeout = min(self.heartbeat_interval, pause)
-        self._waker.wait(self.client, timeout if next_ms < 0 else min(next_ms / 1000, timeout))
 
     def _start(
         self, fetched: Fetched, here: bool = False, *, held: bool = False, quick: bool = False

@@ -160,10 +160,8 @@ class Conveyor:
 
     def _first_outcome(self) -> tuple[Execution | None, Outcome | None]:
         """The oldest finished execution to record, and its outcome."""
-        if not self.outcomes:
-            return None, None
-        execution = self.outcomes[0]
-        return execution, execution.outcome
+        execution = self.outcomes[0] if self.outcomes else None
+        return execution, None if execution is None else execution.outcome
 
     def _check_recorded(self, outcome: Outcome | None, fetched: Fetched) -> None:
         # After an outage the outcome may have been recorded by a call whose reply was lost.

@@ -395,11 +395,10 @@ class Slots(Pool):
 
     def stop(self) -> None:
         """End the threads once they are idle (the abandoned ones are left to themselves)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        for _ in range(self.count):
-            self._work.put(None)
+        if not self._stopped:
+            self._stopped = True
+            for _ in range(self.count):
+                self._work.put(None)
 
     def _abandon(self, execution: Execution) -> bool:
         """Also give the execution's slot a new thread, so that capacity stays."""

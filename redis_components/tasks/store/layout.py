@@ -40,13 +40,11 @@ def _head() -> str:
 # environment variable RC_SPLIT_HOMES (1 or 0, read by every process at its start: the
 # tests and the benchmarks), or split_homes() in a test. None: on a Redis Cluster only.
 _forced: bool | None = {"1": True, "0": False}.get(os.environ.get("RC_SPLIT_HOMES", ""))
-
-
 _seen: tuple[object, bool] = (None, False)  # the last client asked about, and its answer
 
 
 def _split() -> bool:
-    """Whether each queue has a home of its own (see ``_forced``)."""
+    """Whether each queue has a home of its own."""
     global _seen
     if _forced is not None:
         return _forced
@@ -112,8 +110,8 @@ def _tags(queue: str, count: int) -> tuple[str, ...]:
 
 
 def own_homes(queue: str) -> list[str]:
-    """The heads of ``queue``'s own homes: one per partition (see :func:`partitions`),
-    its first partition's (:func:`home`) first."""
+    """The heads of ``queue``'s own homes: one per partition, the first's (:func:`home`)
+    first."""
     if not _split():
         return [_head()]
     return count_homes(queue, partitions(queue))
@@ -152,12 +150,6 @@ _noted: dict[tuple[str, int], float] = {}  # (queue, count) -> when it notes it 
 _read: tuple[float, dict[str, dict[int, int]]] = (0.0, {})
 
 
-def partitions_key() -> str:
-    """The counts of partitions that processes use or used for each queue: a field
-    "<queue>#<count>" for each, whose value is when a process last said so (ms)."""
-    return f"{registry()}partitions"
-
-
 def _note(queue: str, count: int) -> None:
     """Note that this process adds tasks of ``queue`` to ``count`` partitions."""
     if count < 2 or time.monotonic() < _noted.get((queue, count), 0.0):
@@ -170,7 +162,7 @@ def _note(queue: str, count: int) -> None:
 
 
 def noted_counts(*, fresh: bool = False) -> dict[str, dict[int, int]]:
-    """The counts of partitions noted for each queue (see :func:`partitions_key`), each
+    """The counts of partitions noted for each queue (see ``partitions_key``), each
     with when it was last noted (ms), as read at most ``READ_EVERY`` ago (``fresh``:
     now). Empty on one server."""
     global _read
@@ -189,17 +181,15 @@ def noted_counts(*, fresh: bool = False) -> dict[str, dict[int, int]]:
 
 
 def forget_noted() -> None:
-    """Forget the counts this process noted and read (for the tests, which empty the
-    server between them)."""
+    """Forget the counts this process noted and read (for the tests)."""
     global _read
     _noted.clear()
     _read = (0.0, {})
 
 
 def stray_homes(queue: str) -> dict[str, int]:
-    """The homes of ``queue``'s partitions under the counts noted (see
-    :func:`noted_counts`) that its own count has not (see :func:`own_homes`), each with
-    the count it is of."""
+    """The homes of ``queue``'s partitions under the counts noted that its own count has
+    not, each with the count it is of."""
     own = set(own_homes(queue))
     found: dict[str, int] = {}
     for count in sorted(noted_counts().get(queue, ())):
@@ -210,9 +200,8 @@ def stray_homes(queue: str) -> dict[str, int]:
 
 
 def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
-    """The homes of ``queues``' partitions (see :func:`own_homes`), then those of the
-    other counts noted (:func:`stray_homes`), each with the queues it holds, in their
-    order."""
+    """The homes of ``queues``' partitions, then their stray homes, each with the
+    queues it holds, in their order."""
     found: dict[str, list[str]] = {}
     queues = list(queues)
     for queue in queues:
@@ -226,9 +215,8 @@ def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
 
 
 def home(queue: str) -> str:
-    """The head of the keys of ``queue`` and of its tasks: the queue's home (its first
-    partition's: see :func:`own_homes`), ``{tasks:<4 hex digits>}`` when queues have homes
-    of their own, else the registry's (``{tasks}``)."""
+    """The head of the keys of ``queue`` and of its tasks (its first partition's):
+    ``{tasks:<4 hex digits>}`` when queues have homes of their own, else ``{tasks}``."""
     return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else _head()
 
 
@@ -242,9 +230,8 @@ def task_home(task_id: str) -> str:
 
 
 def shared_home() -> str | None:
-    """When queues have homes of their own, the registry's home, where a release before
-    that (0.1.0) wrote the tasks of every queue: a worker moves them into their queues'
-    homes when it starts (see migration.py). ``None`` on one server."""
+    """When queues have homes of their own, the registry's home, where 0.1.0 wrote the
+    tasks of every queue (see migration.py). ``None`` on one server."""
     return _head() if _split() else None
 
 
@@ -282,17 +269,9 @@ def registry() -> str:
     return _head()
 
 
-def lease_copy_key(head: str) -> str:
-    """The copy, in the home ``head``, of the leases of the workers that serve its queues
-    (the registry's leases when ``head`` is the registry's): the fence of the fetches
-    and recoveries there, which a script in that home reads."""
-    return f"{head}leases"
-
-
 def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     """Every home, for the readers that look at the whole task system: the registry's,
-    then, when queues have homes of their own, those of ``queues()`` (only called then:
-    the queues that the readers know of)."""
+    then, when queues have homes of their own, those of ``queues()`` (only called then)."""
     found = [_head()]
     if _split():
         found += sorted(set(homes_of(queues())) - {_head()})
@@ -300,15 +279,14 @@ def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
 
 
 def queue_homes(queue: str) -> list[str]:
-    """Every home that may hold tasks of ``queue``: its own (one per partition), then
-    those of the other counts of partitions noted (see :func:`stray_homes`)."""
+    """Every home that may hold tasks of ``queue``: its own, then its stray homes."""
     own = own_homes(queue)
     return own if own == [_head()] else [*own, *stray_homes(queue)]
 
 
 def home_roles(queue: str) -> dict[str, tuple[int, int]]:
     """What each home of ``queue`` (:func:`queue_homes`) is to it: (the number of its
-    partition, of how many) for its own partitions and those of another count noted."""
+    partition, of how many)."""
     own = own_homes(queue)
     roles = {head: (number, len(own)) for number, head in enumerate(own, 1)}
     for head, count in stray_homes(queue).items():
@@ -387,65 +365,61 @@ def terminate_key(task_id: str) -> str:
     return f"{task_home(task_id)}terminate:{task_id}"
 
 
-# The keys each home has once (``head``: the home's, from home(queue)).
+def _in_home(part: str) -> Callable[[str], str]:
+    """The key ``part`` that each home has once, given the home's head."""
+    return lambda head: f"{head}{part}"
 
 
-def running_tasks_key(head: str) -> str:
-    """The running attempts of the home's tasks: task id -> attempts (lua/lib/attempts.lua)."""
-    return f"{head}running"
+def _per_limit(part: str) -> Callable[[str, str], str]:
+    """A key of a home for each limit (or worker), given the home's head and its name."""
+    return lambda head, name: f"{head}limit:{part}:{name}"
 
 
-def counter_key(head: str) -> str:
-    return f"{head}counter"
+def _in_registry(part: str) -> Callable[[], str]:
+    return lambda: f"{registry()}{part}"
 
 
-def totals_key(head: str) -> str:
-    return f"{head}totals"
+# The keys each home has once (``head``: the home's, from home(queue)). Its copy of the
+# leases of the workers that serve its queues (the registry's leases when ``head`` is
+# the registry's) is the fence of the fetches and recoveries there.
+lease_copy_key = _in_home("leases")
+running_tasks_key = _in_home("running")  # task id -> attempts (lua/lib/attempts.lua)
+counter_key = _in_home("counter")
+totals_key = _in_home("totals")
+limits_key = _in_home("limits")  # the concurrency limits in use: key -> limit
+limits_waiting_key = _in_home("limit:waiting")  # queue -> its tasks waiting for a permit
+# The outbox of a home: the final outcomes of the workflows' steps that ran there, while
+# they are carried to their workflows' home (see lua/lib/flow.lua).
+settled_key = _in_home("flows:outcomes")
+# The payloads that the workflows' steps in a home wait as (to be retried, or after a
+# crash), for a cancel to find them whatever their results hold.
+waiting_key = _in_home("flows:waiting")
 
-
-def limits_key(head: str) -> str:
-    """The concurrency limits in use: key -> limit (see lua/lib/limits.lua)."""
-    return f"{head}limits"
-
-
-def limits_waiting_key(head: str) -> str:
-    """Each queue -> how many of its tasks wait for a permit (see lua/lib/limits.lua)."""
-    return f"{head}limit:waiting"
-
-
-def limit_held_key(head: str, key: str) -> str:
-    return f"{head}limit:held:{key}"
-
-
-def limit_wait_key(head: str, key: str) -> str:
-    return f"{head}limit:wait:{key}"
-
-
-def limit_tat_key(head: str, key: str) -> str:
-    """A rate's theoretical arrival time (lua/lib/limits.lua)."""
-    return f"{head}limit:tat:{key}"
-
-
-def limit_turns_key(head: str, key: str) -> str:
-    """The turns of the tasks set aside on a rate (lua/lib/limit_turns.lua)."""
-    return f"{head}limit:turns:{key}"
-
-
-def limit_every_key(head: str, key: str) -> str:
-    """The interval a rate's turns are spaced by (lua/lib/limit_turns.lua)."""
-    return f"{head}limit:every:{key}"
-
-
-def limit_runs_key(head: str, worker_id: str) -> str:
-    """The runs of a worker that hold their permits beyond their record (limit_runs.lua)."""
-    return f"{head}limit:runs:{worker_id}"
-
+# A home's keys per limit (lua/lib/limits.lua, limit_turns.lua): its permits held, its
+# tasks waiting, a rate's theoretical arrival time, the turns of the tasks set aside on
+# a rate and the interval they are spaced by; and per worker, its runs that hold their
+# permits beyond their record (limit_runs.lua).
+limit_held_key = _per_limit("held")
+limit_wait_key = _per_limit("wait")
+limit_tat_key = _per_limit("tat")
+limit_turns_key = _per_limit("turns")
+limit_every_key = _per_limit("every")
+limit_runs_key = _per_limit("runs")
 
 # The registry's keys.
-
-
-def leases_key() -> str:
-    return f"{registry()}leases"
+leases_key = _in_registry("leases")
+queues_key = _in_registry("queues")
+scheduler_key = _in_registry("scheduler")
+schedule_next_key = _in_registry("schedule:next")
+schedule_last_key = _in_registry("schedule:last")
+flows_live_key = _in_registry("flows:live")
+flows_done_key = _in_registry("flows:done")
+# The outbox of the workflows' home: the steps released (or created ready) there, while
+# they are carried to their queues' homes (see lua/flow_release.lua).
+released_key = _in_registry("flows:released")
+# The counts of partitions that processes use or used for each queue: a field
+# "<queue>#<count>" for each, whose value is when a process last said so (ms).
+partitions_key = _in_registry("partitions")
 
 
 def workers_key(head: str = "") -> str:
@@ -454,56 +428,14 @@ def workers_key(head: str = "") -> str:
     return f"{head or registry()}workers"
 
 
-def queues_key() -> str:
-    return f"{registry()}queues"
-
-
-def scheduler_key() -> str:
-    return f"{registry()}scheduler"
-
-
-def schedule_next_key() -> str:
-    return f"{registry()}schedule:next"
-
-
-def schedule_last_key() -> str:
-    return f"{registry()}schedule:last"
-
-
 def flow_key(workflow_id: str) -> str:
     return f"{registry()}flow:{workflow_id}"
-
-
-def flows_live_key() -> str:
-    return f"{registry()}flows:live"
-
-
-def flows_done_key() -> str:
-    return f"{registry()}flows:done"
 
 
 def workflow_keys(workflow_id: str) -> list[str]:
     """The keys in the workflows' home of every script that may end a workflow: its HASH,
     the counter, the live and the finished workflows."""
     return [flow_key(workflow_id), counter_key(registry()), flows_live_key(), flows_done_key()]
-
-
-def settled_key(head: str) -> str:
-    """The outbox of the home ``head``: the final outcomes of the workflows' steps that
-    ran there, while they are carried to their workflows' home (see lua/lib/flow.lua)."""
-    return f"{head}flows:outcomes"
-
-
-def waiting_key(head: str) -> str:
-    """The payloads that the workflows' steps in the home ``head`` wait as (to be
-    retried, or after a crash), for a cancel to find them whatever their results hold."""
-    return f"{head}flows:waiting"
-
-
-def released_key() -> str:
-    """The outbox of the workflows' home: the steps released (or created ready) there,
-    while they are carried to their queues' homes (see lua/flow_release.lua)."""
-    return f"{registry()}flows:released"
 
 
 def settled_elsewhere(task_id: str) -> bool:

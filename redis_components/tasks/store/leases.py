@@ -1,6 +1,5 @@
 """The leases facet of the task store: a worker's heartbeat and lease copies, and the
-recovery of a dead worker's tasks (with what it left in its outboxes, and in the shared
-home, where they are put back, then moved)."""
+recovery of a dead worker's tasks."""
 
 from __future__ import annotations
 
@@ -32,11 +31,8 @@ class Leases(Flows, Migration):
     ) -> Heartbeat:
         """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
         which workers' leases ran out and which of the tasks ``running_ids`` are to be
-        terminated.
-
-        The lease is the registry's; the copy in each other home of ``queues`` (the fence
-        of the fetches there) gets its expiry, in a pipeline per node that also reads the
-        termination requests of the running tasks of those homes."""
+        terminated. The copy in each other home of ``queues`` gets the registry's expiry,
+        in a pipeline per node that also reads the termination requests there."""
         here = layout.registry()
         by_home: dict[str, list[str]] = {head: [] for head in layout.homes_of(queues)}
         by_home.pop(here, None)
@@ -85,7 +81,7 @@ class Leases(Flows, Migration):
         shared = layout.shared_home()
         if shared is not None:  # (where a worker of an earlier release held its tasks)
             by_home[shared] = list(queues)
-        held: dict[str, list[bytes]] = {}
+        held: dict[str, dict[str, bytes]] = {}  # in each home: task id -> payload
         started: dict[str, int] = {}  # in each home: a crash with others is shared
         for head, served in by_home.items():
             pipe = self.at(head).pipeline(transaction=False)
@@ -93,7 +89,8 @@ class Leases(Flows, Migration):
                 key = layout.running_key(worker_id, queue, head)
                 raw(pipe, "ZRANGE", key, 0, -1, "WITHSCORES", withscores=True)
             pairs = [pair for reply in pipe.execute() for pair in reply]
-            held[head] = [payload for payload, _ in pairs]
+            held[head] = {task_id_of(payload): payload for payload, _ in pairs}
+            held[head].pop("", None)
             started[head] = sum(float(score) >= 0 for _, score in pairs)
         total = sum(started.values())
         order = sorted(by_home, key=lambda head: head == here)
@@ -105,8 +102,7 @@ class Leases(Flows, Migration):
         for head in order:
             if head == here and refused:
                 return None  # the lease stays, so that a later pass recovers that home
-            payloads = {task_id_of(p): p for p in held.get(head, ())}
-            payloads.pop("", None)
+            payloads = held.get(head, {})
             own = started.get(head, 0)
             call = recover_call(
                 worker_id=worker_id,

@@ -21,9 +21,7 @@ from . import layout
 
 def raw(client: Any, *command: Any, **options: Any) -> Any:
     """Run a command whose reply holds payloads, which may not be UTF-8: never decoded.
-
-    ``options`` go to redis-py's reply parser (``withscores=True`` for ZRANGE ... WITHSCORES).
-    """
+    ``options`` go to redis-py's reply parser (``withscores=True`` for ... WITHSCORES)."""
     return client.execute_command(*command, **options, **{NEVER_DECODE: True})
 
 
@@ -38,12 +36,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def _finding_nodes_again(method: _F) -> _F:
     """``method`` of a router that, when a node's client meets a stale map of the slots
     (a lost connection, ``CLUSTERDOWN``, ``MOVED``), has a Redis Cluster's client read
-    again which node serves which slots before the error goes on (nothing on one
-    server). A failover promotes a replica, and the node clients that
-    :func:`~.layout.tasks_client` hands out go on naming the dead master until then: a
-    web process's next call after the failover reaches the new one. A router given its
-    clients (a worker's) leaves it to the worker, which does so outside its locks; a
-    call made within another reads the map once."""
+    which node serves which slots again before the error goes on, so that the next call
+    after a failover reaches the promoted replica. A router given its clients (a
+    worker's) leaves it to the worker, which does so outside its locks; a call made
+    within another reads the map once."""
 
     @functools.wraps(method)
     def finding(router: Router, *args: Any, **kwargs: Any) -> Any:
@@ -62,11 +58,9 @@ def _finding_nodes_again(method: _F) -> _F:
 class Router:
     """The clients of the task system's homes, and how a facet runs commands over them.
 
-    ``Router()`` uses the task system's client (on a cluster, the node of the
-    registry's hash tag); a worker gives its own (a pool no task shares, and for its
-    loop a :class:`~redis_components.connection.OneConnection`), and ``at``, which
-    gives its client for any other home. It holds no state of its own: make one where
-    it is needed.
+    ``Router()`` uses the task system's client; a worker gives its own (a pool no task
+    shares, and for its loop a :class:`~redis_components.connection.OneConnection`), and
+    ``at``, which gives its client for any other home. It holds no state of its own.
     """
 
     def __init__(self, client: Any = None, at: Callable[[str], Any] | None = None) -> None:
@@ -83,8 +77,7 @@ class Router:
     @property
     def client(self) -> Any:
         """The client for the registry's home: the given one, else ``at``'s, else the
-        task system's (looked up each time: on a cluster the node of its hash tag may
-        move)."""
+        task system's (looked up each time: on a cluster its node may move)."""
         if self._client is not None:
             return self._client
         return layout.tasks_client() if self._at is None else self._at(layout.registry())
@@ -131,9 +124,8 @@ class Router:
         return list(by_client.values())
 
     def _each_home(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Run ``commands`` (each: the head of the home of its keys, then the command),
-        never decoded, in one pipeline per client of their homes: their replies, in
-        order."""
+        """Run ``commands`` (each: the head of its home, then the command), never decoded,
+        in one pipeline per client of their homes: their replies, in order."""
         found: list[Any] = [None] * len(commands)
         for client, indexes in self._by_client([head for head, _ in commands]):
             pipe = client.pipeline(transaction=False)

@@ -29,27 +29,24 @@ from .layout import (
     task_home,
     tasks_client,
 )
-from .records import Delivery, Fetched, Heartbeat, LogLine, Outcome
+from .records import Delivery, Fetched, Heartbeat, Outcome
 from .task_store import TaskStore
 
 logger = logging.getLogger("redis_components.worker")
 
-# How often (server ms) the takes of a busy worker that moves delayed tasks look for due
-# ones (others may have delayed tasks meanwhile).
+# How often (server ms) a busy worker's takes move due delayed tasks.
 MOVE_EVERY_MS = 100
 # For how long (seconds) a worker reckons the server's time from its clock's last
-# reading, instead of having each fetch read the clock (a TIME per task). Takes that
-# move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
+# reading, instead of having each fetch read the clock (a TIME per task).
 RECKON_FOR = 1.0
-# How often (seconds) a worker whose queues have homes of their own looks for tasks of
-# them in the homes of the other counts of partitions noted (see layout.stray_homes).
+# How often (seconds) a worker whose queues have homes of their own looks for stray homes.
 STRAY_EVERY = 10.0
-# For how long (seconds) at most the takes of a worker whose queues are in several homes
-# leave out a home they found empty, unless a wake-up from it is heard first.
+# For how long (seconds) at most a take leaves out a home it found empty, unless a
+# wake-up from it is heard first.
 EMPTY_FOR = 0.1
-# How often (seconds) the takes of a worker start at the next partition of each queue
-# that has several: in between, a take looks first where the last task came from, so
-# that its outcome is recorded in the same script.
+# How often (seconds) the takes start at the next partition of each queue that has
+# several: in between, a take looks first where the last task came from, so that its
+# outcome is recorded in the same script.
 ROTATE_EVERY = 0.1
 
 
@@ -121,28 +118,22 @@ class Empty:
 _now = time.monotonic
 
 
-def _said(finished: Outcome | None) -> LogLine | None:
-    return finished.said if finished is not None else None
+def _final(fetched: Fetched) -> bool:
+    """Whether a take's reply ends the looking: a task, or no lease (a position < 0)."""
+    return fetched.payload is not None or fetched.position < 0
 
 
 class WorkerStore:
     """One worker's side of the store: what a worker process says of its own tasks (its
     loop, its lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` use it).
+    One object per thread that talks to Redis; ``client`` gives the client of a home,
+    given its head. It reads ``TASK_LIMITS`` once, when it is made.
 
-    It owns the worker's keys, whether its takes move due delayed tasks (``move_delayed``:
-    a worker that runs the scheduler does), the ``TASK_LIMITS`` as they were when it was
-    made, and the server's time at its last call, whose hour files the throughput counts.
-    A take moves due delayed tasks only when one may be due: when the last move said one
-    falls due by now, when a retry or deferral it recorded falls due, every
-    ``MOVE_EVERY_MS``, and whenever no ready task is left; so a due task waits at most
-    that long for a busy worker. The server's time is read by the fetches that move
-    delayed tasks (or after ``RECKON_FOR``); those between take the time reckoned from
-    that reading and the monotonic clock, which spares a ``TIME`` per task: the times
-    they write are the server's within a millisecond or so, and never step back.
-
-    ``client`` gives the client of a home, given its head (on a cluster the keys' node
-    may move; a worker's loop holds a connection of its own per home for :meth:`take` and
-    :meth:`record`): one object per thread that talks to Redis.
+    A take moves due delayed tasks (with ``move_delayed``) only when one may be due: when
+    the last move said one falls due by now, when a retry or deferral it recorded falls
+    due, every ``MOVE_EVERY_MS``, and whenever no ready task is left. Fetches between
+    those take the server's time reckoned from its last reading and the monotonic clock,
+    which spares a ``TIME`` per task: within a millisecond or so, and never stepping back.
 
     Queues of several homes are cut into :class:`Run` s: a take looks in each run in
     order, one script per run, until one gives a task, and an outcome is recorded with
@@ -150,8 +141,7 @@ class WorkerStore:
     leave out a run found empty until a wake-up from it is heard, ``EMPTY_FOR`` has
     passed, or (for a take that moves delayed tasks) its next delayed task is due: so a
     busy worker sends one script per task, and a task enqueued in a run left out waits
-    at most ``EMPTY_FOR``. A take ahead looks in one run: the only one, or the first that
-    takes do not leave out.
+    at most ``EMPTY_FOR``.
     """
 
     def __init__(
@@ -213,10 +203,8 @@ class WorkerStore:
         )
 
     def _watch_others(self) -> None:
-        """Serve the other homes that hold tasks of its queues, while they do, as runs
-        after its own (at positions after theirs): those of the other counts of
-        partitions noted (a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on
-        it). Looked at every ``STRAY_EVERY``."""
+        """Serve the stray homes that hold tasks of its queues, while they do, as runs
+        after its own (at positions after theirs). Looked at every ``STRAY_EVERY``."""
         if not self._split or _now() < self._stray_at:
             return
         self._stray_at = _now() + STRAY_EVERY
@@ -275,8 +263,7 @@ class WorkerStore:
     @property
     def may_take_ahead(self) -> bool:
         """Whether :meth:`take_ahead` may be used: its queues share one home, or no take
-        is to move delayed tasks now (the take ahead looks in the first run that takes
-        do not leave out, after the wake-ups heard are read: where a take looks first)."""
+        is to move delayed tasks now (the take ahead looks in the first open run)."""
         if len(self._runs) == 1:
             return True
         if self._heard is None:  # (then its takes never leave a run out)
@@ -310,12 +297,7 @@ class WorkerStore:
         self._watch_others()
         mode = self._take_mode()
         fetched = self._carried(finished, self._over_runs(mode, finished, start))
-        if (
-            mode == "take"
-            and self.move_delayed
-            and fetched.payload is None
-            and fetched.position >= 0
-        ):
+        if mode == "take" and self.move_delayed and not _final(fetched):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
             again = self._over_runs("take+move")
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
@@ -326,11 +308,10 @@ class WorkerStore:
         return self._carried(finished, self._over_runs("", finished, start))
 
     def take_ahead(self, finished: Outcome | None, *, start: Fetched | None = None) -> Ahead:
-        """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
-        :meth:`receive` reads its reply. The task taken is held, not started, until a
-        later call starts it, or :meth:`put_back_ahead` gives it back. Only where
-        :attr:`may_take_ahead` (an outcome or start of another run than the one it
-        takes from is recorded first, by a call of its own)."""
+        """:meth:`take` a task to hold ahead, without waiting: :meth:`receive` reads the
+        reply. The task is held, not started, until a later call starts it, or
+        :meth:`put_back_ahead` gives it back. Only where :attr:`may_take_ahead` (an outcome
+        or start of another run is recorded first, by a call of its own)."""
         if len(self._runs) == 1:
             run, mode = self._runs[0], self._take_mode()
         else:  # (moves are left to the takes over every run)
@@ -346,7 +327,7 @@ class WorkerStore:
             finished = start = None
         call, reads = self._call(run, mode, finished, start, ahead=True)
         sent_at = _now()  # its reply is read after a task ran: the send is nearer
-        self.store.send_fetch(call, meanwhile=_said(finished))
+        self.store.send_fetch(call, meanwhile=finished.said if finished else None)
         return Ahead(call, mode, told, sent_at if reads else None, run, recorded)
 
     def receive(self, ahead: Ahead) -> Fetched:
@@ -401,11 +382,10 @@ class WorkerStore:
         return self.store.put_back_ahead(call)
 
     def hold_run(self, delivery: Delivery, task_id: str, *, hold: bool = True) -> None:
-        """A run of task ``task_id`` (its ``delivery``) goes on beyond its end as
-        recorded (``hold``: its thread abandoned, or this worker taken for dead): its
-        concurrency permits stay held until it really ends (called again with
-        ``hold=False``) or this worker's tasks are recovered. Nothing for a task without
-        limits."""
+        """A run of task ``task_id`` goes on beyond its end as recorded (its thread
+        abandoned, or this worker taken for dead): its concurrency permits stay held until
+        it really ends (``hold=False``) or this worker's tasks are recovered. Nothing for
+        a task without limits (``task_id`` "")."""
         if task_id:
             runs = [*self._own, *self._others.values()]
             head = next(run.head for run in runs if run.holds(delivery.position))
@@ -453,7 +433,7 @@ class WorkerStore:
                 waits.append(fetched.next_ms)
             if looking and then:
                 self._found(run, then, fetched)
-                if fetched.payload is not None or fetched.position < 0:
+                if _final(fetched):
                     taken = fetched
         wait = min(waits, default=-1)
         self._plan_moves(mode, wait, finished)
@@ -469,12 +449,10 @@ class WorkerStore:
 
     def _in_turn(self, mode: str) -> list[Run]:
         """The runs in the order a fetch in ``mode`` looks in them: the partitions of
-        each queue that has several from the one the worker's takes start at (the next
-        one every ``ROTATE_EVERY``, so that none waits long for the others to run out);
-        and while it serves other homes (see :meth:`_watch_others`), every other take (a
-        take ahead too) looks there first, so that neither its queues' own tasks nor
-        those there (workflows' steps among them) wait for the others (see
-        :meth:`_take_turn`)."""
+        each queue that has several from the one the takes start at (the next one every
+        ``ROTATE_EVERY``, so that none waits long for the others to run out); and while it
+        serves other homes, every other take (a take ahead too) looks there first, so
+        that neither its queues' own tasks nor those there wait for the others."""
         if not mode or len(self._runs) == 1:
             return self._runs
         order: list[Run] = []
@@ -495,9 +473,9 @@ class WorkerStore:
             self._rotate_at = _now() + ROTATE_EVERY
 
     def _listen(self) -> None:
-        """Look again in the runs that a wake-up was heard from (in all of them when
-        the wake-ups may have been missed, and for stray homes then). A worker that
-        :attr:`listens` reads them at each take, so that they never pile up unread."""
+        """Look again in the runs that a wake-up was heard from (in all of them, and for
+        stray homes, when wake-ups may have been missed). Read at each take, so that
+        they never pile up unread."""
         if self._heard is None or not (self._empty or self._split):
             return
         try:
@@ -532,12 +510,7 @@ class WorkerStore:
         """Remember whether a take found ``run`` empty (see :class:`Empty`): not when it
         said to call again at once (a wait of 0: tasks set aside on their limits, or more
         delayed ones due), for no wake-up would say so."""
-        if (
-            self._heard is None
-            or fetched.payload is not None
-            or fetched.position < 0
-            or fetched.next_ms == 0
-        ):
+        if self._heard is None or _final(fetched) or fetched.next_ms == 0:
             self._empty.pop(run.first, None)
             return
         due: float | None = None  # (a "take" reply's wait is a limit's, not a due task's)
@@ -552,7 +525,7 @@ class WorkerStore:
         """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
         meanwhile)."""
         call, reads = self._call(run, mode, finished, start)
-        reply = self.store.fetch(call, meanwhile=_said(finished))
+        reply = self.store.fetch(call, meanwhile=finished.said if finished else None)
         return self._received(reply, _now() if reads else None, run)
 
     def _take_mode(self) -> str:
@@ -568,10 +541,9 @@ class WorkerStore:
         *,
         ahead: bool = False,
     ) -> tuple[Call, bool]:
-        """The call in ``run``, and whether its script reads the server's clock: a take
-        that moves delayed tasks does, and any fetch once the last reading is
-        ``RECKON_FOR`` old. The time it is given never steps back from the last one the
-        server replied. Positions are the run's in the call."""
+        """The call in ``run`` (positions in it are the run's), and whether its script
+        reads the server's clock: a take that moves delayed tasks does, and any fetch
+        once the last reading is ``RECKON_FOR`` old."""
         clock_ms, reads = 0, True
         if self._clock_read is not None:
             clock_ms = self._reckoned()

@@ -64,15 +64,13 @@ class Leases(Flows, Migration):
         self, worker_id: str, queues: Sequence[str], *, only_if_expired: bool, max_crashes: int
     ) -> tuple[int, int] | None:
         """Put a worker's in-progress tasks back in their queues; deregister it.
-
-        With ``only_if_expired``, nothing happens unless its lease has run out (``None`` is
-        returned). ``max_crashes`` > 0 counts a crash against each task (and in its result)
-        and dead-letters those that reach it. Returns ``(requeued, dead-lettered)``.
+        Returns ``(requeued, dead-lettered)``, or ``None`` when ``only_if_expired`` and its
+        lease has not run out. ``max_crashes`` > 0 counts a crash against each task (and
+        in its result) and dead-letters those that reach it.
 
         Each home of ``queues`` is recovered by a script of its own, fenced by the copy of
-        the lease there (so with ``only_if_expired``, a home whose copy is alive is left
-        as it is); the registry's last, where the lease and the description go. A copy
-        can outlive the registry's lease (it is renewed a round trip later, on another
+        the lease there; the registry's last, where the lease and the description go. A
+        copy can outlive the registry's lease (renewed a round trip later, on another
         node's clock): when a home refused, the registry's step waits for a later call
         (``None`` is returned), or nothing would ever recover that home.
         """
@@ -145,8 +143,7 @@ class Leases(Flows, Migration):
         self, worker_ids: Sequence[str], lease_ms: int, queues: Sequence[str] = ()
     ) -> int:
         """Renew the leases that these workers (serving ``queues``) hold, and their
-        copies in the queues' homes (lua/queue_renew.lua); a worker with none is left
-        without. Returns how many of the registry's leases were renewed."""
+        copies in the queues' homes; how many of the registry's leases were renewed."""
         if not worker_ids:
             return 0
         others = sorted(set(layout.homes_of(queues)) - {layout.registry()})
@@ -170,7 +167,7 @@ class Leases(Flows, Migration):
 
     def holds_tasks(self, head: str, queues: Sequence[str], worker_id: str) -> bool:
         """Whether the home ``head`` holds tasks of ``queues`` (ready, delayed, or taken by
-        the worker ``worker_id``), in one round trip."""
+        the worker ``worker_id``)."""
         queue_keys = [layout.ready_key(queue, head) for queue in queues]
         queue_keys += [layout.delayed_key(queue, head) for queue in queues]
         queue_keys += [layout.running_key(worker_id, queue, head) for queue in queues]

@@ -56,9 +56,8 @@ class Migration(Router):
         return moved
 
     def _move_all(self, queue: str, key: str) -> int:
-        """Move every entry of ``key`` (a ready or delayed ZSET, or a dead-letter list, of
-        the registry's home), a batch at a time; how many it moved. An entry that is not
-        a task's stays, and is said."""
+        """Move every entry of ``key`` (of the registry's home), a batch at a time; how
+        many it moved. An entry that is not a task's stays, and is logged."""
         moved, left, listed = 0, 0, key == _keys(queue, layout.head_of(key))[2]
         client = self.at(layout.head_of(key))
         while True:

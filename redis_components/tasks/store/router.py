@@ -96,9 +96,8 @@ class Router:
         return path or f"{host}:{port}"
 
     def current_id(self, task_id: str) -> str:
-        """The id the task ``task_id`` has now: where a worker moved it into its queue's
-        home (see migration.py), for an id of the registry's home on a cluster (one
-        ``HGET``); else ``task_id`` itself."""
+        """The id the task ``task_id`` has now: the one migration.py gave it in its
+        queue's home, for an id of the shared home; else ``task_id`` itself."""
         if layout.shared_home() is None or layout.task_home(task_id) != layout.registry():
             return task_id
         moved = raw(self.client, "HGET", layout.result_key(task_id), "moved_to")
@@ -158,9 +157,9 @@ class Router:
         self, call: scripts.Call, done: str, replicas: int | None = None
     ) -> tuple[Any, str]:
         """Run a script that creates or re-queues tasks, then (with ``QUEUE_WAIT_REPLICAS``,
-        or ``replicas``) ``WAIT`` for that many replicas to have its writes: every such
-        write is as durable as an enqueue. Returns the script's reply and what went
-        wrong ("" when nothing did), a sentence that starts with ``done``."""
+        or ``replicas``) ``WAIT`` for that many replicas to have its writes: the script's
+        reply and what went wrong ("" when nothing did), a sentence that starts with
+        ``done``."""
         if replicas is None:
             replicas = conf.QUEUE_WAIT_REPLICAS or 0
         if not replicas:

@@ -51,12 +51,9 @@ class Ticks(Router):
 
     def claim_ticks(self, claims: Sequence[TickClaim]) -> list[bool]:
         """Claim due ticks in one script; for each, whether this call claimed it (and
-        enqueued its task if ``run``): another scheduler may have been first.
-
-        A task whose queue has a home of its own is enqueued there first (refused when
-        it was already: its id is the tick's), then its tick is claimed with the others.
-        A tick that another scheduler has claimed meanwhile enqueues nothing there.
-        """
+        enqueued its task if ``run``): another scheduler may have been first. A task whose
+        queue has a home of its own is enqueued there first, unless its tick was claimed
+        meanwhile (refused when it was already: its id is the tick's)."""
         elsewhere = [c for c in claims if c.run and task_home(c.message.id) != registry()]
         if elsewhere:
             nexts = self.client.hmget(schedule_next_key(), [c.schedule for c in elsewhere])

@@ -89,14 +89,11 @@ def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
         for head in heads
     ]
     found: list[Run] = []
-    start = 0
-    for i in range(1, len(lanes) + 1):
-        ends = i == len(lanes) or lanes[i][1] != lanes[start][1]
-        if ends or max(lanes[i][2], lanes[start][2]) >= 0:
-            _, head, group = lanes[start]
-            served = [queue for queue, _, _ in lanes[start:i]]
-            found.append(_run(worker_id, head, served, start + 1, group))
-            start = i
+    first = 1
+    for (head, group), grouped in itertools.groupby(lanes, key=lambda lane: lane[1:]):
+        served = [queue for queue, _, _ in grouped]
+        found.append(_run(worker_id, head, served, first, group))
+        first += len(served)
     return found
 
 

@@ -1,13 +1,8 @@
 """The task store: the one place that sends commands on the task system's keys and reads
 their raw replies; nothing here knows about workers' loops, Django's API or pages.
 
-Its modules: ``layout`` (the keys and a task's rank), ``records`` (the values the store
-takes and returns), ``replies`` (the parsers of what Redis answers), ``calls`` (for each
-script, a keyword-only builder of its KEYS and ARGV), ``router`` (clients, pipelines over
-homes, durable writes), the facets over the router, which alone send commands
-(``queues``, ``leases``, ``inspection``, ``ticks``, ``flows``, ``migration``),
-``task_store`` (every facet in one) and ``worker_store`` (what one worker says of its
-own tasks). The names the package exports are its interface.
+Each module says what it holds; the facets over ``router`` alone send commands, and
+``task_store`` has every facet in one. The names the package exports are its interface.
 
 Words of placement (docs/cluster.md tells how they spread over a Redis Cluster)
 -------------------------------------------------------------------------------

@@ -26,14 +26,9 @@ BAND = 2**44
 FIRST = 2**43
 
 
-@functools.lru_cache(maxsize=4)
-def _tagged(prefix: str) -> str:
-    """The head of every task key while ``KEY_PREFIX`` is ``prefix`` (the cache's key)."""
-    return keys.key(COMPONENT, TAG) + ":"
-
-
 def _head() -> str:
-    return _tagged(conf.KEY_PREFIX)
+    """The registry's head (``{tasks}:``)."""
+    return _own(conf.KEY_PREFIX)
 
 
 # Whether each queue has a home of its own (see home()) whatever the server: the
@@ -72,9 +67,10 @@ def _tag(queue: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _own(prefix: str, tag: str) -> str:
-    """The head of the home tagged ``tag`` while ``KEY_PREFIX`` is ``prefix``."""
-    return keys.key(COMPONENT, f"{TAG}:{tag}") + ":"
+def _own(prefix: str, tag: str = "") -> str:
+    """The head of the home tagged ``tag`` (the registry's: none) while ``KEY_PREFIX`` is
+    ``prefix`` (the cache's key)."""
+    return keys.key(COMPONENT, f"{TAG}:{tag}" if tag else TAG) + ":"
 
 
 def partitions(queue: str) -> int:
@@ -110,8 +106,7 @@ def _tags(queue: str, count: int) -> tuple[str, ...]:
 
 
 def own_homes(queue: str) -> list[str]:
-    """The heads of ``queue``'s own homes: one per partition, the first's (:func:`home`)
-    first."""
+    """The heads of ``queue``'s own homes, one per partition (:func:`home` first)."""
     if not _split():
         return [_head()]
     return count_homes(queue, partitions(queue))
@@ -247,13 +242,6 @@ def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> 
     _note(queue, len(tags))
     by = digits if partition_by is None else partition_by
     return tags[zlib.crc32(by.encode()) % len(tags)] + digits
-
-
-def moved_id(queue: str, task_id: str, digest: str | None) -> str:
-    """The id in its queue's home of a task that the registry's home held as ``task_id``
-    (see :func:`shared_home`): its digits after the tag of a partition picked as for a
-    new task, by them or, for a unique task, by its ``digest``."""
-    return new_task_id(queue, partition_by=digest or task_id)[:4] + task_id
 
 
 def partition_id(message: TaskMessage, by: str | None) -> str:

@@ -137,9 +137,10 @@ class Migration(Router):
         name = fields.get("unique", b"").decode("utf-8", "replace")
         unique = bool(name) and unique_holder == message.id.encode() and unique_ms > 0
         digest = name.rpartition("unique:")[2]
-        new = dataclasses.replace(
-            message, id=layout.moved_id(queue, message.id, digest if unique else None)
-        )
+        # Its digits after the tag of a partition picked as for a new task: by them or,
+        # for a unique task, by its digest.
+        tag = layout.new_task_id(queue, partition_by=(digest if unique else "") or message.id)[:4]
+        new = dataclasses.replace(message, id=tag + message.id)
         payload = new.encode()
         written = {k: v.decode("utf-8", "replace") for k, v in fields.items()}
         for field in ("message", "payload"):

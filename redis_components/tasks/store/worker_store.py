@@ -17,18 +17,9 @@ from ...connection import REDIS_DOWN
 from ...scripts import Call
 from ..limits import settings_json
 from ..messages import flow_of
+from . import layout
 from .calls import fetch_call, fetch_keys, limits_run_call, put_back_call
-from .layout import (
-    FORGET_AFTER_MS,
-    noted_counts,
-    own_homes,
-    partitions,
-    ready_key,
-    shared_home,
-    stray_homes,
-    task_home,
-    tasks_client,
-)
+from .layout import FORGET_AFTER_MS
 from .records import Delivery, Fetched, Heartbeat, Outcome
 from .task_store import TaskStore
 
@@ -85,7 +76,7 @@ def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
     lanes = [
         (queue, head, index if len(heads) > 1 else -1)
         for index, queue in enumerate(queues)
-        for heads in [own_homes(queue)]
+        for heads in [layout.own_homes(queue)]
         for head in heads
     ]
     found: list[Run] = []
@@ -98,7 +89,7 @@ def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
 
 
 def _run(worker_id: str, head: str, queues: list[str], first: int, group: int = -1) -> Run:
-    channels = frozenset(ready_key(queue, head) for queue in queues)
+    channels = frozenset(layout.ready_key(queue, head) for queue in queues)
     return Run(head, queues, first, fetch_keys(worker_id, queues, head), channels, group)
 
 
@@ -147,7 +138,7 @@ class WorkerStore:
         queues: Sequence[str],
         *,
         move_delayed: bool = True,
-        client: Callable[[str], Any] = tasks_client,
+        client: Callable[[str], Any] = layout.tasks_client,
         heard: Callable[[], set[str] | None] | None = None,
     ) -> None:
         self.worker_id = worker_id
@@ -166,7 +157,7 @@ class WorkerStore:
         self._others: dict[str, Run] = {}
         # The queue at each of its positions: its lanes', then the other runs'.
         self._lanes = [queue for run in self._own for queue in run.queues]
-        self._split = shared_home() is not None  # (queues have homes of their own)
+        self._split = layout.shared_home() is not None  # (queues have homes of their own)
         self._stray_at = 0.0  # (monotonic) when it next looks for stray homes
         self._turns = 0  # the takes made: the order of the next one (see _in_turn)
         # The partition each take looks in first (modulo their number): each worker
@@ -206,10 +197,10 @@ class WorkerStore:
             return
         self._stray_at = _now() + STRAY_EVERY
         others: dict[str, tuple[list[str], int]] = {}
-        noted_counts(fresh=True)
+        layout.noted_counts(fresh=True)
         for queue in self.queues:
             self._forget_counts(queue)
-            for head, count in stray_homes(queue).items():
+            for head, count in layout.stray_homes(queue).items():
                 others.setdefault(head, ([], count))[0].append(queue)
         serving = [run for run in self._runs[len(self._own) :] if run.head in others]
         for head, (queues, count) in others.items():
@@ -226,8 +217,8 @@ class WorkerStore:
         """Forget the counts of partitions of ``queue`` that no process noted for
         ``FORGET_AFTER_MS`` and whose homes are empty (see TaskStore.forget_count)."""
         before = self.now_ms - FORGET_AFTER_MS
-        for count, noted_ms in noted_counts().get(queue, {}).items():
-            stale = count != partitions(queue) and noted_ms < before
+        for count, noted_ms in layout.noted_counts().get(queue, {}).items():
+            stale = count != layout.partitions(queue) and noted_ms < before
             if stale and self.store.forget_count(queue, count, before):
                 logger.info(
                     "Worker %s: no task of %s is left in a home of %d partitions",
@@ -354,7 +345,7 @@ class WorkerStore:
             if self.store.carry_step(
                 task_id, known if finished.kind == "ok" else None, delete=False
             ):
-                self._carried_ids.setdefault(task_home(task_id), []).append(task_id)
+                self._carried_ids.setdefault(layout.task_home(task_id), []).append(task_id)
         except REDIS_DOWN as error:
             logger.warning(
                 "Worker %s could not carry the outcome of step %s to its workflow yet: %s",
@@ -547,7 +538,7 @@ class WorkerStore:
             reads = mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR
         carried: list[str] = []
         if finished is not None and finished.task_id and flow_of(finished.delivery.payload):
-            carried = self._carried_ids.pop(task_home(finished.task_id), [])
+            carried = self._carried_ids.pop(layout.task_home(finished.task_id), [])
         call = fetch_call(
             worker_id=self.worker_id,
             worker_keys=run.keys,

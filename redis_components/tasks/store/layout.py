@@ -26,11 +26,6 @@ BAND = 2**44
 FIRST = 2**43
 
 
-def _head() -> str:
-    """The registry's head (``{tasks}:``)."""
-    return _own(conf.KEY_PREFIX)
-
-
 # Whether each queue has a home of its own (see home()) whatever the server: the
 # environment variable RC_SPLIT_HOMES (1 or 0, read by every process at its start: the
 # tests and the benchmarks), or split_homes() in a test. None: on a Redis Cluster only.
@@ -75,8 +70,7 @@ def _own(prefix: str, tag: str = "") -> str:
 
 def partitions(queue: str) -> int:
     """How many partitions ``queue`` has: its ``QUEUE_PARTITIONS`` while queues have
-    homes of their own, else 1 (on one server a queue is never cut). A bad value (which
-    the system checks report) counts as 1."""
+    homes of their own, else 1. A bad value (the system checks report it) counts as 1."""
     if not _split():
         return 1
     count = conf.QUEUE_PARTITIONS.get(queue, 1)
@@ -91,9 +85,8 @@ def _slot_range(tag: str, count: int) -> int:
 @functools.lru_cache(maxsize=1024)
 def _tags(queue: str, count: int) -> tuple[str, ...]:
     """The tags of the homes of ``queue``'s ``count`` partitions: the first is the
-    queue's own (:func:`_tag`, its home when it had no partitions), and each other is
-    in a range of the slots of its own (``count`` equal ranges, the first's excluded),
-    so that on a cluster whose slots are shared evenly the partitions spread evenly."""
+    queue's own (:func:`_tag`), and each other in a range of the slots of its own
+    (``count`` equal ranges), so that the partitions spread over a cluster's nodes."""
     first = _tag(queue)
     found = [first]
     ranges = [i for i in range(count) if i != _slot_range(first, count)]
@@ -108,14 +101,13 @@ def _tags(queue: str, count: int) -> tuple[str, ...]:
 def own_homes(queue: str) -> list[str]:
     """The heads of ``queue``'s own homes, one per partition (:func:`home` first)."""
     if not _split():
-        return [_head()]
+        return [registry()]
     return count_homes(queue, partitions(queue))
 
 
 def placement(queue: str) -> str:
-    """``queue`` and, when it has several partitions, how many and on how many servers
-    (on a cluster, nodes), for the logs: ``"hot (6 partitions on 3 nodes)"``; the name
-    alone while Redis cannot be reached (a cluster's client cannot even be built)."""
+    """``queue`` and, when it has several partitions, on how many nodes, for the logs:
+    ``"hot (6 partitions on 3 nodes)"``; the name alone while Redis cannot be reached."""
     try:
         heads = own_homes(queue)
         if len(heads) == 1:
@@ -157,9 +149,8 @@ def _note(queue: str, count: int) -> None:
 
 
 def noted_counts(*, fresh: bool = False) -> dict[str, dict[int, int]]:
-    """The counts of partitions noted for each queue (see ``partitions_key``), each
-    with when it was last noted (ms), as read at most ``READ_EVERY`` ago (``fresh``:
-    now). Empty on one server."""
+    """The counts of partitions noted for each queue, each with when it was last noted
+    (ms), as read at most ``READ_EVERY`` ago (``fresh``: now). Empty on one server."""
     global _read
     if not _split():
         return {}
@@ -212,22 +203,21 @@ def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
 def home(queue: str) -> str:
     """The head of the keys of ``queue`` and of its tasks (its first partition's):
     ``{tasks:<4 hex digits>}`` when queues have homes of their own, else ``{tasks}``."""
-    return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else _head()
+    return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else registry()
 
 
 def task_home(task_id: str) -> str:
     """The home of the keys of the task ``task_id`` (its result, its terminate flag):
-    its queue's, which its id names (see :func:`new_task_id`) so that a reader given
-    only the id finds them. An id of 32 digits names the registry's home."""
+    its queue's, which its id names, so that a reader given only the id finds them."""
     if len(task_id) == 36:
         return _own(conf.KEY_PREFIX, task_id[:4])
-    return _head()
+    return registry()
 
 
 def shared_home() -> str | None:
     """When queues have homes of their own, the registry's home, where 0.1.0 wrote the
     tasks of every queue (see migration.py). ``None`` on one server."""
-    return _head() if _split() else None
+    return registry() if _split() else None
 
 
 def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> str:
@@ -245,31 +235,31 @@ def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> 
 
 
 def partition_id(message: TaskMessage, by: str | None) -> str:
-    """A new id for ``message``, of the partition of its queue that ``by`` picks (by
-    default its digest: equal unique tasks meet in one partition; :class:`InvalidInput`
-    for arguments a digest cannot compare)."""
+    """A new id for ``message``, of the partition that ``by`` picks (by default its
+    digest, so that equal unique tasks meet: :class:`InvalidInput` for arguments a
+    digest cannot compare)."""
     return new_task_id(message.queue, partition_by=message.digest() if by is None else by)
 
 
 def registry() -> str:
-    """The head of the keys that no queue owns: the workers' leases and descriptions,
-    the queues served, the schedules and the workflows."""
-    return _head()
+    """The head of the keys that no queue owns (``{tasks}:``): the workers' leases and
+    descriptions, the queues served, the schedules and the workflows."""
+    return _own(conf.KEY_PREFIX)
 
 
 def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     """Every home, for the readers that look at the whole task system: the registry's,
     then, when queues have homes of their own, those of ``queues()`` (only called then)."""
-    found = [_head()]
+    found = [registry()]
     if _split():
-        found += sorted(set(homes_of(queues())) - {_head()})
+        found += sorted(set(homes_of(queues())) - {registry()})
     return found
 
 
 def queue_homes(queue: str) -> list[str]:
     """Every home that may hold tasks of ``queue``: its own, then its stray homes."""
     own = own_homes(queue)
-    return own if own == [_head()] else [*own, *stray_homes(queue)]
+    return own if own == [registry()] else [*own, *stray_homes(queue)]
 
 
 def home_roles(queue: str) -> dict[str, tuple[int, int]]:
@@ -311,8 +301,6 @@ def tasks_client(head: str = "") -> Redis:
 
 # A queue's keys, in its home (``head``: the home of the keys when it is not the queue's:
 # another partition's, or the registry's for the tasks of an earlier layout).
-
-
 def ready_key(queue: str, head: str = "") -> str:
     return f"{head or home(queue)}ready:{queue}"
 
@@ -341,8 +329,6 @@ def unique_key(digest: str, head: str) -> str:
 
 
 # A task's keys, in its queue's home.
-
-
 def result_key(task_id: str, head: str = "") -> str:
     """The result of ``task_id``; ``head``: the home of the script that reads it, where a
     payload whose id is not one of ours (a home's id is 32 or 36 hex digits) keeps it."""

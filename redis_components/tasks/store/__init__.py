@@ -11,9 +11,8 @@ Words of placement (docs/cluster.md tells how they spread over a Redis Cluster)
   that one script may touch any key of one home on a Redis Cluster.
 * The **registry** is the home of the keys no queue owns.
 * A **partition** is one of a queue's homes, when ``QUEUE_PARTITIONS`` gives it several.
-* The **shared home** is the registry's home when queues have homes of their own: a
-  release before they had (0.1.0) wrote its tasks there, and a worker moves them into
-  their queues' homes when it starts (``migration``).
+* The **shared home** is the registry's home when queues have homes of their own,
+  where 0.1.0 wrote its tasks (``migration`` moves them).
 * **Stray homes** are the partitions of a count noted by some process that is not the
   queue's own count (a changed ``QUEUE_PARTITIONS``): served where they are until
   forgotten once empty (:meth:`TaskStore.forget_count`).
@@ -57,20 +56,17 @@ as ``layout`` names them (tests tie the two). A task's id names its home
 
 A ready task's score is ``(100 - priority) * 2**44 + 2**43 + n``, ``n`` from the
 enqueue counter: one ``ZPOPMIN`` takes the highest priority, and the oldest among
-equals, with no polling. Scores stay below 2**53, so they are exact in a double.
-Every script that makes a task ready does it through ``lua/lib/queue.lua``, which also
-reads a payload's id and priority and stamps its enqueue time. Each queue has its own
-delayed ZSET (not one for all queues, as in the book) so that the script moving due
-tasks gets every key it writes through ``KEYS``. Worker ids contain no ``:``, so the
-queue name is always the last part. Idle workers are woken through a Pub/Sub channel
-named like the queue's ready set.
+equals. Scores stay below 2**53, exact in a double. Every script that makes a task
+ready does it through ``lua/lib/queue.lua``. Each queue has its own delayed ZSET, so
+that the script moving due tasks gets every key it writes through ``KEYS``. Worker ids
+contain no ``:``, so the queue name is always the last part. Idle workers are woken
+through a Pub/Sub channel named like the queue's ready set.
 
 The take cannot write the result hash, whose key it does not know before it takes the
-task, so it writes the task's current attempt into the ``running`` hash, which readers
-combine with the result hash. Delivery is at least once (docs/tasks.md), and
-acknowledgements are fenced: an outcome is recorded only while the take it is of is the
-task's current attempt (the ``running`` hash), so an execution whose task was put back
-and taken again can neither acknowledge it nor overwrite the new run's result.
+task: it writes the task's current attempt in the ``running`` hash, which readers
+combine with the result hash. Acknowledgements are fenced: an outcome is recorded only
+while the take it is of is the task's current attempt, so an execution whose task was
+put back and taken again can neither acknowledge it nor overwrite the new run's result.
 """
 
 from __future__ import annotations

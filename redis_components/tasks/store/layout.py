@@ -354,31 +354,24 @@ def _in_registry(part: str) -> Callable[[], str]:
 
 
 # The keys each home has once (``head``: the home's, from home(queue)). Its copy of the
-# leases of the workers that serve its queues (the registry's leases when ``head`` is
-# the registry's) is the fence of the fetches and recoveries there.
+# leases of the workers that serve its queues (the registry's: the leases themselves) is
+# the fence of the fetches and recoveries there.
 lease_copy_key = _in_home("leases")
 running_tasks_key = _in_home("running")  # task id -> attempts (lua/lib/attempts.lua)
 counter_key = _in_home("counter")
 totals_key = _in_home("totals")
 limits_key = _in_home("limits")  # the concurrency limits in use: key -> limit
 limits_waiting_key = _in_home("limit:waiting")  # queue -> its tasks waiting for a permit
-# The outbox of a home: the final outcomes of the workflows' steps that ran there, while
-# they are carried to their workflows' home (see lua/lib/flow.lua).
-settled_key = _in_home("flows:outcomes")
-# The payloads that the workflows' steps in a home wait as (to be retried, or after a
-# crash), for a cancel to find them whatever their results hold.
-waiting_key = _in_home("flows:waiting")
+settled_key = _in_home("flows:outcomes")  # the outbox of its steps' outcomes (lib/flow.lua)
+waiting_key = _in_home("flows:waiting")  # the payloads its steps wait as, for a cancel
 
-# A home's keys per limit (lua/lib/limits.lua, limit_turns.lua): its permits held, its
-# tasks waiting, a rate's theoretical arrival time, the turns of the tasks set aside on
-# a rate and the interval they are spaced by; and per worker, its runs that hold their
-# permits beyond their record (limit_runs.lua).
-limit_held_key = _per_limit("held")
-limit_wait_key = _per_limit("wait")
-limit_tat_key = _per_limit("tat")
-limit_turns_key = _per_limit("turns")
-limit_every_key = _per_limit("every")
-limit_runs_key = _per_limit("runs")
+# A home's keys per limit (lua/lib/limits.lua, limit_turns.lua), or per worker.
+limit_held_key = _per_limit("held")  # the permits held
+limit_wait_key = _per_limit("wait")  # the tasks waiting for a permit
+limit_tat_key = _per_limit("tat")  # a rate's theoretical arrival time
+limit_turns_key = _per_limit("turns")  # the turns of the tasks set aside on a rate
+limit_every_key = _per_limit("every")  # the interval those turns are spaced by
+limit_runs_key = _per_limit("runs")  # a worker's runs that hold permits beyond their record
 
 # The registry's keys.
 leases_key = _in_registry("leases")
@@ -388,12 +381,8 @@ schedule_next_key = _in_registry("schedule:next")
 schedule_last_key = _in_registry("schedule:last")
 flows_live_key = _in_registry("flows:live")
 flows_done_key = _in_registry("flows:done")
-# The outbox of the workflows' home: the steps released (or created ready) there, while
-# they are carried to their queues' homes (see lua/flow_release.lua).
-released_key = _in_registry("flows:released")
-# The counts of partitions that processes use or used for each queue: a field
-# "<queue>#<count>" for each, whose value is when a process last said so (ms).
-partitions_key = _in_registry("partitions")
+released_key = _in_registry("flows:released")  # the outbox of steps released to their homes
+partitions_key = _in_registry("partitions")  # "<queue>#<count>" -> last noted (ms)
 
 
 def workers_key(head: str = "") -> str:

@@ -2,11 +2,9 @@
 tasks that 0.1.0 left in the registry's home into their queues' homes (docs/cluster.md,
 Upgrading from 0.1).
 
-A worker runs it for its queues when it starts, before its first take; it is one
-``EXISTS`` per queue when there is nothing to move, and any number of processes may run
-it at once: each task is written in its new home once (lua/queue_migrate.lua), then
-taken out of the registry's. A moved task's old result is kept as a forward
-(``moved_to``), which the readers and cancels follow.
+A worker runs it for its queues when it starts; any number of processes may run it at
+once: each task is written in its new home once (lua/queue_migrate.lua), then taken out
+of the registry's. A moved task's old result is kept as a forward (``moved_to``).
 """
 
 from __future__ import annotations

@@ -35,11 +35,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def _finding_nodes_again(method: _F) -> _F:
     """``method`` of a router that, when a node's client meets a stale map of the slots
-    (a lost connection, ``CLUSTERDOWN``, ``MOVED``), has a Redis Cluster's client read
-    which node serves which slots again before the error goes on, so that the next call
-    after a failover reaches the promoted replica. A router given its clients (a
-    worker's) leaves it to the worker, which does so outside its locks; a call made
-    within another reads the map once."""
+    (a lost connection, ``CLUSTERDOWN``, ``MOVED``), has a Redis Cluster's client read it
+    again before the error goes on, so that the next call after a failover reaches the
+    promoted replica. A router given its clients (a worker's) leaves it to the worker,
+    which does so outside its locks."""
 
     @functools.wraps(method)
     def finding(router: Router, *args: Any, **kwargs: Any) -> Any:
@@ -56,12 +55,9 @@ def _finding_nodes_again(method: _F) -> _F:
 
 
 class Router:
-    """The clients of the task system's homes, and how a facet runs commands over them.
-
-    ``Router()`` uses the task system's client; a worker gives its own (a pool no task
-    shares, and for its loop a :class:`~redis_components.connection.OneConnection`), and
-    ``at``, which gives its client for any other home. It holds no state of its own.
-    """
+    """The clients of the task system's homes, and how a facet runs commands over them:
+    ``Router()`` uses the task system's client; a worker gives its own (``client``, and
+    ``at`` for any other home). It holds no state of its own."""
 
     def __init__(self, client: Any = None, at: Callable[[str], Any] | None = None) -> None:
         self._client = client

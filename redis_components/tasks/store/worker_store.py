@@ -70,9 +70,8 @@ class Run:
 
 
 def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
-    """``queues`` cut into :class:`Run` s, in their order: each queue is a lane in each
-    of its homes (one per partition: see layout.own_homes), and consecutive lanes of
-    queues without partitions share a run where they share a home."""
+    """``queues`` cut into :class:`Run` s, in their order: a lane per queue and home, and
+    consecutive lanes of queues without partitions share a run where they share a home."""
     lanes = [
         (queue, head, index if len(heads) > 1 else -1)
         for index, queue in enumerate(queues)
@@ -126,10 +125,8 @@ class WorkerStore:
     Queues of several homes are cut into :class:`Run` s: a take looks in each run in
     order, one script per run, until one gives a task, and an outcome is recorded with
     the call in its own run. Given ``heard`` (the worker's :meth:`Waker.heard`), takes
-    leave out a run found empty until a wake-up from it is heard, ``EMPTY_FOR`` has
-    passed, or (for a take that moves delayed tasks) its next delayed task is due: so a
-    busy worker sends one script per task, and a task enqueued in a run left out waits
-    at most ``EMPTY_FOR``.
+    leave out the runs found empty (see :class:`Empty`), so that a busy worker sends one
+    script per task.
     """
 
     def __init__(
@@ -155,13 +152,11 @@ class WorkerStore:
         # The runs after its own, in homes that hold tasks of its queues while they do
         # (see _watch_others): by home, each made once (positions are never reused).
         self._others: dict[str, Run] = {}
-        # The queue at each of its positions: its lanes', then the other runs'.
-        self._lanes = [queue for run in self._own for queue in run.queues]
+        self._lanes = [queue for run in self._own for queue in run.queues]  # by position
         self._split = layout.shared_home() is not None  # (queues have homes of their own)
         self._stray_at = 0.0  # (monotonic) when it next looks for stray homes
         self._turns = 0  # the takes made: the order of the next one (see _in_turn)
-        # The partition each take looks in first (modulo their number): each worker
-        # starts at one of its own, and moves to the next every ROTATE_EVERY.
+        # The partition each take looks in first (modulo their number): its own at first.
         self._rotation = zlib.crc32(worker_id.encode())
         self._rotate_at = _now() + ROTATE_EVERY
         self._heard = heard
@@ -230,10 +225,9 @@ class WorkerStore:
     def _other(self, head: str, queues: list[str], count: int) -> Run:
         """The run in another home (see :meth:`_watch_others`), which its lease's copy
         there fences from its first take."""
-        known = self._others.get(head)
-        new = known is None or known.queues != queues
-        if known is None or new:
-            known = self._others[head] = _run(self.worker_id, head, queues, len(self._lanes) + 1)
+        new = head not in self._others or self._others[head].queues != queues
+        if new:
+            self._others[head] = _run(self.worker_id, head, queues, len(self._lanes) + 1)
             self._lanes += queues
         if count:
             self.store.copy_lease(self.worker_id, head)
@@ -246,7 +240,7 @@ class WorkerStore:
                 ", ".join(queues),
                 count,
             )
-        return known
+        return self._others[head]
 
     @property
     def may_take_ahead(self) -> bool:
@@ -277,10 +271,9 @@ class WorkerStore:
         return None
 
     def take(self, finished: Outcome | None = None, *, start: Fetched | None = None) -> Fetched:
-        """Record ``finished`` (how a task it took ended, under its attempt), if given,
-        start ``start`` (a task it held ahead), if given, and take the next task, in one
-        script per run looked in. Its log line (``Outcome.said``) is written while the
-        server runs the script."""
+        """Record ``finished`` (how a task it took ended) and start ``start`` (a task it
+        held ahead), if given, and take the next task, in one script per run looked in.
+        Its log line (``Outcome.said``) is written while the server runs the script."""
         self._listen()
         self._watch_others()
         mode = self._take_mode()
@@ -331,9 +324,9 @@ class WorkerStore:
 
     def _carried(self, finished: Outcome | None, fetched: Fetched) -> Fetched:
         """``fetched``, once the outcome of a workflow's step it recorded (in its queue's
-        home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis
-        is lost meanwhile, a worker's heartbeat carries it later (and so the last entry
-        it carried in a home, which no later fetch deleted)."""
+        home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis is
+        lost meanwhile, a worker's heartbeat carries it later (and any entry no later
+        fetch deleted)."""
         flow = flow_of(finished.delivery.payload) if finished is not None else None
         if finished is None or flow is None or not fetched.recorded:
             return fetched

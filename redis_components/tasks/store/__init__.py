@@ -48,8 +48,7 @@ as ``layout`` names them (tests tie the two). A task's id names its home
     rc:queue:{tasks}:scheduler                  STR   the worker that claims the schedules' ticks
     rc:queue:{tasks}:schedule:next, :last       HASH  each schedule's next tick, last claimed one
     rc:queue:{tasks}:flow:<workflow id>         HASH  a workflow: its steps and their states
-    rc:queue:{tasks}:flows:live                 ZSET  running workflows, by creation (ms)
-    rc:queue:{tasks}:flows:done                 ZSET  finished workflows kept, by end (ms)
+    rc:queue:{tasks}:flows:live, :done          ZSET  workflows running, by creation; kept, by end
     rc:queue:{tasks}:flows:released             HASH  steps released, on their way to their homes
     rc:queue:{tasks}:flows:outcomes             HASH  per home: steps' outcomes on their way
     rc:queue:{tasks}:flows:waiting              HASH  per home: the payload a step waits as

@@ -46,8 +46,7 @@ def _split() -> bool:
 
 @contextlib.contextmanager
 def split_homes(on: bool = True) -> Iterator[None]:
-    """Give each queue a home of its own (or not, ``on=False``) while in the block,
-    whatever the server (for the tests)."""
+    """Give each queue a home of its own (or not) in the block, whatever the server."""
     global _forced
     before, _forced = _forced, on
     try:
@@ -221,10 +220,9 @@ def shared_home() -> str | None:
 
 
 def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> str:
-    """A new id for a task of ``queue``: 32 hex digits, random (or the first of
-    ``seed``'s SHA-256, the same for the same seed), after the 4 of the tag of its home
-    when the queue has homes of its own: of a partition picked by a hash of
-    ``partition_by`` (by default of the digits) when it has several."""
+    """A new id for a task of ``queue``: 32 hex digits, random (or of ``seed``'s SHA-256),
+    after the 4 of its home's tag when queues have homes of their own: a partition's
+    picked by a hash of ``partition_by`` (by default of the digits) when it has several."""
     digits = hashlib.sha256(seed.encode()).hexdigest()[:32] if seed else os.urandom(16).hex()
     if not _split():
         return digits
@@ -410,9 +408,8 @@ def settled_elsewhere(task_id: str) -> bool:
 def flow_section(flow: FlowStep, task_id: str) -> tuple[list[str], str]:
     """The keys that a script recording a final outcome of ``flow``'s step (the task
     ``task_id``) needs, and its step's argument (see lua/lib/flow.lua): in the workflow's
-    home, the workflow's keys and then each later step's result and queue, and the
-    step's number; elsewhere, its home's outbox and waiting payloads, and
-    "<step> <workflow> <task id>"."""
+    home, the workflow's keys, each later step's result and queue, and the step's
+    number; elsewhere, its home's outbox and waiting payloads, and "<step> <workflow> <id>"."""
     if settled_elsewhere(task_id):
         head = task_home(task_id)
         return [settled_key(head), waiting_key(head)], f"{flow.step} {flow.workflow} {task_id}"

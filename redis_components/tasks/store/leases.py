@@ -29,10 +29,9 @@ class Leases(Flows, Migration):
         lead: bool = False,
         running_ids: Sequence[str] = (),
     ) -> Heartbeat:
-        """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
-        which workers' leases ran out and which of the tasks ``running_ids`` are to be
-        terminated. The copy in each other home of ``queues`` gets the registry's expiry,
-        in a pipeline per node that also reads the termination requests there."""
+        """Renew (or make) a worker's lease, and the scheduler's when ``lead``, and its
+        copies in the other homes of ``queues``; say which workers' leases ran out and
+        which of the tasks ``running_ids`` are to be terminated."""
         here = layout.registry()
         by_home: dict[str, list[str]] = {head: [] for head in layout.homes_of(queues)}
         by_home.pop(here, None)
@@ -63,10 +62,10 @@ class Leases(Flows, Migration):
     def recover_worker(
         self, worker_id: str, queues: Sequence[str], *, only_if_expired: bool, max_crashes: int
     ) -> tuple[int, int] | None:
-        """Put a worker's in-progress tasks back in their queues; deregister it.
-        Returns ``(requeued, dead-lettered)``, or ``None`` when ``only_if_expired`` and its
-        lease has not run out. ``max_crashes`` > 0 counts a crash against each task (and
-        in its result) and dead-letters those that reach it.
+        """Put a worker's in-progress tasks back in their queues; deregister it: returns
+        ``(requeued, dead-lettered)``, or ``None`` when ``only_if_expired`` and its lease
+        has not run out. ``max_crashes`` > 0 counts a crash against each task (and in its
+        result) and dead-letters those that reach it.
 
         Each home of ``queues`` is recovered by a script of its own, fenced by the copy of
         the lease there; the registry's last, where the lease and the description go. A

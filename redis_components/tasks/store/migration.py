@@ -73,9 +73,8 @@ class Migration(Router):
             left += len(entries) - done
 
     def _move(self, queue: str, key: str, entries: list[tuple[bytes, float | None]]) -> int:
-        """Move these entries of ``key``: each task's result and unique key read, the task
-        written in its new home, then taken out of the old one, whose result is made a
-        forward to it. How many moved."""
+        """Move these entries of ``key`` (a task written in its new home, then taken out of
+        the old one, whose result is made a forward to it); how many moved."""
         client = self.at(layout.head_of(key))
         messages: list[tuple[bytes, float | None, TaskMessage]] = []
         for entry, score in entries:

@@ -4,6 +4,7 @@ replicas), and reading a cluster's map again when a node's client meets a stale 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -86,8 +87,7 @@ class Router:
         return self.client if head == layout.registry() else layout.tasks_client(head)
 
     def node_of(self, head: str) -> str:
-        """Where the home ``head`` is: its server's (on a cluster, node's) host and port,
-        or its socket's path."""
+        """Where the home ``head`` is: its node's host and port, or its socket's path."""
         host, port, path = server_of(layout.tasks_client(head))
         return path or f"{host}:{port}"
 
@@ -153,9 +153,8 @@ class Router:
         self, call: scripts.Call, done: str, replicas: int | None = None
     ) -> tuple[Any, str]:
         """Run a script that creates or re-queues tasks, then (with ``QUEUE_WAIT_REPLICAS``,
-        or ``replicas``) ``WAIT`` for that many replicas to have its writes: the script's
-        reply and what went wrong ("" when nothing did), a sentence that starts with
-        ``done``."""
+        or ``replicas``) ``WAIT`` for that many replicas to have its writes: its reply, and
+        what went wrong ("" when nothing did) in a sentence that starts with ``done``."""
         if replicas is None:
             replicas = conf.QUEUE_WAIT_REPLICAS or 0
         if not replicas:
@@ -174,8 +173,6 @@ class Router:
         """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
         names = set(extra)
         for name in raw(self.client, "SMEMBERS", layout.queues_key()):
-            try:
+            with contextlib.suppress(ValueError):  # UnicodeDecodeError too
                 names.add(validate_queue(name.decode()))
-            except ValueError:  # UnicodeDecodeError too
-                continue
         return names

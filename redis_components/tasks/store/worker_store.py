@@ -95,11 +95,10 @@ def _run(worker_id: str, head: str, queues: list[str], first: int, group: int = 
 @dataclass(frozen=True)
 class Empty:
     """A run that a take found empty: left out until ``until`` (monotonic), or a wake-up
-    from it; a take that moves delayed tasks looks there again once ``due_ms`` (the
-    server's ms when its next delayed task is due; ``None``: not known)."""
+    from it; a take that moves delayed tasks looks there again once ``due_ms``."""
 
     until: float
-    due_ms: float | None
+    due_ms: float | None  # (server ms) when its next delayed task is due; None: not known
 
 
 _now = time.monotonic
@@ -261,8 +260,7 @@ class WorkerStore:
         return self._heard is not None and (len(self._own) > 1 or self._split)
 
     def _open_run(self) -> Run | None:
-        """The first run, in turn, that a take does not leave out (``None``: it leaves
-        out all)."""
+        """The first run, in turn, that a take does not leave out (or ``None``)."""
         now = _now()
         for run in self._in_turn("take"):
             empty = self._empty.get(run.first)
@@ -382,9 +380,8 @@ class WorkerStore:
     def _over_runs(
         self, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
-        """Run a fetch in each run in order until one takes a task (``mode`` "": none),
-        recording ``finished`` and starting ``start`` with the call in their runs; a
-        "take+move" moves the due delayed tasks of every run."""
+        """Fetch in each run in turn until one takes a task (``mode`` "": none); ``finished``
+        and ``start`` go with their runs' calls, and "take+move" moves every run's due tasks."""
         if len(self._runs) == 1:  # (one script, as always on a single server)
             fetched = self._fetch(self._runs[0], mode, finished, start)
             self._plan_moves(mode, fetched.next_ms, finished)
@@ -430,10 +427,9 @@ class WorkerStore:
 
     def _in_turn(self, mode: str) -> list[Run]:
         """The runs in the order a fetch in ``mode`` looks in them: the partitions of
-        each queue that has several from the one the takes start at (the next one every
-        ``ROTATE_EVERY``, so that none waits long for the others to run out); and while it
-        serves other homes, every other take (a take ahead too) looks there first, so
-        that neither its queues' own tasks nor those there wait for the others."""
+        each queue that has several from the one the takes start at (see ``ROTATE_EVERY``);
+        and while it serves other homes, every other take (a take ahead too) looks there
+        first, so that neither its queues' own tasks nor those there wait for the others."""
         if not mode or len(self._runs) == 1:
             return self._runs
         order: list[Run] = []
@@ -454,9 +450,8 @@ class WorkerStore:
             self._rotate_at = _now() + ROTATE_EVERY
 
     def _listen(self) -> None:
-        """Look again in the runs that a wake-up was heard from (in all of them, and for
-        stray homes, when wake-ups may have been missed). Read at each take, so that
-        they never pile up unread."""
+        """Look again in the runs that a wake-up was heard from (in all, and for stray
+        homes, when wake-ups may have been missed): at each take, so none piles up."""
         if self._heard is None or not (self._empty or self._split):
             return
         try:
@@ -503,8 +498,7 @@ class WorkerStore:
     def _fetch(
         self, run: Run, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
-        """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
-        meanwhile)."""
+        """Run a fetch in ``run`` and wait for its reply (``finished``'s line meanwhile)."""
         call, reads = self._call(run, mode, finished, start)
         reply = self.store.fetch(call, meanwhile=finished.said if finished else None)
         return self._received(reply, _now() if reads else None, run)
@@ -549,8 +543,7 @@ class WorkerStore:
         return call, reads
 
     def _reckoned(self) -> int:
-        """The server's time reckoned from its clock's last reading (never stepping back
-        from the last one it replied)."""
+        """The server's time reckoned from its clock's last reading (never stepping back)."""
         if self._clock_read is None:
             return self.now_ms
         server_ms, at = self._clock_read

@@ -22,7 +22,7 @@ from . import layout
 
 def raw(client: Any, *command: Any, **options: Any) -> Any:
     """Run a command whose reply holds payloads, which may not be UTF-8: never decoded.
-    ``options`` go to redis-py's reply parser (``withscores=True`` for ... WITHSCORES)."""
+    ``options`` go to redis-py's reply parser (``withscores=True`` for WITHSCORES)."""
     return client.execute_command(*command, **options, **{NEVER_DECODE: True})
 
 

@@ -364,7 +364,7 @@ class WorkerStore:
         """A run of task ``task_id`` goes on beyond its end as recorded (its thread
         abandoned, or this worker taken for dead): its concurrency permits stay held until
         it really ends (``hold=False``) or this worker's tasks are recovered. Nothing for
-        a task without limits (``task_id`` "")."""
+        a task without limits."""
         if task_id:
             runs = [*self._own, *self._others.values()]
             head = next(run.head for run in runs if run.holds(delivery.position))
@@ -451,7 +451,7 @@ class WorkerStore:
 
     def _listen(self) -> None:
         """Look again in the runs that a wake-up was heard from (in all, and for stray
-        homes, when wake-ups may have been missed): at each take, so none piles up."""
+        homes, when wake-ups may have been missed): at each take, so none pile up unread."""
         if self._heard is None or not (self._empty or self._split):
             return
         try:
@@ -498,7 +498,7 @@ class WorkerStore:
     def _fetch(
         self, run: Run, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
-        """Run a fetch in ``run`` and wait for its reply (``finished``'s line meanwhile)."""
+        """Run a fetch in ``run`` and wait for its reply, writing ``finished``'s line meanwhile."""
         call, reads = self._call(run, mode, finished, start)
         reply = self.store.fetch(call, meanwhile=finished.said if finished else None)
         return self._received(reply, _now() if reads else None, run)

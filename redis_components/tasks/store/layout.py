@@ -26,27 +26,15 @@ BAND = 2**44
 FIRST = 2**43
 
 
-@functools.lru_cache(maxsize=4)
-def _tagged(prefix: str) -> str:
-    """The head of every task key while ``KEY_PREFIX`` is ``prefix`` (the cache's key)."""
-    return keys.key(COMPONENT, TAG) + ":"
-
-
-def _head() -> str:
-    return _tagged(conf.KEY_PREFIX)
-
-
 # Whether each queue has a home of its own (see home()) whatever the server: the
 # environment variable RC_SPLIT_HOMES (1 or 0, read by every process at its start: the
 # tests and the benchmarks), or split_homes() in a test. None: on a Redis Cluster only.
 _forced: bool | None = {"1": True, "0": False}.get(os.environ.get("RC_SPLIT_HOMES", ""))
-
-
 _seen: tuple[object, bool] = (None, False)  # the last client asked about, and its answer
 
 
 def _split() -> bool:
-    """Whether each queue has a home of its own (see ``_forced``)."""
+    """Whether each queue has a home of its own."""
     global _seen
     if _forced is not None:
         return _forced
@@ -58,8 +46,7 @@ def _split() -> bool:
 
 @contextlib.contextmanager
 def split_homes(on: bool = True) -> Iterator[None]:
-    """Give each queue a home of its own (or not, ``on=False``) while in the block,
-    whatever the server (for the tests)."""
+    """Give each queue a home of its own (or not) in the block, whatever the server."""
     global _forced
     before, _forced = _forced, on
     try:
@@ -74,15 +61,15 @@ def _tag(queue: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _own(prefix: str, tag: str) -> str:
-    """The head of the home tagged ``tag`` while ``KEY_PREFIX`` is ``prefix``."""
-    return keys.key(COMPONENT, f"{TAG}:{tag}") + ":"
+def _own(prefix: str, tag: str = "") -> str:
+    """The head of the home tagged ``tag`` (the registry's: none) while ``KEY_PREFIX`` is
+    ``prefix`` (the cache's key)."""
+    return keys.key(COMPONENT, f"{TAG}:{tag}" if tag else TAG) + ":"
 
 
 def partitions(queue: str) -> int:
     """How many partitions ``queue`` has: its ``QUEUE_PARTITIONS`` while queues have
-    homes of their own, else 1 (on one server a queue is never cut). A bad value (which
-    the system checks report) counts as 1."""
+    homes of their own, else 1. A bad value (the system checks report it) counts as 1."""
     if not _split():
         return 1
     count = conf.QUEUE_PARTITIONS.get(queue, 1)
@@ -97,9 +84,8 @@ def _slot_range(tag: str, count: int) -> int:
 @functools.lru_cache(maxsize=1024)
 def _tags(queue: str, count: int) -> tuple[str, ...]:
     """The tags of the homes of ``queue``'s ``count`` partitions: the first is the
-    queue's own (:func:`_tag`, its home when it had no partitions), and each other is
-    in a range of the slots of its own (``count`` equal ranges, the first's excluded),
-    so that on a cluster whose slots are shared evenly the partitions spread evenly."""
+    queue's own (:func:`_tag`), and each other in a range of the slots of its own
+    (``count`` equal ranges), so that the partitions spread over a cluster's nodes."""
     first = _tag(queue)
     found = [first]
     ranges = [i for i in range(count) if i != _slot_range(first, count)]
@@ -112,17 +98,15 @@ def _tags(queue: str, count: int) -> tuple[str, ...]:
 
 
 def own_homes(queue: str) -> list[str]:
-    """The heads of ``queue``'s own homes: one per partition (see :func:`partitions`),
-    its first partition's (:func:`home`) first."""
+    """The heads of ``queue``'s own homes, one per partition (:func:`home` first)."""
     if not _split():
-        return [_head()]
+        return [registry()]
     return count_homes(queue, partitions(queue))
 
 
 def placement(queue: str) -> str:
-    """``queue`` and, when it has several partitions, how many and on how many servers
-    (on a cluster, nodes), for the logs: ``"hot (6 partitions on 3 nodes)"``; the name
-    alone while Redis cannot be reached (a cluster's client cannot even be built)."""
+    """``queue`` and, when it has several partitions, on how many nodes, for the logs:
+    ``"hot (6 partitions on 3 nodes)"``; the name alone while Redis cannot be reached."""
     try:
         heads = own_homes(queue)
         if len(heads) == 1:
@@ -152,12 +136,6 @@ _noted: dict[tuple[str, int], float] = {}  # (queue, count) -> when it notes it 
 _read: tuple[float, dict[str, dict[int, int]]] = (0.0, {})
 
 
-def partitions_key() -> str:
-    """The counts of partitions that processes use or used for each queue: a field
-    "<queue>#<count>" for each, whose value is when a process last said so (ms)."""
-    return f"{registry()}partitions"
-
-
 def _note(queue: str, count: int) -> None:
     """Note that this process adds tasks of ``queue`` to ``count`` partitions."""
     if count < 2 or time.monotonic() < _noted.get((queue, count), 0.0):
@@ -170,9 +148,8 @@ def _note(queue: str, count: int) -> None:
 
 
 def noted_counts(*, fresh: bool = False) -> dict[str, dict[int, int]]:
-    """The counts of partitions noted for each queue (see :func:`partitions_key`), each
-    with when it was last noted (ms), as read at most ``READ_EVERY`` ago (``fresh``:
-    now). Empty on one server."""
+    """The counts of partitions noted for each queue, each with when it was last noted
+    (ms), as read at most ``READ_EVERY`` ago (``fresh``: now). Empty on one server."""
     global _read
     if not _split():
         return {}
@@ -189,17 +166,15 @@ def noted_counts(*, fresh: bool = False) -> dict[str, dict[int, int]]:
 
 
 def forget_noted() -> None:
-    """Forget the counts this process noted and read (for the tests, which empty the
-    server between them)."""
+    """Forget the counts this process noted and read (for the tests)."""
     global _read
     _noted.clear()
     _read = (0.0, {})
 
 
 def stray_homes(queue: str) -> dict[str, int]:
-    """The homes of ``queue``'s partitions under the counts noted (see
-    :func:`noted_counts`) that its own count has not (see :func:`own_homes`), each with
-    the count it is of."""
+    """The homes of ``queue``'s partitions under the counts noted that its own count has
+    not, each with the count it is of."""
     own = set(own_homes(queue))
     found: dict[str, int] = {}
     for count in sorted(noted_counts().get(queue, ())):
@@ -210,9 +185,8 @@ def stray_homes(queue: str) -> dict[str, int]:
 
 
 def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
-    """The homes of ``queues``' partitions (see :func:`own_homes`), then those of the
-    other counts noted (:func:`stray_homes`), each with the queues it holds, in their
-    order."""
+    """The homes of ``queues``' partitions, then their stray homes, each with the
+    queues it holds, in their order."""
     found: dict[str, list[str]] = {}
     queues = list(queues)
     for queue in queues:
@@ -226,33 +200,29 @@ def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
 
 
 def home(queue: str) -> str:
-    """The head of the keys of ``queue`` and of its tasks: the queue's home (its first
-    partition's: see :func:`own_homes`), ``{tasks:<4 hex digits>}`` when queues have homes
-    of their own, else the registry's (``{tasks}``)."""
-    return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else _head()
+    """The head of the keys of ``queue`` and of its tasks (its first partition's):
+    ``{tasks:<4 hex digits>}`` when queues have homes of their own, else ``{tasks}``."""
+    return _own(conf.KEY_PREFIX, _tag(queue)) if _split() else registry()
 
 
 def task_home(task_id: str) -> str:
     """The home of the keys of the task ``task_id`` (its result, its terminate flag):
-    its queue's, which its id names (see :func:`new_task_id`) so that a reader given
-    only the id finds them. An id of 32 digits names the registry's home."""
+    its queue's, which its id names, so that a reader given only the id finds them."""
     if len(task_id) == 36:
         return _own(conf.KEY_PREFIX, task_id[:4])
-    return _head()
+    return registry()
 
 
 def shared_home() -> str | None:
-    """When queues have homes of their own, the registry's home, where a release before
-    that (0.1.0) wrote the tasks of every queue: a worker moves them into their queues'
-    homes when it starts (see migration.py). ``None`` on one server."""
-    return _head() if _split() else None
+    """When queues have homes of their own, the registry's home, where 0.1.0 wrote the
+    tasks of every queue (see migration.py). ``None`` on one server."""
+    return registry() if _split() else None
 
 
 def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> str:
-    """A new id for a task of ``queue``: 32 hex digits, random (or the first of
-    ``seed``'s SHA-256, the same for the same seed), after the 4 of the tag of its home
-    when the queue has homes of its own: of a partition picked by a hash of
-    ``partition_by`` (by default of the digits) when it has several."""
+    """A new id for a task of ``queue``: 32 hex digits, random (or of ``seed``'s SHA-256),
+    after the 4 of its home's tag when queues have homes of their own: a partition's
+    picked by a hash of ``partition_by`` (by default of the digits) when it has several."""
     digits = hashlib.sha256(seed.encode()).hexdigest()[:32] if seed else os.urandom(16).hex()
     if not _split():
         return digits
@@ -262,53 +232,37 @@ def new_task_id(queue: str, seed: str = "", partition_by: str | None = None) -> 
     return tags[zlib.crc32(by.encode()) % len(tags)] + digits
 
 
-def moved_id(queue: str, task_id: str, digest: str | None) -> str:
-    """The id in its queue's home of a task that the registry's home held as ``task_id``
-    (see :func:`shared_home`): its digits after the tag of a partition picked as for a
-    new task, by them or, for a unique task, by its ``digest``."""
-    return new_task_id(queue, partition_by=digest or task_id)[:4] + task_id
-
-
 def partition_id(message: TaskMessage, by: str | None) -> str:
-    """A new id for ``message``, of the partition of its queue that ``by`` picks (by
-    default its digest: equal unique tasks meet in one partition; :class:`InvalidInput`
-    for arguments a digest cannot compare)."""
+    """A new id for ``message``, of the partition that ``by`` picks (by default its
+    digest, so that equal unique tasks meet: :class:`InvalidInput` for arguments a
+    digest cannot compare)."""
     return new_task_id(message.queue, partition_by=message.digest() if by is None else by)
 
 
 def registry() -> str:
-    """The head of the keys that no queue owns: the workers' leases and descriptions,
-    the queues served, the schedules and the workflows."""
-    return _head()
-
-
-def lease_copy_key(head: str) -> str:
-    """The copy, in the home ``head``, of the leases of the workers that serve its queues
-    (the registry's leases when ``head`` is the registry's): the fence of the fetches
-    and recoveries there, which a script in that home reads."""
-    return f"{head}leases"
+    """The head of the keys that no queue owns (``{tasks}:``): the workers' leases and
+    descriptions, the queues served, the schedules and the workflows."""
+    return _own(conf.KEY_PREFIX)
 
 
 def homes(queues: Callable[[], Iterable[str]]) -> list[str]:
     """Every home, for the readers that look at the whole task system: the registry's,
-    then, when queues have homes of their own, those of ``queues()`` (only called then:
-    the queues that the readers know of)."""
-    found = [_head()]
+    then, when queues have homes of their own, those of ``queues()`` (only called then)."""
+    found = [registry()]
     if _split():
-        found += sorted(set(homes_of(queues())) - {_head()})
+        found += sorted(set(homes_of(queues())) - {registry()})
     return found
 
 
 def queue_homes(queue: str) -> list[str]:
-    """Every home that may hold tasks of ``queue``: its own (one per partition), then
-    those of the other counts of partitions noted (see :func:`stray_homes`)."""
+    """Every home that may hold tasks of ``queue``: its own, then its stray homes."""
     own = own_homes(queue)
-    return own if own == [_head()] else [*own, *stray_homes(queue)]
+    return own if own == [registry()] else [*own, *stray_homes(queue)]
 
 
 def home_roles(queue: str) -> dict[str, tuple[int, int]]:
     """What each home of ``queue`` (:func:`queue_homes`) is to it: (the number of its
-    partition, of how many) for its own partitions and those of another count noted."""
+    partition, of how many)."""
     own = own_homes(queue)
     roles = {head: (number, len(own)) for number, head in enumerate(own, 1)}
     for head, count in stray_homes(queue).items():
@@ -345,8 +299,6 @@ def tasks_client(head: str = "") -> Redis:
 
 # A queue's keys, in its home (``head``: the home of the keys when it is not the queue's:
 # another partition's, or the registry's for the tasks of an earlier layout).
-
-
 def ready_key(queue: str, head: str = "") -> str:
     return f"{head or home(queue)}ready:{queue}"
 
@@ -375,8 +327,6 @@ def unique_key(digest: str, head: str) -> str:
 
 
 # A task's keys, in its queue's home.
-
-
 def result_key(task_id: str, head: str = "") -> str:
     """The result of ``task_id``; ``head``: the home of the script that reads it, where a
     payload whose id is not one of ours (a home's id is 32 or 36 hex digits) keeps it."""
@@ -387,65 +337,50 @@ def terminate_key(task_id: str) -> str:
     return f"{task_home(task_id)}terminate:{task_id}"
 
 
-# The keys each home has once (``head``: the home's, from home(queue)).
+def _in_home(part: str) -> Callable[[str], str]:
+    """The key ``part`` that each home has once, given the home's head."""
+    return lambda head: f"{head}{part}"
 
 
-def running_tasks_key(head: str) -> str:
-    """The running attempts of the home's tasks: task id -> attempts (lua/lib/attempts.lua)."""
-    return f"{head}running"
+def _per_limit(part: str) -> Callable[[str, str], str]:
+    """A key of a home for each limit (or worker), given the home's head and its name."""
+    return lambda head, name: f"{head}limit:{part}:{name}"
 
 
-def counter_key(head: str) -> str:
-    return f"{head}counter"
+def _in_registry(part: str) -> Callable[[], str]:
+    return lambda: f"{registry()}{part}"
 
 
-def totals_key(head: str) -> str:
-    return f"{head}totals"
+# The keys each home has once (``head``: the home's, from home(queue)). Its copy of the
+# leases of the workers that serve its queues (the registry's: the leases themselves) is
+# the fence of the fetches and recoveries there.
+lease_copy_key = _in_home("leases")
+running_tasks_key = _in_home("running")  # task id -> attempts (lua/lib/attempts.lua)
+counter_key = _in_home("counter")
+totals_key = _in_home("totals")
+limits_key = _in_home("limits")  # the concurrency limits in use: key -> limit
+limits_waiting_key = _in_home("limit:waiting")  # queue -> its tasks waiting for a permit
+settled_key = _in_home("flows:outcomes")  # the outbox of its steps' outcomes (lib/flow.lua)
+waiting_key = _in_home("flows:waiting")  # the payloads its steps wait as, for a cancel
 
-
-def limits_key(head: str) -> str:
-    """The concurrency limits in use: key -> limit (see lua/lib/limits.lua)."""
-    return f"{head}limits"
-
-
-def limits_waiting_key(head: str) -> str:
-    """Each queue -> how many of its tasks wait for a permit (see lua/lib/limits.lua)."""
-    return f"{head}limit:waiting"
-
-
-def limit_held_key(head: str, key: str) -> str:
-    return f"{head}limit:held:{key}"
-
-
-def limit_wait_key(head: str, key: str) -> str:
-    return f"{head}limit:wait:{key}"
-
-
-def limit_tat_key(head: str, key: str) -> str:
-    """A rate's theoretical arrival time (lua/lib/limits.lua)."""
-    return f"{head}limit:tat:{key}"
-
-
-def limit_turns_key(head: str, key: str) -> str:
-    """The turns of the tasks set aside on a rate (lua/lib/limit_turns.lua)."""
-    return f"{head}limit:turns:{key}"
-
-
-def limit_every_key(head: str, key: str) -> str:
-    """The interval a rate's turns are spaced by (lua/lib/limit_turns.lua)."""
-    return f"{head}limit:every:{key}"
-
-
-def limit_runs_key(head: str, worker_id: str) -> str:
-    """The runs of a worker that hold their permits beyond their record (limit_runs.lua)."""
-    return f"{head}limit:runs:{worker_id}"
-
+# A home's keys per limit (lua/lib/limits.lua, limit_turns.lua), or per worker.
+limit_held_key = _per_limit("held")  # the permits held
+limit_wait_key = _per_limit("wait")  # the tasks waiting for a permit
+limit_tat_key = _per_limit("tat")  # a rate's theoretical arrival time
+limit_turns_key = _per_limit("turns")  # the turns of the tasks set aside on a rate
+limit_every_key = _per_limit("every")  # the interval those turns are spaced by
+limit_runs_key = _per_limit("runs")  # a worker's runs that hold permits beyond their record
 
 # The registry's keys.
-
-
-def leases_key() -> str:
-    return f"{registry()}leases"
+leases_key = _in_registry("leases")
+queues_key = _in_registry("queues")
+scheduler_key = _in_registry("scheduler")
+schedule_next_key = _in_registry("schedule:next")
+schedule_last_key = _in_registry("schedule:last")
+flows_live_key = _in_registry("flows:live")
+flows_done_key = _in_registry("flows:done")
+released_key = _in_registry("flows:released")  # the outbox of steps released to their homes
+partitions_key = _in_registry("partitions")  # "<queue>#<count>" -> last noted (ms)
 
 
 def workers_key(head: str = "") -> str:
@@ -454,56 +389,14 @@ def workers_key(head: str = "") -> str:
     return f"{head or registry()}workers"
 
 
-def queues_key() -> str:
-    return f"{registry()}queues"
-
-
-def scheduler_key() -> str:
-    return f"{registry()}scheduler"
-
-
-def schedule_next_key() -> str:
-    return f"{registry()}schedule:next"
-
-
-def schedule_last_key() -> str:
-    return f"{registry()}schedule:last"
-
-
 def flow_key(workflow_id: str) -> str:
     return f"{registry()}flow:{workflow_id}"
-
-
-def flows_live_key() -> str:
-    return f"{registry()}flows:live"
-
-
-def flows_done_key() -> str:
-    return f"{registry()}flows:done"
 
 
 def workflow_keys(workflow_id: str) -> list[str]:
     """The keys in the workflows' home of every script that may end a workflow: its HASH,
     the counter, the live and the finished workflows."""
     return [flow_key(workflow_id), counter_key(registry()), flows_live_key(), flows_done_key()]
-
-
-def settled_key(head: str) -> str:
-    """The outbox of the home ``head``: the final outcomes of the workflows' steps that
-    ran there, while they are carried to their workflows' home (see lua/lib/flow.lua)."""
-    return f"{head}flows:outcomes"
-
-
-def waiting_key(head: str) -> str:
-    """The payloads that the workflows' steps in the home ``head`` wait as (to be
-    retried, or after a crash), for a cancel to find them whatever their results hold."""
-    return f"{head}flows:waiting"
-
-
-def released_key() -> str:
-    """The outbox of the workflows' home: the steps released (or created ready) there,
-    while they are carried to their queues' homes (see lua/flow_release.lua)."""
-    return f"{registry()}flows:released"
 
 
 def settled_elsewhere(task_id: str) -> bool:
@@ -515,9 +408,8 @@ def settled_elsewhere(task_id: str) -> bool:
 def flow_section(flow: FlowStep, task_id: str) -> tuple[list[str], str]:
     """The keys that a script recording a final outcome of ``flow``'s step (the task
     ``task_id``) needs, and its step's argument (see lua/lib/flow.lua): in the workflow's
-    home, the workflow's keys and then each later step's result and queue, and the
-    step's number; elsewhere, its home's outbox and waiting payloads, and
-    "<step> <workflow> <task id>"."""
+    home, the workflow's keys, each later step's result and queue, and the step's
+    number; elsewhere, its home's outbox and waiting payloads, and "<step> <workflow> <id>"."""
     if settled_elsewhere(task_id):
         head = task_home(task_id)
         return [settled_key(head), waiting_key(head)], f"{flow.step} {flow.workflow} {task_id}"

@@ -1,6 +1,5 @@
 """The leases facet of the task store: a worker's heartbeat and lease copies, and the
-recovery of a dead worker's tasks (with what it left in its outboxes, and in the shared
-home, where they are put back, then moved)."""
+recovery of a dead worker's tasks."""
 
 from __future__ import annotations
 
@@ -30,13 +29,9 @@ class Leases(Flows, Migration):
         lead: bool = False,
         running_ids: Sequence[str] = (),
     ) -> Heartbeat:
-        """Renew (or make) a worker's lease, and the scheduler's lease when ``lead``; say
-        which workers' leases ran out and which of the tasks ``running_ids`` are to be
-        terminated.
-
-        The lease is the registry's; the copy in each other home of ``queues`` (the fence
-        of the fetches there) gets its expiry, in a pipeline per node that also reads the
-        termination requests of the running tasks of those homes."""
+        """Renew (or make) a worker's lease, and the scheduler's when ``lead``, and its
+        copies in the other homes of ``queues``; say which workers' leases ran out and
+        which of the tasks ``running_ids`` are to be terminated."""
         here = layout.registry()
         by_home: dict[str, list[str]] = {head: [] for head in layout.homes_of(queues)}
         by_home.pop(here, None)
@@ -67,16 +62,14 @@ class Leases(Flows, Migration):
     def recover_worker(
         self, worker_id: str, queues: Sequence[str], *, only_if_expired: bool, max_crashes: int
     ) -> tuple[int, int] | None:
-        """Put a worker's in-progress tasks back in their queues; deregister it.
-
-        With ``only_if_expired``, nothing happens unless its lease has run out (``None`` is
-        returned). ``max_crashes`` > 0 counts a crash against each task (and in its result)
-        and dead-letters those that reach it. Returns ``(requeued, dead-lettered)``.
+        """Put a worker's in-progress tasks back in their queues; deregister it: returns
+        ``(requeued, dead-lettered)``, or ``None`` when ``only_if_expired`` and its lease
+        has not run out. ``max_crashes`` > 0 counts a crash against each task (and in its
+        result) and dead-letters those that reach it.
 
         Each home of ``queues`` is recovered by a script of its own, fenced by the copy of
-        the lease there (so with ``only_if_expired``, a home whose copy is alive is left
-        as it is); the registry's last, where the lease and the description go. A copy
-        can outlive the registry's lease (it is renewed a round trip later, on another
+        the lease there; the registry's last, where the lease and the description go. A
+        copy can outlive the registry's lease (renewed a round trip later, on another
         node's clock): when a home refused, the registry's step waits for a later call
         (``None`` is returned), or nothing would ever recover that home.
         """
@@ -85,7 +78,7 @@ class Leases(Flows, Migration):
         shared = layout.shared_home()
         if shared is not None:  # (where a worker of an earlier release held its tasks)
             by_home[shared] = list(queues)
-        held: dict[str, list[bytes]] = {}
+        held: dict[str, dict[str, bytes]] = {}  # in each home: task id -> payload
         started: dict[str, int] = {}  # in each home: a crash with others is shared
         for head, served in by_home.items():
             pipe = self.at(head).pipeline(transaction=False)
@@ -93,7 +86,8 @@ class Leases(Flows, Migration):
                 key = layout.running_key(worker_id, queue, head)
                 raw(pipe, "ZRANGE", key, 0, -1, "WITHSCORES", withscores=True)
             pairs = [pair for reply in pipe.execute() for pair in reply]
-            held[head] = [payload for payload, _ in pairs]
+            held[head] = {task_id_of(payload): payload for payload, _ in pairs}
+            held[head].pop("", None)
             started[head] = sum(float(score) >= 0 for _, score in pairs)
         total = sum(started.values())
         order = sorted(by_home, key=lambda head: head == here)
@@ -105,8 +99,7 @@ class Leases(Flows, Migration):
         for head in order:
             if head == here and refused:
                 return None  # the lease stays, so that a later pass recovers that home
-            payloads = {task_id_of(p): p for p in held.get(head, ())}
-            payloads.pop("", None)
+            payloads = held.get(head, {})
             own = started.get(head, 0)
             call = recover_call(
                 worker_id=worker_id,
@@ -149,8 +142,7 @@ class Leases(Flows, Migration):
         self, worker_ids: Sequence[str], lease_ms: int, queues: Sequence[str] = ()
     ) -> int:
         """Renew the leases that these workers (serving ``queues``) hold, and their
-        copies in the queues' homes (lua/queue_renew.lua); a worker with none is left
-        without. Returns how many of the registry's leases were renewed."""
+        copies in the queues' homes; how many of the registry's leases were renewed."""
         if not worker_ids:
             return 0
         others = sorted(set(layout.homes_of(queues)) - {layout.registry()})
@@ -174,7 +166,7 @@ class Leases(Flows, Migration):
 
     def holds_tasks(self, head: str, queues: Sequence[str], worker_id: str) -> bool:
         """Whether the home ``head`` holds tasks of ``queues`` (ready, delayed, or taken by
-        the worker ``worker_id``), in one round trip."""
+        the worker ``worker_id``)."""
         queue_keys = [layout.ready_key(queue, head) for queue in queues]
         queue_keys += [layout.delayed_key(queue, head) for queue in queues]
         queue_keys += [layout.running_key(worker_id, queue, head) for queue in queues]

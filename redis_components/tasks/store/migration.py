@@ -1,22 +1,10 @@
-"""The migration facet of the task store: the one-time move of the tasks that a release
-before queues had homes of their own (0.1.0) left in the registry's home, on a Redis
-Cluster, into their queues' homes.
+"""The migration facet of the task store: the one-time move, on a Redis Cluster, of the
+tasks that 0.1.0 left in the registry's home into their queues' homes (docs/cluster.md,
+Upgrading from 0.1).
 
-A worker runs it for its queues when it starts (``Worker.run``), before its first take;
-it is quick when there is nothing to move (one ``EXISTS`` per queue), and any number of
-processes may run it at once: each task is written in its new home once
-(lua/queue_migrate.lua), then taken out of the registry's. Nothing is served from the
-registry's home after that: the takes, the readers and the cancels know only the
-queues' homes.
-
-A moved task keeps its id's 32 digits after the tag of its new home (a partition's
-picked as for a new task: by the digits, or by its arguments when it is unique). Its
-old result is kept as a forward (``moved_to``), which the readers and cancels follow, so
-the id its caller was given still finds it. Ready and delayed tasks keep their scores
-(their order, their due time); dead letters go before the home's own; a unique task's
-key moves with it. A task that a worker of that release still runs finishes there, and
-is read there; if that worker dies, recovery puts it back where it was, and moves it.
-One server has a single home: nothing to move.
+A worker runs it for its queues when it starts; any number of processes may run it at
+once: each task is written in its new home once (lua/queue_migrate.lua), then taken out
+of the registry's. A moved task's old result is kept as a forward (``moved_to``).
 """
 
 from __future__ import annotations
@@ -38,13 +26,9 @@ logger = logging.getLogger("redis_components.tasks")
 BATCH = 100  # the entries read, written and taken out in three round trips
 
 
-def _keys(queue: str, head: str) -> tuple[str, str, str]:
+def _keys(queue: str, head: str) -> list[str]:
     """Where the home ``head`` keeps tasks of ``queue``: ready, delayed, dead."""
-    return (
-        layout.ready_key(queue, head),
-        layout.delayed_key(queue, head),
-        layout.dead_key(queue, head),
-    )
+    return [kind(queue, head) for kind in (layout.ready_key, layout.delayed_key, layout.dead_key)]
 
 
 class Migration(Router):
@@ -70,9 +54,8 @@ class Migration(Router):
         return moved
 
     def _move_all(self, queue: str, key: str) -> int:
-        """Move every entry of ``key`` (a ready or delayed ZSET, or a dead-letter list, of
-        the registry's home), a batch at a time; how many it moved. An entry that is not
-        a task's stays, and is said."""
+        """Move every entry of ``key`` (of the registry's home), a batch at a time; how
+        many it moved. An entry that is not a task's stays, and is logged."""
         moved, left, listed = 0, 0, key == _keys(queue, layout.head_of(key))[2]
         client = self.at(layout.head_of(key))
         while True:
@@ -90,9 +73,8 @@ class Migration(Router):
             left += len(entries) - done
 
     def _move(self, queue: str, key: str, entries: list[tuple[bytes, float | None]]) -> int:
-        """Move these entries of ``key``: each task's result and unique key read, the task
-        written in its new home, then taken out of the old one, whose result is made a
-        forward to it. How many moved."""
+        """Move these entries of ``key`` (a task written in its new home, then taken out of
+        the old one, whose result is made a forward to it); how many moved."""
         client = self.at(layout.head_of(key))
         messages: list[tuple[bytes, float | None, TaskMessage]] = []
         for entry, score in entries:
@@ -152,9 +134,10 @@ class Migration(Router):
         name = fields.get("unique", b"").decode("utf-8", "replace")
         unique = bool(name) and unique_holder == message.id.encode() and unique_ms > 0
         digest = name.rpartition("unique:")[2]
-        new = dataclasses.replace(
-            message, id=layout.moved_id(queue, message.id, digest if unique else None)
-        )
+        # Its digits after the tag of a partition picked as for a new task: by them or,
+        # for a unique task, by its digest.
+        tag = layout.new_task_id(queue, partition_by=(digest if unique else "") or message.id)[:4]
+        new = dataclasses.replace(message, id=tag + message.id)
         payload = new.encode()
         written = {k: v.decode("utf-8", "replace") for k, v in fields.items()}
         for field in ("message", "payload"):

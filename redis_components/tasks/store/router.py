@@ -4,6 +4,7 @@ replicas), and reading a cluster's map again when a node's client meets a stale 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -21,9 +22,7 @@ from . import layout
 
 def raw(client: Any, *command: Any, **options: Any) -> Any:
     """Run a command whose reply holds payloads, which may not be UTF-8: never decoded.
-
-    ``options`` go to redis-py's reply parser (``withscores=True`` for ZRANGE ... WITHSCORES).
-    """
+    ``options`` go to redis-py's reply parser (``withscores=True`` for WITHSCORES)."""
     return client.execute_command(*command, **options, **{NEVER_DECODE: True})
 
 
@@ -37,13 +36,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def _finding_nodes_again(method: _F) -> _F:
     """``method`` of a router that, when a node's client meets a stale map of the slots
-    (a lost connection, ``CLUSTERDOWN``, ``MOVED``), has a Redis Cluster's client read
-    again which node serves which slots before the error goes on (nothing on one
-    server). A failover promotes a replica, and the node clients that
-    :func:`~.layout.tasks_client` hands out go on naming the dead master until then: a
-    web process's next call after the failover reaches the new one. A router given its
-    clients (a worker's) leaves it to the worker, which does so outside its locks; a
-    call made within another reads the map once."""
+    (a lost connection, ``CLUSTERDOWN``, ``MOVED``), has a Redis Cluster's client read it
+    again before the error goes on, so that the next call after a failover reaches the
+    promoted replica. A router given its clients (a worker's) leaves it to the worker,
+    which does so outside its locks."""
 
     @functools.wraps(method)
     def finding(router: Router, *args: Any, **kwargs: Any) -> Any:
@@ -60,14 +56,9 @@ def _finding_nodes_again(method: _F) -> _F:
 
 
 class Router:
-    """The clients of the task system's homes, and how a facet runs commands over them.
-
-    ``Router()`` uses the task system's client (on a cluster, the node of the
-    registry's hash tag); a worker gives its own (a pool no task shares, and for its
-    loop a :class:`~redis_components.connection.OneConnection`), and ``at``, which
-    gives its client for any other home. It holds no state of its own: make one where
-    it is needed.
-    """
+    """The clients of the task system's homes, and how a facet runs commands over them:
+    ``Router()`` uses the task system's client; a worker gives its own (``client``, and
+    ``at`` for any other home). It holds no state of its own."""
 
     def __init__(self, client: Any = None, at: Callable[[str], Any] | None = None) -> None:
         self._client = client
@@ -83,8 +74,7 @@ class Router:
     @property
     def client(self) -> Any:
         """The client for the registry's home: the given one, else ``at``'s, else the
-        task system's (looked up each time: on a cluster the node of its hash tag may
-        move)."""
+        task system's (looked up each time: on a cluster its node may move)."""
         if self._client is not None:
             return self._client
         return layout.tasks_client() if self._at is None else self._at(layout.registry())
@@ -97,15 +87,13 @@ class Router:
         return self.client if head == layout.registry() else layout.tasks_client(head)
 
     def node_of(self, head: str) -> str:
-        """Where the home ``head`` is: its server's (on a cluster, node's) host and port,
-        or its socket's path."""
+        """Where the home ``head`` is: its node's host and port, or its socket's path."""
         host, port, path = server_of(layout.tasks_client(head))
         return path or f"{host}:{port}"
 
     def current_id(self, task_id: str) -> str:
-        """The id the task ``task_id`` has now: where a worker moved it into its queue's
-        home (see migration.py), for an id of the registry's home on a cluster (one
-        ``HGET``); else ``task_id`` itself."""
+        """The id the task ``task_id`` has now: the one migration.py gave it in its
+        queue's home, for an id of the shared home; else ``task_id`` itself."""
         if layout.shared_home() is None or layout.task_home(task_id) != layout.registry():
             return task_id
         moved = raw(self.client, "HGET", layout.result_key(task_id), "moved_to")
@@ -131,9 +119,8 @@ class Router:
         return list(by_client.values())
 
     def _each_home(self, commands: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Run ``commands`` (each: the head of the home of its keys, then the command),
-        never decoded, in one pipeline per client of their homes: their replies, in
-        order."""
+        """Run ``commands`` (each: the head of its home, then the command), never decoded,
+        in one pipeline per client of their homes: their replies, in order."""
         found: list[Any] = [None] * len(commands)
         for client, indexes in self._by_client([head for head, _ in commands]):
             pipe = client.pipeline(transaction=False)
@@ -166,9 +153,8 @@ class Router:
         self, call: scripts.Call, done: str, replicas: int | None = None
     ) -> tuple[Any, str]:
         """Run a script that creates or re-queues tasks, then (with ``QUEUE_WAIT_REPLICAS``,
-        or ``replicas``) ``WAIT`` for that many replicas to have its writes: every such
-        write is as durable as an enqueue. Returns the script's reply and what went
-        wrong ("" when nothing did), a sentence that starts with ``done``."""
+        or ``replicas``) ``WAIT`` for that many replicas to have its writes: its reply, and
+        what went wrong ("" when nothing did) in a sentence that starts with ``done``."""
         if replicas is None:
             replicas = conf.QUEUE_WAIT_REPLICAS or 0
         if not replicas:
@@ -187,8 +173,6 @@ class Router:
         """Queues some worker has served, plus ``extra`` (names that are not text are skipped)."""
         names = set(extra)
         for name in raw(self.client, "SMEMBERS", layout.queues_key()):
-            try:
+            with contextlib.suppress(ValueError):  # UnicodeDecodeError too
                 names.add(validate_queue(name.decode()))
-            except ValueError:  # UnicodeDecodeError too
-                continue
         return names

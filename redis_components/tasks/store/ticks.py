@@ -3,6 +3,7 @@ due ticks (a tick's task enqueued once)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -43,20 +44,14 @@ class Ticks(Router):
         lasts = {}
         for name, value in fields_of(last_runs).items():
             tick, _, task_id = value.decode("utf-8", "replace").partition(" ")
-            try:
+            with contextlib.suppress(ValueError):
                 lasts[name] = (int(tick), keys.validate_name(task_id, "task_id", 100))
-            except ValueError:
-                continue
         return replies.ticks(next_ticks), lasts
 
     def claim_ticks(self, claims: Sequence[TickClaim]) -> list[bool]:
         """Claim due ticks in one script; for each, whether this call claimed it (and
-        enqueued its task if ``run``): another scheduler may have been first.
-
-        A task whose queue has a home of its own is enqueued there first (refused when
-        it was already: its id is the tick's), then its tick is claimed with the others.
-        A tick that another scheduler has claimed meanwhile enqueues nothing there.
-        """
+        enqueued its task if ``run``). A task whose queue has a home of its own is enqueued
+        there first (once: its id is the tick's), unless its tick was claimed meanwhile."""
         elsewhere = [c for c in claims if c.run and task_home(c.message.id) != registry()]
         if elsewhere:
             nexts = self.client.hmget(schedule_next_key(), [c.schedule for c in elsewhere])

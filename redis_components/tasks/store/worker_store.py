@@ -17,39 +17,27 @@ from ...connection import REDIS_DOWN
 from ...scripts import Call
 from ..limits import settings_json
 from ..messages import flow_of
+from . import layout
 from .calls import fetch_call, fetch_keys, limits_run_call, put_back_call
-from .layout import (
-    FORGET_AFTER_MS,
-    noted_counts,
-    own_homes,
-    partitions,
-    ready_key,
-    shared_home,
-    stray_homes,
-    task_home,
-    tasks_client,
-)
-from .records import Delivery, Fetched, Heartbeat, LogLine, Outcome
+from .layout import FORGET_AFTER_MS
+from .records import Delivery, Fetched, Heartbeat, Outcome
 from .task_store import TaskStore
 
 logger = logging.getLogger("redis_components.worker")
 
-# How often (server ms) the takes of a busy worker that moves delayed tasks look for due
-# ones (others may have delayed tasks meanwhile).
+# How often (server ms) a busy worker's takes move due delayed tasks.
 MOVE_EVERY_MS = 100
 # For how long (seconds) a worker reckons the server's time from its clock's last
-# reading, instead of having each fetch read the clock (a TIME per task). Takes that
-# move delayed tasks (every MOVE_EVERY_MS while busy) read it again.
+# reading, instead of having each fetch read the clock (a TIME per task).
 RECKON_FOR = 1.0
-# How often (seconds) a worker whose queues have homes of their own looks for tasks of
-# them in the homes of the other counts of partitions noted (see layout.stray_homes).
+# How often (seconds) a worker whose queues have homes of their own looks for stray homes.
 STRAY_EVERY = 10.0
-# For how long (seconds) at most the takes of a worker whose queues are in several homes
-# leave out a home they found empty, unless a wake-up from it is heard first.
+# For how long (seconds) at most a take leaves out a home it found empty, unless a
+# wake-up from it is heard first.
 EMPTY_FOR = 0.1
-# How often (seconds) the takes of a worker start at the next partition of each queue
-# that has several: in between, a take looks first where the last task came from, so
-# that its outcome is recorded in the same script.
+# How often (seconds) the takes start at the next partition of each queue that has
+# several: in between, a take looks first where the last task came from, so that its
+# outcome is recorded in the same script.
 ROTATE_EVERY = 0.1
 
 
@@ -82,76 +70,62 @@ class Run:
 
 
 def runs(worker_id: str, queues: Sequence[str]) -> list[Run]:
-    """``queues`` cut into :class:`Run` s, in their order: each queue is a lane in each
-    of its homes (one per partition: see layout.own_homes), and consecutive lanes of
-    queues without partitions share a run where they share a home."""
+    """``queues`` cut into :class:`Run` s, in their order: a lane per queue and home, and
+    consecutive lanes of queues without partitions share a run where they share a home."""
     lanes = [
         (queue, head, index if len(heads) > 1 else -1)
         for index, queue in enumerate(queues)
-        for heads in [own_homes(queue)]
+        for heads in [layout.own_homes(queue)]
         for head in heads
     ]
     found: list[Run] = []
-    start = 0
-    for i in range(1, len(lanes) + 1):
-        ends = i == len(lanes) or lanes[i][1] != lanes[start][1]
-        if ends or max(lanes[i][2], lanes[start][2]) >= 0:
-            _, head, group = lanes[start]
-            served = [queue for queue, _, _ in lanes[start:i]]
-            found.append(_run(worker_id, head, served, start + 1, group))
-            start = i
+    first = 1
+    for (head, group), grouped in itertools.groupby(lanes, key=lambda lane: lane[1:]):
+        served = [queue for queue, _, _ in grouped]
+        found.append(_run(worker_id, head, served, first, group))
+        first += len(served)
     return found
 
 
 def _run(worker_id: str, head: str, queues: list[str], first: int, group: int = -1) -> Run:
-    channels = frozenset(ready_key(queue, head) for queue in queues)
+    channels = frozenset(layout.ready_key(queue, head) for queue in queues)
     return Run(head, queues, first, fetch_keys(worker_id, queues, head), channels, group)
 
 
 @dataclass(frozen=True)
 class Empty:
     """A run that a take found empty: left out until ``until`` (monotonic), or a wake-up
-    from it; a take that moves delayed tasks looks there again once ``due_ms`` (the
-    server's ms when its next delayed task is due; ``None``: not known)."""
+    from it; a take that moves delayed tasks looks there again once ``due_ms``."""
 
     until: float
-    due_ms: float | None
+    due_ms: float | None  # (server ms) when its next delayed task is due; None: not known
 
 
 _now = time.monotonic
 
 
-def _said(finished: Outcome | None) -> LogLine | None:
-    return finished.said if finished is not None else None
+def _final(fetched: Fetched) -> bool:
+    """Whether a take's reply ends the looking: a task, or no lease (a position < 0)."""
+    return fetched.payload is not None or fetched.position < 0
 
 
 class WorkerStore:
     """One worker's side of the store: what a worker process says of its own tasks (its
     loop, its lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` use it).
+    One object per thread that talks to Redis; ``client`` gives the client of a home,
+    given its head. It reads ``TASK_LIMITS`` once, when it is made.
 
-    It owns the worker's keys, whether its takes move due delayed tasks (``move_delayed``:
-    a worker that runs the scheduler does), the ``TASK_LIMITS`` as they were when it was
-    made, and the server's time at its last call, whose hour files the throughput counts.
-    A take moves due delayed tasks only when one may be due: when the last move said one
-    falls due by now, when a retry or deferral it recorded falls due, every
-    ``MOVE_EVERY_MS``, and whenever no ready task is left; so a due task waits at most
-    that long for a busy worker. The server's time is read by the fetches that move
-    delayed tasks (or after ``RECKON_FOR``); those between take the time reckoned from
-    that reading and the monotonic clock, which spares a ``TIME`` per task: the times
-    they write are the server's within a millisecond or so, and never step back.
-
-    ``client`` gives the client of a home, given its head (on a cluster the keys' node
-    may move; a worker's loop holds a connection of its own per home for :meth:`take` and
-    :meth:`record`): one object per thread that talks to Redis.
+    A take moves due delayed tasks (with ``move_delayed``) only when one may be due: when
+    the last move said one falls due by now, when a retry or deferral it recorded falls
+    due, every ``MOVE_EVERY_MS``, and whenever no ready task is left. Fetches between
+    those take the server's time reckoned from its last reading and the monotonic clock,
+    which spares a ``TIME`` per task: within a millisecond or so, and never stepping back.
 
     Queues of several homes are cut into :class:`Run` s: a take looks in each run in
     order, one script per run, until one gives a task, and an outcome is recorded with
     the call in its own run. Given ``heard`` (the worker's :meth:`Waker.heard`), takes
-    leave out a run found empty until a wake-up from it is heard, ``EMPTY_FOR`` has
-    passed, or (for a take that moves delayed tasks) its next delayed task is due: so a
-    busy worker sends one script per task, and a task enqueued in a run left out waits
-    at most ``EMPTY_FOR``. A take ahead looks in one run: the only one, or the first that
-    takes do not leave out.
+    leave out the runs found empty (see :class:`Empty`), so that a busy worker sends one
+    script per task.
     """
 
     def __init__(
@@ -160,7 +134,7 @@ class WorkerStore:
         queues: Sequence[str],
         *,
         move_delayed: bool = True,
-        client: Callable[[str], Any] = tasks_client,
+        client: Callable[[str], Any] = layout.tasks_client,
         heard: Callable[[], set[str] | None] | None = None,
     ) -> None:
         self.worker_id = worker_id
@@ -177,13 +151,11 @@ class WorkerStore:
         # The runs after its own, in homes that hold tasks of its queues while they do
         # (see _watch_others): by home, each made once (positions are never reused).
         self._others: dict[str, Run] = {}
-        # The queue at each of its positions: its lanes', then the other runs'.
-        self._lanes = [queue for run in self._own for queue in run.queues]
-        self._split = shared_home() is not None  # (queues have homes of their own)
+        self._lanes = [queue for run in self._own for queue in run.queues]  # by position
+        self._split = layout.shared_home() is not None  # (queues have homes of their own)
         self._stray_at = 0.0  # (monotonic) when it next looks for stray homes
         self._turns = 0  # the takes made: the order of the next one (see _in_turn)
-        # The partition each take looks in first (modulo their number): each worker
-        # starts at one of its own, and moves to the next every ROTATE_EVERY.
+        # The partition each take looks in first (modulo their number): its own at first.
         self._rotation = zlib.crc32(worker_id.encode())
         self._rotate_at = _now() + ROTATE_EVERY
         self._heard = heard
@@ -213,18 +185,16 @@ class WorkerStore:
         )
 
     def _watch_others(self) -> None:
-        """Serve the other homes that hold tasks of its queues, while they do, as runs
-        after its own (at positions after theirs): those of the other counts of
-        partitions noted (a changed ``QUEUE_PARTITIONS``, or a deploy that disagrees on
-        it). Looked at every ``STRAY_EVERY``."""
+        """Serve the stray homes that hold tasks of its queues, while they do, as runs
+        after its own (at positions after theirs). Looked at every ``STRAY_EVERY``."""
         if not self._split or _now() < self._stray_at:
             return
         self._stray_at = _now() + STRAY_EVERY
         others: dict[str, tuple[list[str], int]] = {}
-        noted_counts(fresh=True)
+        layout.noted_counts(fresh=True)
         for queue in self.queues:
             self._forget_counts(queue)
-            for head, count in stray_homes(queue).items():
+            for head, count in layout.stray_homes(queue).items():
                 others.setdefault(head, ([], count))[0].append(queue)
         serving = [run for run in self._runs[len(self._own) :] if run.head in others]
         for head, (queues, count) in others.items():
@@ -241,8 +211,8 @@ class WorkerStore:
         """Forget the counts of partitions of ``queue`` that no process noted for
         ``FORGET_AFTER_MS`` and whose homes are empty (see TaskStore.forget_count)."""
         before = self.now_ms - FORGET_AFTER_MS
-        for count, noted_ms in noted_counts().get(queue, {}).items():
-            stale = count != partitions(queue) and noted_ms < before
+        for count, noted_ms in layout.noted_counts().get(queue, {}).items():
+            stale = count != layout.partitions(queue) and noted_ms < before
             if stale and self.store.forget_count(queue, count, before):
                 logger.info(
                     "Worker %s: no task of %s is left in a home of %d partitions",
@@ -254,10 +224,9 @@ class WorkerStore:
     def _other(self, head: str, queues: list[str], count: int) -> Run:
         """The run in another home (see :meth:`_watch_others`), which its lease's copy
         there fences from its first take."""
-        known = self._others.get(head)
-        new = known is None or known.queues != queues
-        if known is None or new:
-            known = self._others[head] = _run(self.worker_id, head, queues, len(self._lanes) + 1)
+        new = head not in self._others or self._others[head].queues != queues
+        if new:
+            self._others[head] = _run(self.worker_id, head, queues, len(self._lanes) + 1)
             self._lanes += queues
         if count:
             self.store.copy_lease(self.worker_id, head)
@@ -270,13 +239,12 @@ class WorkerStore:
                 ", ".join(queues),
                 count,
             )
-        return known
+        return self._others[head]
 
     @property
     def may_take_ahead(self) -> bool:
         """Whether :meth:`take_ahead` may be used: its queues share one home, or no take
-        is to move delayed tasks now (the take ahead looks in the first run that takes
-        do not leave out, after the wake-ups heard are read: where a take looks first)."""
+        is to move delayed tasks now (the take ahead looks in the first open run)."""
         if len(self._runs) == 1:
             return True
         if self._heard is None:  # (then its takes never leave a run out)
@@ -292,8 +260,7 @@ class WorkerStore:
         return self._heard is not None and (len(self._own) > 1 or self._split)
 
     def _open_run(self) -> Run | None:
-        """The first run, in turn, that a take does not leave out (``None``: it leaves
-        out all)."""
+        """The first run, in turn, that a take does not leave out (or ``None``)."""
         now = _now()
         for run in self._in_turn("take"):
             empty = self._empty.get(run.first)
@@ -302,20 +269,14 @@ class WorkerStore:
         return None
 
     def take(self, finished: Outcome | None = None, *, start: Fetched | None = None) -> Fetched:
-        """Record ``finished`` (how a task it took ended, under its attempt), if given,
-        start ``start`` (a task it held ahead), if given, and take the next task, in one
-        script per run looked in. Its log line (``Outcome.said``) is written while the
-        server runs the script."""
+        """Record ``finished`` (how a task it took ended) and start ``start`` (a task it
+        held ahead), if given, and take the next task, in one script per run looked in.
+        Its log line (``Outcome.said``) is written while the server runs the script."""
         self._listen()
         self._watch_others()
         mode = self._take_mode()
         fetched = self._carried(finished, self._over_runs(mode, finished, start))
-        if (
-            mode == "take"
-            and self.move_delayed
-            and fetched.payload is None
-            and fetched.position >= 0
-        ):
+        if mode == "take" and self.move_delayed and not _final(fetched):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
             again = self._over_runs("take+move")
             fetched = dataclasses.replace(again, recorded=fetched.recorded)
@@ -326,11 +287,10 @@ class WorkerStore:
         return self._carried(finished, self._over_runs("", finished, start))
 
     def take_ahead(self, finished: Outcome | None, *, start: Fetched | None = None) -> Ahead:
-        """:meth:`take` a task to hold ahead, without waiting: the script is sent, and
-        :meth:`receive` reads its reply. The task taken is held, not started, until a
-        later call starts it, or :meth:`put_back_ahead` gives it back. Only where
-        :attr:`may_take_ahead` (an outcome or start of another run than the one it
-        takes from is recorded first, by a call of its own)."""
+        """:meth:`take` a task to hold ahead, without waiting: :meth:`receive` reads the
+        reply. The task is held, not started, until a later call starts it, or
+        :meth:`put_back_ahead` gives it back. Only where :attr:`may_take_ahead` (an outcome
+        or start of another run is recorded first, by a call of its own)."""
         if len(self._runs) == 1:
             run, mode = self._runs[0], self._take_mode()
         else:  # (moves are left to the takes over every run)
@@ -346,7 +306,7 @@ class WorkerStore:
             finished = start = None
         call, reads = self._call(run, mode, finished, start, ahead=True)
         sent_at = _now()  # its reply is read after a task ran: the send is nearer
-        self.store.send_fetch(call, meanwhile=_said(finished))
+        self.store.send_fetch(call, meanwhile=finished.said if finished else None)
         return Ahead(call, mode, told, sent_at if reads else None, run, recorded)
 
     def receive(self, ahead: Ahead) -> Fetched:
@@ -362,9 +322,9 @@ class WorkerStore:
 
     def _carried(self, finished: Outcome | None, fetched: Fetched) -> Fetched:
         """``fetched``, once the outcome of a workflow's step it recorded (in its queue's
-        home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis
-        is lost meanwhile, a worker's heartbeat carries it later (and so the last entry
-        it carried in a home, which no later fetch deleted)."""
+        home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis is
+        lost meanwhile, a worker's heartbeat carries it later (and any entry no later
+        fetch deleted)."""
         flow = flow_of(finished.delivery.payload) if finished is not None else None
         if finished is None or flow is None or not fetched.recorded:
             return fetched
@@ -376,7 +336,7 @@ class WorkerStore:
             if self.store.carry_step(
                 task_id, known if finished.kind == "ok" else None, delete=False
             ):
-                self._carried_ids.setdefault(task_home(task_id), []).append(task_id)
+                self._carried_ids.setdefault(layout.task_home(task_id), []).append(task_id)
         except REDIS_DOWN as error:
             logger.warning(
                 "Worker %s could not carry the outcome of step %s to its workflow yet: %s",
@@ -401,11 +361,10 @@ class WorkerStore:
         return self.store.put_back_ahead(call)
 
     def hold_run(self, delivery: Delivery, task_id: str, *, hold: bool = True) -> None:
-        """A run of task ``task_id`` (its ``delivery``) goes on beyond its end as
-        recorded (``hold``: its thread abandoned, or this worker taken for dead): its
-        concurrency permits stay held until it really ends (called again with
-        ``hold=False``) or this worker's tasks are recovered. Nothing for a task without
-        limits."""
+        """A run of task ``task_id`` goes on beyond its end as recorded (its thread
+        abandoned, or this worker taken for dead): its concurrency permits stay held until
+        it really ends (``hold=False``) or this worker's tasks are recovered. Nothing for
+        a task without limits."""
         if task_id:
             runs = [*self._own, *self._others.values()]
             head = next(run.head for run in runs if run.holds(delivery.position))
@@ -421,9 +380,8 @@ class WorkerStore:
     def _over_runs(
         self, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
-        """Run a fetch in each run in order until one takes a task (``mode`` "": none),
-        recording ``finished`` and starting ``start`` with the call in their runs; a
-        "take+move" moves the due delayed tasks of every run."""
+        """Fetch in each run in turn until one takes a task (``mode`` "": none); ``finished``
+        and ``start`` go with their runs' calls, and "take+move" moves every run's due tasks."""
         if len(self._runs) == 1:  # (one script, as always on a single server)
             fetched = self._fetch(self._runs[0], mode, finished, start)
             self._plan_moves(mode, fetched.next_ms, finished)
@@ -453,7 +411,7 @@ class WorkerStore:
                 waits.append(fetched.next_ms)
             if looking and then:
                 self._found(run, then, fetched)
-                if fetched.payload is not None or fetched.position < 0:
+                if _final(fetched):
                     taken = fetched
         wait = min(waits, default=-1)
         self._plan_moves(mode, wait, finished)
@@ -469,12 +427,9 @@ class WorkerStore:
 
     def _in_turn(self, mode: str) -> list[Run]:
         """The runs in the order a fetch in ``mode`` looks in them: the partitions of
-        each queue that has several from the one the worker's takes start at (the next
-        one every ``ROTATE_EVERY``, so that none waits long for the others to run out);
-        and while it serves other homes (see :meth:`_watch_others`), every other take (a
-        take ahead too) looks there first, so that neither its queues' own tasks nor
-        those there (workflows' steps among them) wait for the others (see
-        :meth:`_take_turn`)."""
+        each queue that has several from the one the takes start at (see ``ROTATE_EVERY``);
+        and while it serves other homes, every other take (a take ahead too) looks there
+        first, so that neither its queues' own tasks nor those there wait for the others."""
         if not mode or len(self._runs) == 1:
             return self._runs
         order: list[Run] = []
@@ -495,9 +450,8 @@ class WorkerStore:
             self._rotate_at = _now() + ROTATE_EVERY
 
     def _listen(self) -> None:
-        """Look again in the runs that a wake-up was heard from (in all of them when
-        the wake-ups may have been missed, and for stray homes then). A worker that
-        :attr:`listens` reads them at each take, so that they never pile up unread."""
+        """Look again in the runs that a wake-up was heard from (in all, and for stray
+        homes, when wake-ups may have been missed): at each take, so none pile up unread."""
         if self._heard is None or not (self._empty or self._split):
             return
         try:
@@ -532,12 +486,7 @@ class WorkerStore:
         """Remember whether a take found ``run`` empty (see :class:`Empty`): not when it
         said to call again at once (a wait of 0: tasks set aside on their limits, or more
         delayed ones due), for no wake-up would say so."""
-        if (
-            self._heard is None
-            or fetched.payload is not None
-            or fetched.position < 0
-            or fetched.next_ms == 0
-        ):
+        if self._heard is None or _final(fetched) or fetched.next_ms == 0:
             self._empty.pop(run.first, None)
             return
         due: float | None = None  # (a "take" reply's wait is a limit's, not a due task's)
@@ -549,10 +498,9 @@ class WorkerStore:
     def _fetch(
         self, run: Run, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
-        """Run a fetch in ``run`` and wait for its reply (``finished``'s line is written
-        meanwhile)."""
+        """Run a fetch in ``run`` and wait for its reply, writing ``finished``'s line meanwhile."""
         call, reads = self._call(run, mode, finished, start)
-        reply = self.store.fetch(call, meanwhile=_said(finished))
+        reply = self.store.fetch(call, meanwhile=finished.said if finished else None)
         return self._received(reply, _now() if reads else None, run)
 
     def _take_mode(self) -> str:
@@ -568,17 +516,16 @@ class WorkerStore:
         *,
         ahead: bool = False,
     ) -> tuple[Call, bool]:
-        """The call in ``run``, and whether its script reads the server's clock: a take
-        that moves delayed tasks does, and any fetch once the last reading is
-        ``RECKON_FOR`` old. The time it is given never steps back from the last one the
-        server replied. Positions are the run's in the call."""
+        """The call in ``run`` (positions in it are the run's), and whether its script
+        reads the server's clock: a take that moves delayed tasks does, and any fetch
+        once the last reading is ``RECKON_FOR`` old."""
         clock_ms, reads = 0, True
         if self._clock_read is not None:
             clock_ms = self._reckoned()
             reads = mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR
         carried: list[str] = []
         if finished is not None and finished.task_id and flow_of(finished.delivery.payload):
-            carried = self._carried_ids.pop(task_home(finished.task_id), [])
+            carried = self._carried_ids.pop(layout.task_home(finished.task_id), [])
         call = fetch_call(
             worker_id=self.worker_id,
             worker_keys=run.keys,
@@ -596,8 +543,7 @@ class WorkerStore:
         return call, reads
 
     def _reckoned(self) -> int:
-        """The server's time reckoned from its clock's last reading (never stepping back
-        from the last one it replied)."""
+        """The server's time reckoned from its clock's last reading (never stepping back)."""
         if self._clock_read is None:
             return self.now_ms
         server_ms, at = self._clock_read

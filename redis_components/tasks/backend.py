@@ -1,37 +1,12 @@
-"""The task model: Django's ``Task``, on our queue, by either of two decorators.
+"""Django's Tasks backend on our queues (:class:`RedisTaskBackend`), and our
+:func:`redis_task` decorator.
 
-Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's ``Task``
-carrying our options (retries, backoff, uniqueness, time limits), and every result is
-Django's ``TaskResult``. There are two ways to make a task:
-
-- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered
-  under its ``name=``, which travels in the queue; it retries three times by default::
-
-
-      @redis_task(queue="email", max_retries=3)
-      def send_sold_email(seller_id, item_id, price, buyer_id): ...
-
-- Django's own ``@task``, with :class:`RedisTaskBackend` in ``settings.TASKS``; a
-  worker finds it by its module path, and its options default to the backend's::
-
-      TASKS = {
-          "default": {
-              "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
-              "QUEUES": ["default", "email"],
-              "OPTIONS": {"MAX_RETRIES": 0, "RETRY_BACKOFF": 2.0},
-          }
-      }
-
-Both enqueue into the same store (``store/``), run in the same workers (``manage.py
-rc_worker``), send Django's ``task_enqueued``, ``task_started`` and ``task_finished``
-signals, and read the same result records. Every guarantee of the queue holds:
-at-least-once delivery, recovery after a crash, dead letters, ``QueueFull``,
-``QUEUE_WAIT_REPLICAS``. Django has no CANCELLED status: a cancelled task's result is
+Both make a :class:`RedisTask` (``definition.py``), enqueue into the same store and run
+in the same workers. A ``@redis_task`` needs no ``TASKS`` setting: it is found by its
+``name=``, which travels in the queue. Django's ``@task`` with this backend in
+``settings.TASKS`` is found by its module path, and its options default to the
+backend's ``OPTIONS``. Django has no CANCELLED status: a cancelled task's result is
 FAILED, its last error a :class:`~redis_components.exceptions.TaskCancelled`.
-
-It runs on Django 6's ``django.tasks``, and on Django 5.2 with the ``django-tasks``
-backport (installed with this package on Python 3.10 and 3.11; the
-``tasks-backport`` extra elsewhere).
 """
 
 from __future__ import annotations
@@ -57,9 +32,11 @@ from ..exceptions import (
     TaskResultDoesNotExist,
     TaskSerializationError,
 )
+from ..keys import django_datetime, django_time
 from . import results
 from .definition import (
     OWN_BACKEND,
+    TASK_OPTIONS,
     P,
     Prepared,
     QueueBackend,
@@ -67,9 +44,13 @@ from .definition import (
     RedisTask,
     as_enqueued,
     bind_arguments,
+    checked_options,
     find_django_task,
+    optional_seconds,
     own_backend,
     task_registry,
+    time_limits,
+    validate_retries,
 )
 from .framework import (
     InvalidTask,
@@ -81,7 +62,7 @@ from .framework import (
     task_enqueued,
 )
 from .framework import TaskResultDoesNotExist as DjangoResultDoesNotExist
-from .limits import Limit, validate_limits, validate_partition_key
+from .limits import Limit
 from .limits import fill as fill_limits
 from .messages import (
     DEFAULT_PRIORITY,
@@ -94,8 +75,7 @@ from .messages import (
     validate_priority,
     validate_queue,
 )
-from .registry import optional_seconds, time_limits, validate_retries
-from .results import django_datetime, django_time, to_django
+from .results import to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow
 
@@ -113,8 +93,7 @@ __all__ = [
 
 logger = logging.getLogger("redis_components.tasks")
 
-# The OPTIONS of a RedisTaskBackend and their defaults: what each means is in the table
-# of the Task queues page (the options of a task that leaves them at None).
+# The OPTIONS of a RedisTaskBackend and their defaults (see the Task queues page).
 OPTIONS = {"MAX_RETRIES": 0, "RETRY_BACKOFF": None, "TIME_LIMIT": None, "SOFT_TIME_LIMIT": None}
 
 
@@ -123,13 +102,9 @@ class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
 
 
 class RedisTaskBackend(QueueBackend):
-    """Django's Tasks backend on redis_components' queues and workers.
-
-    Every feature Django defines is supported: ``run_after`` (the delayed set, moved by
-    the workers on the Redis server's clock), priorities from -100 to 100 (higher
-    first, FIFO among equals, in one atomic fetch), results from any process, and
-    ``async def`` tasks (run on an event loop in the worker).
-    """
+    """Django's Tasks backend on redis_components' queues and workers: every feature
+    Django defines (``run_after`` by the Redis server's clock, priorities, results from
+    any process, ``async def`` tasks)."""
 
     # What Django's @task makes with this backend (django-stubs types that @task's task
     # as Task[P, R] whatever the backend: it cannot know which one the alias names).
@@ -160,13 +135,10 @@ class RedisTaskBackend(QueueBackend):
         return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     def validate_task(self, task: Task[..., Any]) -> None:
-        """Django's checks, then ours: a priority that is a whole number but not a bool,
-        a valid queue name, ``run_after`` at most ten years from now (``InvalidTask``).
-
-        A task declared at start-up (its module imported while the apps load) with a
-        queue that is not in ``QUEUES`` is not refused then, which would stop the
-        project with a traceback: the system checks report it (``redis_components.E016``),
-        and enqueuing it raises ``InvalidTask``."""
+        """Django's checks, then ours (``InvalidTask``). A task declared at start-up with a
+        queue not in ``QUEUES`` is not refused then (the project would stop with a
+        traceback): the system checks report it (``redis_components.E016``), and
+        enqueuing it raises ``InvalidTask``."""
         if self.queues and task.queue_name not in self.queues and not apps.ready:
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
@@ -174,8 +146,8 @@ class RedisTaskBackend(QueueBackend):
             if task.run_after is not None:  # (first: Django's check fails on a timedelta)
                 due_at(_aware(task.run_after), "run_after")
             if isinstance(task, RedisTask) and task.registered_name is not None:
-                # Found by its name, not imported by its path: it may be defined anywhere
-                # (Django's checks want a module-level function); the rest is checked below.
+                # Found by its name: it may be defined anywhere (Django's checks want a
+                # module-level function).
                 first = [*inspect.signature(task.func).parameters][:1] if task.takes_context else []
                 if task.takes_context and first != ["context"]:
                     raise InvalidTask(
@@ -188,7 +160,7 @@ class RedisTaskBackend(QueueBackend):
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
             if isinstance(task, RedisTask):
-                _checked_options(task)
+                checked_options(task.func, task.name, **{o: getattr(task, o) for o in TASK_OPTIONS})
         except InvalidInput as error:
             raise InvalidTask(str(error)) from None
 
@@ -309,7 +281,7 @@ class RedisTaskBackend(QueueBackend):
 
     def _duplicate(self, result: TaskResult[P, R], task_id: str) -> TaskResult[P, R]:
         """The result of the equal task that made this enqueue of a unique task a duplicate
-        (a READY one with its id, if its result expired before its unique window ended)."""
+        (a READY one with its id, if that result expired)."""
         try:
             found = cast("TaskResult[P, R]", self.get_result(task_id))  # of the same task
         except DjangoResultDoesNotExist:
@@ -319,9 +291,8 @@ class RedisTaskBackend(QueueBackend):
         return found
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
-        """The result of any task of ours (:class:`ResultDoesNotExist`, which is also
-        Django's ``TaskResultDoesNotExist``, if the id is unknown or expired, or if its
-        task cannot be found in this process)."""
+        """The result of any task of ours (:class:`ResultDoesNotExist` if the id is unknown
+        or expired, or its task cannot be found in this process)."""
         try:
             record = results.get_record(result_id)
         except (TaskResultDoesNotExist, InvalidInput) as error:
@@ -402,9 +373,6 @@ def task_of(record: results.TaskRecord) -> Task[..., Any]:
         raise ResultDoesNotExist(
             f"the task of result {record.id!r} cannot be found: {error}"
         ) from None
-
-
-# -- our @redis_task ------------------------------------------------------------------------
 
 
 class TaskDecorator(Protocol):
@@ -541,7 +509,17 @@ def redis_task(
         task_name = keys.validate_name(
             name or f"{function.__module__}.{function.__qualname__}", "name", MAX_TASK_NAME
         )
-        hard, soft = time_limits(time_limit, soft_time_limit)
+        options = checked_options(
+            function,
+            task_name,
+            max_retries=validate_retries(max_retries),
+            retry_backoff=retry_backoff,
+            unique_for=unique_for,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            limits=limits,
+            partition_key=partition_key,
+        )
         try:
             new: RedisTask[Any, Any] = RedisTask(
                 func=function,
@@ -551,13 +529,7 @@ def redis_task(
                 run_after=None,  # Django 6.0's Task has no default for it
                 takes_context=takes_context,
                 registered_name=task_name,
-                max_retries=validate_retries(max_retries),
-                retry_backoff=optional_seconds(retry_backoff, "retry_backoff"),
-                unique_for=optional_seconds(unique_for, "unique_for"),
-                time_limit=hard,
-                soft_time_limit=soft,
-                limits=validate_limits(limits, function, task_name),
-                partition_key=validate_partition_key(partition_key, function, task_name),
+                **options,
             )
         except InvalidTask as error:  # Django's own checks (a nested function, ...)
             raise InvalidInput("task", str(error)) from None
@@ -581,10 +553,8 @@ def _origin(func: Callable[..., Any]) -> str:
 
 
 def _warn_if_late(registered: RedisTask[..., Any]) -> None:
-    """Log a warning for a task registered after start-up outside a ``tasks`` module: a
-    worker imports each installed app's ``tasks`` module at start-up and nothing else, so
-    it may never know this task (a task in ``views.py`` is enqueued by the web process,
-    then dead-lettered by the worker as unknown)."""
+    """Warn of a task registered after start-up outside a ``tasks`` module: a worker, which
+    imports only each app's ``tasks`` module, may never know it."""
     module = registered.func.__module__
     if apps.ready and module.rpartition(".")[2] != "tasks":
         logger.warning(
@@ -601,20 +571,14 @@ _declared: dict[str, RedisTask[..., Any]] = {}
 
 
 def declared_tasks() -> dict[str, RedisTask[..., Any]]:
-    """The tasks this process knows, by the name their limits are keyed by: the
-    registered ones (``@redis_task``), and Django's ``@task`` s of our backend declared
-    so far (by module path)."""
-
+    """The tasks this process knows, by the name their limits are keyed by: ours by
+    name, and Django's ``@task`` s of our backend declared so far by module path."""
     return {**_declared, **task_registry.all()}
 
 
 def queues_in_use() -> set[str]:
-    """The queues of every registered task and of every Django Tasks backend of ours
-    (a ``RedisTaskBackend``, or a subclass of it).
-
-    A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
-    Names that are not valid queue names are left out (the system checks report them).
-    """
+    """The queues of every registered task and of every Django Tasks backend of ours (one
+    whose ``QUEUES`` is empty adds only ``default``); invalid names are left out."""
     names = {registered.queue_name for registered in task_registry.all().values()}
     for queues in django_backends().values():
         for name in queues or [DEFAULT_QUEUE]:
@@ -646,20 +610,6 @@ def _is_ours(path: object) -> bool:
     except ImportError:
         return False
     return isinstance(found, type) and issubclass(found, RedisTaskBackend)
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-def _checked_options(task: RedisTask[..., Any]) -> None:
-    """:class:`InvalidInput` for a task's option that is not what it must be."""
-    if task.max_retries is not None:
-        validate_retries(task.max_retries)
-    for name in ("retry_backoff", "unique_for"):
-        optional_seconds(getattr(task, name), name)
-    time_limits(task.time_limit, task.soft_time_limit)
-    validate_limits(task.limits, task.func, task.name)
-    validate_partition_key(task.partition_key, task.func, task.name)
 
 
 def _priority(task: Task[..., Any]) -> int:

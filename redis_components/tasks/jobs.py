@@ -18,6 +18,7 @@ from django.core.signals import setting_changed
 from django.utils import timezone
 
 from ..exceptions import TaskArgumentsMismatch
+from ..keys import django_time
 from . import results
 from .definition import (
     QueueBackend,
@@ -42,7 +43,7 @@ from .framework import (
     task_started,
 )
 from .messages import TaskMessage, to_json
-from .results import TaskStatus, django_time, to_django
+from .results import TaskStatus, to_django
 
 RUNNING = TaskResultStatus("RUNNING")
 ENDED = {

@@ -1,10 +1,6 @@
 """Things by name (:class:`Registry`), and what a running task uses: :class:`Retry`,
-:func:`current_task`, :func:`defer`.
-
-The registry of tasks by name is ``definition.task_registry``, beside the task type it
-holds: this module needs no task type.
-
-"""
+:func:`current_task`, :func:`defer`. It needs no task type (the tasks by name are
+``definition.task_registry``)."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from typing import Generic, TypeVar
 
 from .. import keys
 from ..conf import conf
-from ..exceptions import InvalidInput, LockNotAcquired
+from ..exceptions import LockNotAcquired
 from ..guard import Busy
 from .messages import TaskMessage
 
@@ -64,27 +60,6 @@ class Registry(Generic[T]):
             yield
         finally:
             self._items = saved
-
-
-def optional_seconds(value: object, field: str) -> float | None:
-    """``value`` as a positive number of seconds, or ``None``; else :class:`InvalidInput`."""
-    return None if value is None else keys.seconds(value, field, positive=True)
-
-
-def validate_retries(max_retries: object) -> int:
-    """``max_retries`` if it is a non-negative integer (not a bool), else :class:`InvalidInput`."""
-    return keys.integer(max_retries, "max_retries", minimum=0)
-
-
-def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
-    """A task's ``time_limit`` and ``soft_time_limit`` (seconds, or None), checked."""
-    hard_s, soft_s = optional_seconds(hard, "time_limit"), optional_seconds(soft, "soft_time_limit")
-
-    if hard_s is not None and soft_s is not None and soft_s >= hard_s:
-        raise InvalidInput(
-            "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"
-        )
-    return hard_s, soft_s
 
 
 def backoff(retries: int, base: float | None = None) -> float:

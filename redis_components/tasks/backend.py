@@ -477,32 +477,23 @@ def redis_task(
     """Make a function a task that workers run; use as ``@redis_task`` or ``@redis_task(...)``.
 
     It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
-    ``name`` defaults to ``"<module>.<function>"`` and is what travels in the queue, so
-    renaming a function orphans its queued tasks unless ``name`` keeps the old one.
-    ``queue``: where :meth:`~RedisTask.enqueue` sends it; ``priority`` (-100 to 100):
-    within its queue, a task of higher priority runs first, equal ones in the order
-    enqueued. An exception in the task retries it up to ``max_retries`` times, after
-    ``retry_backoff`` (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds,
-    jittered; then it is dead-lettered with its traceback. ``async def`` functions run
-    on an event loop in the worker; ``takes_context``: the function's first argument
-    is Django's ``TaskContext``.
-
-    ``unique_for`` (seconds): an enqueue equal to one made within that time (same
-    task, same arguments) enqueues nothing and returns the first one's result.
-    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`, which
-    it may catch. ``time_limit``: the run is settled as a failed attempt and its thread
-    left behind, told to stop (its concurrency permits stay held until its code ends;
-    ``rc_worker`` replaces a process with 3 such threads). Bad values
-    raise :class:`~redis_components.exceptions.InvalidInput`.
-
-    ``limits``: a list of :func:`~redis_components.concurrency_limit` and
-    :func:`~redis_components.rate_limit`, enforced where a worker takes the task: one
-    over a limit stays queued, and the worker takes another (see the Limits page).
-
-    ``partition_key``: on a queue with partitions (the ``QUEUE_PARTITIONS`` setting, on
-    a Redis Cluster), a template filled from the call's arguments like a limit's key
-    (``"customer:{customer_id}"``): the tasks with the same key go to the same
-    partition, so they start in the order they were enqueued (see the Cluster page).
+    ``name`` (default ``"<module>.<function>"``) travels in the queue: renaming a
+    function orphans its queued tasks unless ``name`` keeps the old one. ``priority``
+    (-100 to 100): higher runs first within its queue, equal ones in the order enqueued.
+    An exception retries the task up to ``max_retries`` times, after ``retry_backoff``
+    (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds, jittered; then it
+    is dead-lettered. ``takes_context``: the function's first argument is Django's
+    ``TaskContext``. ``unique_for`` (seconds): an enqueue equal to one made within that
+    time (same task and arguments) enqueues nothing and returns the first one's result.
+    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`.
+    ``time_limit``: the run is settled as a failed attempt and its thread left behind,
+    told to stop (its concurrency permits stay held until its code ends). ``limits``:
+    :func:`~redis_components.concurrency_limit` and :func:`~redis_components.rate_limit`,
+    enforced where a worker takes the task (see the Limits page). ``partition_key``: on
+    a queue with partitions, a template filled from the call's arguments
+    (``"customer:{customer_id}"``): tasks with the same key start in the order enqueued
+    (see the Cluster page). Bad values raise
+    :class:`~redis_components.exceptions.InvalidInput`.
     """
 
     def register(function: Callable[..., Any]) -> RedisTask[Any, Any]:

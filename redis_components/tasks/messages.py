@@ -8,21 +8,14 @@ Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
 and ``,"crashes":<n>`` is appended before the final brace once a worker died running
 it. The order is a contract with the Lua scripts, which read the id and the priority
-from the start of a payload, write the enqueue time before ``"retries":0}`` (the
-enqueue script) and append the crash count at its end, with string operations
-(re-encoding JSON in Lua could alter numbers); everything else treats the payload as
-opaque. ``backend`` is present for tasks enqueued through Django's Tasks
-framework: the alias of the backend in ``settings.TASKS``, and ``task`` is then the
-task's module path. ``scheduled_for`` is the tick (epoch ms) of a scheduled run.
-``flow`` is present for a workflow's step (:class:`FlowStep`): ``["<workflow id>",
-<step>,[["<task id>","<queue>"],...][,<input>]]``, with the steps after it, whose keys
-the script recording its outcome needs, and the node whose result is its first argument
-when it is not in ``args``.
-``limits`` are the task's rate and concurrency limits, filled from its arguments
-(limits.py), which the scripts that take and record it read.
-``enqueued_at`` (the server's time of the enqueue, epoch ms) lets a worker build a
-first attempt's result without reading it back; payloads written before it existed,
-by schedules, or run again after a deferral or a dead letter's requeue do not carry it.
+from the start of a payload, write the enqueue time before ``"retries":0}`` and append
+the crash count at its end, with string operations (re-encoding JSON in Lua could alter
+numbers). ``backend``: the ``settings.TASKS`` alias of a Django ``@task`` (``task`` is
+then its module path). ``scheduled_for``: the tick (epoch ms) of a scheduled run.
+``flow``: a workflow step's place (:class:`FlowStep`). ``limits``: the task's limits,
+filled from its arguments (limits.py). ``enqueued_at``: the server's time of the
+enqueue (epoch ms), absent from payloads of schedules, older releases, deferrals and
+requeued dead letters.
 """
 
 from __future__ import annotations

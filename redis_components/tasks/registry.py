@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from .. import keys
@@ -72,15 +73,12 @@ def backoff(retries: int, base: float | None = None) -> float:
     return min(conf.TASK_RETRY_BACKOFF_MAX, delay * random.uniform(0.5, 1.5))
 
 
-# -- the task a worker is running, and deferring it ---------------------------------
-
-
+@dataclass(eq=False)
 class RunningTask:
     """The task a worker is running now; :func:`current_task` returns it inside a task."""
 
-    def __init__(self, message: TaskMessage) -> None:
-        self.message = message
-        self.deferred_for: float | None = None
+    message: TaskMessage
+    deferred_for: float | None = None
 
     @property
     def id(self) -> str:

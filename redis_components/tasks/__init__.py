@@ -1,10 +1,15 @@
 """The task system: queues, workers, results, workflows and Django's Tasks backend.
 
-Every task is Django's ``Task`` (:class:`RedisTask`, ``definition.py``), made by our
-``@redis_task`` or by Django's with :class:`RedisTaskBackend` (``backend.py``), and every
-result Django's ``TaskResult``. One store (``store/``) sends every command on the task
-keys; workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) run
-each task (``jobs.py``, ``execution.py``) in a slot (``slots.py``).
+Every task is Django's ``Task`` (``definition.py``: :class:`RedisTask` and the steps of
+workflows, made by our ``@redis_task`` or by Django's with :class:`RedisTaskBackend`:
+``backend.py``), and every result Django's ``TaskResult``. One store (``store/``) sends
+every command on the task keys: task messages (``messages.py``), result records
+(``results.py``), workflows (``workflows.py``, ``workflow_records.py``) and schedules
+(``schedules.py``). Limits are ``limits.py``; what a running task uses, ``registry.py``.
+Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) wake on
+work (``waker.py``), record and take through one conveyor (``conveyor.py``), run each
+task (``jobs.py``, ``execution.py``) in a slot (``slots.py``) and keep their lease
+(``lease.py``); ``status.py`` reads the queues; ``framework.py`` is Django's Tasks.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import datetime
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, Concatenate, Literal, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, Protocol, TypedDict, cast, overload
 
 import redis
 from django.apps import apps
@@ -78,6 +78,9 @@ from .messages import (
 from .results import to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "InvalidTask",
@@ -399,6 +402,21 @@ class ContextTaskDecorator(Protocol):
     ) -> RedisTask[P, R]: ...
 
 
+class TaskOptions(TypedDict, total=False):
+    """The options of :func:`redis_task` (but ``takes_context``), as its overloads type them."""
+
+    name: str | None
+    queue: str
+    priority: int
+    max_retries: int
+    retry_backoff: float | None
+    unique_for: float | None
+    time_limit: float | None
+    soft_time_limit: float | None
+    limits: Sequence[Limit]
+    partition_key: str | None
+
+
 @overload
 def redis_task(func: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
 
@@ -409,52 +427,19 @@ def redis_task(func: Callable[P, R], /) -> RedisTask[P, R]: ...
 
 @overload
 def redis_task(
-    *,
-    name: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
-    retry_backoff: float | None = None,
-    unique_for: float | None = None,
-    time_limit: float | None = None,
-    soft_time_limit: float | None = None,
-    takes_context: Literal[True],
-    limits: Sequence[Limit] = (),
-    partition_key: str | None = None,
+    *, takes_context: Literal[True], **options: Unpack[TaskOptions]
 ) -> ContextTaskDecorator: ...
 
 
 @overload
 def redis_task(
-    *,
-    name: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
-    retry_backoff: float | None = None,
-    unique_for: float | None = None,
-    time_limit: float | None = None,
-    soft_time_limit: float | None = None,
-    takes_context: Literal[False] = False,
-    limits: Sequence[Limit] = (),
-    partition_key: str | None = None,
+    *, takes_context: Literal[False] = False, **options: Unpack[TaskOptions]
 ) -> TaskDecorator: ...
 
 
 @overload
 def redis_task(
-    *,
-    name: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
-    retry_backoff: float | None = None,
-    unique_for: float | None = None,
-    time_limit: float | None = None,
-    soft_time_limit: float | None = None,
-    takes_context: bool,
-    limits: Sequence[Limit] = (),
-    partition_key: str | None = None,
+    *, takes_context: bool, **options: Unpack[TaskOptions]
 ) -> Callable[[Callable[..., Any]], RedisTask[..., Any]]: ...  # known at run time only
 
 

@@ -49,7 +49,6 @@ from .definition import (
     optional_seconds,
     own_backend,
     task_registry,
-    time_limits,
     validate_retries,
 )
 from .framework import (
@@ -122,20 +121,6 @@ class RedisTaskBackend(QueueBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self._misqueued = {}
-
-    @property
-    def max_retries(self) -> int:
-        return int(self.options.get("MAX_RETRIES") or 0)
-
-    @property
-    def retry_backoff(self) -> float | None:
-        value = self.options.get("RETRY_BACKOFF")
-        return None if value is None else float(value)
-
-    @property
-    def time_limits(self) -> tuple[float | None, float | None]:
-        """``(TIME_LIMIT, SOFT_TIME_LIMIT)`` from the options."""
-        return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's checks, then ours (``InvalidTask``). A task declared at start-up with a

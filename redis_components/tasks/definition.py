@@ -70,16 +70,18 @@ class QueueBackend(BaseTaskBackend):
     ``enqueue``, and the defaults of the options a task leaves at ``None``."""
 
     @property
-    @abc.abstractmethod
-    def max_retries(self) -> int: ...
+    def max_retries(self) -> int:
+        return int(self.options.get("MAX_RETRIES") or 0)
 
     @property
-    @abc.abstractmethod
-    def retry_backoff(self) -> float | None: ...
+    def retry_backoff(self) -> float | None:
+        value = self.options.get("RETRY_BACKOFF")
+        return None if value is None else float(value)
 
     @property
-    @abc.abstractmethod
-    def time_limits(self) -> tuple[float | None, float | None]: ...
+    def time_limits(self) -> tuple[float | None, float | None]:
+        """``(TIME_LIMIT, SOFT_TIME_LIMIT)`` from the options."""
+        return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     @abc.abstractmethod
     def prepare(

@@ -26,12 +26,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
-from ..exceptions import (
-    InvalidInput,
-    TaskError,
-    TaskResultDoesNotExist,
-    TaskSerializationError,
-)
+from ..exceptions import InvalidInput, TaskError, TaskResultDoesNotExist, TaskSerializationError
 from ..keys import django_datetime, django_time
 from . import results
 from .definition import (
@@ -155,9 +150,8 @@ class RedisTaskBackend(QueueBackend):
     def enqueue(
         self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
     ) -> TaskResult[P, R]:
-        """Send the task to its queue; its result is READY (:class:`TaskSerializationError`,
-        a ``TypeError`` as with Django's own backends, for arguments that JSON cannot
-        carry: NaN and infinities, lone surrogates too; nothing is written then)."""
+        """Send the task to its queue; its READY result (:class:`TaskSerializationError`, a
+        ``TypeError``, for arguments JSON cannot carry; nothing is written then)."""
         self.validate_task(task)
         result = self.send(self.prepare(task, args, kwargs), self.due(task))
         return cast("TaskResult[P, R]", result)
@@ -172,8 +166,7 @@ class RedisTaskBackend(QueueBackend):
     ) -> Prepared:
         """The READY result, message and payload of an enqueue of ``task`` (validated):
         :class:`InvalidTaskArguments` for arguments its function cannot take (``piped``:
-        after a workflow step's input, which comes first), :class:`TaskSerializationError`
-        for arguments JSON cannot carry."""
+        after a step's input), :class:`TaskSerializationError` for what JSON cannot carry."""
         registered = task.registered_name if isinstance(task, RedisTask) else None
         name = registered or task.module_path
         args = list(args)
@@ -230,8 +223,7 @@ class RedisTaskBackend(QueueBackend):
         return NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
 
     def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
-        """Write a prepared task to its queue; its result (the first one's, for a unique
-        task enqueued again within its window)."""
+        """Write a prepared task to its queue; its result (a unique task's first one's)."""
         result = prepared.result
         task = result.task
         unique_for = task.unique_for if isinstance(task, RedisTask) else None
@@ -335,14 +327,12 @@ class RedisTaskBackend(QueueBackend):
 
 
 def get_result(task_id: str) -> TaskResult[..., Any]:
-    """The result of task ``task_id``, whichever decorator made it: Django's
-    ``TaskResult`` (:class:`ResultDoesNotExist` if none is kept)."""
+    """Django's ``TaskResult`` of any task of ours (:class:`ResultDoesNotExist` if none)."""
     return own_backend().get_result(task_id)
 
 
 def task_of(record: results.TaskRecord) -> Task[..., Any]:
-    """The task of a result record, as it was enqueued (:class:`ResultDoesNotExist` if
-    it cannot be found in this process)."""
+    """The task of a result record, as enqueued (:class:`ResultDoesNotExist` if not here)."""
     if record.backend is None:
         found = task_registry.find(record.task)
         if found is None:
@@ -551,8 +541,7 @@ def queues_in_use() -> set[str]:
 
 
 def django_backends() -> dict[str, list[Any]]:
-    """The ``QUEUES`` of each Django Tasks backend of ours in ``settings.TASKS``, by alias
-    (an empty list: any queue)."""
+    """The ``QUEUES`` of each of our backends in ``settings.TASKS`` (``[]``: any), by alias."""
     backends = getattr(settings, "TASKS", {})
     found = {}
     for alias, params in backends.items() if isinstance(backends, dict) else ():

@@ -258,8 +258,7 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     def enqueue_at(
         self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
     ) -> TaskResult[P, R]:
-        """Send the task to run at ``when``, an aware datetime: ``using(run_after=when)``
-        then ``enqueue``."""
+        """Send the task to run at ``when`` (aware): ``using(run_after=when).enqueue(...)``."""
         due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
         return self.using(run_after=when).enqueue(*args, **kwargs)
 
@@ -568,8 +567,8 @@ class _Plan:
 
 
 def enqueue_workflow(node: Node) -> Workflow:
-    """Write the workflow of ``node`` and enqueue its first steps, all or nothing: planned
-    here, written by our backend (as Django's ``Task.enqueue`` goes through its own)."""
+    """Write the workflow of ``node`` (planned here, written by our backend) and enqueue its
+    first steps, all or nothing."""
     plan = _Plan()
     result, _ = plan.add(_node(node, "workflow"), (), None)
     plan.link()

@@ -77,8 +77,7 @@ def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
 
 
 def _registered(name: str, priority: int, queue: str) -> Runnable:
-    """One of our ``@redis_task``\\ s, looked up by name for each message (a test may
-    isolate the registry)."""
+    """One of our ``@redis_task``\\ s, looked up by name for each message."""
     found = task_registry.find(name)
     if found is None:
         raise CannotRun(
@@ -102,9 +101,8 @@ _registered_runnables: dict[str, Runnable] = {}
 
 @functools.lru_cache(maxsize=1024)
 def _django(path: str, priority: int, queue: str, alias: str) -> Runnable:
-    """The Django task at ``path`` as enqueued, with its options, found and validated
-    once (a task is immutable; the cache is emptied when ``TASKS`` changes), or
-    :class:`CannotRun` (not cached)."""
+    """The Django task at ``path`` as enqueued, found once (the cache is emptied when
+    ``TASKS`` changes), or :class:`CannotRun` (not cached)."""
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend:
@@ -145,8 +143,7 @@ setting_changed.connect(_forget_tasks)
 
 
 class Job:
-    """One run of a task: what to call (with its context), its options, Django's
-    ``TaskResult`` as the run goes, Django's signals, Django's JSON rules."""
+    """One run of a task: its options, Django's ``TaskResult``, signals and JSON rules."""
 
     def __init__(self, runnable: Runnable, message: TaskMessage, worker_id: str, now_ms: int):
         self.task = runnable.task
@@ -227,8 +224,7 @@ class Job:
         return to_json(value, what)
 
     def finished(self, status: TaskStatus, error: BaseException | None) -> None:
-        """Called once the task has ended for good (not before a retry): Django's
-        ``task_finished`` signal."""
+        """Send Django's ``task_finished``, once the task has ended for good."""
         object.__setattr__(self.result, "status", ENDED[status])
         object.__setattr__(self.result, "finished_at", timezone.now())
         if error is not None:

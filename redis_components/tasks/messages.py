@@ -85,8 +85,7 @@ class FlowStep:
 
 @dataclass(kw_only=True)
 class PlannedStep:
-    """A step of a workflow about to be written: planned by ``definition._Plan``, written
-    by ``store/flow_records.record_fields`` (its :class:`FlowStep` is made then)."""
+    """A step of a workflow planned by ``definition._Plan``, about to be written."""
 
     number: int
     message: TaskMessage
@@ -176,11 +175,8 @@ class TaskMessage:
 
     @classmethod
     def decode(cls, payload: str | bytes) -> TaskMessage:
-        """Parse a payload; :class:`MalformedTask` says what is wrong with a bad one.
-
-        Whatever the payload holds (not UTF-8, not JSON, nested past the recursion
-        limit, the wrong shape), this raises only :class:`MalformedTask`.
-        """
+        """Parse a payload; whatever it holds (not UTF-8, not JSON, too deep, the wrong
+        shape), this raises only :class:`MalformedTask`, saying what is wrong."""
         try:
             data = json.loads(payload)
         except RecursionError:
@@ -266,9 +262,7 @@ FLOW_FIELD = b',"flow":'
 
 def flow_of(payload: bytes) -> FlowStep | None:
     """The workflow step a payload is (``None`` for a plain task, or one it cannot read).
-
-    Only a payload that has the field is decoded: a string argument cannot hold it,
-    since JSON escapes its quotes."""
+    Only a payload with the field is decoded (JSON escapes a string argument's quotes)."""
     if FLOW_FIELD not in payload:
         return None
     try:
@@ -291,8 +285,7 @@ def _short(error: BaseException, limit: int = 200) -> str:
 
 
 def random_id() -> str:
-    """32 random hex digits: a workflow's id. (A task's id names its queue's home:
-    ``store.new_task_id``.)"""
+    """32 random hex digits: a workflow's id (a task's is ``store.new_task_id``)."""
     return os.urandom(16).hex()
 
 

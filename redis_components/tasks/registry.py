@@ -35,10 +35,7 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Things registered by name as their modules are imported (tasks, schedules).
-
-    One object per kind; :meth:`isolated` empties it for a while (in a test).
-    """
+    """Things registered by name as their modules are imported (tasks, schedules)."""
 
     def __init__(self) -> None:
         self._items: dict[str, T] = {}
@@ -64,10 +61,8 @@ class Registry(Generic[T]):
 
 
 def backoff(retries: int, base: float | None = None) -> float:
-    """Seconds to wait before retry number ``retries + 1``: exponential, capped, jittered.
-
-    The jitter (x 0.5 to 1.5) spreads the retries of tasks that failed together.
-    """
+    """Seconds to wait before retry number ``retries + 1``: exponential, capped, jittered
+    (x 0.5 to 1.5, to spread the retries of tasks that failed together)."""
     base = conf.TASK_RETRY_BACKOFF if base is None else base
     delay = min(conf.TASK_RETRY_BACKOFF_MAX, base * 2.0**retries)
     return min(conf.TASK_RETRY_BACKOFF_MAX, delay * random.uniform(0.5, 1.5))
@@ -85,11 +80,8 @@ class RunningTask:
         return self.message.id
 
     def defer(self, seconds: float) -> None:
-        """Ask the worker to run this task again in ``seconds`` instead of finishing it.
-
-        The worker moves it to the delayed queue atomically when the task returns; a
-        deferral does not count as a retry.
-        """
+        """Ask the worker to run this task again in ``seconds`` instead of finishing it
+        (atomically, when the task returns); a deferral does not count as a retry."""
         self.deferred_for = keys.seconds(seconds, "seconds")
 
 

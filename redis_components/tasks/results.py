@@ -47,11 +47,8 @@ def get_record(task_id: str) -> TaskRecord:
 
 
 def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
-    """The records of several tasks in one round trip (``None`` where none is kept).
-
-    A record that cannot be read (written by something else than this app) counts as
-    missing: reading never fails on bad data.
-    """
+    """The records of several tasks in one round trip (``None`` where none is kept, or
+    where one cannot be read: reading never fails on bad data)."""
     for task_id in task_ids:
         keys.validate_name(task_id, "task_id", MAX_TASK_ID)
     return TaskStore().task_records(task_ids)

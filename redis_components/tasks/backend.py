@@ -119,9 +119,8 @@ class RedisTaskBackend(QueueBackend):
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's checks, then ours (``InvalidTask``). A task declared at start-up with a
-        queue not in ``QUEUES`` is not refused then (the project would stop with a
-        traceback): the system checks report it (``redis_components.E016``), and
-        enqueuing it raises ``InvalidTask``."""
+        queue not in ``QUEUES`` is not refused then (the project would not start): the
+        system checks report it (``redis_components.E016``), and its enqueue raises."""
         if self.queues and task.queue_name not in self.queues and not apps.ready:
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
@@ -354,8 +353,7 @@ def task_of(record: results.TaskRecord) -> Task[..., Any]:
 
 
 class TaskDecorator(Protocol):
-    """What ``@redis_task(...)`` gives: it makes a function a :class:`RedisTask` typed by
-    the function (an ``async def``'s by the value it returns when awaited)."""
+    """What ``@redis_task(...)`` gives: a :class:`RedisTask` typed by its function."""
 
     @overload
     def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
@@ -364,8 +362,7 @@ class TaskDecorator(Protocol):
 
 
 class ContextTaskDecorator(Protocol):
-    """What ``@redis_task(..., takes_context=True)`` gives: its function's first argument
-    is Django's ``TaskContext``, which the task's callers do not pass."""
+    """What ``@redis_task(..., takes_context=True)`` gives: past the ``TaskContext``."""
 
     @overload
     def __call__(

@@ -422,9 +422,8 @@ class Group:
     members: tuple[Node, ...]
 
     def then(self, step: Node, *, allow_failure: bool = False) -> Chain:
-        """A fan-in: ``step`` runs once, after every member succeeded, given the list of
-        their results. With ``allow_failure`` it runs once every member has ended, the
-        failed ones' failure records in their places."""
+        """A fan-in: ``step`` runs once every member succeeded, given their results (with
+        ``allow_failure``: once every member ended, failure records in the failed places)."""
         return Chain((self, _after(step, allow_failure)))
 
     def enqueue(self) -> Workflow:

@@ -182,9 +182,7 @@ class Job:
         )
 
     def call(self) -> Any:
-        """Run the task once, after Django's ``task_started`` signal;
-        :class:`TaskArgumentsMismatch`, without calling it, if its function cannot take
-        the queued arguments."""
+        """Run the task once, after Django's ``task_started`` signal (see :meth:`_started`)."""
         args, kwargs = self._started()
         return self.task.call(*args, **kwargs)
 
@@ -210,9 +208,8 @@ class Job:
         return inspect.iscoroutinefunction(self.task.func)
 
     def encode(self, value: Any) -> str:
-        """The return value as JSON, by Django's rules: what JSON cannot carry is the
-        task's error, a ``TypeError`` (``ValueError`` for bytes that are not UTF-8), as
-        with Django's own backends."""
+        """The return value as JSON, by Django's rules: what JSON cannot carry is the task's
+        error, a ``TypeError`` (``ValueError`` for bytes that are not UTF-8)."""
         what = f"the return value of task {self.message.task!r}"
         try:
             value = normalize_json(value)

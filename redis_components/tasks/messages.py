@@ -48,10 +48,9 @@ class MalformedTask(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class FlowStep:
     """Where a task stands in a workflow: the workflow's id, its step's number, the task
-    id and queue of each step after it (in the order the workflow lists them), and
-    ``input``: the node of the workflow whose result is its first argument, read when it
-    runs (0: none, or given in its arguments). A member of a group after a group takes
-    the first group's results so: the workflow keeps them once, not once per member."""
+    id and queue of each step after it, and ``input``: the node whose result is its first
+    argument, read when it runs (0: none, or in its arguments), so that a group after a
+    group has the first one's results kept once, not once per member."""
 
     workflow: str
     step: int
@@ -139,12 +138,9 @@ class TaskMessage:
         }
         if self.flow is not None:
             body["flow"] = self.flow.encode()
-        if self.backend is not None:
-            body["backend"] = self.backend
-        if self.scheduled_for is not None:
-            body["scheduled_for"] = self.scheduled_for
-        if self.enqueued_at is not None:
-            body["enqueued_at"] = self.enqueued_at
+        for name in ("backend", "scheduled_for", "enqueued_at"):
+            if getattr(self, name) is not None:
+                body[name] = getattr(self, name)
         body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
         payload = to_json(body, f"the arguments of task {self.task!r}")
         if self.limits:  # right after the priority, where the scripts look for them

@@ -1,20 +1,15 @@
 """The task system: queues, workers, results, workflows and Django's Tasks backend.
 
 Every task is Django's ``Task`` (``definition.py``: :class:`RedisTask` and the steps of
-workflows it makes, made by our ``@redis_task`` or by Django's with
-:class:`RedisTaskBackend`: ``backend.py``), and every result Django's ``TaskResult``.
-One store (``store/``) sends every command on the task keys: the queue scripts on
-task messages (``messages.py``), the result records (``results.py``), the workflows
-(``workflows.py``: chains, groups and fan-ins; the handle in ``workflow_records.py``,
-their records in ``store/flow_records.py``) and schedules (``schedules.py``); our
-``@redis_task`` registers tasks by name (``definition.py``); a task's rate and
-concurrency limits are ``limits.py``; what a running task uses is ``registry.py``.
-Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) take tasks
-without polling (``waker.py``), record and take through one conveyor (``conveyor.py``),
-run each (``jobs.py``, ``execution.py``) in a slot, a
-thread or the event loop, under its time limits (``slots.py``), keep
-their lease and recover dead workers' tasks (``lease.py``); ``status.py`` reads what
-the queues hold; ``framework.py`` is Django's Tasks framework or its backport.
+workflows, made by our ``@redis_task`` or by Django's with :class:`RedisTaskBackend`:
+``backend.py``), and every result Django's ``TaskResult``. One store (``store/``) sends
+every command on the task keys: task messages (``messages.py``), result records
+(``results.py``), workflows (``workflows.py``, ``workflow_records.py``) and schedules
+(``schedules.py``). Limits are ``limits.py``; what a running task uses, ``registry.py``.
+Workers (``worker.py``, run by ``supervisor.py`` for ``manage.py rc_worker``) wake on
+work (``waker.py``), record and take through one conveyor (``conveyor.py``), run each
+task (``jobs.py``, ``execution.py``) in a slot (``slots.py``) and keep their lease
+(``lease.py``); ``status.py`` reads the queues; ``framework.py`` is Django's Tasks.
 """
 
 from __future__ import annotations

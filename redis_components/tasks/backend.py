@@ -1,37 +1,12 @@
-"""The task model: Django's ``Task``, on our queue, by either of two decorators.
+"""Django's Tasks backend on our queues (:class:`RedisTaskBackend`), and our
+:func:`redis_task` decorator.
 
-Every task is a :class:`RedisTask` (``definition.py``), a subclass of Django's ``Task``
-carrying our options (retries, backoff, uniqueness, time limits), and every result is
-Django's ``TaskResult``. There are two ways to make a task:
-
-- our :func:`redis_task` decorator needs no ``TASKS`` setting: the task is registered
-  under its ``name=``, which travels in the queue; it retries three times by default::
-
-
-      @redis_task(queue="email", max_retries=3)
-      def send_sold_email(seller_id, item_id, price, buyer_id): ...
-
-- Django's own ``@task``, with :class:`RedisTaskBackend` in ``settings.TASKS``; a
-  worker finds it by its module path, and its options default to the backend's::
-
-      TASKS = {
-          "default": {
-              "BACKEND": "redis_components.tasks.backend.RedisTaskBackend",
-              "QUEUES": ["default", "email"],
-              "OPTIONS": {"MAX_RETRIES": 0, "RETRY_BACKOFF": 2.0},
-          }
-      }
-
-Both enqueue into the same store (``store/``), run in the same workers (``manage.py
-rc_worker``), send Django's ``task_enqueued``, ``task_started`` and ``task_finished``
-signals, and read the same result records. Every guarantee of the queue holds:
-at-least-once delivery, recovery after a crash, dead letters, ``QueueFull``,
-``QUEUE_WAIT_REPLICAS``. Django has no CANCELLED status: a cancelled task's result is
+Both make a :class:`RedisTask` (``definition.py``), enqueue into the same store and run
+in the same workers. A ``@redis_task`` needs no ``TASKS`` setting: it is found by its
+``name=``, which travels in the queue. Django's ``@task`` with this backend in
+``settings.TASKS`` is found by its module path, and its options default to the
+backend's ``OPTIONS``. Django has no CANCELLED status: a cancelled task's result is
 FAILED, its last error a :class:`~redis_components.exceptions.TaskCancelled`.
-
-It runs on Django 6's ``django.tasks``, and on Django 5.2 with the ``django-tasks``
-backport (installed with this package on Python 3.10 and 3.11; the
-``tasks-backport`` extra elsewhere).
 """
 
 from __future__ import annotations
@@ -41,7 +16,7 @@ import datetime
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, Concatenate, Literal, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, Protocol, TypedDict, cast, overload
 
 import redis
 from django.apps import apps
@@ -51,15 +26,12 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
-from ..exceptions import (
-    InvalidInput,
-    TaskError,
-    TaskResultDoesNotExist,
-    TaskSerializationError,
-)
+from ..exceptions import InvalidInput, TaskError, TaskResultDoesNotExist, TaskSerializationError
+from ..keys import django_datetime, django_time
 from . import results
 from .definition import (
     OWN_BACKEND,
+    TASK_OPTIONS,
     P,
     Prepared,
     QueueBackend,
@@ -67,9 +39,12 @@ from .definition import (
     RedisTask,
     as_enqueued,
     bind_arguments,
+    checked_options,
     find_django_task,
+    optional_seconds,
     own_backend,
     task_registry,
+    validate_retries,
 )
 from .framework import (
     InvalidTask,
@@ -81,7 +56,7 @@ from .framework import (
     task_enqueued,
 )
 from .framework import TaskResultDoesNotExist as DjangoResultDoesNotExist
-from .limits import Limit, validate_limits, validate_partition_key
+from .limits import Limit
 from .limits import fill as fill_limits
 from .messages import (
     DEFAULT_PRIORITY,
@@ -94,10 +69,12 @@ from .messages import (
     validate_priority,
     validate_queue,
 )
-from .registry import optional_seconds, time_limits, validate_retries
-from .results import django_datetime, django_time, to_django
+from .results import to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "InvalidTask",
@@ -113,8 +90,7 @@ __all__ = [
 
 logger = logging.getLogger("redis_components.tasks")
 
-# The OPTIONS of a RedisTaskBackend and their defaults: what each means is in the table
-# of the Task queues page (the options of a task that leaves them at None).
+# The OPTIONS of a RedisTaskBackend and their defaults (see the Task queues page).
 OPTIONS = {"MAX_RETRIES": 0, "RETRY_BACKOFF": None, "TIME_LIMIT": None, "SOFT_TIME_LIMIT": None}
 
 
@@ -123,13 +99,9 @@ class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
 
 
 class RedisTaskBackend(QueueBackend):
-    """Django's Tasks backend on redis_components' queues and workers.
-
-    Every feature Django defines is supported: ``run_after`` (the delayed set, moved by
-    the workers on the Redis server's clock), priorities from -100 to 100 (higher
-    first, FIFO among equals, in one atomic fetch), results from any process, and
-    ``async def`` tasks (run on an event loop in the worker).
-    """
+    """Django's Tasks backend on redis_components' queues and workers: every feature
+    Django defines (``run_after`` by the Redis server's clock, priorities, results from
+    any process, ``async def`` tasks)."""
 
     # What Django's @task makes with this backend (django-stubs types that @task's task
     # as Task[P, R] whatever the backend: it cannot know which one the alias names).
@@ -145,28 +117,10 @@ class RedisTaskBackend(QueueBackend):
         super().__init__(alias, params)
         self._misqueued = {}
 
-    @property
-    def max_retries(self) -> int:
-        return int(self.options.get("MAX_RETRIES") or 0)
-
-    @property
-    def retry_backoff(self) -> float | None:
-        value = self.options.get("RETRY_BACKOFF")
-        return None if value is None else float(value)
-
-    @property
-    def time_limits(self) -> tuple[float | None, float | None]:
-        """``(TIME_LIMIT, SOFT_TIME_LIMIT)`` from the options."""
-        return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
-
     def validate_task(self, task: Task[..., Any]) -> None:
-        """Django's checks, then ours: a priority that is a whole number but not a bool,
-        a valid queue name, ``run_after`` at most ten years from now (``InvalidTask``).
-
-        A task declared at start-up (its module imported while the apps load) with a
-        queue that is not in ``QUEUES`` is not refused then, which would stop the
-        project with a traceback: the system checks report it (``redis_components.E016``),
-        and enqueuing it raises ``InvalidTask``."""
+        """Django's checks, then ours (``InvalidTask``). A task declared at start-up with a
+        queue not in ``QUEUES`` is not refused then (the project would not start): the
+        system checks report it (``redis_components.E016``), and its enqueue raises."""
         if self.queues and task.queue_name not in self.queues and not apps.ready:
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
@@ -174,8 +128,8 @@ class RedisTaskBackend(QueueBackend):
             if task.run_after is not None:  # (first: Django's check fails on a timedelta)
                 due_at(_aware(task.run_after), "run_after")
             if isinstance(task, RedisTask) and task.registered_name is not None:
-                # Found by its name, not imported by its path: it may be defined anywhere
-                # (Django's checks want a module-level function); the rest is checked below.
+                # Found by its name: it may be defined anywhere (Django's checks want a
+                # module-level function).
                 first = [*inspect.signature(task.func).parameters][:1] if task.takes_context else []
                 if task.takes_context and first != ["context"]:
                     raise InvalidTask(
@@ -188,16 +142,15 @@ class RedisTaskBackend(QueueBackend):
             _priority(task)
             validate_queue(task.queue_name, "queue_name")
             if isinstance(task, RedisTask):
-                _checked_options(task)
+                checked_options(task.func, task.name, **{o: getattr(task, o) for o in TASK_OPTIONS})
         except InvalidInput as error:
             raise InvalidTask(str(error)) from None
 
     def enqueue(
         self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
     ) -> TaskResult[P, R]:
-        """Send the task to its queue; its result is READY (:class:`TaskSerializationError`,
-        a ``TypeError`` as with Django's own backends, for arguments that JSON cannot
-        carry: NaN and infinities, lone surrogates too; nothing is written then)."""
+        """Send the task to its queue; its READY result (:class:`TaskSerializationError`, a
+        ``TypeError``, for arguments JSON cannot carry; nothing is written then)."""
         self.validate_task(task)
         result = self.send(self.prepare(task, args, kwargs), self.due(task))
         return cast("TaskResult[P, R]", result)
@@ -212,8 +165,7 @@ class RedisTaskBackend(QueueBackend):
     ) -> Prepared:
         """The READY result, message and payload of an enqueue of ``task`` (validated):
         :class:`InvalidTaskArguments` for arguments its function cannot take (``piped``:
-        after a workflow step's input, which comes first), :class:`TaskSerializationError`
-        for arguments JSON cannot carry."""
+        after a step's input), :class:`TaskSerializationError` for what JSON cannot carry."""
         registered = task.registered_name if isinstance(task, RedisTask) else None
         name = registered or task.module_path
         args = list(args)
@@ -270,8 +222,7 @@ class RedisTaskBackend(QueueBackend):
         return NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
 
     def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
-        """Write a prepared task to its queue; its result (the first one's, for a unique
-        task enqueued again within its window)."""
+        """Write a prepared task to its queue; its result (a unique task's first one's)."""
         result = prepared.result
         task = result.task
         unique_for = task.unique_for if isinstance(task, RedisTask) else None
@@ -309,7 +260,7 @@ class RedisTaskBackend(QueueBackend):
 
     def _duplicate(self, result: TaskResult[P, R], task_id: str) -> TaskResult[P, R]:
         """The result of the equal task that made this enqueue of a unique task a duplicate
-        (a READY one with its id, if its result expired before its unique window ended)."""
+        (a READY one with its id, if that result expired)."""
         try:
             found = cast("TaskResult[P, R]", self.get_result(task_id))  # of the same task
         except DjangoResultDoesNotExist:
@@ -319,9 +270,8 @@ class RedisTaskBackend(QueueBackend):
         return found
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
-        """The result of any task of ours (:class:`ResultDoesNotExist`, which is also
-        Django's ``TaskResultDoesNotExist``, if the id is unknown or expired, or if its
-        task cannot be found in this process)."""
+        """The result of any task of ours (:class:`ResultDoesNotExist` if the id is unknown
+        or expired, or its task cannot be found in this process)."""
         try:
             record = results.get_record(result_id)
         except (TaskResultDoesNotExist, InvalidInput) as error:
@@ -376,14 +326,12 @@ class RedisTaskBackend(QueueBackend):
 
 
 def get_result(task_id: str) -> TaskResult[..., Any]:
-    """The result of task ``task_id``, whichever decorator made it: Django's
-    ``TaskResult`` (:class:`ResultDoesNotExist` if none is kept)."""
+    """Django's ``TaskResult`` of any task of ours (:class:`ResultDoesNotExist` if none)."""
     return own_backend().get_result(task_id)
 
 
 def task_of(record: results.TaskRecord) -> Task[..., Any]:
-    """The task of a result record, as it was enqueued (:class:`ResultDoesNotExist` if
-    it cannot be found in this process)."""
+    """The task of a result record, as enqueued (:class:`ResultDoesNotExist` if not here)."""
     if record.backend is None:
         found = task_registry.find(record.task)
         if found is None:
@@ -404,12 +352,8 @@ def task_of(record: results.TaskRecord) -> Task[..., Any]:
         ) from None
 
 
-# -- our @redis_task ------------------------------------------------------------------------
-
-
 class TaskDecorator(Protocol):
-    """What ``@redis_task(...)`` gives: it makes a function a :class:`RedisTask` typed by
-    the function (an ``async def``'s by the value it returns when awaited)."""
+    """What ``@redis_task(...)`` gives: a :class:`RedisTask` typed by its function."""
 
     @overload
     def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
@@ -418,8 +362,7 @@ class TaskDecorator(Protocol):
 
 
 class ContextTaskDecorator(Protocol):
-    """What ``@redis_task(..., takes_context=True)`` gives: its function's first argument
-    is Django's ``TaskContext``, which the task's callers do not pass."""
+    """What ``@redis_task(..., takes_context=True)`` gives: past the ``TaskContext``."""
 
     @overload
     def __call__(
@@ -429,6 +372,21 @@ class ContextTaskDecorator(Protocol):
     def __call__(
         self, func: Callable[Concatenate[TaskContext[Any, Any], P], R], /
     ) -> RedisTask[P, R]: ...
+
+
+class TaskOptions(TypedDict, total=False):
+    """The options of :func:`redis_task` (but ``takes_context``), as its overloads type them."""
+
+    name: str | None
+    queue: str
+    priority: int
+    max_retries: int
+    retry_backoff: float | None
+    unique_for: float | None
+    time_limit: float | None
+    soft_time_limit: float | None
+    limits: Sequence[Limit]
+    partition_key: str | None
 
 
 @overload
@@ -441,52 +399,19 @@ def redis_task(func: Callable[P, R], /) -> RedisTask[P, R]: ...
 
 @overload
 def redis_task(
-    *,
-    name: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
-    retry_backoff: float | None = None,
-    unique_for: float | None = None,
-    time_limit: float | None = None,
-    soft_time_limit: float | None = None,
-    takes_context: Literal[True],
-    limits: Sequence[Limit] = (),
-    partition_key: str | None = None,
+    *, takes_context: Literal[True], **options: Unpack[TaskOptions]
 ) -> ContextTaskDecorator: ...
 
 
 @overload
 def redis_task(
-    *,
-    name: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
-    retry_backoff: float | None = None,
-    unique_for: float | None = None,
-    time_limit: float | None = None,
-    soft_time_limit: float | None = None,
-    takes_context: Literal[False] = False,
-    limits: Sequence[Limit] = (),
-    partition_key: str | None = None,
+    *, takes_context: Literal[False] = False, **options: Unpack[TaskOptions]
 ) -> TaskDecorator: ...
 
 
 @overload
 def redis_task(
-    *,
-    name: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
-    retry_backoff: float | None = None,
-    unique_for: float | None = None,
-    time_limit: float | None = None,
-    soft_time_limit: float | None = None,
-    takes_context: bool,
-    limits: Sequence[Limit] = (),
-    partition_key: str | None = None,
+    *, takes_context: bool, **options: Unpack[TaskOptions]
 ) -> Callable[[Callable[..., Any]], RedisTask[..., Any]]: ...  # known at run time only
 
 
@@ -509,39 +434,40 @@ def redis_task(
     """Make a function a task that workers run; use as ``@redis_task`` or ``@redis_task(...)``.
 
     It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
-    ``name`` defaults to ``"<module>.<function>"`` and is what travels in the queue, so
-    renaming a function orphans its queued tasks unless ``name`` keeps the old one.
-    ``queue``: where :meth:`~RedisTask.enqueue` sends it; ``priority`` (-100 to 100):
-    within its queue, a task of higher priority runs first, equal ones in the order
-    enqueued. An exception in the task retries it up to ``max_retries`` times, after
-    ``retry_backoff`` (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds,
-    jittered; then it is dead-lettered with its traceback. ``async def`` functions run
-    on an event loop in the worker; ``takes_context``: the function's first argument
-    is Django's ``TaskContext``.
-
-    ``unique_for`` (seconds): an enqueue equal to one made within that time (same
-    task, same arguments) enqueues nothing and returns the first one's result.
-    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`, which
-    it may catch. ``time_limit``: the run is settled as a failed attempt and its thread
-    left behind, told to stop (its concurrency permits stay held until its code ends;
-    ``rc_worker`` replaces a process with 3 such threads). Bad values
-    raise :class:`~redis_components.exceptions.InvalidInput`.
-
-    ``limits``: a list of :func:`~redis_components.concurrency_limit` and
-    :func:`~redis_components.rate_limit`, enforced where a worker takes the task: one
-    over a limit stays queued, and the worker takes another (see the Limits page).
-
-    ``partition_key``: on a queue with partitions (the ``QUEUE_PARTITIONS`` setting, on
-    a Redis Cluster), a template filled from the call's arguments like a limit's key
-    (``"customer:{customer_id}"``): the tasks with the same key go to the same
-    partition, so they start in the order they were enqueued (see the Cluster page).
+    ``name`` (default ``"<module>.<function>"``) travels in the queue: renaming a
+    function orphans its queued tasks unless ``name`` keeps the old one. ``priority``
+    (-100 to 100): higher runs first within its queue, equal ones in the order enqueued.
+    An exception retries the task up to ``max_retries`` times, after ``retry_backoff``
+    (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds, jittered; then it
+    is dead-lettered. ``takes_context``: the function's first argument is Django's
+    ``TaskContext``. ``unique_for`` (seconds): an enqueue equal to one made within that
+    time (same task and arguments) enqueues nothing and returns the first one's result.
+    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`.
+    ``time_limit``: the run is settled as a failed attempt and its thread left behind,
+    told to stop (its concurrency permits stay held until its code ends). ``limits``:
+    :func:`~redis_components.concurrency_limit` and :func:`~redis_components.rate_limit`,
+    enforced where a worker takes the task (see the Limits page). ``partition_key``: on
+    a queue with partitions, a template filled from the call's arguments
+    (``"customer:{customer_id}"``): tasks with the same key start in the order enqueued
+    (see the Cluster page). Bad values raise
+    :class:`~redis_components.exceptions.InvalidInput`.
     """
 
     def register(function: Callable[..., Any]) -> RedisTask[Any, Any]:
         task_name = keys.validate_name(
             name or f"{function.__module__}.{function.__qualname__}", "name", MAX_TASK_NAME
         )
-        hard, soft = time_limits(time_limit, soft_time_limit)
+        options = checked_options(
+            function,
+            task_name,
+            max_retries=validate_retries(max_retries),
+            retry_backoff=retry_backoff,
+            unique_for=unique_for,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            limits=limits,
+            partition_key=partition_key,
+        )
         try:
             new: RedisTask[Any, Any] = RedisTask(
                 func=function,
@@ -551,13 +477,7 @@ def redis_task(
                 run_after=None,  # Django 6.0's Task has no default for it
                 takes_context=takes_context,
                 registered_name=task_name,
-                max_retries=validate_retries(max_retries),
-                retry_backoff=optional_seconds(retry_backoff, "retry_backoff"),
-                unique_for=optional_seconds(unique_for, "unique_for"),
-                time_limit=hard,
-                soft_time_limit=soft,
-                limits=validate_limits(limits, function, task_name),
-                partition_key=validate_partition_key(partition_key, function, task_name),
+                **options,
             )
         except InvalidTask as error:  # Django's own checks (a nested function, ...)
             raise InvalidInput("task", str(error)) from None
@@ -581,10 +501,8 @@ def _origin(func: Callable[..., Any]) -> str:
 
 
 def _warn_if_late(registered: RedisTask[..., Any]) -> None:
-    """Log a warning for a task registered after start-up outside a ``tasks`` module: a
-    worker imports each installed app's ``tasks`` module at start-up and nothing else, so
-    it may never know this task (a task in ``views.py`` is enqueued by the web process,
-    then dead-lettered by the worker as unknown)."""
+    """Warn of a task registered after start-up outside a ``tasks`` module: a worker, which
+    imports only each app's ``tasks`` module, may never know it."""
     module = registered.func.__module__
     if apps.ready and module.rpartition(".")[2] != "tasks":
         logger.warning(
@@ -601,20 +519,14 @@ _declared: dict[str, RedisTask[..., Any]] = {}
 
 
 def declared_tasks() -> dict[str, RedisTask[..., Any]]:
-    """The tasks this process knows, by the name their limits are keyed by: the
-    registered ones (``@redis_task``), and Django's ``@task`` s of our backend declared
-    so far (by module path)."""
-
+    """The tasks this process knows, by the name their limits are keyed by: ours by
+    name, and Django's ``@task`` s of our backend declared so far by module path."""
     return {**_declared, **task_registry.all()}
 
 
 def queues_in_use() -> set[str]:
-    """The queues of every registered task and of every Django Tasks backend of ours
-    (a ``RedisTaskBackend``, or a subclass of it).
-
-    A backend whose ``QUEUES`` is empty accepts any queue, so it adds only ``default``.
-    Names that are not valid queue names are left out (the system checks report them).
-    """
+    """The queues of every registered task and of every Django Tasks backend of ours (one
+    whose ``QUEUES`` is empty adds only ``default``); invalid names are left out."""
     names = {registered.queue_name for registered in task_registry.all().values()}
     for queues in django_backends().values():
         for name in queues or [DEFAULT_QUEUE]:
@@ -626,8 +538,7 @@ def queues_in_use() -> set[str]:
 
 
 def django_backends() -> dict[str, list[Any]]:
-    """The ``QUEUES`` of each Django Tasks backend of ours in ``settings.TASKS``, by alias
-    (an empty list: any queue)."""
+    """The ``QUEUES`` of each of our backends in ``settings.TASKS`` (``[]``: any), by alias."""
     backends = getattr(settings, "TASKS", {})
     found = {}
     for alias, params in backends.items() if isinstance(backends, dict) else ():
@@ -646,20 +557,6 @@ def _is_ours(path: object) -> bool:
     except ImportError:
         return False
     return isinstance(found, type) and issubclass(found, RedisTaskBackend)
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-def _checked_options(task: RedisTask[..., Any]) -> None:
-    """:class:`InvalidInput` for a task's option that is not what it must be."""
-    if task.max_retries is not None:
-        validate_retries(task.max_retries)
-    for name in ("retry_backoff", "unique_for"):
-        optional_seconds(getattr(task, name), name)
-    time_limits(task.time_limit, task.soft_time_limit)
-    validate_limits(task.limits, task.func, task.name)
-    validate_partition_key(task.partition_key, task.func, task.name)
 
 
 def _priority(task: Task[..., Any]) -> int:

@@ -1,16 +1,11 @@
-r"""What a task is, and what enqueuing it makes: the task type, its steps and their plan.
+r"""What a task is: the task type and its option checks, its steps and their plan.
 
 :class:`RedisTask` is Django's ``Task`` with our options; ``task.s(...)`` makes a
-:class:`Signature`, and :func:`chain` and :func:`group` combine signatures into the graph
-of a workflow, which :func:`enqueue_workflow` plans and its backend writes in one
-script; :data:`task_registry` holds our ``@redis_task``'s tasks by name. None of it
-needs the backend's module, the store or the workflow codec (a test says so): a task
-reaches its backend as Django's tasks do, through its alias (Django's ``task_backends``
-for ``settings.TASKS``; :func:`own_backend`, built from its dotted path, for our
-``@redis_task``'s), and the backends it can run on are :class:`QueueBackend`\ s
-(``backend.RedisTaskBackend``). What a workflow writes and how it is read back is
-``store/flow_records.py``; what Django's ``@task`` and our ``@redis_task`` add is
-``backend.py``.
+:class:`Signature`, and :func:`chain` and :func:`group` combine signatures into a
+workflow, which :func:`enqueue_workflow` plans and its backend writes. None of it needs
+the backend's module, the store or the workflow codec (a test says so): a task reaches
+its backend through its alias, as Django's tasks do, and the backends it can run on are
+:class:`QueueBackend`\ s (``backend.RedisTaskBackend``).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from .. import keys
 from ..deprecation import deprecated
 from ..exceptions import InvalidInput, InvalidTaskArguments, TaskNotRegistered
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
-from .limits import Limit, fill_key
+from .limits import Limit, fill_key, validate_limits, validate_partition_key
 from .messages import Barrier, Due, PlannedStep, TaskMessage, due_at
 from .registry import Registry
 
@@ -71,22 +66,22 @@ class Prepared(NamedTuple):
 
 
 class QueueBackend(BaseTaskBackend):
-    """A Django Tasks backend that puts tasks on our queues (``backend.RedisTaskBackend``):
-    what a task and a workflow ask of their backend, in the steps of ``enqueue``, and
-    what a worker asks of it: the defaults of the options a task leaves at ``None``."""
+    """A backend that puts tasks on our queues (``backend.RedisTaskBackend``): the steps of
+    ``enqueue``, and the defaults of the options a task leaves at ``None``."""
 
     @property
-    @abc.abstractmethod
-    def max_retries(self) -> int: ...
+    def max_retries(self) -> int:
+        return int(self.options.get("MAX_RETRIES") or 0)
 
     @property
-    @abc.abstractmethod
-    def retry_backoff(self) -> float | None: ...
+    def retry_backoff(self) -> float | None:
+        value = self.options.get("RETRY_BACKOFF")
+        return None if value is None else float(value)
 
     @property
-    @abc.abstractmethod
     def time_limits(self) -> tuple[float | None, float | None]:
-        """``(time_limit, soft_time_limit)``."""
+        """``(TIME_LIMIT, SOFT_TIME_LIMIT)`` from the options."""
+        return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     @abc.abstractmethod
     def prepare(
@@ -96,23 +91,18 @@ class QueueBackend(BaseTaskBackend):
         kwargs: dict[str, Any],
         *,
         piped: bool = False,
-    ) -> Prepared:
-        """The READY result, message and payload of an enqueue of ``task`` (validated)."""
+    ) -> Prepared: ...
 
     @abc.abstractmethod
-    def due(self, task: Task[..., Any]) -> Due:
-        """When ``task`` is due: now, or at its ``run_after``."""
+    def due(self, task: Task[..., Any]) -> Due: ...
 
     @abc.abstractmethod
-    def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]:
-        """Write a prepared task to its queue; its result."""
+    def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]: ...
 
     @abc.abstractmethod
     def write_workflow(
         self, steps: list[PlannedStep], barriers: list[Barrier], result: str
-    ) -> Workflow:
-        """Write a planned workflow (``result``: its result's template) and enqueue its
-        first steps, all or nothing; its handle."""
+    ) -> Workflow: ...
 
 
 @functools.cache
@@ -122,27 +112,68 @@ def own_backend() -> QueueBackend:
     return cast("QueueBackend", backend)
 
 
+def optional_seconds(value: object, field: str) -> float | None:
+    """``value`` as a positive number of seconds, or ``None``; else :class:`InvalidInput`."""
+    return None if value is None else keys.seconds(value, field, positive=True)
+
+
+def validate_retries(max_retries: object) -> int:
+    """``max_retries`` if it is a non-negative integer (not a bool), else :class:`InvalidInput`."""
+    return keys.integer(max_retries, "max_retries", minimum=0)
+
+
+def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
+    """A task's ``time_limit`` and ``soft_time_limit`` (seconds, or None), checked."""
+    hard_s, soft_s = optional_seconds(hard, "time_limit"), optional_seconds(soft, "soft_time_limit")
+    if hard_s is not None and soft_s is not None and soft_s >= hard_s:
+        raise InvalidInput(
+            "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"
+        )
+    return hard_s, soft_s
+
+
+# The options a RedisTask adds to Django's Task.
+TASK_OPTIONS = (
+    "max_retries",
+    "retry_backoff",
+    "unique_for",
+    "time_limit",
+    "soft_time_limit",
+    "limits",
+    "partition_key",
+)
+
+
+def checked_options(func: Callable[..., Any], name: str, **options: Any) -> dict[str, Any]:
+    """A task's options (:data:`TASK_OPTIONS`, ``None`` or absent: the default) as a
+    :class:`RedisTask` keeps them, or :class:`InvalidInput` naming the bad one."""
+    retries = options.get("max_retries")
+    hard, soft = time_limits(options.get("time_limit"), options.get("soft_time_limit"))
+    return {
+        "max_retries": None if retries is None else validate_retries(retries),
+        "retry_backoff": optional_seconds(options.get("retry_backoff"), "retry_backoff"),
+        "unique_for": optional_seconds(options.get("unique_for"), "unique_for"),
+        "time_limit": hard,
+        "soft_time_limit": soft,
+        "limits": validate_limits(options.get("limits"), func, name),
+        "partition_key": validate_partition_key(options.get("partition_key"), func, name),
+    }
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     r"""Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
     ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
 
         @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
-        def send_sold_email(seller_id, item_id, price, buyer_id): ...
 
-    The options mean what :func:`redis_task`'s do; ``None`` (the default) takes the
-    backend's ``OPTIONS`` (``MAX_RETRIES`` and so on; ``unique_for``, ``limits`` and
-    ``partition_key`` have no backend-wide setting). Bad values raise ``InvalidTask``
-    when the task is made. They belong to the task's definition: a worker looks the task
-    up by its name or module path, so ``using()`` keeps them and does not change them.
-
-    ``registered_name``: the name our :func:`redis_task` registered it under (what its
-    messages carry); ``None`` for a Django ``@task`` (found by its module path).
-
-    To a type checker it is generic as Django's ``Task`` is in django-stubs: ``P``, the
-    function's parameters (past its ``TaskContext``), check the arguments of
-    ``enqueue`` and its kin; ``R``, its return type (awaited, for an ``async def``),
-    is the ``return_value`` of the results they give.
+    The options mean what :func:`redis_task`'s do; ``None`` takes the backend's
+    ``OPTIONS`` (``unique_for``, ``limits`` and ``partition_key`` have none). Bad values
+    raise ``InvalidTask`` when the task is made. A worker looks the task up by its name
+    or module path, so ``using()`` keeps the options. ``registered_name``: the name our
+    :func:`redis_task` registered it under (``None`` for a Django ``@task``). To a type
+    checker it is generic as django-stubs' ``Task``: ``P``, the function's parameters
+    (past its ``TaskContext``), ``R``, its (awaited) return type.
     """
 
     max_retries: int | None = None
@@ -191,10 +222,8 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     def partition_by(
         self, limits: list[list[Any]] | None, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> str | None:
-        """What picks the partition of a call of this task with these arguments (and
-        these ``limits``, filled), on a queue with partitions (``None``: its random id):
-        its ``partition_key``, else its first limit's key, so that every task counted
-        against a key is in one partition, where the limit is exact."""
+        """What picks the partition of this call (``None``: its random id): its
+        ``partition_key``, else its first filled limit's key, so that a limit is exact."""
         if self.partition_key is not None:
             return fill_key(self.partition_key, self.func, args, kwargs, self.takes_context)
         return str(limits[0][1]) if limits else None
@@ -229,20 +258,16 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     def enqueue_at(
         self, when: datetime.datetime, /, *args: P.args, **kwargs: P.kwargs
     ) -> TaskResult[P, R]:
-        """Send the task to run at ``when``, an aware datetime: ``using(run_after=when)``
-        then ``enqueue``."""
+        """Send the task to run at ``when`` (aware): ``using(run_after=when).enqueue(...)``."""
         due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
         return self.using(run_after=when).enqueue(*args, **kwargs)
 
     def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue when the current database transaction commits; never if it rolls back.
 
-        The arguments are encoded now (so a bad argument raises here), and the result
-        is returned at once (it can be read once the transaction has committed).
-        Outside a transaction the task is enqueued immediately, and its errors raise as
-        ``enqueue``'s do. Inside one, an enqueue that fails when its turn comes
-        (``QueueFull``, Redis down, ``TaskNotDurable``) is logged as an error with the
-        task id, not raised: the transaction has committed by then.
+        The arguments are encoded now (a bad one raises here); the result is returned at
+        once. Outside a transaction it enqueues at once. Inside one, an enqueue that fails
+        at commit (``QueueFull``, Redis down, ...) is logged with the task id, not raised.
         """
         backend = self._validated_backend()
         prepared = backend.prepare(self, args, kwargs)
@@ -271,12 +296,8 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
         return backend
 
 
-# -- tasks by name ---------------------------------------------------------------------
-
-# Our @redis_task's tasks by name, registered by backend.redis_task as their modules are
-# imported (every installed app's tasks module is, at start-up): how a worker finds the
-# task of a message.
-
+# Our @redis_task's tasks by name (registered as their modules are imported): how a worker
+# finds the task of a message.
 task_registry: Registry[RedisTask[..., Any]] = Registry()
 
 
@@ -318,11 +339,10 @@ def bind_arguments(
     piped: bool = False,
     error: type[InvalidTaskArguments] = InvalidTaskArguments,
 ) -> None:
-    """``error`` (:class:`InvalidTaskArguments`) naming the task and what is wrong, unless
-    its function can take ``args`` and ``kwargs``: after its context if it takes one, and
-    ``piped``, after a workflow step's input (the result of the steps before it)."""
+    """``error`` naming the task and what is wrong, unless its function can take ``args``
+    and ``kwargs`` (after its context, and ``piped``: after a workflow step's input)."""
     parameters = _signature(task.func)
-    if parameters is None:  # nothing to check against (a callable without a signature)
+    if parameters is None:
         return
     leading = (None,) * (task.takes_context + piped)
     try:
@@ -339,9 +359,6 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return inspect.signature(func)
     except (TypeError, ValueError):
         return None
-
-
-# -- steps: what a workflow is made of --------------------------------------------
 
 
 # The most steps one workflow may have: its creation is one script, which must stay short.
@@ -405,9 +422,8 @@ class Group:
     members: tuple[Node, ...]
 
     def then(self, step: Node, *, allow_failure: bool = False) -> Chain:
-        """A fan-in: ``step`` runs once, after every member succeeded, given the list of
-        their results. With ``allow_failure`` it runs once every member has ended, the
-        failed ones' failure records in their places."""
+        """A fan-in: ``step`` runs once every member succeeded, given their results (with
+        ``allow_failure``: once every member ended, failure records in the failed places)."""
         return Chain((self, _after(step, allow_failure)))
 
     def enqueue(self) -> Workflow:
@@ -476,17 +492,15 @@ def _after(step: Node, allow_failure: bool) -> Node:
     return step.set(allow_failure=True)
 
 
-# -- planning: the graph of steps that a workflow writes -----------------------------
-
-
 class _Plan:
+    """The graph of steps that a workflow writes."""
+
     def __init__(self) -> None:
         self.steps: list[PlannedStep] = []
         self.barriers: list[Barrier] = []
 
     def link(self) -> None:
-        """Put a barrier between each set of parents and the children that all wait
-        for it, where both are several."""
+        """Put a barrier between each set of several parents and its several children."""
         children: dict[tuple[int, ...], list[PlannedStep]] = {}
         for step in self.steps:
             if len(step.parents) > 1:
@@ -497,15 +511,10 @@ class _Plan:
             number = len(self.steps) + len(self.barriers) + 1
             templates = {kid.template for kid in kids} - {None}
             template = templates.pop() if len(templates) == 1 else None
+            moved = [kid.number for kid in kids]
             self.barriers.append(
-                Barrier(
-                    number=number,
-                    parents=parents,
-                    kids=[kid.number for kid in kids],
-                    template=template,
-                )
+                Barrier(number=number, parents=parents, kids=moved, template=template)
             )
-            moved = {kid.number for kid in kids}
             for parent in parents:
                 step = self.steps[parent - 1]
                 step.kids = [*(k for k in step.kids if k not in moved), number]
@@ -526,11 +535,9 @@ class _Plan:
             backend = node.task.get_backend()
             assert isinstance(backend, QueueBackend)  # signature() checked it
             given = None if node.immutable else template
+            # (Its id names its queue's home, where it runs; see lib/flow.lua.)
             piped = given is not None  # its input comes before its arguments
             message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
-
-            # (Its id names its queue's home, where it runs: on one server, the
-            # workflow's; on a cluster its outcome is carried there, see lib/flow.lua.)
             self.steps.append(
                 PlannedStep(
                     number=number,
@@ -559,8 +566,8 @@ class _Plan:
 
 
 def enqueue_workflow(node: Node) -> Workflow:
-    """Write the workflow of ``node`` and enqueue its first steps, all or nothing: planned
-    here, written by our backend (as Django's ``Task.enqueue`` goes through its own)."""
+    """Write the workflow of ``node`` (planned here, written by our backend) and enqueue its
+    first steps, all or nothing."""
     plan = _Plan()
     result, _ = plan.add(_node(node, "workflow"), (), None)
     plan.link()

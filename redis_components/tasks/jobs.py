@@ -1,10 +1,6 @@
-"""What runs a task in a worker: a :class:`Job`, one run of one task message.
-
-A message names its task by our ``@redis_task``'s registered name (found in the registry)
-or by a Django ``@task``'s module path and backend alias (imported once, then
-cached). Either way the job is the same: Django's task with its options, its
-``TaskResult`` as the run goes, its context, and Django's ``task_started`` and
-``task_finished`` signals. :func:`~redis_components.tasks.execution.run_job` runs it.
+"""What runs a task in a worker: a :class:`Job`, one run of one task message, found by
+our ``@redis_task``'s name or a Django ``@task``'s module path and backend alias:
+Django's task with its options, its ``TaskResult``, context and signals.
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ from django.core.signals import setting_changed
 from django.utils import timezone
 
 from ..exceptions import TaskArgumentsMismatch
+from ..keys import django_time
 from . import results
 from .definition import (
     QueueBackend,
@@ -42,7 +39,7 @@ from .framework import (
     task_started,
 )
 from .messages import TaskMessage, to_json
-from .results import TaskStatus, django_time, to_django
+from .results import TaskStatus, to_django
 
 RUNNING = TaskResultStatus("RUNNING")
 ENDED = {
@@ -57,7 +54,7 @@ class CannotRun(Exception):
 @dataclasses.dataclass(frozen=True)
 class Runnable:
     """A task as a worker runs it: the task as enqueued, its backend's class (the
-    signals' sender) and its options, those of the task first, then the backend's."""
+    signals' sender) and its options (the task's, else the backend's)."""
 
     task: Task[..., Any]
     sender: type[QueueBackend]
@@ -80,8 +77,7 @@ def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
 
 
 def _registered(name: str, priority: int, queue: str) -> Runnable:
-    """One of our ``@redis_task``\\ s, looked up by name for each message (the registry may
-    change: a test isolates it)."""
+    """One of our ``@redis_task``\\ s, looked up by name for each message."""
     found = task_registry.find(name)
     if found is None:
         raise CannotRun(
@@ -105,9 +101,8 @@ _registered_runnables: dict[str, Runnable] = {}
 
 @functools.lru_cache(maxsize=1024)
 def _django(path: str, priority: int, queue: str, alias: str) -> Runnable:
-    """The Django task at ``path`` as enqueued, with its options, found and validated
-    once (a task is immutable; the cache is emptied when ``TASKS`` changes), or
-    :class:`CannotRun` (not cached)."""
+    """The Django task at ``path`` as enqueued, found once (the cache is emptied when
+    ``TASKS`` changes), or :class:`CannotRun` (not cached)."""
     try:
         backend = task_backends[alias]
     except InvalidTaskBackend:
@@ -148,8 +143,7 @@ setting_changed.connect(_forget_tasks)
 
 
 class Job:
-    """One run of a task: what to call (with its context), its options, Django's
-    ``TaskResult`` as the run goes, Django's signals, Django's JSON rules."""
+    """One run of a task: its options, Django's ``TaskResult``, signals and JSON rules."""
 
     def __init__(self, runnable: Runnable, message: TaskMessage, worker_id: str, now_ms: int):
         self.task = runnable.task
@@ -188,21 +182,24 @@ class Job:
         )
 
     def call(self) -> Any:
-        """Run the task once (``async def`` tasks on an event loop), after Django's
-        ``task_started`` signal; :class:`TaskArgumentsMismatch`, without calling it, if
-        its function cannot take the queued arguments."""
-        task_started.send(sender=self.sender, task_result=self.result)
-        args, kwargs = self.bound()
-        if self.task.takes_context:
-            return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
+        """Run the task once, after Django's ``task_started`` signal (see :meth:`_started`)."""
+        args, kwargs = self._started()
         return self.task.call(*args, **kwargs)
 
-    def bound(self) -> tuple[list[Any], dict[str, Any]]:
-        """The queued arguments, if the task's function can take them (enqueue checks
-        them, but a task queued by an older release, or by hand, may not fit):
-        :class:`TaskArgumentsMismatch` otherwise, which is never retried."""
+    async def acall(self) -> Any:
+        """:meth:`call` on an event loop: ``async def`` tasks are awaited there."""
+        args, kwargs = self._started()
+        return await self.task.acall(*args, **kwargs)
+
+    def _started(self) -> tuple[list[Any], dict[str, Any]]:
+        """Send ``task_started``; the arguments of the call (its context first), if the
+        function can take the queued ones (a task queued by an older release, or by
+        hand, may not fit): :class:`TaskArgumentsMismatch` otherwise, never retried."""
+        task_started.send(sender=self.sender, task_result=self.result)
         args, kwargs = self.message.args, self.message.kwargs
         bind_arguments(self.task, args, kwargs, error=TaskArgumentsMismatch)
+        if self.task.takes_context:
+            return [TaskContext(task_result=self.result), *args], kwargs
         return args, kwargs
 
     @property
@@ -210,18 +207,9 @@ class Job:
         """The task is an ``async def`` function: it runs on an event loop."""
         return inspect.iscoroutinefunction(self.task.func)
 
-    async def acall(self) -> Any:
-        """:meth:`call` on an event loop: ``async def`` tasks are awaited there."""
-        task_started.send(sender=self.sender, task_result=self.result)
-        args, kwargs = self.bound()
-        if self.task.takes_context:
-            return await self.task.acall(TaskContext(task_result=self.result), *args, **kwargs)
-        return await self.task.acall(*args, **kwargs)
-
     def encode(self, value: Any) -> str:
-        """The return value as JSON, by Django's rules: what JSON cannot carry is the
-        task's error, a ``TypeError`` (``ValueError`` for bytes that are not UTF-8), as
-        with Django's own backends."""
+        """The return value as JSON, by Django's rules: what JSON cannot carry is the task's
+        error, a ``TypeError`` (``ValueError`` for bytes that are not UTF-8)."""
         what = f"the return value of task {self.message.task!r}"
         try:
             value = normalize_json(value)
@@ -233,8 +221,7 @@ class Job:
         return to_json(value, what)
 
     def finished(self, status: TaskStatus, error: BaseException | None) -> None:
-        """Called once the task has ended for good (not before a retry): Django's
-        ``task_finished`` signal."""
+        """Send Django's ``task_finished``, once the task has ended for good."""
         object.__setattr__(self.result, "status", ENDED[status])
         object.__setattr__(self.result, "finished_at", timezone.now())
         if error is not None:

@@ -8,21 +8,14 @@ Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
 and ``,"crashes":<n>`` is appended before the final brace once a worker died running
 it. The order is a contract with the Lua scripts, which read the id and the priority
-from the start of a payload, write the enqueue time before ``"retries":0}`` (the
-enqueue script) and append the crash count at its end, with string operations
-(re-encoding JSON in Lua could alter numbers); everything else treats the payload as
-opaque. ``backend`` is present for tasks enqueued through Django's Tasks
-framework: the alias of the backend in ``settings.TASKS``, and ``task`` is then the
-task's module path. ``scheduled_for`` is the tick (epoch ms) of a scheduled run.
-``flow`` is present for a workflow's step (:class:`FlowStep`): ``["<workflow id>",
-<step>,[["<task id>","<queue>"],...][,<input>]]``, with the steps after it, whose keys
-the script recording its outcome needs, and the node whose result is its first argument
-when it is not in ``args``.
-``limits`` are the task's rate and concurrency limits, filled from its arguments
-(limits.py), which the scripts that take and record it read.
-``enqueued_at`` (the server's time of the enqueue, epoch ms) lets a worker build a
-first attempt's result without reading it back; payloads written before it existed,
-by schedules, or run again after a deferral or a dead letter's requeue do not carry it.
+from the start of a payload, write the enqueue time before ``"retries":0}`` and append
+the crash count at its end, with string operations (re-encoding JSON in Lua could alter
+numbers). ``backend``: the ``settings.TASKS`` alias of a Django ``@task`` (``task`` is
+then its module path). ``scheduled_for``: the tick (epoch ms) of a scheduled run.
+``flow``: a workflow step's place (:class:`FlowStep`). ``limits``: the task's limits,
+filled from its arguments (limits.py). ``enqueued_at``: the server's time of the
+enqueue (epoch ms), absent from payloads of schedules, older releases, deferrals and
+requeued dead letters.
 """
 
 from __future__ import annotations
@@ -55,10 +48,9 @@ class MalformedTask(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class FlowStep:
     """Where a task stands in a workflow: the workflow's id, its step's number, the task
-    id and queue of each step after it (in the order the workflow lists them), and
-    ``input``: the node of the workflow whose result is its first argument, read when it
-    runs (0: none, or given in its arguments). A member of a group after a group takes
-    the first group's results so: the workflow keeps them once, not once per member."""
+    id and queue of each step after it, and ``input``: the node whose result is its first
+    argument, read when it runs (0: none, or in its arguments), so that a group after a
+    group has the first one's results kept once, not once per member."""
 
     workflow: str
     step: int
@@ -92,8 +84,7 @@ class FlowStep:
 
 @dataclass(kw_only=True)
 class PlannedStep:
-    """A step of a workflow about to be written: planned by ``definition._Plan``, written
-    by ``store/flow_records.record_fields`` (its :class:`FlowStep` is made then)."""
+    """A step of a workflow planned by ``definition._Plan``, about to be written."""
 
     number: int
     message: TaskMessage
@@ -147,12 +138,9 @@ class TaskMessage:
         }
         if self.flow is not None:
             body["flow"] = self.flow.encode()
-        if self.backend is not None:
-            body["backend"] = self.backend
-        if self.scheduled_for is not None:
-            body["scheduled_for"] = self.scheduled_for
-        if self.enqueued_at is not None:
-            body["enqueued_at"] = self.enqueued_at
+        for name in ("backend", "scheduled_for", "enqueued_at"):
+            if getattr(self, name) is not None:
+                body[name] = getattr(self, name)
         body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
         payload = to_json(body, f"the arguments of task {self.task!r}")
         if self.limits:  # right after the priority, where the scripts look for them
@@ -183,11 +171,8 @@ class TaskMessage:
 
     @classmethod
     def decode(cls, payload: str | bytes) -> TaskMessage:
-        """Parse a payload; :class:`MalformedTask` says what is wrong with a bad one.
-
-        Whatever the payload holds (not UTF-8, not JSON, nested past the recursion
-        limit, the wrong shape), this raises only :class:`MalformedTask`.
-        """
+        """Parse a payload; whatever it holds (not UTF-8, not JSON, too deep, the wrong
+        shape), this raises only :class:`MalformedTask`, saying what is wrong."""
         try:
             data = json.loads(payload)
         except RecursionError:
@@ -273,9 +258,7 @@ FLOW_FIELD = b',"flow":'
 
 def flow_of(payload: bytes) -> FlowStep | None:
     """The workflow step a payload is (``None`` for a plain task, or one it cannot read).
-
-    Only a payload that has the field is decoded: a string argument cannot hold it,
-    since JSON escapes its quotes."""
+    Only a payload with the field is decoded (JSON escapes a string argument's quotes)."""
     if FLOW_FIELD not in payload:
         return None
     try:
@@ -298,8 +281,7 @@ def _short(error: BaseException, limit: int = 200) -> str:
 
 
 def random_id() -> str:
-    """32 random hex digits: a workflow's id. (A task's id names its queue's home:
-    ``store.new_task_id``.)"""
+    """32 random hex digits: a workflow's id (a task's is ``store.new_task_id``)."""
     return os.urandom(16).hex()
 
 

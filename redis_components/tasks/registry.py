@@ -1,10 +1,6 @@
 """Things by name (:class:`Registry`), and what a running task uses: :class:`Retry`,
-:func:`current_task`, :func:`defer`.
-
-The registry of tasks by name is ``definition.task_registry``, beside the task type it
-holds: this module needs no task type.
-
-"""
+:func:`current_task`, :func:`defer`. It needs no task type (the tasks by name are
+``definition.task_registry``)."""
 
 from __future__ import annotations
 
@@ -12,11 +8,12 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from .. import keys
 from ..conf import conf
-from ..exceptions import InvalidInput, LockNotAcquired
+from ..exceptions import LockNotAcquired
 from ..guard import Busy
 from .messages import TaskMessage
 
@@ -38,10 +35,7 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Things registered by name as their modules are imported (tasks, schedules).
-
-    One object per kind; :meth:`isolated` empties it for a while (in a test).
-    """
+    """Things registered by name as their modules are imported (tasks, schedules)."""
 
     def __init__(self) -> None:
         self._items: dict[str, T] = {}
@@ -66,57 +60,28 @@ class Registry(Generic[T]):
             self._items = saved
 
 
-def optional_seconds(value: object, field: str) -> float | None:
-    """``value`` as a positive number of seconds, or ``None``; else :class:`InvalidInput`."""
-    return None if value is None else keys.seconds(value, field, positive=True)
-
-
-def validate_retries(max_retries: object) -> int:
-    """``max_retries`` if it is a non-negative integer (not a bool), else :class:`InvalidInput`."""
-    return keys.integer(max_retries, "max_retries", minimum=0)
-
-
-def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
-    """A task's ``time_limit`` and ``soft_time_limit`` (seconds, or None), checked."""
-    hard_s, soft_s = optional_seconds(hard, "time_limit"), optional_seconds(soft, "soft_time_limit")
-
-    if hard_s is not None and soft_s is not None and soft_s >= hard_s:
-        raise InvalidInput(
-            "soft_time_limit", f"must be shorter than time_limit ({soft_s:g} >= {hard_s:g} s)"
-        )
-    return hard_s, soft_s
-
-
 def backoff(retries: int, base: float | None = None) -> float:
-    """Seconds to wait before retry number ``retries + 1``: exponential, capped, jittered.
-
-    The jitter (x 0.5 to 1.5) spreads the retries of tasks that failed together.
-    """
+    """Seconds to wait before retry number ``retries + 1``: exponential, capped, jittered
+    (x 0.5 to 1.5, to spread the retries of tasks that failed together)."""
     base = conf.TASK_RETRY_BACKOFF if base is None else base
     delay = min(conf.TASK_RETRY_BACKOFF_MAX, base * 2.0**retries)
     return min(conf.TASK_RETRY_BACKOFF_MAX, delay * random.uniform(0.5, 1.5))
 
 
-# -- the task a worker is running, and deferring it ---------------------------------
-
-
+@dataclass(eq=False)
 class RunningTask:
     """The task a worker is running now; :func:`current_task` returns it inside a task."""
 
-    def __init__(self, message: TaskMessage) -> None:
-        self.message = message
-        self.deferred_for: float | None = None
+    message: TaskMessage
+    deferred_for: float | None = None
 
     @property
     def id(self) -> str:
         return self.message.id
 
     def defer(self, seconds: float) -> None:
-        """Ask the worker to run this task again in ``seconds`` instead of finishing it.
-
-        The worker moves it to the delayed queue atomically when the task returns; a
-        deferral does not count as a retry.
-        """
+        """Ask the worker to run this task again in ``seconds`` instead of finishing it
+        (atomically, when the task returns); a deferral does not count as a retry."""
         self.deferred_for = keys.seconds(seconds, "seconds")
 
 

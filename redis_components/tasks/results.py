@@ -1,13 +1,6 @@
-r"""Task result records: what Redis keeps of a task, whichever decorator made it.
-
-The queue scripts write a task's result hash as its state changes (see ``store/``):
-READY when enqueued (and again when it waits for a retry), SUCCESSFUL or FAILED when it
-ends; while a worker runs it, the ``running`` hash says so. This module reads both in
-one round trip, as :class:`TaskRecord`\ s: what the admin pages and ``rc_queues`` show,
-and, as Django's ``TaskResult`` (the public result type, :func:`to_django`), what the
-backend and a running task's context give.
-A result is kept ``TASK_RESULT_TTL`` seconds (a day by default) after its last change,
-then Redis expires it: nothing grows forever.
+r"""Task result records: what Redis keeps of a task, whichever decorator made it, read
+as :class:`TaskRecord`\ s and as Django's ``TaskResult`` (:func:`to_django`). A result
+is kept ``TASK_RESULT_TTL`` seconds after its last change, then Redis expires it.
 """
 
 from __future__ import annotations
@@ -18,24 +11,12 @@ from typing import Any
 
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
-from ..keys import django_datetime, django_time
+from ..keys import django_datetime
 from .framework import Task, TaskResult, TaskResultStatus
 from .framework import TaskError as DjangoTaskError
-from .store import AttemptError, TaskRecord, TaskStatus, TaskStore
-
-__all__ = [
-    "MAX_TASK_ID",
-    "MAX_TRACEBACK",
-    "AttemptError",
-    "TaskRecord",
-    "TaskStatus",
-    "describe",
-    "django_datetime",
-    "django_time",
-    "error_json",
-    "get_record",
-    "read_records",
-]
+from .store import TaskRecord as TaskRecord
+from .store import TaskStatus as TaskStatus
+from .store import TaskStore
 
 # How a cancelled task reads in Django's results, which have no CANCELLED status.
 CANCELLED = "redis_components.exceptions.TaskCancelled"
@@ -66,11 +47,8 @@ def get_record(task_id: str) -> TaskRecord:
 
 
 def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
-    """The records of several tasks in one round trip (``None`` where none is kept).
-
-    A record that cannot be read (written by something else than this app) counts as
-    missing: reading never fails on bad data.
-    """
+    """The records of several tasks in one round trip (``None`` where none is kept, or
+    where one cannot be read: reading never fails on bad data)."""
     for task_id in task_ids:
         keys.validate_name(task_id, "task_id", MAX_TASK_ID)
     return TaskStore().task_records(task_ids)

@@ -17,17 +17,15 @@ from ..messages import TaskMessage
 
 @dataclass(frozen=True)
 class Attempt:
-    """A running attempt of a task as the running hash keeps it ("<start ms> <worker>",
-    see lua/lib/attempts.lua): when it started (the server's ms; ``None`` if that cannot
-    be read) and its worker."""
+    """A running attempt of a task ("<start ms> <worker>" in the running hash, see
+    lua/lib/attempts.lua): when it started (server ms; ``None`` if unreadable), where."""
 
     started_ms: int | None
     worker_id: str
 
     @classmethod
     def all_of(cls, held: bytes) -> list[Attempt]:
-        """The attempts of a task running now, oldest first, from its entry in the
-        running hash: one, unless copies of it run at once."""
+        """The attempts of a running task, oldest first: one, unless copies run at once."""
         found = []
         for attempt in held.split(b"|"):
             begun, _, worker_id = attempt.decode("utf-8", "replace").partition(" ")
@@ -104,10 +102,8 @@ class TaskRecord:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A registered worker and the seconds until its lease runs out (negative: expired).
-
-    ``problem`` says what could not be read of its description ("" when all could).
-    """
+    """A registered worker and the seconds until its lease runs out (negative: expired);
+    ``problem`` says what could not be read of its description ("" when all could)."""
 
     id: str
     host: str
@@ -121,11 +117,8 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A task that will not run again unless requeued, and why.
-
-    ``readable`` is False for an entry that is not one this app wrote; ``raw`` then
-    holds what could be shown of it.
-    """
+    """A task that will not run again unless requeued, and why (``readable`` is False for
+    an entry this app did not write: ``raw`` then holds what could be shown of it)."""
 
     queue: str
     task: str
@@ -143,17 +136,13 @@ class WaitingTask:
     """A task waiting in a queue: ready, or delayed until ``due``.
 
     ``message`` is ``None`` for a payload that is not a task (``shown`` is what can be
-    shown of it, and ``task_id`` is ""), or that a list page read in part (``whole_size``
-    is then its length in bytes); ``task_id``, ``task``, ``priority`` and ``arguments``
-    (as JSON, cut to :data:`ARGUMENTS_SHOWN` characters) are read either way.
-
-    A delayed task's ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no
-    datetime can hold it (past the year 9999, as an older release could store it), both
-    are ``None`` for an infinite score (not one of ours).
-
-    ``waits_on`` names the limit that holds it back, if one does: the key of the
-    concurrency limit it waits for a permit of, or of the rate it was set aside on (a
-    delayed task); ``waits_for`` says which ("concurrency" or "rate").
+    shown of it, ``task_id`` is ""), or that a list page read in part (``whole_size`` is
+    its length in bytes); ``task_id``, ``task``, ``priority`` and ``arguments`` (JSON, cut
+    to :data:`ARGUMENTS_SHOWN` characters) are read either way. A delayed task's
+    ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no datetime can hold
+    it (past the year 9999, as an older release could store it), both are ``None`` for an
+    infinite score (not ours). ``waits_on`` is the key of the limit that holds it back,
+    if one does, and ``waits_for`` its kind ("concurrency" or "rate").
     """
 
     message: TaskMessage | None
@@ -192,8 +181,8 @@ class LogLine:
 
 @dataclass(frozen=True, kw_only=True)
 class Delivery:
-    """A task as a worker took it, made once from the take's reply
-    (:meth:`WorkerStore.delivery`) and passed whole to what runs it and says how it ended."""
+    """A task as a worker took it (:meth:`WorkerStore.delivery`), passed whole to what runs
+    it and says how it ended."""
 
     position: int  # 1-based index of its lane among the worker's (WorkerStore.queue_at)
     queue: str  # the queue of that lane
@@ -275,8 +264,8 @@ TERMINATE_WAIT_MS = 3_600_000
 
 @dataclass(frozen=True)
 class LimitUse:
-    """A concurrency limit in use: its key, its limit, how many tasks hold one of its
-    permits (running, or handed one while they wait in their queue) and how many wait."""
+    """A concurrency limit in use: how many tasks hold one of its permits (running, or
+    handed one while they wait in their queue) and how many wait."""
 
     key: str
     limit: int
@@ -328,8 +317,7 @@ class TickClaim:
 
 @dataclass(frozen=True, kw_only=True)
 class Move:
-    """A task that an earlier release left in the registry's home, as it moves into its
-    queue's home (see migration.py)."""
+    """A task of the registry's home (an earlier release's) moving into its queue's home."""
 
     old_id: str
     old_entry: bytes  # the member (or dead letter) it was there

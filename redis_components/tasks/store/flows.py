@@ -77,12 +77,11 @@ class Flows(Router):
         *,
         delete: bool = True,
     ) -> int:
-        """Carry the final outcomes of steps in the outbox of ``head`` (those of
-        ``task_ids`` there, or the ``entries`` given) to their workflows: each is settled
-        (lua/flow_settle.lua), the steps it releases are enqueued, and the entries go
-        (unless not ``delete``: lua/queue_fetch.lua deletes them). Any process may carry
-        any entry, as often as it likes: each counts once (lua/lib/flow.lua). How many
-        entries it carried."""
+        """Carry the final outcomes of steps in the outbox of ``head`` (those of ``task_ids`` there,
+        or the ``entries`` given) to their workflows: each is settled (lua/flow_settle.lua), the
+        steps it releases are enqueued, and the entries go (unless not ``delete``:
+        lua/queue_fetch.lua deletes them). Any process may carry any entry, as often as it likes:
+        each counts once (lua/lib/flow.lua). How many entries it carried."""
         client, key = self.at(head), layout.settled_key(head)
         if entries is None:
             entries = _read(client, key, task_ids)

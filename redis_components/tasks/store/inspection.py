@@ -137,9 +137,8 @@ class Inspection(Router):
     def home_counts(
         self, serving: dict[str, list[str]]
     ) -> dict[str, list[tuple[str, QueueCounts]]]:
-        """The counts of each queue of ``serving`` (queue -> the workers serving it) in
-        each of its homes (see layout.queue_homes: its partitions first), in one round
-        trip per home."""
+        """The counts of each queue of ``serving`` (queue -> the workers serving it) in each
+        of its homes (layout.queue_homes: its partitions first), one round trip per home."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
         heads = {name: layout.queue_homes(name) for name in serving}  # (read once: see layout)
         for name, worker_ids in serving.items():
@@ -181,10 +180,9 @@ class Inspection(Router):
     def _spans(
         self, queue: str, kind: Literal["ready", "delayed", "dead"], first: int, last: int
     ) -> tuple[int | None, list[Span]]:
-        """Where the entries from ``first`` to ``last`` (indexes, negative from the end) of
-        the ``kind`` keys of ``queue``'s homes, read as one, are: the head, key and indexes
-        there of each home that holds some. The total of them is given, or ``None`` for
-        one home: its indexes are its key's."""
+        """Where the entries from ``first`` to ``last`` (negative: from the end) of the ``kind``
+        keys of ``queue``'s homes, read as one, are: each home's head, key and indexes there.
+        The total is given, or ``None`` for one home: its indexes are its key's."""
         heads = layout.queue_homes(queue)
         if kind == "dead":
             heads = heads[::-1]  # (the older home's first: the newest is last)
@@ -209,8 +207,7 @@ class Inspection(Router):
     def _glimpsed(
         self, spans: tuple[int | None, list[Span]], start_bytes: int, end_bytes: int = 0
     ) -> tuple[int, list[tuple[str, list[Glimpse]]]]:
-        """The total of :meth:`_spans`, and a glimpse (:meth:`_glimpses`) of the entries of
-        each of its spans, by head: one round trip per home."""
+        """The total of ``spans`` and a glimpse (:meth:`_glimpses`) of each span's entries."""
         total, found = spans[0], []
         for head, key, start, end in spans[1]:
             held, glimpsed = self._glimpses(
@@ -224,9 +221,7 @@ class Inspection(Router):
         self, queue: str, first: int, last: int
     ) -> tuple[int, list[DeadLetter]]:
         """How many dead letters ``queue`` holds, and those from ``first`` to ``last``
-        (LRANGE's indexes), each read in part when it is long (see
-        :func:`replies.glimpsed_dead_letter`), in one round trip per home (and one for
-        their lengths, when there are several)."""
+        (LRANGE's indexes), each read in part when it is long (replies.glimpsed_dead_letter)."""
         spans = self._spans(queue, "dead", first, last)
         total, found = self._glimpsed(spans, GLIMPSE_BYTES, DEAD_LETTER_END_BYTES)
         return total, [
@@ -239,9 +234,8 @@ class Inspection(Router):
         self, queue: str, state: Literal["ready", "delayed"], offset: int, count: int
     ) -> tuple[int, list[WaitingTask]]:
         """How many tasks wait in the ``state`` set of ``queue``, and ``count`` of them from
-        ``offset`` in the order they will run, each read in part when it is long, in one
-        round trip per home (and one for their sizes, when there are several: the queue's
-        own home's, partition by partition, then those of another count of partitions)."""
+        ``offset`` in the order they will run, each read in part when it is long (the queue's
+        own homes, partition by partition, then those of another count of partitions)."""
         spans = self._spans(queue, state, offset, offset + count - 1)
         total, found = self._glimpsed(spans, GLIMPSE_BYTES)
         waiting = []
@@ -257,9 +251,8 @@ class Inspection(Router):
     def _set_aside(
         self, queue: str, head: str, waiting: list[WaitingTask], glimpsed: list[Glimpse]
     ) -> list[WaitingTask]:
-        """``waiting`` (delayed tasks of ``queue`` in ``head``), each set aside on a rate
-        saying which: it is in that rate's turns, at its due time (lib/limit_turns.lua
-        keeps the two together), in one round trip for those a rate limits."""
+        """``waiting`` (delayed tasks of ``queue`` in ``head``), each marked with the rate it
+        was set aside on: it is in that rate's turns at its due time (lib/limit_turns.lua)."""
         asked = [
             (i, key)
             for i, glimpse in enumerate(glimpsed)
@@ -324,10 +317,9 @@ class Inspection(Router):
         return total, found
 
     def held_back(self, task_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """Of the tasks ``task_ids`` that wait to run, those a limit holds back: task id ->
-        ("concurrency", the key whose permit it waits for) or ("rate", the key of the
-        rate it was set aside on). Two round trips per home: the payloads each waits as
-        (in its result, as a cancel finds it), then the limits' sets it may be in."""
+        """Of these waiting tasks, those a limit holds back: task id -> ("concurrency", the
+        key whose permit it waits for) or ("rate", the key of the rate it was set aside on),
+        found by the payload each waits as (in its result, as a cancel finds it)."""
         found_payloads = self._each_home(
             [
                 (layout.task_home(i), ("HMGET", layout.result_key(i), "payload", "message"))
@@ -365,9 +357,8 @@ class Inspection(Router):
     def _glimpses(
         self, key: str, first: int, last: int, *, start_bytes: int, end_bytes: int = 0
     ) -> tuple[int, list[Glimpse]]:
-        """How many entries ``key`` (a ZSET or LIST) holds, and a glimpse of those from
-        ``first`` to ``last`` (negative: from the end): their first ``start_bytes`` and last
-        ``end_bytes`` bytes, never a page of whole entries (one round trip)."""
+        """How many entries ``key`` (a ZSET or LIST) holds, and the first ``start_bytes`` and
+        last ``end_bytes`` bytes of those from ``first`` to ``last``, never whole entries."""
         call = entry_heads_call(
             key=key, first=first, last=last, start_bytes=start_bytes, end_bytes=end_bytes
         )
@@ -396,9 +387,8 @@ class Inspection(Router):
     def minute_counts(
         self, queues: Sequence[str], hours: int
     ) -> tuple[int, dict[str, dict[int, dict[str, int]]]]:
-        """The server's minute (since the epoch) and, per queue, what its workers finished
-        in each minute of the last ``hours`` hours (by minute, then kind: "processed",
-        "failed", "retried"), in a round trip per home after one for the clock."""
+        """The server's minute (since the epoch) and, per queue, what its workers finished in
+        each minute of the last ``hours`` hours (by minute, then kind: "processed", ...)."""
         seconds, _ = self.client.time()
         now_minute = int(seconds) // 60
         hour = now_minute // 60

@@ -52,16 +52,14 @@ class Queues(Flows):
     def enqueue(
         self, message: TaskMessage, payload: str, due: Due = NOW, *, unique_for: float | None = None
     ) -> Enqueued:
-        """Add a task to its queue, to run when it is ``due``.
+        """Add a task to its queue, to run when it is ``due``, and write its READY result.
 
-        Writes its READY result in the same script. With ``unique_for`` (seconds),
-        nothing is added when an equal task (:meth:`TaskMessage.digest`) was enqueued
-        within that time (:attr:`Enqueued.duplicate_of` names it). Raises
-        :class:`QueueFull` when the queue is at its limit, and :class:`TaskNotDurable`
-        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge. Its id must name its
-        queue's home (``new_task_id``): on a cluster, one of 32 digits would put it where
-        no worker takes (:class:`InvalidInput`).
-        """
+        With ``unique_for`` (seconds), nothing is added when an equal task
+        (:meth:`TaskMessage.digest`) was enqueued within that time (``duplicate_of`` names
+        it). Raises :class:`QueueFull` when the queue is at its limit, :class:`TaskNotDurable`
+        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge, and :class:`InvalidInput`
+        for an id that names no queue's home (``new_task_id``): on a cluster, one of 32
+        digits would put it where no worker takes."""
         if len(message.id) != 36 and layout.shared_home() is not None:
             raise InvalidInput(
                 "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
@@ -137,10 +135,9 @@ class Queues(Flows):
     def requeue_dead(self, queue: str, batch: int = 500) -> tuple[int, int]:
         """Put the dead letters of ``queue`` back on it with fresh retries.
 
-        Returns ``(requeued, left)``: entries whose payload is not a task this version can
-        run are left in the dead-letter list. Each batch moves atomically; an entry removed
-        meanwhile (by another requeue) is skipped, so no task is requeued twice.
-        """
+        Returns ``(requeued, left)``: entries that are not a task this version can run are
+        left. Each batch moves atomically; an entry removed meanwhile (by another requeue) is
+        skipped, so no task is requeued twice."""
         validate_queue(queue)
         moved = left = 0
         for head in layout.queue_homes(queue):  # each home's dead letters go back there
@@ -197,12 +194,10 @@ class Queues(Flows):
     ) -> Literal["cancelled", "terminating"]:
         """Cancel a task that has not started: it leaves its queue, its result is CANCELLED.
 
-        A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
-        then its worker settles it at its next heartbeat and leaves its thread behind (told
-        to stop; its concurrency permits stay held until its code ends), and
-        ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
-        A cancelled unique task frees its key: an equal task may be enqueued at once.
-        """
+        A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``: then
+        its worker settles it at its next heartbeat and leaves its thread behind (told to stop;
+        its concurrency permits stay held until its code ends): ``"terminating"``. A finished
+        task, or an unknown id, is refused too. A cancelled unique task frees its key."""
         keys.validate_name(task_id, "task_id", 100)
         task_id = self.current_id(task_id)
         done = self._cancel(task_id, terminate=terminate)
@@ -217,8 +212,8 @@ class Queues(Flows):
         )
 
     def _cancel(self, task_id: str, *, terminate: bool, workflow_cancelled: bool = False) -> int:
-        """lua/queue_cancel.lua's reply for the task ``task_id``; a workflow's step in its
-        queue's home has its outcome carried to its workflow at once."""
+        """lua/queue_cancel.lua's reply for ``task_id``; a workflow's step in its queue's home
+        has its outcome carried to its workflow at once."""
         head = layout.task_home(task_id)
         pipe = self.at(head).pipeline(transaction=False)
         raw(pipe, "HMGET", layout.result_key(task_id), "payload", "message", "unique")
@@ -242,9 +237,7 @@ class Queues(Flows):
             queue=message.queue,
             payload=payload,
             # (only a key of ours)
-            unique=unique
-            if unique.startswith(layout.unique_key("", layout.task_home(task_id)))
-            else "",
+            unique=unique if unique.startswith(layout.unique_key("", head)) else "",
             terminate=terminate,
             flow=message.flow,
             workflow_cancelled=workflow_cancelled,
@@ -255,9 +248,8 @@ class Queues(Flows):
         return done
 
     def purge(self, queue: str) -> int:
-        """Delete the ready, delayed and dead tasks of ``queue``, and those waiting on a
-        concurrency limit (in one script per home); return how many. Tasks in progress are
-        left to finish; results expire by themselves."""
+        """Delete the ready, delayed and dead tasks of ``queue`` and those waiting on a
+        concurrency limit: how many. Tasks in progress are left to finish."""
         validate_queue(queue)
         return sum(
             int(self._run(purge_call(queue=queue, head=h))) for h in layout.queue_homes(queue)
@@ -265,9 +257,8 @@ class Queues(Flows):
 
     def forget_queues(self, names: Sequence[str]) -> int:
         """Drop from the known queues those of ``names`` that hold no task or dead letter and
-        finished no task in the last RECENT_HOURS (one script: a task enqueued meanwhile
-        keeps its queue known). Pass only queues no registered worker serves. Returns how
-        many were forgotten."""
+        finished none in the last RECENT_HOURS (a task enqueued meanwhile keeps its queue
+        known). Pass only queues no registered worker serves. Returns how many were forgotten."""
         if not names:
             return 0
         hour = int(time.time()) // 3600  # the client's clock: an hour more on each side
@@ -279,8 +270,7 @@ class Queues(Flows):
             forgotten = int(self._run(forget_call(names=local, hours=hours)))
         # A queue of another home: its name goes if it was idle, and comes back if it is
         # not idle after that (a task enqueued meanwhile keeps it known, as above).
-        elsewhere = [name for name in names if layout.home(name) != here]
-        idle = [name for name in elsewhere if self._idle(name, hours)]
+        idle = [name for name in names if layout.home(name) != here and self._idle(name, hours)]
         if idle:
             removed = raw(self.client, "SREM", layout.queues_key(), *idle)
             back = [name for name in idle if not self._idle(name, hours)]
@@ -290,10 +280,9 @@ class Queues(Flows):
         return forgotten
 
     def _idle(self, name: str, hours: Iterable[int], heads: Sequence[str] | None = None) -> bool:
-        """Whether queue ``name`` holds no task or dead letter, has no task waiting on a
-        limit and finished none in ``hours``, in any of its homes (see
-        lua/queue_forget.lua); or in the homes ``heads`` only, where no task of any
-        queue runs either."""
+        """Whether queue ``name`` holds no task or dead letter, has none waiting on a limit and
+        finished none in ``hours``, in any of its homes (as lua/queue_forget.lua checks); or in
+        the homes ``heads`` only, where no task of any queue runs either."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
         for head in layout.queue_homes(name) if heads is None else heads:
             queue_keys = [
@@ -310,11 +299,10 @@ class Queues(Flows):
         return not any(int(found) for found in self._each_home(commands))
 
     def forget_count(self, queue: str, count: int, noted_before_ms: int) -> bool:
-        """Forget the count ``count`` of partitions noted for ``queue`` (see
-        layout.noted_counts) if no process noted it since ``noted_before_ms`` and the
-        homes of its partitions (but those of the queue's own count) hold none of its
-        tasks, ready, delayed, dead or waiting on a limit, nor any running task. Whether
-        it did: not when a process notes it meanwhile (it is watched)."""
+        """Forget the count ``count`` of partitions noted for ``queue`` (layout.noted_counts) if
+        no process noted it since ``noted_before_ms`` and the homes of its partitions (but the
+        queue's own) hold none of its tasks, nor any running task. Whether it did (not when a
+        process notes it meanwhile: the key is watched)."""
         key, field = layout.partitions_key(), f"{queue}#{count}"
         own = layout.own_homes(queue)
         heads = [head for head in layout.count_homes(queue, count) if head not in own]
@@ -334,9 +322,9 @@ class Queues(Flows):
     def cancel_workflow(
         self, workflow_id: str, steps: Sequence[tuple[str, str]], *, terminate: bool
     ) -> tuple[bool, str | None, int, int]:
-        """Cancel a workflow whose steps are ``steps`` (task id, queue): whether this call
-        cancelled it, its status before (``None``: no such workflow), how many steps
-        were dropped, and how many still run."""
+        """Cancel a workflow of ``steps`` (task id, queue): whether this call cancelled it, its
+        status before (``None``: no such workflow), how many steps were dropped, and how many
+        still run."""
         call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
         cancelled, status, dropped, running, *elsewhere = self._run(call, raw=True)
         queued, outboxed = ([text(task_id) for task_id in ids] for ids in elsewhere)

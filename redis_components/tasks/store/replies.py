@@ -1,9 +1,7 @@
 """What the store reads, made records: the only code that decodes the task system's
-replies (a workflow's fields are ``flow_records.py``'s, its codec).
-
-Anything with access to Redis may have written these keys, so each parser reads what it
-can and marks or leaves out what it cannot: reading never fails on bad data.
-"""
+replies (a workflow's fields are ``flow_records.py``'s). Anything with access to Redis
+may have written these keys, so each parser reads what it can and marks or leaves out
+what it cannot: reading never fails on bad data."""
 
 from __future__ import annotations
 
@@ -57,7 +55,7 @@ def text(value: bytes) -> str:
 def fields_of(reply: Any) -> dict[str, bytes]:
     """HGETALL's reply with str names (RESP2 gives a flat list, RESP3 a map)."""
     if isinstance(reply, list):
-        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+        reply = pairs(reply)
     return {text(name): value for name, value in reply.items()}
 
 
@@ -70,8 +68,8 @@ def integer(value: bytes | str | None) -> int | None:
 
 
 def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | None:
-    """A task's record from its result hash and its entry in the running hash (``None``
-    when it is not running); ``None`` when there is no result or it is not ours."""
+    """A task's record from its result hash and its entry in the running hash (``None``:
+    not running); ``None`` when there is no result or it is not ours."""
     fields = fields_of(reply)
     try:
         message = TaskMessage.decode(fields["message"])
@@ -142,8 +140,7 @@ def task_name(message: bytes | None) -> str:
 
 
 def worker_description(raw_info: bytes | None) -> dict[str, Any] | None:
-    """A worker's registered description (its queues, pid, host, start, threads), or
-    ``None`` when it cannot be read as one."""
+    """A worker's registered description (queues, pid, host, start, threads), or ``None``."""
     try:
         info = json.loads(raw_info) if raw_info else None
     except (ValueError, RecursionError):
@@ -289,8 +286,7 @@ _LIMITS_HEAD = re.compile(rb'^\{"id":"[0-9a-f]+","priority":-?\d+,"limits":(\[(?
 
 
 def rate_keys(head: bytes) -> list[str]:
-    """The keys of the rates a payload (whole or its head) is limited by: [] for none, or
-    for limits that cannot be read."""
+    """The keys of the rates a payload (whole or its head) is limited by ([] if unreadable)."""
     found = _LIMITS_HEAD.match(head)
     try:
         limits = json.loads(found[1]) if found else []
@@ -310,11 +306,9 @@ def _start_text(head: bytes) -> str:
 
 
 def _field(piece: str, name: str) -> Any:
-    """The value of the field ``name`` in a piece of a JSON object; a string that the piece
-    cuts short comes cut, anything else missing or cut is ``None``.
-
-    The first ``"name":`` is the field's: inside a JSON string, quotes are escaped.
-    """
+    """The value of the field ``name`` (its first ``"name":``: quotes inside a string are
+    escaped) in a piece of a JSON object; a string the piece cuts short comes cut, anything
+    else missing or cut is ``None``."""
     at = piece.find(f'"{name}":')
     if at < 0:
         return None
@@ -328,8 +322,7 @@ def _field(piece: str, name: str) -> Any:
 
 
 def _cut_string(text: str) -> str | None:
-    """The start of the JSON string that ``text`` begins and does not end (None if it
-    does not begin one)."""
+    """The start of the JSON string that ``text`` begins and does not end, or ``None``."""
     if not text.startswith('"'):
         return None
     for end in range(len(text), max(len(text) - 6, 0), -1):  # the cut may split an escape
@@ -342,8 +335,7 @@ def _cut_string(text: str) -> str | None:
 
 
 def _cut(text: str, cut: bool = True) -> str:
-    """``text`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
-    "…" when it goes on."""
+    """``text`` cut to :data:`ARGUMENTS_SHOWN` characters and "…" (unless not ``cut``)."""
     return text[:ARGUMENTS_SHOWN] + "…" if cut else text
 
 

@@ -91,9 +91,8 @@ class Inspection(Router):
         """The message a task was queued with, while its result is kept (``None`` if it
         is not, or is not one of ours)."""
         task_id = self.current_id(task_id)
-        found = raw(
-            self.at(layout.task_home(task_id)), "HGET", layout.result_key(task_id), "message"
-        )
+        key = layout.result_key(task_id)
+        found = raw(self.at(layout.task_home(task_id)), "HGET", key, "message")
         try:
             return TaskMessage.decode(found) if found else None
         except MalformedTask:
@@ -117,10 +116,8 @@ class Inspection(Router):
 
     def worker_queues(self, worker_id: str) -> list[str]:
         """The queues a worker registered to serve ([] if it is gone, or unreadable)."""
-        described = replies.worker_description(
-            raw(self.client, "HGET", layout.workers_key(), worker_id)
-        )
-        queues = replies.worker_queues(described or {}) or []
+        stored = raw(self.client, "HGET", layout.workers_key(), worker_id)
+        queues = replies.worker_queues(replies.worker_description(stored) or {}) or []
         try:
             return [validate_queue(queue) for queue in queues]
         except ValueError:
@@ -278,6 +275,7 @@ class Inspection(Router):
         key hands its permits on. Two round trips per home, and one per page of a key's
         waiting tasks (of every queue) read."""
         prefix = f"{queue}\n".encode()
+        start_bytes = len(prefix) + GLIMPSE_BYTES
         total, found, skip = 0, list[WaitingTask](), offset
         for head in layout.queue_homes(queue):
             client = self.at(head)
@@ -293,25 +291,18 @@ class Inspection(Router):
             for name in names:
                 pipe.zcard(layout.limit_wait_key(head, name))
             for name, size in zip(names, pipe.execute(), strict=True):
+                key = layout.limit_wait_key(head, name)
                 for first in range(0, size if len(found) < count else 0, ON_LIMITS_PAGE):
-                    _, glimpsed = self._glimpses(
-                        layout.limit_wait_key(head, name),
-                        first,
-                        first + ON_LIMITS_PAGE - 1,
-                        start_bytes=len(prefix) + GLIMPSE_BYTES,
-                    )
-                    for glimpse in glimpsed:
-                        if not glimpse.start.startswith(prefix) or len(found) == count:
-                            continue
-                        if skip:
-                            skip -= 1
-                            continue
-                        task = replies.waiting_task(
-                            glimpse.start[len(prefix) :], glimpse.size - len(prefix), None
-                        )
+                    last = first + ON_LIMITS_PAGE - 1
+                    _, glimpsed = self._glimpses(key, first, last, start_bytes=start_bytes)
+                    mine = [glimpse for glimpse in glimpsed if glimpse.start.startswith(prefix)]
+                    for glimpse in mine[skip : skip + count - len(found)]:
+                        start, length = glimpse.start[len(prefix) :], glimpse.size - len(prefix)
+                        task = replies.waiting_task(start, length, None)
                         found.append(
                             dataclasses.replace(task, waits_on=name, waits_for="concurrency")
                         )
+                    skip = max(0, skip - len(mine))
                     if len(found) == count:
                         break
         return total, found

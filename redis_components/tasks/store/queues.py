@@ -65,16 +65,13 @@ class Queues(Flows):
                 "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
             )
         limit, shares = queue_limit(message.queue), layout.partitions(message.queue)
+        head = layout.task_home(message.id)
         call = enqueue_call(
             message=message,
             payload=payload,
             due=due,
             limit=-(-limit // shares),  # (each partition holds its share, rounded up)
-            unique_key=(
-                layout.unique_key(message.digest(), layout.task_home(message.id))
-                if unique_for
-                else ""
-            ),
+            unique_key=layout.unique_key(message.digest(), head) if unique_for else "",
             unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
         )
         replicas = int(user_settings().get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it

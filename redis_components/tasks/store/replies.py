@@ -161,32 +161,25 @@ def worker_info(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInf
     info = worker_description(raw_info)
     if info is None:
         return WorkerInfo(worker_id, "", None, [], None, lease_left, "unreadable description")
-    problems = []
     queues = worker_queues(info)
-    if queues is None:
-        queues, problems = [], ["queues"]
-    pid = info.get("pid")
-    if not keys.is_integer(pid):
-        pid = None
-        problems.append("pid")
-    started = info.get("started_at")
-    if not (keys.is_integer(started) or isinstance(started, float)):
-        started = None
-        problems.append("start time")
+    pid, started, threads = info.get("pid"), info.get("started_at"), info.get("threads", 1)
+    valid = {
+        "queues": queues is not None,
+        "pid": keys.is_integer(pid),
+        "start time": keys.is_integer(started) or isinstance(started, float),
+        "threads": keys.is_integer(threads) and threads >= 1,  # (0.1's workers ran one)
+    }
+    problems = [name for name, ok in valid.items() if not ok]
     host = info.get("host")
-    threads = info.get("threads", 1)  # a worker of 0.1 does not say: it runs one
-    if not keys.is_integer(threads) or threads < 1:
-        threads = 1
-        problems.append("threads")
     return WorkerInfo(
         worker_id,
         host if isinstance(host, str) else "",
-        pid,
-        queues,
-        float(started) if started is not None else None,
+        pid if valid["pid"] else None,
+        queues or [],
+        float(info["started_at"]) if valid["start time"] else None,
         lease_left,
         f"unreadable {', '.join(problems)}" if problems else "",
-        threads,
+        threads if valid["threads"] else 1,
     )
 
 

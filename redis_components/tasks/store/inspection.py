@@ -14,7 +14,7 @@ import redis
 from redis import Redis
 
 from ...connection import text
-from ..messages import MalformedTask, TaskMessage, validate_queue
+from ..messages import TaskMessage, validate_queue
 from . import layout, replies
 from .calls import entry_heads_call
 from .records import (
@@ -92,11 +92,7 @@ class Inspection(Router):
         is not, or is not one of ours)."""
         task_id = self.current_id(task_id)
         key = layout.result_key(task_id)
-        found = raw(self.at(layout.task_home(task_id)), "HGET", key, "message")
-        try:
-            return TaskMessage.decode(found) if found else None
-        except MalformedTask:
-            return None
+        return replies.task_message(raw(self.at(layout.task_home(task_id)), "HGET", key, "message"))
 
     def workers(self) -> list[WorkerInfo]:
         """Every registered worker, live or not yet recovered, by id, with the seconds
@@ -207,9 +203,7 @@ class Inspection(Router):
         """The total of ``spans`` and a glimpse (:meth:`_glimpses`) of each span's entries."""
         total, found = spans[0], []
         for head, key, start, end in spans[1]:
-            held, glimpsed = self._glimpses(
-                key, start, end, start_bytes=start_bytes, end_bytes=end_bytes
-            )
+            held, glimpsed = self._glimpses(key, start, end, start_bytes, end_bytes)
             total = held if total is None else total  # (one home: its key's size)
             found.append((head, glimpsed))
         return total or 0, found
@@ -294,7 +288,7 @@ class Inspection(Router):
                 key = layout.limit_wait_key(head, name)
                 for first in range(0, size if len(found) < count else 0, ON_LIMITS_PAGE):
                     last = first + ON_LIMITS_PAGE - 1
-                    _, glimpsed = self._glimpses(key, first, last, start_bytes=start_bytes)
+                    _, glimpsed = self._glimpses(key, first, last, start_bytes)
                     mine = [glimpse for glimpse in glimpsed if glimpse.start.startswith(prefix)]
                     for glimpse in mine[skip : skip + count - len(found)]:
                         start, length = glimpse.start[len(prefix) :], glimpse.size - len(prefix)
@@ -321,9 +315,8 @@ class Inspection(Router):
         commands: list[tuple[str, tuple[Any, ...]]] = []
         for task_id, (requeued, enqueued) in zip(task_ids, found_payloads, strict=True):
             payload = requeued or enqueued  # (as lib/result.lua writes them)
-            try:
-                message = TaskMessage.decode(payload or b"")
-            except MalformedTask:
+            message = replies.task_message(payload)
+            if message is None:
                 continue
             entry = f"{message.queue}\n".encode() + payload
             for limit in message.limits or []:
@@ -346,7 +339,7 @@ class Inspection(Router):
         return None
 
     def _glimpses(
-        self, key: str, first: int, last: int, *, start_bytes: int, end_bytes: int = 0
+        self, key: str, first: int, last: int, start_bytes: int, end_bytes: int = 0
     ) -> tuple[int, list[Glimpse]]:
         """How many entries ``key`` (a ZSET or LIST) holds, and the first ``start_bytes`` and
         last ``end_bytes`` bytes of those from ``first`` to ``last``, never whole entries."""

@@ -19,7 +19,7 @@ from ... import keys, scripts
 from ...conf import user_settings
 from ...connection import OneConnection, text
 from ...exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDurable
-from ..messages import NOW, Due, MalformedTask, TaskMessage, validate_queue
+from ..messages import NOW, Due, TaskMessage, validate_queue
 from . import layout, replies
 from .calls import (
     cancel_call,
@@ -90,11 +90,9 @@ class Queues(Flows):
         as a worker's loop gives it), or else after it."""
         script, script_keys, args = call
         client = self._on(script_keys)
-        held = isinstance(client, OneConnection)
+        during = meanwhile if isinstance(client, OneConnection) else None
         try:
-            reply = script(
-                client, script_keys, args, raw=True, meanwhile=meanwhile if held else None
-            )
+            reply = script(client, script_keys, args, raw=True, meanwhile=during)
         finally:
             if meanwhile is not None:
                 meanwhile()  # (written once: again, it writes nothing)
@@ -220,11 +218,7 @@ class Queues(Flows):
         waiting = waits[0] if waits else None
         payload = waiting or fields[0] or fields[1]
         unique = (fields[2] or b"").decode("utf-8", "replace")
-        written = fields[1] or waiting
-        try:
-            message = TaskMessage.decode(written) if written else None
-        except MalformedTask:
-            message = None
+        message = replies.task_message(fields[1] or waiting)
         if payload is None or message is None:
             raise TaskNotCancellable(
                 task_id, "no such task is kept (unknown, or its result expired)"
@@ -248,9 +242,8 @@ class Queues(Flows):
         """Delete the ready, delayed and dead tasks of ``queue`` and those waiting on a
         concurrency limit: how many. Tasks in progress are left to finish."""
         validate_queue(queue)
-        return sum(
-            int(self._run(purge_call(queue=queue, head=h))) for h in layout.queue_homes(queue)
-        )
+        calls = [purge_call(queue=queue, head=head) for head in layout.queue_homes(queue)]
+        return sum(int(self._run(call)) for call in calls)
 
     def forget_queues(self, names: Sequence[str]) -> int:
         """Drop from the known queues those of ``names`` that hold no task or dead letter and

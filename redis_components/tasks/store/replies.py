@@ -131,12 +131,18 @@ def _errors(value: bytes | None) -> list[AttemptError]:
     ]
 
 
+def task_message(payload: bytes | None) -> TaskMessage | None:
+    """The task a payload or message holds (``None`` when there is none or it is not ours)."""
+    try:
+        return TaskMessage.decode(payload) if payload else None
+    except MalformedTask:
+        return None
+
+
 def task_name(message: bytes | None) -> str:
     """The task a queued message names ("" when there is none or it is not ours)."""
-    try:
-        return TaskMessage.decode(message).task if message else ""
-    except MalformedTask:
-        return ""
+    found = task_message(message)
+    return found.task if found else ""
 
 
 def worker_description(raw_info: bytes | None) -> dict[str, Any] | None:

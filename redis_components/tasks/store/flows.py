@@ -210,16 +210,8 @@ class Flows(Router):
 
     def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
         """These fields of a workflow (those it has), one HMGET per page, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for page in pages:
-            raw(pipe, "HMGET", layout.flow_key(workflow_id), *page)
-        replies = pipe.execute() if pages else []
-        return {
-            name: value
-            for page, values in zip(pages, replies, strict=True)
-            for name, value in zip(page, values, strict=True)
-            if value is not None
-        }
+        found = self._hash_fields([(layout.flow_key(workflow_id), page) for page in pages])
+        return {name: value for record in found for name, value in record.items()}
 
     def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
         """The stored result (JSON) of a workflow's step or barrier (``None``: none kept)."""
@@ -242,11 +234,15 @@ class Flows(Router):
         self, workflow_ids: Sequence[str], fields: Sequence[str]
     ) -> list[dict[str, bytes]]:
         """These ``fields`` of each workflow (those it has), in one round trip."""
+        return self._hash_fields([(layout.flow_key(i), fields) for i in workflow_ids])
+
+    def _hash_fields(self, asked: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, bytes]]:
+        """For each HASH and fields asked, those it has (an HMGET each), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for workflow_id in workflow_ids:
-            raw(pipe, "HMGET", layout.flow_key(workflow_id), *fields)
-        replies = pipe.execute() if workflow_ids else []
+        for key, fields in asked:
+            raw(pipe, "HMGET", key, *fields)
+        found = pipe.execute() if asked else []
         return [
             {name: value for name, value in zip(fields, values, strict=True) if value is not None}
-            for values in replies
+            for (_, fields), values in zip(asked, found, strict=True)
         ]

@@ -268,12 +268,8 @@ def waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
     start = _start_text(head)
     task_id, task, priority = (_field(start, name) for name in ("id", "task", "priority"))
     arguments_at = start.find('"args":')
-    if not (
-        isinstance(task_id, str)
-        and isinstance(task, str)
-        and isinstance(priority, int)
-        and arguments_at >= 0
-    ):
+    readable = isinstance(task_id, str) and isinstance(task, str) and isinstance(priority, int)
+    if not readable or arguments_at < 0:
         return WaitingTask(None, start, due, due_ms, whole_size=size)
     arguments = _cut(start[arguments_at + len('"args":') :])
     return WaitingTask(None, start, due, due_ms, task_id, task, priority, arguments, size)

@@ -20,15 +20,7 @@ from ...conf import user_settings
 from ...connection import OneConnection, text
 from ...exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDurable
 from ..messages import NOW, Due, TaskMessage, validate_queue
-from . import layout, replies
-from .calls import (
-    cancel_call,
-    enqueue_call,
-    flow_cancel_call,
-    forget_call,
-    purge_call,
-    requeue_dead_call,
-)
+from . import calls, layout, replies
 from .flows import Flows
 from .records import Enqueued, Fetched, LogLine
 from .router import raw
@@ -66,7 +58,7 @@ class Queues(Flows):
             )
         limit, shares = queue_limit(message.queue), layout.partitions(message.queue)
         head = layout.task_home(message.id)
-        call = enqueue_call(
+        call = calls.enqueue_call(
             message=message,
             payload=payload,
             due=due,
@@ -136,10 +128,9 @@ class Queues(Flows):
         validate_queue(queue)
         moved = left = 0
         for head in layout.queue_homes(queue):  # each home's dead letters go back there
-            start = 0
+            key, start = layout.dead_key(queue, head), 0
             while True:
-                last = start + batch - 1
-                entries = raw(self.at(head), "LRANGE", layout.dead_key(queue, head), start, last)
+                entries = raw(self.at(head), "LRANGE", key, start, start + batch - 1)
                 if not entries:
                     break
                 found = [(entry, replies.requeueable(entry)) for entry in entries]
@@ -168,10 +159,9 @@ class Queues(Flows):
         """Requeue these dead letters (each with its task) of ``head``; how many moved."""
         if not tasks:
             return 0
-        call = requeue_dead_call(queue=queue, entries=tasks, head=head)
-        done, problem = self._run_durable(
-            call, f"{len(tasks)} dead letters of {queue!r} were requeued"
-        )
+        call = calls.requeue_dead_call(queue=queue, entries=tasks, head=head)
+        said = f"{len(tasks)} dead letters of {queue!r} were requeued"
+        done, problem = self._run_durable(call, said)
         if problem:
             logger.warning("%s", problem)
         return int(done)
@@ -223,7 +213,7 @@ class Queues(Flows):
             raise TaskNotCancellable(
                 task_id, "no such task is kept (unknown, or its result expired)"
             )
-        call = cancel_call(
+        call = calls.cancel_call(
             task_id=task_id,
             queue=message.queue,
             payload=payload,
@@ -242,8 +232,8 @@ class Queues(Flows):
         """Delete the ready, delayed and dead tasks of ``queue`` and those waiting on a
         concurrency limit: how many. Tasks in progress are left to finish."""
         validate_queue(queue)
-        calls = [purge_call(queue=queue, head=head) for head in layout.queue_homes(queue)]
-        return sum(int(self._run(call)) for call in calls)
+        heads = layout.queue_homes(queue)
+        return sum(int(self._run(calls.purge_call(queue=queue, head=head))) for head in heads)
 
     def forget_queues(self, names: Sequence[str]) -> int:
         """Drop from the known queues those of ``names`` that hold no task or dead letter and
@@ -257,7 +247,7 @@ class Queues(Flows):
         forgotten = 0
         local = [name for name in names if layout.home(name) == here]
         if local:
-            forgotten = int(self._run(forget_call(names=local, hours=hours)))
+            forgotten = int(self._run(calls.forget_call(names=local, hours=hours)))
         # A queue of another home: its name goes if it was idle, and comes back if it is
         # not idle after that (a task enqueued meanwhile keeps it known, as above).
         idle = [name for name in names if layout.home(name) != here and self._idle(name, hours)]
@@ -315,7 +305,7 @@ class Queues(Flows):
         """Cancel a workflow of ``steps`` (task id, queue): whether this call cancelled it, its
         status before (``None``: no such workflow), how many steps were dropped, and how many
         still run."""
-        call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
+        call = calls.flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
         cancelled, status, dropped, running, *elsewhere = self._run(call, raw=True)
         queued, outboxed = ([text(task_id) for task_id in ids] for ids in elsewhere)
         for task_id in outboxed:  # (its result, or a tombstone: see flow_release.lua)

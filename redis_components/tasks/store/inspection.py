@@ -3,6 +3,7 @@ the operations pages and metrics (never a write), and the server's risky setting
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -396,9 +397,7 @@ class Inspection(Router):
                 for _ in range(hours + 1):
                     merged.update(replies.fields_of(next(found_hours)))
                 for minute, kinds in replies.minute_counts(merged, first).items():
-                    for kind, count in kinds.items():
-                        at = summed.setdefault(minute, {})
-                        at[kind] = at.get(kind, 0) + count
+                    summed.setdefault(minute, collections.Counter()).update(kinds)
         return now_minute, found
 
     def totals(self) -> dict[str, float]:

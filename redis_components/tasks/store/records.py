@@ -133,28 +133,19 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class WaitingTask:
-    """A task waiting in a queue: ready, or delayed until ``due``.
+    """A task waiting in a queue: ready, or delayed until ``due``. Its ``task_id``,
+    ``task``, ``priority`` and ``arguments`` are read whether or not it was read whole."""
 
-    ``message`` is ``None`` for a payload that is not a task (``shown`` is what can be
-    shown of it, ``task_id`` is ""), or that a list page read in part (``whole_size`` is
-    its length in bytes); ``task_id``, ``task``, ``priority`` and ``arguments`` (JSON, cut
-    to :data:`ARGUMENTS_SHOWN` characters) are read either way. A delayed task's
-    ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no datetime can hold
-    it (past the year 9999, as an older release could store it), both are ``None`` for an
-    infinite score (not ours). ``waits_on`` is the key of the limit that holds it back,
-    if one does, and ``waits_for`` its kind ("concurrency" or "rate").
-    """
-
-    message: TaskMessage | None
-    shown: str
-    due: datetime.datetime | None
-    due_ms: int | None = None
+    message: TaskMessage | None  # None: not a task ("" task_id), or read in part
+    shown: str  # what can be shown of it
+    due: datetime.datetime | None  # None when no datetime holds due_ms (past the year 9999)
+    due_ms: int | None = None  # a delayed task's due time (epoch ms); None: infinite score
     task_id: str = ""
     task: str = ""
     priority: int = 0
-    arguments: str = ""
-    whole_size: int = 0
-    waits_on: str = ""
+    arguments: str = ""  # as JSON, cut to ARGUMENTS_SHOWN characters
+    whole_size: int = 0  # read in part (a list page): its length in bytes
+    waits_on: str = ""  # the key of the limit that holds it back (a permit's, or a rate's)
     waits_for: Literal["", "concurrency", "rate"] = ""
 
 

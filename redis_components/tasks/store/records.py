@@ -17,10 +17,9 @@ from ..messages import TaskMessage
 
 @dataclass(frozen=True)
 class Attempt:
-    """A running attempt of a task ("<start ms> <worker>" in the running hash, see
-    lua/lib/attempts.lua): when it started (server ms; ``None`` if unreadable), where."""
+    """A running attempt of a task: "<start ms> <worker>" in the running hash (attempts.lua)."""
 
-    started_ms: int | None
+    started_ms: int | None  # the server's ms (None if unreadable)
     worker_id: str
 
     @classmethod
@@ -35,12 +34,11 @@ class Attempt:
 
 @dataclass(frozen=True)
 class RunningEntry:
-    """A task running now: its id, one attempt of it, and its task's name ("" once its
-    result, which names it, expired)."""
+    """A task running now: its id, one attempt of it, and its task's name."""
 
     task_id: str
     attempt: Attempt
-    task: str
+    task: str  # "" once its result, which names it, expired
 
 
 class TaskStatus(str, enum.Enum):
@@ -67,33 +65,24 @@ class AttemptError:
 
 @dataclass(frozen=True)
 class TaskRecord:
-    r"""What Redis keeps of one task.
-
-    ``task`` is the registered name of one of our ``@redis_task``\ s (``backend`` is then
-    ``None``), or the module path of a Django ``@task`` (``backend`` is its Tasks
-    backend alias). Times are aware UTC datetimes from the Redis server's clock.
-    ``worker_ids`` lists the worker of each attempt, ``errors`` the error of each
-    failed one (a worker that died counts as
-    :class:`~redis_components.exceptions.WorkerCrashed`); ``return_value`` is what a
-    SUCCESSFUL task returned (``None`` otherwise).
-    """
+    """What Redis keeps of one task (times: aware UTC datetimes, by the server's clock)."""
 
     id: str
-    task: str
+    task: str  # the registered name of a @redis_task, or a Django @task's module path
     queue: str
     priority: int
     args: list[Any]
     kwargs: dict[str, Any]
-    backend: str | None
+    backend: str | None  # a Django @task's Tasks backend alias (None for a @redis_task)
     status: TaskStatus
     enqueued_at: datetime.datetime | None
     run_after: datetime.datetime | None
     started_at: datetime.datetime | None
     last_attempted_at: datetime.datetime | None
     finished_at: datetime.datetime | None
-    worker_ids: list[str]
-    errors: list[AttemptError]
-    return_value: Any = field(default=None, repr=False)
+    worker_ids: list[str]  # the worker of each attempt
+    errors: list[AttemptError]  # of each failed attempt (a worker that died: WorkerCrashed)
+    return_value: Any = field(default=None, repr=False)  # a SUCCESSFUL task's (else None)
 
     @property
     def attempts(self) -> int:
@@ -102,8 +91,7 @@ class TaskRecord:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A registered worker and the seconds until its lease runs out (negative: expired);
-    ``problem`` says what could not be read of its description ("" when all could)."""
+    """A registered worker and the seconds until its lease runs out (negative: expired)."""
 
     id: str
     host: str
@@ -111,14 +99,13 @@ class WorkerInfo:
     queues: list[str]
     started_at: float | None
     lease_left: float
-    problem: str = ""
+    problem: str = ""  # what could not be read of its description ("" when all could)
     threads: int = 1  # the tasks it runs at once (rc_worker --threads)
 
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A task that will not run again unless requeued, and why (``readable`` is False for
-    an entry this app did not write: ``raw`` then holds what could be shown of it)."""
+    """A task that will not run again unless requeued, and why."""
 
     queue: str
     task: str
@@ -126,8 +113,8 @@ class DeadLetter:
     error: str
     traceback: str
     failed_at: float
-    raw: str
-    readable: bool = True
+    raw: str  # what can be shown of the entry
+    readable: bool = True  # False for an entry this app did not write
     whole_size: int = 0  # read in part (a list page): the entry's length in bytes; else 0
 
 

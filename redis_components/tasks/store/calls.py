@@ -111,26 +111,20 @@ def migrate_call(*, move: Move) -> scripts.Call:
 def fetch_call(
     *,
     worker_id: str,
-    worker_keys: list[str],
-    mode: str,
-    outcome: Outcome | None,
+    worker_keys: list[str],  # fetch_keys(...)
+    mode: str,  # "take+move", "take", "move" or ""
+    outcome: Outcome | None,  # fenced by its delivery's attempt
     hour: int,
-    start: Fetched | None = None,
-    shift: int = 0,
-    ahead: bool = False,
-    clock_ms: int = 0,
-    exact: bool = False,
-    limits: str = "",
-    carried: Sequence[str] = (),
+    start: Fetched | None = None,  # a task held ahead
+    shift: int = 0,  # the lanes before the first of worker_keys (positions are the call's)
+    ahead: bool = False,  # to hold the task taken ahead
+    clock_ms: int = 0,  # the server's time as the worker reckons it (0: unknown)
+    exact: bool = False,  # clock_ms is the time (else a floor to the clock's)
+    limits: str = "",  # the TASK_LIMITS setting as JSON ("" for none)
+    carried: Sequence[str] = (),  # steps carried from this home's outbox: their entries go
 ) -> scripts.Call:
-    """lua/queue_fetch.lua: record ``outcome`` (fenced by its delivery's attempt), start
-    ``start`` (a task held ahead), move due delayed tasks and take the next task as
-    ``mode`` says ("take+move", "take", "move" or ""), ``ahead``: to hold it ahead.
-    ``worker_keys``: :func:`fetch_keys`; ``shift``: the lanes before its first (positions
-    are the call's). ``clock_ms``: the server's time as the worker reckons it (0:
-    unknown), the time when ``exact``, else a floor to the clock's. ``limits``: the
-    ``TASK_LIMITS`` setting as JSON ("" for none). ``carried``: steps whose outcomes were
-    carried from this home's outbox, whose entries this call deletes there."""
+    """lua/queue_fetch.lua: record ``outcome``, start ``start``, move due delayed tasks and
+    take the next task, as ``mode`` says."""
     options: dict[str, object] = {
         "worker": worker_id,
         "take": mode.startswith("take"),
@@ -262,15 +256,14 @@ def recover_call(
     *,
     worker_id: str,
     queues: Sequence[str],
-    tasks: dict[str, FlowStep | None],
+    tasks: dict[str, FlowStep | None],  # by id, each with its workflow step or None
     only_if_expired: bool,
     max_crashes: int,
     head: str = "",
-    started_elsewhere: int = 0,
+    started_elsewhere: int = 0,  # the tasks it started in its other homes
 ) -> scripts.Call:
-    """lua/queue_recover.lua: put back the tasks (ids, each with its workflow step or ``None``) a
-    worker holds in ``queues`` of ``head``, fenced by its lease's copy there; on the registry's
-    home, deregister it (``started_elsewhere``: its tasks started in its other homes)."""
+    """lua/queue_recover.lua: put back the tasks a worker holds in ``queues`` of ``head``,
+    fenced by its lease's copy there; on the registry's home, deregister it."""
     head = head or one_home(queues)
     script_keys = [lease_copy_key(head), workers_key(head), running_tasks_key(head)]
     for queue in queues:
@@ -316,15 +309,12 @@ def cancel_call(
     task_id: str,
     queue: str,
     payload: bytes,
-    unique: str,
+    unique: str,  # the key that made it unique, freed with it ("" for none)
     terminate: bool,
-    flow: FlowStep | None = None,
-    workflow_cancelled: bool = False,
+    flow: FlowStep | None = None,  # its workflow step, whose later steps it fails
+    workflow_cancelled: bool = False,  # a running step in another home is not run again
 ) -> scripts.Call:
-    """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it).
-    ``unique``: the key that made it unique, freed with it ("" for none); ``flow``: its
-    workflow step, whose later steps it fails; ``workflow_cancelled``: its workflow was
-    (a running step in another home than its workflow's is not run again)."""
+    """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it)."""
     head = task_home(task_id)
     section, step = flow_section(flow, task_id) if flow else ([], "0")
     script_keys = [
@@ -377,11 +367,10 @@ def entry_heads_call(
 def flow_create_call(
     *,
     workflow_id: str,
-    fields: Sequence[scripts.Arg],
-    roots: Sequence[tuple[int, TaskMessage, str]],
+    fields: Sequence[scripts.Arg],  # its HASH's, flat
+    roots: Sequence[tuple[int, TaskMessage, str]],  # each step's number, message and payload
 ) -> scripts.Call:
-    """lua/flow_create.lua: write a workflow (``fields``: its HASH's, flat) and enqueue
-    its ``roots`` (each step's number, message and payload)."""
+    """lua/flow_create.lua: write a workflow and enqueue its ``roots``."""
     script_keys = workflow_keys(workflow_id)
     args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
     for number, message, payload in roots:

@@ -73,14 +73,13 @@ class Flows(Router):
         self,
         head: str,
         task_ids: Sequence[str],
-        entries: dict[bytes, bytes] | None = None,
+        entries: dict[bytes, bytes] | None = None,  # theirs, if known (else read)
         *,
-        delete: bool = True,
+        delete: bool = True,  # False: the caller deletes them (see lua/queue_fetch.lua)
     ) -> int:
-        """Carry the final outcomes of steps in the outbox of ``head`` (those of ``task_ids`` there,
-        or the ``entries`` given) to their workflows: each is settled (lua/flow_settle.lua), the
-        steps it releases are enqueued, and the entries go (unless not ``delete``:
-        lua/queue_fetch.lua deletes them). Any process may carry any entry, as often as it likes:
+        """Carry the final outcomes of these steps in the outbox of ``head`` to their
+        workflows: each is settled (lua/flow_settle.lua), the steps it releases are
+        enqueued, and its entry goes. Any process may carry any entry, as often as it likes:
         each counts once (lua/lib/flow.lua). How many entries it carried."""
         client, key = self.at(head), layout.settled_key(head)
         if entries is None:

@@ -103,8 +103,7 @@ class Flows(Router):
         each as (its outbox's key, its task id), read in one pipeline per node."""
         if layout.shared_home() is None:  # one server: every workflow settles in place
             return set()
-        keys = [layout.settled_key(head) for head in sorted(layout.homes_of(queues))]
-        keys.append(layout.released_key())
+        keys = [*map(layout.settled_key, sorted(layout.homes_of(queues))), layout.released_key()]
         replies = self._each_home([(layout.head_of(key), ("HKEYS", key)) for key in keys])
         return {(key, text(i)) for key, ids in zip(keys, replies, strict=True) for i in ids}
 

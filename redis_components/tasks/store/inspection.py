@@ -290,14 +290,17 @@ class Inspection(Router):
                 for first in range(0, size if len(found) < count else 0, ON_LIMITS_PAGE):
                     last = first + ON_LIMITS_PAGE - 1
                     _, glimpsed = self._glimpses(key, first, last, start_bytes)
-                    mine = [glimpse for glimpse in glimpsed if glimpse.start.startswith(prefix)]
-                    for glimpse in mine[skip : skip + count - len(found)]:
+                    for glimpse in glimpsed:
+                        if not glimpse.start.startswith(prefix) or len(found) == count:
+                            continue
+                        if skip:
+                            skip -= 1
+                            continue
                         start, length = glimpse.start[len(prefix) :], glimpse.size - len(prefix)
                         task = replies.waiting_task(start, length, None)
                         found.append(
                             dataclasses.replace(task, waits_on=name, waits_for="concurrency")
                         )
-                    skip = max(0, skip - len(mine))
                     if len(found) == count:
                         break
         return total, found

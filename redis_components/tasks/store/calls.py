@@ -48,8 +48,8 @@ from .records import TERMINATE_WAIT_MS, Fetched, Move, Outcome, TickClaim, durat
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[str]:
-    """The keys :func:`fetch` needs for a worker (the outcome's two are filled in by it):
-    those of ``queues``' one home (or of ``head``: another count's partition)."""
+    """The keys :func:`fetch_call` needs for a worker in ``queues``' one home (or ``head``:
+    another count's partition), but the outcome's two, which it fills in."""
     head = head or one_home(queues)
     leases = lease_copy_key(head)
     script_keys = [leases, running_tasks_key(head), counter_key(head), leases, leases]
@@ -111,30 +111,20 @@ def migrate_call(*, move: Move) -> scripts.Call:
 def fetch_call(
     *,
     worker_id: str,
-    worker_keys: list[str],
-    mode: str,
-    outcome: Outcome | None,
+    worker_keys: list[str],  # fetch_keys(...)
+    mode: str,  # "take+move", "take", "move" or ""
+    outcome: Outcome | None,  # fenced by its delivery's attempt
     hour: int,
-    start: Fetched | None = None,
-    shift: int = 0,
-    ahead: bool = False,
-    clock_ms: int = 0,
-    exact: bool = False,
-    limits: str = "",
-    carried: Sequence[str] = (),
+    start: Fetched | None = None,  # a task held ahead
+    shift: int = 0,  # the lanes before the first of worker_keys (positions are the call's)
+    ahead: bool = False,  # to hold the task taken ahead
+    clock_ms: int = 0,  # the server's time as the worker reckons it (0: unknown)
+    exact: bool = False,  # clock_ms is the time (else a floor to the clock's)
+    limits: str = "",  # the TASK_LIMITS setting as JSON ("" for none)
+    carried: Sequence[str] = (),  # steps carried from this home's outbox: their entries go
 ) -> scripts.Call:
-    """lua/queue_fetch.lua: record ``outcome`` (fenced by its delivery's attempt), start
-    ``start`` (a task held ahead), move due delayed tasks and take the next task as
-    ``mode`` says ("take+move", "take", "move" or ""), ``ahead``: to hold it ahead.
-    ``shift``: the lanes before the first of ``worker_keys`` (positions are the call's).
-    ``clock_ms``: the server's time as the worker reckons it (0: unknown), taken as the
-    time when ``exact``, else a floor to the clock's.
-    ``limits``: the ``TASK_LIMITS`` setting as JSON (limits.settings_json), "" for none.
-    ``carried``: steps whose outcomes were carried from this home's outbox, their
-    entries deleted there by this call (when ``outcome`` is a step of this home's).
-
-    ``worker_keys`` is :func:`fetch_keys` (the outcome's two keys are filled in here).
-    """
+    """lua/queue_fetch.lua: record ``outcome``, start ``start``, move due delayed tasks and
+    take the next task, as ``mode`` says."""
     options: dict[str, object] = {
         "worker": worker_id,
         "take": mode.startswith("take"),
@@ -220,8 +210,8 @@ def put_back_call(*, worker_id: str, queue: str, held: Fetched, task_id: str) ->
 def limits_run_call(
     *, worker_id: str, head: str, task_id: str, payload: bytes, hold: bool
 ) -> scripts.Call:
-    """lua/limits_run.lua: keep (``hold``) or free the permits of a run of a task that
-    goes on beyond its end as recorded, in the home ``head`` it was taken in."""
+    """lua/limits_run.lua: keep (``hold``) or free the permits of a task's run that goes
+    on beyond its recorded end, in the home ``head`` it was taken in."""
     return (
         scripts.load("limits_run"),
         [counter_key(head)],
@@ -253,8 +243,8 @@ def heartbeat_call(
 
 
 def renew_call(*, worker_ids: Sequence[str], lease_ms: int, head: str = "") -> scripts.Call:
-    """lua/queue_renew.lua: renew the leases that these workers hold (in the home
-    ``head``: the copies there; by default the registry's leases)."""
+    """lua/queue_renew.lua: renew these workers' leases (their copies in ``head``; by
+    default the registry's)."""
     return (
         scripts.load("queue_renew"),
         [lease_copy_key(head or registry())],
@@ -266,16 +256,14 @@ def recover_call(
     *,
     worker_id: str,
     queues: Sequence[str],
-    tasks: dict[str, FlowStep | None],
+    tasks: dict[str, FlowStep | None],  # by id, each with its workflow step or None
     only_if_expired: bool,
     max_crashes: int,
     head: str = "",
-    started_elsewhere: int = 0,
+    started_elsewhere: int = 0,  # the tasks it started in its other homes
 ) -> scripts.Call:
-    """lua/queue_recover.lua: put back the tasks a worker holds in ``queues`` of the
-    home ``head`` (``tasks``: their ids, each with its workflow step or ``None``),
-    fenced by the copy of its lease there; on the registry's home, deregister it.
-    ``started_elsewhere``: how many tasks it had started in its other homes."""
+    """lua/queue_recover.lua: put back the tasks a worker holds in ``queues`` of ``head``,
+    fenced by its lease's copy there; on the registry's home, deregister it."""
     head = head or one_home(queues)
     script_keys = [lease_copy_key(head), workers_key(head), running_tasks_key(head)]
     for queue in queues:
@@ -306,7 +294,7 @@ def requeue_dead_call(
     *, queue: str, entries: Sequence[tuple[bytes, TaskMessage]], head: str
 ) -> scripts.Call:
     """lua/queue_requeue_dead.lua: put dead letters (each with its task) back, fresh, in
-    the home where they are (``head``: one of layout.queue_homes)."""
+    their home ``head``."""
     script_keys = [dead_key(queue, head), ready_key(queue, head), counter_key(head)]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for entry, message in entries:
@@ -321,18 +309,12 @@ def cancel_call(
     task_id: str,
     queue: str,
     payload: bytes,
-    unique: str,
+    unique: str,  # the key that made it unique, freed with it ("" for none)
     terminate: bool,
-    flow: FlowStep | None = None,
-    workflow_cancelled: bool = False,
+    flow: FlowStep | None = None,  # its workflow step, whose later steps it fails
+    workflow_cancelled: bool = False,  # a running step in another home is not run again
 ) -> scripts.Call:
-    """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it).
-
-    ``unique``: the key that made it unique, freed with it ("" for none); ``flow``: the
-    workflow step it is, whose later steps it fails; ``workflow_cancelled``: its
-    workflow was cancelled (a step in another home than its workflow's: a running one
-    is not run again).
-    """
+    """lua/queue_cancel.lua: cancel a waiting task (or ask its worker to stop it)."""
     head = task_home(task_id)
     section, step = flow_section(flow, task_id) if flow else ([], "0")
     script_keys = [
@@ -359,8 +341,7 @@ def cancel_call(
 
 
 def purge_call(*, queue: str, head: str) -> scripts.Call:
-    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters in the home
-    ``head`` (one of layout.queue_homes)."""
+    """lua/queue_purge.lua: delete a queue's waiting tasks and dead letters in ``head``."""
     queue_keys = [ready_key(queue, head), delayed_key(queue, head), dead_key(queue, head)]
     script_keys = [*queue_keys, limits_key(head), waiting_key(head)]
     return scripts.load("queue_purge"), script_keys, [queue]
@@ -386,11 +367,10 @@ def entry_heads_call(
 def flow_create_call(
     *,
     workflow_id: str,
-    fields: Sequence[scripts.Arg],
-    roots: Sequence[tuple[int, TaskMessage, str]],
+    fields: Sequence[scripts.Arg],  # its HASH's, flat
+    roots: Sequence[tuple[int, TaskMessage, str]],  # each step's number, message and payload
 ) -> scripts.Call:
-    """lua/flow_create.lua: write a workflow (``fields``: its HASH's, flat) and enqueue
-    its ``roots`` (each step's number, message and payload)."""
+    """lua/flow_create.lua: write a workflow and enqueue its ``roots``."""
     script_keys = workflow_keys(workflow_id)
     args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
     for number, message, payload in roots:
@@ -410,9 +390,8 @@ def flow_settle_call(*, workflow_id: str, step: int, state: str, record: bytes) 
 
 
 def flow_release_call(*, task_id: str, entry: bytes) -> scripts.Call:
-    """lua/flow_release.lua: enqueue a released step in its queue's home (``entry``: its
-    entry in the workflows' outbox, lines of its queue, rank and payload), unless it was
-    already."""
+    """lua/flow_release.lua: enqueue a released step in its home, unless it was already
+    (``entry``: its entry in the workflows' outbox, lines of its queue, rank, payload)."""
     queue = entry.split(b"\n", 1)[0].decode("utf-8", "replace")
     head = task_home(task_id)
     script_keys = [result_key(task_id), ready_key(queue, head), counter_key(head)]
@@ -448,9 +427,8 @@ def flow_cancel_call(
 
 
 def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
-    """lua/schedule_claim.lua: claim due ticks of schedules, enqueueing their tasks
-    (those of queues in the registry's home: the others' are enqueued before, see
-    :func:`tick_enqueue_call`)."""
+    """lua/schedule_claim.lua: claim due ticks of schedules, enqueueing the tasks of queues
+    in the registry's home (the others' are enqueued before: :func:`tick_enqueue_call`)."""
     here = registry()
     script_keys = [schedule_next_key(), schedule_last_key(), counter_key(here)]
     args: list[scripts.Arg] = [result_ttl_ms()]

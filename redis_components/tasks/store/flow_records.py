@@ -1,13 +1,6 @@
-r"""A workflow as Redis keeps it, its codec: the fields its creation writes, and the
-records its reads make of them.
-
-A workflow is one HASH (``flow_key``) of the :data:`FIELDS` and :data:`STEP_FIELDS`
-that ``lua/lib/flow.lua``'s header describes: :func:`record_fields` writes it from a plan
-of steps (made in ``definition.py``), the scripts change it as steps end, and the flows
-facet reads it as records: a :class:`Summary` reads a few fields
-(:data:`SUMMARY_FIELDS`), never the steps or their results; :class:`Step`\ s are read a
-page of fields per command.
-"""
+"""A workflow as Redis keeps it, its codec: one HASH (``flow_key``) of the fields that
+``lua/lib/flow.lua``'s header describes, written by :func:`record_fields` from a plan of
+steps (``definition.py``), changed by the scripts as steps end, read as records."""
 
 from __future__ import annotations
 
@@ -68,11 +61,6 @@ STEP_FIELDS = (
 PAGE = 1000
 # A reference to step n's result in a template ("result", in:<n>): "@<n>".
 REFERENCE = re.compile(r"@(\d+)")
-
-
-# -- writing: a plan's steps as the workflow's fields ------------------------------------
-
-
 ARGS = ',"args":['  # the first one in a payload is its arguments' (see messages.py)
 
 
@@ -123,9 +111,6 @@ def record_fields(
             tail = rest if rest[0] == "]" else "," + rest
             fields += [f"head:{n}", payload[:cut], f"tail:{n}", tail, f"in:{n}", step.template]
     return fields, roots
-
-
-# -- reading: records -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,8 @@ class Flows(Router):
     def create_workflow(
         self, workflow_id: str, steps: list[PlannedStep], barriers: list[Barrier], result: str
     ) -> int | None:
-        """Write a workflow of these steps and barriers, whose result is ``result`` (a
-        template), and enqueue its first steps in one script; the server's time (ms) of
-        the enqueue, or ``None`` if a workflow of this id exists (nothing done)."""
+        """Write a workflow (``result``: its result's template) and enqueue its first steps
+        in one script: the server's time (ms), or ``None`` if the workflow exists already."""
         fields, roots = record_fields(steps, barriers, workflow_id, result)
         call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
         created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
@@ -62,10 +61,9 @@ class Flows(Router):
         return int(created)
 
     def carry_step(self, task_id: str, known: bytes | None = None, *, delete: bool = True) -> int:
-        """Carry the outcome of the workflow's step ``task_id`` from its home's outbox
-        (:meth:`carry_outcomes`; ``known``: its entry, when the caller knows it), if it
-        lives in another home than its workflow (no round trip when it does not); how
-        many entries (0 or 1) it carried."""
+        """Carry the outcome of the step ``task_id`` (:meth:`carry_outcomes`; ``known``: its
+        entry, if known) if it lives in another home than its workflow (else no round
+        trip): how many entries (0 or 1) it carried."""
         if not layout.settled_elsewhere(task_id):
             return 0
         entries = None if known is None else {task_id.encode(): known}
@@ -75,17 +73,14 @@ class Flows(Router):
         self,
         head: str,
         task_ids: Sequence[str],
-        entries: dict[bytes, bytes] | None = None,
+        entries: dict[bytes, bytes] | None = None,  # theirs, if known (else read)
         *,
-        delete: bool = True,
+        delete: bool = True,  # False: the caller deletes them (see lua/queue_fetch.lua)
     ) -> int:
-        """Carry the final outcomes of workflows' steps that the home ``head`` holds in
-        its outbox (those of ``task_ids`` that are there, unless the caller knows their
-        ``entries``) to their workflows' home: each is settled there
-        (lua/flow_settle.lua), the steps it releases are enqueued in their homes, and
-        the entries go (unless not ``delete``: then the caller deletes them, see
-        lua/queue_fetch.lua). Any process may carry any entry, as often as it likes:
-        each counts once (see lua/lib/flow.lua). How many entries it carried."""
+        """Carry the final outcomes of these steps in the outbox of ``head`` to their
+        workflows: each is settled (lua/flow_settle.lua), the steps it releases are
+        enqueued, and its entry goes. Any process may carry any entry, as often as it likes:
+        each counts once (lua/lib/flow.lua). How many entries it carried."""
         client, key = self.at(head), layout.settled_key(head)
         if entries is None:
             entries = _read(client, key, task_ids)
@@ -96,8 +91,7 @@ class Flows(Router):
         return len(entries)
 
     def _settle(self, entry: bytes) -> None:
-        """Settle an entry of a home's outbox in its workflow's home, and enqueue the
-        steps that this releases."""
+        """Settle an outbox's entry in its workflow, and enqueue the steps it releases."""
         step, workflow, _, state, record = entry.split(b" ", 4)
         call = flow_settle_call(
             workflow_id=workflow.decode(), step=int(step), state=state.decode(), record=record
@@ -109,14 +103,13 @@ class Flows(Router):
         each as (its outbox's key, its task id), read in one pipeline per node."""
         if layout.shared_home() is None:  # one server: every workflow settles in place
             return set()
-        keys = [layout.settled_key(head) for head in sorted(layout.homes_of(queues))]
-        keys.append(layout.released_key())
+        keys = [*map(layout.settled_key, sorted(layout.homes_of(queues))), layout.released_key()]
         replies = self._each_home([(layout.head_of(key), ("HKEYS", key)) for key in keys])
         return {(key, text(i)) for key, ids in zip(keys, replies, strict=True) for i in ids}
 
     def carry_left(self, entries: Iterable[tuple[str, str]]) -> int:
-        """Carry these entries of :meth:`outbox_entries` (left by a process that died,
-        or lost Redis, before it carried them), those that are still there: how many."""
+        """Carry these entries of :meth:`outbox_entries` (left by a process that died or
+        lost Redis), those still there: how many."""
         by_key: dict[str, list[str]] = {}
         for key, task_id in entries:
             by_key.setdefault(key, []).append(task_id)
@@ -125,12 +118,10 @@ class Flows(Router):
         return carried + (self.carry_released(released) if released else 0)
 
     def carry_released(self, entries: Sequence[str] | dict[bytes, bytes]) -> int:
-        """Enqueue in their queues' homes the steps waiting in the workflows' outbox
-        (``entries``: their ids, or the entries read already), each once
-        (lua/flow_release.lua), in one pipeline per node, and take them out of it: with
-        ``QUEUE_WAIT_REPLICAS``, once the replicas have them, as for any enqueue (one
-        ``WAIT`` per node; the steps of a node whose replicas were late stay, for a
-        later carry). How many it carried."""
+        """Enqueue the steps waiting in the workflows' outbox (``entries``: their ids, or
+        their entries) in their homes, each once (lua/flow_release.lua), one pipeline per
+        node, and take them out of it: with ``QUEUE_WAIT_REPLICAS``, once the replicas
+        have them (those of a node whose replicas were late stay). How many it carried."""
         key = layout.released_key()
         if not isinstance(entries, dict):
             entries = _read(self.client, key, entries)
@@ -172,14 +163,12 @@ class Flows(Router):
         ]
 
     def workflow_steps(self, workflow_id: str) -> list[Step] | None:
-        """Every step of a workflow, in the order it was written (``None`` when it is not
-        kept)."""
+        """Every step of a workflow, in order (``None`` when it is not kept)."""
         found = self._each_step(workflow_id, "id", "name", "q", "st", "r")
         return None if found is None else [step_of(found[1], n) for n in range(1, found[0] + 1)]
 
     def workflow_members(self, workflow_id: str) -> list[tuple[str, str]] | None:
-        """The task id and the queue of each step of a workflow (``None`` when it is not
-        kept)."""
+        """Each step's task id and queue (``None`` when the workflow is not kept)."""
         found = self._each_step(workflow_id, "id", "q")
         if found is None:
             return None
@@ -196,8 +185,8 @@ class Flows(Router):
         return None if summary is None or record is None else (summary.steps, record)
 
     def workflow_outcome(self, workflow_id: str) -> tuple[str, str | None, Any] | None:
-        """A workflow's status, the task id of the step that failed it, and its result
-        once it succeeded (``None`` when it is not kept)."""
+        """A workflow's status, the step that failed it (its task id), and its result once
+        it succeeded (``None`` when it is not kept)."""
         record = self._workflow_read(workflow_id, ["failed", "result"])
         if record is None:
             return None
@@ -210,30 +199,20 @@ class Flows(Router):
         return status, None, value
 
     def _workflow_read(self, workflow_id: str, fields: list[str]) -> dict[str, bytes] | None:
-        """``fields`` of a workflow (those it has) and its status, :data:`PAGE` fields per
-        command in one round trip; ``None`` when it is not kept."""
+        """``fields`` of a workflow (those it has) and its status, in one round trip;
+        ``None`` when it is not kept."""
         wanted = ["status", *fields]
         pages = [wanted[first : first + PAGE] for first in range(0, len(wanted), PAGE)]
         record = self.workflow_pages(workflow_id, pages)
         return record if "status" in record else None
 
     def workflow_pages(self, workflow_id: str, pages: Sequence[Sequence[str]]) -> dict[str, bytes]:
-        """These fields of a workflow's HASH (those it has), one HMGET per page of them,
-        in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for page in pages:
-            raw(pipe, "HMGET", layout.flow_key(workflow_id), *page)
-        replies = pipe.execute() if pages else []
-        return {
-            name: value
-            for page, values in zip(pages, replies, strict=True)
-            for name, value in zip(page, values, strict=True)
-            if value is not None
-        }
+        """These fields of a workflow (those it has), one HMGET per page, in one round trip."""
+        found = self._hash_fields([(layout.flow_key(workflow_id), page) for page in pages])
+        return {name: value for record in found for name, value in record.items()}
 
     def workflow_result(self, workflow_id: str, node: int) -> bytes | None:
-        """The result (JSON) of a workflow's step or barrier, as stored (``None`` when it
-        has none, or the workflow is not kept)."""
+        """The stored result (JSON) of a workflow's step or barrier (``None``: none kept)."""
         value: bytes | None = raw(self.client, "HGET", layout.flow_key(workflow_id), f"r:{node}")
         return value
 
@@ -252,13 +231,16 @@ class Flows(Router):
     def workflow_fields(
         self, workflow_ids: Sequence[str], fields: Sequence[str]
     ) -> list[dict[str, bytes]]:
-        """These ``fields`` of each workflow's HASH (those it has: none for a workflow that
-        is gone), in one round trip."""
+        """These ``fields`` of each workflow (those it has), in one round trip."""
+        return self._hash_fields([(layout.flow_key(i), fields) for i in workflow_ids])
+
+    def _hash_fields(self, asked: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, bytes]]:
+        """For each HASH and fields asked, those it has (an HMGET each), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for workflow_id in workflow_ids:
-            raw(pipe, "HMGET", layout.flow_key(workflow_id), *fields)
-        replies = pipe.execute() if workflow_ids else []
+        for key, fields in asked:
+            raw(pipe, "HMGET", key, *fields)
+        found = pipe.execute() if asked else []
         return [
             {name: value for name, value in zip(fields, values, strict=True) if value is not None}
-            for values in replies
+            for (_, fields), values in zip(asked, found, strict=True)
         ]

@@ -1,7 +1,6 @@
-"""The queues facet of the task store: enqueue, the worker's fetches (record, take,
-give back), dead letters put back or deleted, cancel (a workflow's too) and purge, and
-forgetting idle queues and counts of partitions no process notes any more. It builds
-on the flows facet: a cancelled step's outcome is carried to its workflow."""
+"""The queues facet of the task store: enqueue, the worker's fetches, dead letters put
+back or deleted, cancel (a workflow's too: built on the flows facet), purge, and
+forgetting idle queues and counts of partitions no process notes any more."""
 
 from __future__ import annotations
 
@@ -20,40 +19,9 @@ from ... import keys, scripts
 from ...conf import user_settings
 from ...connection import OneConnection, text
 from ...exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDurable
-from ..messages import NOW, Due, MalformedTask, TaskMessage, validate_queue
-from . import replies
-from .calls import (
-    cancel_call,
-    enqueue_call,
-    flow_cancel_call,
-    forget_call,
-    purge_call,
-    requeue_dead_call,
-)
+from ..messages import NOW, Due, TaskMessage, validate_queue
+from . import calls, layout, replies
 from .flows import Flows
-from .layout import (
-    count_homes,
-    dead_key,
-    delayed_key,
-    home,
-    limits_waiting_key,
-    own_homes,
-    partitions,
-    partitions_key,
-    queue_homes,
-    queues_key,
-    ready_key,
-    registry,
-    result_key,
-    result_ttl_ms,
-    running_tasks_key,
-    settled_elsewhere,
-    shared_home,
-    stats_key,
-    task_home,
-    unique_key,
-    waiting_key,
-)
 from .records import Enqueued, Fetched, LogLine
 from .router import raw
 
@@ -62,11 +30,7 @@ logger = logging.getLogger("redis_components.tasks")
 
 def queue_limit(queue: str) -> int:
     """The maximum number of waiting tasks of ``queue`` (0: unbounded)."""
-    return _limit(user_settings(), queue)
-
-
-def _limit(options: dict[str, Any], queue: str) -> int:
-    limits = options.get("TASK_QUEUE_LIMITS")
+    limits = user_settings().get("TASK_QUEUE_LIMITS")
     return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
 
 
@@ -80,31 +44,29 @@ class Queues(Flows):
     def enqueue(
         self, message: TaskMessage, payload: str, due: Due = NOW, *, unique_for: float | None = None
     ) -> Enqueued:
-        """Add a task to its queue, to run when it is ``due``.
+        """Add a task to its queue, to run when it is ``due``, and write its READY result.
 
-        Writes its READY result in the same script. With ``unique_for`` (seconds),
-        nothing is added when an equal task (:meth:`TaskMessage.digest`) was enqueued
-        within that time (:attr:`Enqueued.duplicate_of` names it). Raises
-        :class:`QueueFull` when the queue is at its limit, and :class:`TaskNotDurable`
-        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge. Its id must name its
-        queue's home (``new_task_id``): on a cluster, one of 32 digits would put it where
-        no worker takes (:class:`InvalidInput`).
-        """
-        if len(message.id) != 36 and shared_home() is not None:
+        With ``unique_for`` (seconds), nothing is added when an equal task
+        (:meth:`TaskMessage.digest`) was enqueued within that time (``duplicate_of`` names
+        it). Raises :class:`QueueFull` when the queue is at its limit, :class:`TaskNotDurable`
+        when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge, and :class:`InvalidInput`
+        for an id that names no queue's home (``new_task_id``): on a cluster, one of 32
+        digits would put it where no worker takes."""
+        if len(message.id) != 36 and layout.shared_home() is not None:
             raise InvalidInput(
                 "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
             )
-        options = user_settings()
-        limit, shares = _limit(options, message.queue), partitions(message.queue)
-        call = enqueue_call(
+        limit, shares = queue_limit(message.queue), layout.partitions(message.queue)
+        head = layout.task_home(message.id)
+        call = calls.enqueue_call(
             message=message,
             payload=payload,
             due=due,
             limit=-(-limit // shares),  # (each partition holds its share, rounded up)
-            unique_key=(unique_key(message.digest(), task_home(message.id)) if unique_for else ""),
+            unique_key=layout.unique_key(message.digest(), head) if unique_for else "",
             unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
         )
-        replicas = int(options.get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
+        replicas = int(user_settings().get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
         reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
         if int(reply[0]) == 0:
             raise QueueFull(message.queue, limit, shares)
@@ -115,27 +77,22 @@ class Queues(Flows):
         return Enqueued(at_ms=int(reply[1]))
 
     def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:
-        """Run a :func:`fetch_call` (a worker's :class:`WorkerStore` builds it):
-        record an outcome, start a task held ahead, move due delayed tasks and take a
-        task, in one script. ``meanwhile``: a :class:`LogLine` to write while the server
-        runs the script (on a :class:`~redis_components.connection.OneConnection`, as a
-        worker's loop gives it), or else after it."""
+        """Run a :func:`fetch_call` (a :class:`WorkerStore` builds it). ``meanwhile``: a
+        :class:`LogLine` to write while the server runs the script (on a ``OneConnection``,
+        as a worker's loop gives it), or else after it."""
         script, script_keys, args = call
         client = self._on(script_keys)
-        held = isinstance(client, OneConnection)
+        during = meanwhile if isinstance(client, OneConnection) else None
         try:
-            reply = script(
-                client, script_keys, args, raw=True, meanwhile=meanwhile if held else None
-            )
+            reply = script(client, script_keys, args, raw=True, meanwhile=during)
         finally:
             if meanwhile is not None:
                 meanwhile()  # (written once: again, it writes nothing)
         return replies.fetched(reply)
 
     def send_fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> None:
-        """Send a :func:`fetch_call` down the store's
-        :class:`~redis_components.connection.OneConnection` without waiting for its
-        reply, which :meth:`receive_fetch` reads (before any other command on it)."""
+        """Send a :func:`fetch_call` down the store's ``OneConnection`` without waiting for
+        its reply, which :meth:`receive_fetch` reads (before any other command on it)."""
         script, script_keys, args = call
         client: Any = self._on(script_keys)
         try:
@@ -165,17 +122,15 @@ class Queues(Flows):
     def requeue_dead(self, queue: str, batch: int = 500) -> tuple[int, int]:
         """Put the dead letters of ``queue`` back on it with fresh retries.
 
-        Returns ``(requeued, left)``: entries whose payload is not a task this version can
-        run are left in the dead-letter list. Each batch moves atomically; an entry removed
-        meanwhile (by another requeue) is skipped, so no task is requeued twice.
-        """
+        Returns ``(requeued, left)``: entries that are not a task this version can run are
+        left. Each batch moves atomically; an entry removed meanwhile (by another requeue) is
+        skipped, so no task is requeued twice."""
         validate_queue(queue)
         moved = left = 0
-        for head in queue_homes(queue):  # each home's dead letters go back there
-            start = 0
+        for head in layout.queue_homes(queue):  # each home's dead letters go back there
+            key, start = layout.dead_key(queue, head), 0
             while True:
-                last = start + batch - 1
-                entries = raw(self.at(head), "LRANGE", dead_key(queue, head), start, last)
+                entries = raw(self.at(head), "LRANGE", key, start, start + batch - 1)
                 if not entries:
                     break
                 found = [(entry, replies.requeueable(entry)) for entry in entries]
@@ -196,19 +151,17 @@ class Queues(Flows):
         if message is None:
             return False
         # In its task's home, or (an id that names none of the queue's) in any of them.
-        named = task_home(message.id)
-        heads = sorted(queue_homes(queue), key=lambda head: head != named)
+        named = layout.task_home(message.id)
+        heads = sorted(layout.queue_homes(queue), key=lambda head: head != named)
         return any(self._requeue(queue, [(entry, message)], head) for head in heads)
 
     def _requeue(self, queue: str, tasks: Sequence[tuple[bytes, TaskMessage]], head: str) -> int:
-        """Requeue these dead letters (each with its task) of the home ``head``; how many
-        were moved."""
+        """Requeue these dead letters (each with its task) of ``head``; how many moved."""
         if not tasks:
             return 0
-        call = requeue_dead_call(queue=queue, entries=tasks, head=head)
-        done, problem = self._run_durable(
-            call, f"{len(tasks)} dead letters of {queue!r} were requeued"
-        )
+        call = calls.requeue_dead_call(queue=queue, entries=tasks, head=head)
+        said = f"{len(tasks)} dead letters of {queue!r} were requeued"
+        done, problem = self._run_durable(call, said)
         if problem:
             logger.warning("%s", problem)
         return int(done)
@@ -217,8 +170,8 @@ class Queues(Flows):
         """Delete one dead letter; False if it was gone."""
         validate_queue(queue)
         return any(
-            raw(self.at(head), "LREM", dead_key(queue, head), 1, entry)
-            for head in queue_homes(queue)
+            raw(self.at(head), "LREM", layout.dead_key(queue, head), 1, entry)
+            for head in layout.queue_homes(queue)
         )
 
     def cancel(
@@ -226,54 +179,46 @@ class Queues(Flows):
     ) -> Literal["cancelled", "terminating"]:
         """Cancel a task that has not started: it leaves its queue, its result is CANCELLED.
 
-        A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``:
-        then its worker settles it at its next heartbeat and leaves its thread behind (told
-        to stop; its concurrency permits stay held until its code ends), and
-        ``"terminating"`` is returned. A finished task, or an unknown id, is refused too.
-        A cancelled unique task frees its key: an equal task may be enqueued at once.
-        """
+        A running task is refused with :class:`TaskNotCancellable`, unless ``terminate``: then
+        its worker settles it at its next heartbeat and leaves its thread behind (told to stop;
+        its concurrency permits stay held until its code ends): ``"terminating"``. A finished
+        task, or an unknown id, is refused too. A cancelled unique task frees its key."""
         keys.validate_name(task_id, "task_id", 100)
         task_id = self.current_id(task_id)
         done = self._cancel(task_id, terminate=terminate)
-        if done == 1:
-            return "cancelled"
-        if done == 2:
-            return "terminating"
-        if done == 0:
-            raise TaskNotCancellable(
-                task_id, "it is running; pass terminate=True (rc_queues --terminate) to stop it"
-            )
-        if done == -2:
-            raise TaskNotCancellable(task_id, "it was already cancelled")
-        raise TaskNotCancellable(task_id, "it is not waiting to run: it has finished")
+        if done in (1, 2):
+            return "cancelled" if done == 1 else "terminating"
+        refused = {
+            0: "it is running; pass terminate=True (rc_queues --terminate) to stop it",
+            -2: "it was already cancelled",
+        }
+        raise TaskNotCancellable(
+            task_id, refused.get(done, "it is not waiting to run: it has finished")
+        )
 
     def _cancel(self, task_id: str, *, terminate: bool, workflow_cancelled: bool = False) -> int:
-        """lua/queue_cancel.lua's reply for the task ``task_id``; a workflow's step in its
-        queue's home has its outcome carried to its workflow at once."""
-        head = task_home(task_id)
+        """lua/queue_cancel.lua's reply for ``task_id``; a workflow's step in its queue's home
+        has its outcome carried to its workflow at once."""
+        head = layout.task_home(task_id)
         pipe = self.at(head).pipeline(transaction=False)
-        raw(pipe, "HMGET", result_key(task_id), "payload", "message", "unique")
-        if settled_elsewhere(task_id):  # a workflow's step waits as this, if it waits
-            raw(pipe, "HGET", waiting_key(head), task_id)
+        raw(pipe, "HMGET", layout.result_key(task_id), "payload", "message", "unique")
+        if layout.settled_elsewhere(task_id):  # a workflow's step waits as this, if it waits
+            raw(pipe, "HGET", layout.waiting_key(head), task_id)
         fields, *waits = pipe.execute()
         waiting = waits[0] if waits else None
         payload = waiting or fields[0] or fields[1]
         unique = (fields[2] or b"").decode("utf-8", "replace")
-        written = fields[1] or waiting
-        try:
-            message = TaskMessage.decode(written) if written else None
-        except MalformedTask:
-            message = None
+        message = replies.task_message(fields[1] or waiting)
         if payload is None or message is None:
             raise TaskNotCancellable(
                 task_id, "no such task is kept (unknown, or its result expired)"
             )
-        call = cancel_call(
+        call = calls.cancel_call(
             task_id=task_id,
             queue=message.queue,
             payload=payload,
             # (only a key of ours)
-            unique=unique if unique.startswith(unique_key("", task_home(task_id))) else "",
+            unique=unique if unique.startswith(layout.unique_key("", head)) else "",
             terminate=terminate,
             flow=message.flow,
             workflow_cancelled=workflow_cancelled,
@@ -284,63 +229,63 @@ class Queues(Flows):
         return done
 
     def purge(self, queue: str) -> int:
-        """Delete the ready, delayed and dead tasks of ``queue``, and those waiting on a
-        concurrency limit (in one script per home); return how many. Tasks in progress are
-        left to finish; results expire by themselves."""
+        """Delete the ready, delayed and dead tasks of ``queue`` and those waiting on a
+        concurrency limit: how many. Tasks in progress are left to finish."""
         validate_queue(queue)
-        return sum(int(self._run(purge_call(queue=queue, head=h))) for h in queue_homes(queue))
+        heads = layout.queue_homes(queue)
+        return sum(int(self._run(calls.purge_call(queue=queue, head=head))) for head in heads)
 
     def forget_queues(self, names: Sequence[str]) -> int:
         """Drop from the known queues those of ``names`` that hold no task or dead letter and
-        finished no task in the last RECENT_HOURS (one script: a task enqueued meanwhile
-        keeps its queue known). Pass only queues no registered worker serves. Returns how
-        many were forgotten."""
+        finished none in the last RECENT_HOURS (a task enqueued meanwhile keeps its queue
+        known). Pass only queues no registered worker serves. Returns how many were forgotten."""
         if not names:
             return 0
         hour = int(time.time()) // 3600  # the client's clock: an hour more on each side
         hours = range(hour - RECENT_HOURS - 1, hour + 2)
-        here = registry()
+        here = layout.registry()
         forgotten = 0
-        local = [name for name in names if home(name) == here]
+        local = [name for name in names if layout.home(name) == here]
         if local:
-            forgotten = int(self._run(forget_call(names=local, hours=hours)))
+            forgotten = int(self._run(calls.forget_call(names=local, hours=hours)))
         # A queue of another home: its name goes if it was idle, and comes back if it is
         # not idle after that (a task enqueued meanwhile keeps it known, as above).
-        elsewhere = [name for name in names if home(name) != here]
-        idle = [name for name in elsewhere if self._idle(name, hours)]
+        idle = [name for name in names if layout.home(name) != here and self._idle(name, hours)]
         if idle:
-            removed = raw(self.client, "SREM", queues_key(), *idle)
+            removed = raw(self.client, "SREM", layout.queues_key(), *idle)
             back = [name for name in idle if not self._idle(name, hours)]
             if back:
-                raw(self.client, "SADD", queues_key(), *back)
+                raw(self.client, "SADD", layout.queues_key(), *back)
             forgotten += max(0, int(removed) - len(back))
         return forgotten
 
     def _idle(self, name: str, hours: Iterable[int], heads: Sequence[str] | None = None) -> bool:
-        """Whether queue ``name`` holds no task or dead letter, has no task waiting on a
-        limit and finished none in ``hours``, in any of its homes (see
-        lua/queue_forget.lua); or in the homes ``heads`` only, where no task of any
-        queue runs either."""
+        """Whether queue ``name`` holds no task or dead letter, has none waiting on a limit and
+        finished none in ``hours``, in any of its homes (as lua/queue_forget.lua checks); or in
+        the homes ``heads`` only, where no task of any queue runs either."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
-        for head in queue_homes(name) if heads is None else heads:
-            queue_keys = [ready_key(name, head), delayed_key(name, head), dead_key(name, head)]
-            queue_keys += [stats_key(name, hour, head) for hour in hours]
-            queue_keys += [running_tasks_key(head)] if heads is not None else []
+        for head in layout.queue_homes(name) if heads is None else heads:
+            queue_keys = [
+                layout.ready_key(name, head),
+                layout.delayed_key(name, head),
+                layout.dead_key(name, head),
+            ]
+            queue_keys += [layout.stats_key(name, hour, head) for hour in hours]
+            queue_keys += [layout.running_tasks_key(head)] if heads is not None else []
             commands += [
                 (head, ("EXISTS", *queue_keys)),
-                (head, ("HEXISTS", limits_waiting_key(head), name)),
+                (head, ("HEXISTS", layout.limits_waiting_key(head), name)),
             ]
         return not any(int(found) for found in self._each_home(commands))
 
     def forget_count(self, queue: str, count: int, noted_before_ms: int) -> bool:
-        """Forget the count ``count`` of partitions noted for ``queue`` (see
-        layout.noted_counts) if no process noted it since ``noted_before_ms`` and the
-        homes of its partitions (but those of the queue's own count) hold none of its
-        tasks, ready, delayed, dead or waiting on a limit, nor any running task. Whether
-        it did: not when a process notes it meanwhile (it is watched)."""
-        key, field = partitions_key(), f"{queue}#{count}"
-        own = own_homes(queue)
-        heads = [head for head in count_homes(queue, count) if head not in own]
+        """Forget the count ``count`` of partitions noted for ``queue`` (layout.noted_counts) if
+        no process noted it since ``noted_before_ms`` and the homes of its partitions (but the
+        queue's own) hold none of its tasks, nor any running task. Whether it did (not when a
+        process notes it meanwhile: the key is watched)."""
+        key, field = layout.partitions_key(), f"{queue}#{count}"
+        own = layout.own_homes(queue)
+        heads = [head for head in layout.count_homes(queue, count) if head not in own]
         with self.client.pipeline(transaction=True) as pipe:
             pipe.watch(key)
             noted = pipe.hget(key, field)
@@ -357,16 +302,16 @@ class Queues(Flows):
     def cancel_workflow(
         self, workflow_id: str, steps: Sequence[tuple[str, str]], *, terminate: bool
     ) -> tuple[bool, str | None, int, int]:
-        """Cancel a workflow whose steps are ``steps`` (task id, queue): whether this call
-        cancelled it, its status before (``None``: no such workflow), how many steps
-        were dropped, and how many still run."""
-        call = flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
+        """Cancel a workflow of ``steps`` (task id, queue): whether this call cancelled it, its
+        status before (``None``: no such workflow), how many steps were dropped, and how many
+        still run."""
+        call = calls.flow_cancel_call(workflow_id=workflow_id, steps=steps, terminate=terminate)
         cancelled, status, dropped, running, *elsewhere = self._run(call, raw=True)
         queued, outboxed = ([text(task_id) for task_id in ids] for ids in elsewhere)
         for task_id in outboxed:  # (its result, or a tombstone: see flow_release.lua)
-            pipe = self.at(task_home(task_id)).pipeline(transaction=False)
-            raw(pipe, "HSETNX", result_key(task_id), "status", "CANCELLED")
-            raw(pipe, "PEXPIRE", result_key(task_id), result_ttl_ms())
+            pipe = self.at(layout.task_home(task_id)).pipeline(transaction=False)
+            raw(pipe, "HSETNX", layout.result_key(task_id), "status", "CANCELLED")
+            raw(pipe, "PEXPIRE", layout.result_key(task_id), layout.result_ttl_ms())
             pipe.execute()
         # The steps in their queues' homes, each cancelled there (and those it took out
         # of the workflows' outbox, lest a carrier that read them enqueued them since).

@@ -17,17 +17,14 @@ from ..messages import TaskMessage
 
 @dataclass(frozen=True)
 class Attempt:
-    """A running attempt of a task as the running hash keeps it ("<start ms> <worker>",
-    see lua/lib/attempts.lua): when it started (the server's ms; ``None`` if that cannot
-    be read) and its worker."""
+    """A running attempt of a task: "<start ms> <worker>" in the running hash (attempts.lua)."""
 
-    started_ms: int | None
+    started_ms: int | None  # the server's ms (None if unreadable)
     worker_id: str
 
     @classmethod
     def all_of(cls, held: bytes) -> list[Attempt]:
-        """The attempts of a task running now, oldest first, from its entry in the
-        running hash: one, unless copies of it run at once."""
+        """The attempts of a running task, oldest first: one, unless copies run at once."""
         found = []
         for attempt in held.split(b"|"):
             begun, _, worker_id = attempt.decode("utf-8", "replace").partition(" ")
@@ -37,12 +34,11 @@ class Attempt:
 
 @dataclass(frozen=True)
 class RunningEntry:
-    """A task running now: its id, one attempt of it, and its task's name ("" once its
-    result, which names it, expired)."""
+    """A task running now: its id, one attempt of it, and its task's name."""
 
     task_id: str
     attempt: Attempt
-    task: str
+    task: str  # "" once its result, which names it, expired
 
 
 class TaskStatus(str, enum.Enum):
@@ -69,33 +65,24 @@ class AttemptError:
 
 @dataclass(frozen=True)
 class TaskRecord:
-    r"""What Redis keeps of one task.
-
-    ``task`` is the registered name of one of our ``@redis_task``\ s (``backend`` is then
-    ``None``), or the module path of a Django ``@task`` (``backend`` is its Tasks
-    backend alias). Times are aware UTC datetimes from the Redis server's clock.
-    ``worker_ids`` lists the worker of each attempt, ``errors`` the error of each
-    failed one (a worker that died counts as
-    :class:`~redis_components.exceptions.WorkerCrashed`); ``return_value`` is what a
-    SUCCESSFUL task returned (``None`` otherwise).
-    """
+    """What Redis keeps of one task (times: aware UTC datetimes, by the server's clock)."""
 
     id: str
-    task: str
+    task: str  # the registered name of a @redis_task, or a Django @task's module path
     queue: str
     priority: int
     args: list[Any]
     kwargs: dict[str, Any]
-    backend: str | None
+    backend: str | None  # a Django @task's Tasks backend alias (None for a @redis_task)
     status: TaskStatus
     enqueued_at: datetime.datetime | None
     run_after: datetime.datetime | None
     started_at: datetime.datetime | None
     last_attempted_at: datetime.datetime | None
     finished_at: datetime.datetime | None
-    worker_ids: list[str]
-    errors: list[AttemptError]
-    return_value: Any = field(default=None, repr=False)
+    worker_ids: list[str]  # the worker of each attempt
+    errors: list[AttemptError]  # of each failed attempt (a worker that died: WorkerCrashed)
+    return_value: Any = field(default=None, repr=False)  # a SUCCESSFUL task's (else None)
 
     @property
     def attempts(self) -> int:
@@ -104,10 +91,7 @@ class TaskRecord:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A registered worker and the seconds until its lease runs out (negative: expired).
-
-    ``problem`` says what could not be read of its description ("" when all could).
-    """
+    """A registered worker and the seconds until its lease runs out (negative: expired)."""
 
     id: str
     host: str
@@ -115,17 +99,13 @@ class WorkerInfo:
     queues: list[str]
     started_at: float | None
     lease_left: float
-    problem: str = ""
+    problem: str = ""  # what could not be read of its description ("" when all could)
     threads: int = 1  # the tasks it runs at once (rc_worker --threads)
 
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A task that will not run again unless requeued, and why.
-
-    ``readable`` is False for an entry that is not one this app wrote; ``raw`` then
-    holds what could be shown of it.
-    """
+    """A task that will not run again unless requeued, and why."""
 
     queue: str
     task: str
@@ -133,39 +113,26 @@ class DeadLetter:
     error: str
     traceback: str
     failed_at: float
-    raw: str
-    readable: bool = True
+    raw: str  # what can be shown of the entry
+    readable: bool = True  # False for an entry this app did not write
     whole_size: int = 0  # read in part (a list page): the entry's length in bytes; else 0
 
 
 @dataclass(frozen=True)
 class WaitingTask:
-    """A task waiting in a queue: ready, or delayed until ``due``.
+    """A task waiting in a queue: ready, or delayed until ``due``. Its ``task_id``,
+    ``task``, ``priority`` and ``arguments`` are read whether or not it was read whole."""
 
-    ``message`` is ``None`` for a payload that is not a task (``shown`` is what can be
-    shown of it, and ``task_id`` is ""), or that a list page read in part (``whole_size``
-    is then its length in bytes); ``task_id``, ``task``, ``priority`` and ``arguments``
-    (as JSON, cut to :data:`ARGUMENTS_SHOWN` characters) are read either way.
-
-    A delayed task's ``due_ms`` is its due time in epoch ms; ``due`` is ``None`` when no
-    datetime can hold it (past the year 9999, as an older release could store it), both
-    are ``None`` for an infinite score (not one of ours).
-
-    ``waits_on`` names the limit that holds it back, if one does: the key of the
-    concurrency limit it waits for a permit of, or of the rate it was set aside on (a
-    delayed task); ``waits_for`` says which ("concurrency" or "rate").
-    """
-
-    message: TaskMessage | None
-    shown: str
-    due: datetime.datetime | None
-    due_ms: int | None = None
+    message: TaskMessage | None  # None: not a task ("" task_id), or read in part
+    shown: str  # what can be shown of it
+    due: datetime.datetime | None  # None when no datetime holds due_ms (past the year 9999)
+    due_ms: int | None = None  # a delayed task's due time (epoch ms); None: infinite score
     task_id: str = ""
     task: str = ""
     priority: int = 0
-    arguments: str = ""
-    whole_size: int = 0
-    waits_on: str = ""
+    arguments: str = ""  # as JSON, cut to ARGUMENTS_SHOWN characters
+    whole_size: int = 0  # read in part (a list page): its length in bytes
+    waits_on: str = ""  # the key of the limit that holds it back (a permit's, or a rate's)
     waits_for: Literal["", "concurrency", "rate"] = ""
 
 
@@ -192,8 +159,8 @@ class LogLine:
 
 @dataclass(frozen=True, kw_only=True)
 class Delivery:
-    """A task as a worker took it, made once from the take's reply
-    (:meth:`WorkerStore.delivery`) and passed whole to what runs it and says how it ended."""
+    """A task as a worker took it (:meth:`WorkerStore.delivery`), passed whole to what runs
+    it and says how it ended."""
 
     position: int  # 1-based index of its lane among the worker's (WorkerStore.queue_at)
     queue: str  # the queue of that lane
@@ -275,8 +242,8 @@ TERMINATE_WAIT_MS = 3_600_000
 
 @dataclass(frozen=True)
 class LimitUse:
-    """A concurrency limit in use: its key, its limit, how many tasks hold one of its
-    permits (running, or handed one while they wait in their queue) and how many wait."""
+    """A concurrency limit in use: how many tasks hold one of its permits (running, or
+    handed one while they wait in their queue) and how many wait."""
 
     key: str
     limit: int
@@ -328,8 +295,7 @@ class TickClaim:
 
 @dataclass(frozen=True, kw_only=True)
 class Move:
-    """A task that an earlier release left in the registry's home, as it moves into its
-    queue's home (see migration.py)."""
+    """A task of the registry's home (an earlier release's) moving into its queue's home."""
 
     old_id: str
     old_entry: bytes  # the member (or dead letter) it was there

@@ -1,9 +1,7 @@
 """What the store reads, made records: the only code that decodes the task system's
-replies (a workflow's fields are ``flow_records.py``'s, its codec).
-
-Anything with access to Redis may have written these keys, so each parser reads what it
-can and marks or leaves out what it cannot: reading never fails on bad data.
-"""
+replies (a workflow's fields are ``flow_records.py``'s). Anything with access to Redis
+may have written these keys, so each parser reads what it can and marks or leaves out
+what it cannot: reading never fails on bad data."""
 
 from __future__ import annotations
 
@@ -57,7 +55,7 @@ def text(value: bytes) -> str:
 def fields_of(reply: Any) -> dict[str, bytes]:
     """HGETALL's reply with str names (RESP2 gives a flat list, RESP3 a map)."""
     if isinstance(reply, list):
-        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+        reply = pairs(reply)
     return {text(name): value for name, value in reply.items()}
 
 
@@ -70,8 +68,8 @@ def integer(value: bytes | str | None) -> int | None:
 
 
 def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | None:
-    """A task's record from its result hash and its entry in the running hash (``None``
-    when it is not running); ``None`` when there is no result or it is not ours."""
+    """A task's record from its result hash and its entry in the running hash (``None``:
+    not running); ``None`` when there is no result or it is not ours."""
     fields = fields_of(reply)
     try:
         message = TaskMessage.decode(fields["message"])
@@ -133,17 +131,22 @@ def _errors(value: bytes | None) -> list[AttemptError]:
     ]
 
 
+def task_message(payload: bytes | None) -> TaskMessage | None:
+    """The task a payload or message holds (``None`` when there is none or it is not ours)."""
+    try:
+        return TaskMessage.decode(payload) if payload else None
+    except MalformedTask:
+        return None
+
+
 def task_name(message: bytes | None) -> str:
     """The task a queued message names ("" when there is none or it is not ours)."""
-    try:
-        return TaskMessage.decode(message).task if message else ""
-    except MalformedTask:
-        return ""
+    found = task_message(message)
+    return found.task if found else ""
 
 
 def worker_description(raw_info: bytes | None) -> dict[str, Any] | None:
-    """A worker's registered description (its queues, pid, host, start, threads), or
-    ``None`` when it cannot be read as one."""
+    """A worker's registered description (queues, pid, host, start, threads), or ``None``."""
     try:
         info = json.loads(raw_info) if raw_info else None
     except (ValueError, RecursionError):
@@ -164,32 +167,25 @@ def worker_info(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInf
     info = worker_description(raw_info)
     if info is None:
         return WorkerInfo(worker_id, "", None, [], None, lease_left, "unreadable description")
-    problems = []
     queues = worker_queues(info)
-    if queues is None:
-        queues, problems = [], ["queues"]
-    pid = info.get("pid")
-    if not keys.is_integer(pid):
-        pid = None
-        problems.append("pid")
-    started = info.get("started_at")
-    if not (keys.is_integer(started) or isinstance(started, float)):
-        started = None
-        problems.append("start time")
+    pid, started, threads = info.get("pid"), info.get("started_at"), info.get("threads", 1)
+    valid = {
+        "queues": queues is not None,
+        "pid": keys.is_integer(pid),
+        "start time": keys.is_integer(started) or isinstance(started, float),
+        "threads": keys.is_integer(threads) and threads >= 1,  # (0.1's workers ran one)
+    }
+    problems = [name for name, ok in valid.items() if not ok]
     host = info.get("host")
-    threads = info.get("threads", 1)  # a worker of 0.1 does not say: it runs one
-    if not keys.is_integer(threads) or threads < 1:
-        threads = 1
-        problems.append("threads")
     return WorkerInfo(
         worker_id,
         host if isinstance(host, str) else "",
-        pid,
-        queues,
-        float(started) if started is not None else None,
+        pid if valid["pid"] else None,
+        queues or [],
+        float(info["started_at"]) if valid["start time"] else None,
         lease_left,
         f"unreadable {', '.join(problems)}" if problems else "",
-        threads,
+        threads if valid["threads"] else 1,
     )
 
 
@@ -272,12 +268,8 @@ def waiting_task(head: bytes, size: int, due_ms: int | None) -> WaitingTask:
     start = _start_text(head)
     task_id, task, priority = (_field(start, name) for name in ("id", "task", "priority"))
     arguments_at = start.find('"args":')
-    if not (
-        isinstance(task_id, str)
-        and isinstance(task, str)
-        and isinstance(priority, int)
-        and arguments_at >= 0
-    ):
+    readable = isinstance(task_id, str) and isinstance(task, str) and isinstance(priority, int)
+    if not readable or arguments_at < 0:
         return WaitingTask(None, start, due, due_ms, whole_size=size)
     arguments = _cut(start[arguments_at + len('"args":') :])
     return WaitingTask(None, start, due, due_ms, task_id, task, priority, arguments, size)
@@ -289,8 +281,7 @@ _LIMITS_HEAD = re.compile(rb'^\{"id":"[0-9a-f]+","priority":-?\d+,"limits":(\[(?
 
 
 def rate_keys(head: bytes) -> list[str]:
-    """The keys of the rates a payload (whole or its head) is limited by: [] for none, or
-    for limits that cannot be read."""
+    """The keys of the rates a payload (whole or its head) is limited by ([] if unreadable)."""
     found = _LIMITS_HEAD.match(head)
     try:
         limits = json.loads(found[1]) if found else []
@@ -310,11 +301,9 @@ def _start_text(head: bytes) -> str:
 
 
 def _field(piece: str, name: str) -> Any:
-    """The value of the field ``name`` in a piece of a JSON object; a string that the piece
-    cuts short comes cut, anything else missing or cut is ``None``.
-
-    The first ``"name":`` is the field's: inside a JSON string, quotes are escaped.
-    """
+    """The value of the field ``name`` (its first ``"name":``: quotes inside a string are
+    escaped) in a piece of a JSON object; a string the piece cuts short comes cut, anything
+    else missing or cut is ``None``."""
     at = piece.find(f'"{name}":')
     if at < 0:
         return None
@@ -328,8 +317,7 @@ def _field(piece: str, name: str) -> Any:
 
 
 def _cut_string(text: str) -> str | None:
-    """The start of the JSON string that ``text`` begins and does not end (None if it
-    does not begin one)."""
+    """The start of the JSON string that ``text`` begins and does not end, or ``None``."""
     if not text.startswith('"'):
         return None
     for end in range(len(text), max(len(text) - 6, 0), -1):  # the cut may split an escape
@@ -342,8 +330,7 @@ def _cut_string(text: str) -> str | None:
 
 
 def _cut(text: str, cut: bool = True) -> str:
-    """``text`` as a list page shows it: at most :data:`ARGUMENTS_SHOWN` characters, and
-    "…" when it goes on."""
+    """``text`` cut to :data:`ARGUMENTS_SHOWN` characters and "…" (unless not ``cut``)."""
     return text[:ARGUMENTS_SHOWN] + "…" if cut else text
 
 

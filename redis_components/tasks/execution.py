@@ -76,23 +76,21 @@ def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
         # Looked at again soon after the enqueue (a deploy's workers restart within
         # seconds), then less often: a task no worker knows costs a few takes a minute.
         delay_ms = min(max(waited_ms, 500), 30_000, grace_ms - waited_ms)
-        said = LogLine(
-            logger.warning,
-            "Task %s[%s] is not registered here; put back for %.3g s for a worker that "
-            "knows it (dead-lettered %.0f s after its enqueue): %s",
-            *(message.task, message.id, delay_ms / 1000, grace_ms / 1000, why),
-        )
         return Outcome(
             delivery=delivery,
             task_id=message.id,
             kind="defer",
             again=delivery.payload,
             delay_ms=delay_ms,
-            said=said,
+            said=LogLine(
+                logger.warning,
+                "Task %s[%s] is not registered here; put back for %.3g s for a worker that "
+                "knows it (dead-lettered %.0f s after its enqueue): %s",
+                *(message.task, message.id, delay_ms / 1000, grace_ms / 1000, why),
+            ),
         )
     logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, why)
-    error = TaskNotRegistered(why)
-    return bury(delivery, message.id, "unknown task", why, error)
+    return bury(delivery, message.id, "unknown task", why, TaskNotRegistered(why))
 
 
 def run_job(
@@ -191,24 +189,23 @@ def success(
     """How a run that returned ends: done, deferred, or failed for its return value."""
     message, ms = job.message, seconds * 1000
     if deferred_for is not None:
-        said = LogLine(
-            logger.info,
-            "Task %s[%s] deferred for %.3g s after %.1f ms",
-            *(message.task, message.id, deferred_for, ms),
-        )
-        delay_ms = round(deferred_for * 1000)
         # Its next run is not a first attempt: without its enqueue time, the worker
         # reads the attempts so far from its result (see Job).
-        again = delivery.payload if message.enqueued_at is None else undated(message)
         return Outcome(
             delivery=delivery,
             task_id=message.id,
             kind="defer",
-            again=again,
-            delay_ms=delay_ms,
+            again=delivery.payload
+            if message.enqueued_at is None
+            else dataclasses.replace(message, enqueued_at=None).encode(),
+            delay_ms=round(deferred_for * 1000),
             seconds=seconds,
             first=message.first_attempt,
-            said=said,
+            said=LogLine(
+                logger.info,
+                "Task %s[%s] deferred for %.3g s after %.1f ms",
+                *(message.task, message.id, deferred_for, ms),
+            ),
         )
     try:
         returned = job.encode(value)
@@ -231,11 +228,6 @@ def success(
     )
 
 
-def undated(message: TaskMessage) -> str:
-    """The payload of ``message`` without its enqueue time."""
-    return dataclasses.replace(message, enqueued_at=None).encode()
-
-
 def failure(
     delivery: Delivery, job: Job, error: BaseException, seconds: float, reason: str = "failed"
 ) -> Outcome:
@@ -255,28 +247,25 @@ def failure(
             if isinstance(error, Retry) and error.delay is not None
             else backoff(message.retries, job.retry_backoff)
         )
-        # An expected failure: one line; its traceback at DEBUG (rc_worker -v 2), and
-        # with the dead letter.
-        said = LogLine(
-            logger.warning,
-            "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
-            *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
-            exc_info=None
-            if isinstance(error, Retry) or not logger.isEnabledFor(logging.DEBUG)
-            else error,
-        )
-        retried = dataclasses.replace(message, retries=message.retries + 1).encode()
-        entry = error_json(*describe(error))
         return Outcome(
             delivery=delivery,
             task_id=task_id,
             kind="retry",
-            data=entry,
-            again=retried,
+            data=error_json(*describe(error)),
+            again=dataclasses.replace(message, retries=message.retries + 1).encode(),
             delay_ms=round(delay * 1000),
             seconds=seconds,
             first=message.first_attempt,
-            said=said,
+            # An expected failure: one line; its traceback at DEBUG (rc_worker -v 2), and
+            # with the dead letter.
+            said=LogLine(
+                logger.warning,
+                "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
+                *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
+                exc_info=None
+                if isinstance(error, Retry) or not logger.isEnabledFor(logging.DEBUG)
+                else error,
+            ),
         )
     logger.error(
         DEAD_LETTERED,

@@ -26,7 +26,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -196,7 +196,20 @@ def build(
     ):
         raise InvalidInput("kwargs", f"must be a dict with string keys, not {kwargs!r:.100}")
     call_args, call_kwargs = list(args), dict(kwargs or {})
-    schedule = Schedule(
+    for field_name, value in (("args", call_args), ("kwargs", call_kwargs)):
+        try:  # refused now, not at the first tick
+            to_json(value, "this value")
+        except TaskSerializationError as error:
+            raise InvalidInput(field_name, str(error)) from None
+    limits, partition_by = None, None
+    if task is not None:  # refused now, not dead-lettered at the first tick
+        bind_arguments(task, call_args, call_kwargs)
+        if isinstance(task, RedisTask):
+            limits = fill_limits(
+                task.limits, task_name, task.func, call_args, call_kwargs, task.takes_context
+            )
+            partition_by = task.partition_by(limits, call_args, call_kwargs)
+    return Schedule(
         name=name,
         task=task_name,
         queue=queue,
@@ -208,22 +221,9 @@ def build(
         args=call_args,
         kwargs=call_kwargs,
         missed=missed,
+        limits=limits,
+        partition_by=partition_by,
     )
-    for field_name, value in (("args", call_args), ("kwargs", call_kwargs)):
-        try:  # refused now, not at the first tick
-            to_json(value, "this value")
-        except TaskSerializationError as error:
-            raise InvalidInput(field_name, str(error)) from None
-    if task is not None:  # refused now, not dead-lettered at the first tick
-        bind_arguments(task, call_args, call_kwargs)
-        if isinstance(task, RedisTask):
-            limits = fill_limits(
-                task.limits, task_name, task.func, call_args, call_kwargs, task.takes_context
-            )
-            partition_by = task.partition_by(limits, call_args, call_kwargs)
-            schedule = replace(schedule, limits=limits, partition_by=partition_by)
-
-    return schedule
 
 
 def schedules() -> list[Schedule]:
@@ -400,16 +400,12 @@ def schedule_states() -> list[ScheduleState]:
     next_ticks, lasts = TaskStore().schedule_records()
     ids = [lasts[s.name][1] for s in known if s.name in lasts]
     results = dict(zip(ids, read_records(ids), strict=True)) if ids else {}
-    states = []
-    for schedule in known:
-        next_tick = next_ticks.get(schedule.name)
-        last = lasts.get(schedule.name)
-        states.append(
-            ScheduleState(
-                schedule,
-                keys.utc_from_ms(next_tick),
-                keys.utc_from_ms(last[0]) if last else None,
-                results.get(last[1]) if last else None,
-            )
+    return [
+        ScheduleState(
+            schedule,
+            keys.utc_from_ms(next_ticks.get(schedule.name)),
+            keys.utc_from_ms(lasts[schedule.name][0]) if schedule.name in lasts else None,
+            results.get(lasts[schedule.name][1]) if schedule.name in lasts else None,
         )
-    return states
+        for schedule in known
+    ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .. import keys
 from ..conf import conf
@@ -93,16 +93,7 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
     counts = TaskStore().queue_counts(serving)
     return [
-        QueueStats(
-            name,
-            counts[name].ready,
-            counts[name].delayed,
-            counts[name].in_progress,
-            counts[name].dead,
-            queue_limit(name),
-            counts[name].on_limits,
-        )
-        for name in names
+        QueueStats(name=name, limit=queue_limit(name), **asdict(counts[name])) for name in names
     ]
 
 
@@ -213,19 +204,17 @@ class Minute:
 
 def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]:
     """Per queue, the last ``hours`` hours minute by minute, oldest first (two round trips)."""
-    names = list(queues)
-    now_minute, recorded = TaskStore().minute_counts(names, hours)
-    found = {}
-    first = now_minute - hours * 60 + 1
-    for name in names:
-        counts = recorded[name]
-        found[name] = [
+    now_minute, recorded = TaskStore().minute_counts(list(queues), hours)
+    return {
+        name: [
             Minute(
                 keys.utc_from_ms(minute * 60_000) or datetime.datetime.min,
-                counts.get(minute, {}).get("processed", 0),
-                counts.get(minute, {}).get("failed", 0),
-                counts.get(minute, {}).get("retried", 0),
+                *(
+                    counts.get(minute, {}).get(kind, 0)
+                    for kind in ("processed", "failed", "retried")
+                ),
             )
-            for minute in range(first, now_minute + 1)
+            for minute in range(now_minute - hours * 60 + 1, now_minute + 1)
         ]
-    return found
+        for name, counts in recorded.items()
+    }

@@ -1,18 +1,5 @@
-"""Periodic tasks: schedules whose every tick is enqueued exactly once.
-
-::
-
-    @periodic(cron="*/5 * * * *", tz="Europe/Paris")
-    @redis_task(queue="reports")
-    def send_report(): ...
-
-    @periodic(every=datetime.timedelta(seconds=30))
-    @redis_task
-    def refresh_rates(): ...
-
-    REDIS_COMPONENTS = {"TASK_SCHEDULES": {
-        "nightly-cleanup": {"task": "myapp.tasks.cleanup", "cron": "0 3 * * *", "tz": "UTC"},
-    }}  # also for tasks declared with Django's @task (by module path)
+"""Periodic tasks: schedules whose every tick is enqueued exactly once, declared by
+``@periodic`` or in the ``TASK_SCHEDULES`` setting (examples: the Operations page).
 
 Every ``rc_worker`` may run the scheduler (no separate beat process): claiming a tick
 moves the schedule's next tick on and enqueues its task in one script, so each tick is
@@ -131,7 +118,7 @@ def periodic(
                 "must decorate a task of ours: a @task, or Django's @task with a "
                 "RedisTaskBackend: put @periodic above @redis_task",
             )
-        target = _target_of(task)
+        target = _target_of(task, task.registered_name)
         schedule = build(
             name or target["task_name"],
             **target,
@@ -263,7 +250,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
         raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] needs 'task': a task's name")
     ours = task_registry.find(target)
     if ours is not None:
-        return _target_of(ours)
+        return _target_of(ours, ours.registered_name)
     try:
         django_task = import_string(target)
     except (ImportError, TypeError, ValueError):  # TypeError: a relative path ("..x")
@@ -274,19 +261,12 @@ def _target(name: str, target: object) -> dict[str, Any]:
             f"TASK_SCHEDULES[{name!r}]: {target!r} is neither a registered @redis_task nor a "
             "Django task"
         )
-    return {
-        "task_name": django_task.module_path,
-        "queue": django_task.queue_name,
-        "priority": django_task.priority,
-        "backend": backend,
-        "task": django_task,
-    }
+    return _target_of(django_task, None)
 
 
-def _target_of(task: RedisTask[..., Any]) -> dict[str, Any]:
-    """What a schedule of ``task`` enqueues: its name in messages, queue, priority and
-    backend (``None`` for our ``@redis_task``'s)."""
-    registered = task.registered_name
+def _target_of(task: Task[..., Any], registered: str | None) -> dict[str, Any]:
+    """What a schedule of ``task`` enqueues: its name in messages (``registered``: our
+    ``@redis_task``'s), queue, priority and backend (``None`` for our ``@redis_task``'s)."""
     return {
         "task_name": registered or task.module_path,
         "queue": task.queue_name,
@@ -327,18 +307,8 @@ class Scheduler:
         return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
 
     def _claim(self, due: list[Claim]) -> None:
-        claimed = TaskStore().claim_ticks(
-            [
-                TickClaim(
-                    schedule=claim.schedule.name,
-                    tick=claim.tick,
-                    following=claim.following,
-                    run=claim.run,
-                    message=claim.message,
-                    payload=claim.payload,
-                )
-                for claim in due
-            ]
+        claimed = TaskStore().claim_ticks(  # (the schedule by its name, as the store takes it)
+            [TickClaim(**{**vars(claim), "schedule": claim.schedule.name}) for claim in due]
         )
         for claim, done in zip(due, claimed, strict=True):
             if done and claim.run:

@@ -15,41 +15,13 @@ from .. import keys
 from ..conf import conf
 from .backend import queues_in_use
 from .messages import validate_queue
-from .store import (
-    DeadLetter,
-    LimitUse,
-    QueueCounts,
-    TaskStore,
-    WaitingTask,
-    WorkerInfo,
-    home_roles,
-    queue_limit,
-    read_dead_letter,
-)
-
-__all__ = [
-    "DeadLetter",
-    "HomeStats",
-    "LimitUse",
-    "Minute",
-    "QueueCounts",
-    "QueueStats",
-    "TaskRun",
-    "WaitingTask",
-    "WorkerInfo",
-    "dead_letter_entry",
-    "dead_letter_page",
-    "dead_letters",
-    "home_stats",
-    "limits_in_use",
-    "queue_names",
-    "queue_stats",
-    "read_dead_letter",
-    "running_tasks",
-    "throughput",
-    "waiting_tasks",
-    "workers",
-]
+from .store import DeadLetter as DeadLetter
+from .store import LimitUse as LimitUse
+from .store import QueueCounts as QueueCounts
+from .store import TaskStore, home_roles, queue_limit
+from .store import WaitingTask as WaitingTask
+from .store import WorkerInfo as WorkerInfo
+from .store import read_dead_letter as read_dead_letter
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,6 @@ class Workflow:
         cancelled, status, dropped, running = store.cancel_workflow(
             self.id, members, terminate=terminate
         )
-
         if status is None:
             raise self._gone()
         if cancelled:

@@ -56,9 +56,7 @@ def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
         return bury(delivery, message.id, "no input", reason)
     job = job_for(complete, worker_id, delivery.attempt)
-    if isinstance(job, str):
-        return unknown(delivery, message, job)
-    return job
+    return unknown(delivery, message, job) if isinstance(job, str) else job
 
 
 def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
@@ -100,13 +98,10 @@ def run_job(
     call: Callable[[Job], Any],
     propagate: tuple[type[BaseException], ...] = (),
 ) -> Outcome:
-    """Run a prepared job by ``call(job)``, between Django's closing of old database
-    connections, as around a request, and say how it ended.
-
-    ``call`` runs the job (``Job.call`` at the least). Whatever it raises is how the
-    task ended (``SystemExit`` and every other ``BaseException`` included), never an
-    error of the worker, except :class:`Abandoned` and ``propagate``, which propagate.
-    """
+    """Run a prepared job by ``call(job)`` (``Job.call`` at the least), between Django's
+    closing of old database connections, as around a request, and say how it ended.
+    Whatever it raises is how the task ended (any ``BaseException``), never an error of
+    the worker, except :class:`Abandoned` and ``propagate``, which propagate."""
     close_old_connections()
     running_task, token = running(job.message)
     started = time.perf_counter()
@@ -127,11 +122,9 @@ def run_job(
 async def arun_job(
     job: Job, delivery: Delivery, *, call: Callable[[Job], Awaitable[Any]]
 ) -> Outcome:
-    """:func:`run_job` for an ``async def`` task on an event loop: ``await call(job)``.
-
-    The database connections are closed in the thread that Django's async ORM uses
-    (``sync_to_async``), as Django's ASGI handler does around a request.
-    """
+    """:func:`run_job` for an ``async def`` task on an event loop: ``await call(job)``,
+    the database connections closed in the thread of Django's async ORM, as its ASGI
+    handler does around a request."""
     await sync_to_async(close_old_connections)()
     running_task, token = running(job.message)
     started = time.perf_counter()

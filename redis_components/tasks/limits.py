@@ -329,9 +329,5 @@ def settings_json(value: object) -> str:
     return to_json([found[key].encode(key) for key in ordered])
 
 
-class _Unknown:
-    def __repr__(self) -> str:
-        return "<not known at enqueue>"
-
-
-_UNKNOWN = _Unknown()
+# What stands for an argument not known at enqueue (see fill's ``leading``).
+_UNKNOWN = object()

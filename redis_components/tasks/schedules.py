@@ -107,9 +107,8 @@ def periodic(
 ) -> Callable[[T], T]:
     """Run a task by itself: on a ``cron`` expression or ``every`` interval (seconds or a
     timedelta), in time zone ``tz``. Put it above ``@redis_task`` (or Django's ``@task``).
-    ``name`` (default: the task's name) identifies the schedule in Redis;
-    ``args``/``kwargs`` are passed to each run. Bad values raise :class:`InvalidInput` at
-    import time."""
+    ``name`` (default: the task's) identifies the schedule in Redis; ``args``/``kwargs``
+    are passed to each run. Bad values raise :class:`InvalidInput` at import time."""
 
     def register(task: T) -> T:
         if not isinstance(task, RedisTask):
@@ -214,10 +213,8 @@ def build(
 
 
 def schedules() -> list[Schedule]:
-    """Every schedule: ``@periodic`` ones and those of the ``TASK_SCHEDULES`` setting.
-
-    :class:`ConfigurationError` for a setting that names no task or has a bad value.
-    """
+    """Every schedule: ``@periodic`` ones and those of the ``TASK_SCHEDULES`` setting
+    (:class:`ConfigurationError` for one that names no task or has a bad value)."""
     found = schedule_registry.all()
     setting = conf.get("TASK_SCHEDULES")
     if not isinstance(setting, dict):
@@ -283,11 +280,8 @@ class Scheduler:
         self.schedules = list(schedules)
 
     def run_due(self) -> float:
-        """Claim every due tick; return the seconds until the next one is due.
-
-        One round trip reads the schedules' next ticks and the server's clock; then one
-        script claims every due tick (and enqueues their tasks).
-        """
+        """Claim every due tick (one round trip reads the next ticks and the server's
+        clock, one script claims them); return the seconds until the next one is due."""
         known, now = TaskStore().schedule_ticks()
         upcoming = []
         due = []

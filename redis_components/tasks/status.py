@@ -50,10 +50,7 @@ def queue_names(extra: Iterable[str] = ()) -> list[str]:
 
 def _known_queues(registered: list[WorkerInfo], extra: Iterable[str] = ()) -> list[str]:
     names = TaskStore().known_queue_names(extra)
-    names.update(queues_in_use())
-    names.update(conf.TASK_QUEUE_LIMITS)
-    for worker in registered:
-        names.update(worker.queues)
+    names.update(queues_in_use(), conf.TASK_QUEUE_LIMITS, *(w.queues for w in registered))
     return sorted(names)
 
 

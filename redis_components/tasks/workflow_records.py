@@ -72,9 +72,8 @@ class Workflow:
         """Cancel the workflow: once this returns, no step starts. Waiting steps are
         dropped, queued ones taken out of their queue, and running ones asked to stop
         (as ``cancel(task_id, terminate=True)`` does; with ``terminate=False`` they
-        finish, and release nothing). Returns how many steps were dropped and how
-        many were still running; a workflow that had finished is refused with
-        :class:`InvalidInput`."""
+        finish, and release nothing). Returns how many steps were dropped and how many
+        were still running; :class:`InvalidInput` for a workflow that had finished."""
         store = TaskStore()
         members = self._kept(store.workflow_members(self.id))
         cancelled, status, dropped, running = store.cancel_workflow(

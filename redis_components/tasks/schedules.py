@@ -262,8 +262,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
 
 
 def _target_of(task: Task[..., Any], registered: str | None) -> dict[str, Any]:
-    """What a schedule of ``task`` enqueues: its name in messages (``registered``: our
-    ``@redis_task``'s), queue, priority and backend (``None`` for our ``@redis_task``'s)."""
+    """What a schedule of ``task`` enqueues (``registered``: our ``@redis_task``'s name)."""
     return {
         "task_name": registered or task.module_path,
         "queue": task.queue_name,

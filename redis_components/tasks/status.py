@@ -55,8 +55,7 @@ def _known_queues(registered: list[WorkerInfo], extra: Iterable[str] = ()) -> li
 
 
 def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
-    """Ready, delayed, in-progress, dead and waiting-on-limits counts of each queue
-    (default: all known)."""
+    """The counts of each of ``queues`` (default: all known), state by state."""
     registered = workers()
     names = list(_known_queues(registered) if queues is None else queues)
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}

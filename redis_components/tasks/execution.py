@@ -2,11 +2,10 @@
 that the next fetch records out.
 
 The worker's loop decodes the payload and finds the :class:`Job` that runs it
-(:func:`prepare`; a payload that is not a task is dead-lettered); its slot runs it by
-:func:`run_job` (:func:`arun_job` on the event loop), which says how the run ended:
-done with its return value, deferred, retried after the backoff, or dead-lettered. The
-slot gives only the call itself (``slots.execute``). A task settled at its hard time
-limit is recorded by :func:`over_time`.
+(:func:`prepare`); its slot makes the call (``slots.execute``) through :func:`run_job`
+(:func:`arun_job` on the event loop), which says how the run ended: done, deferred,
+retried after the backoff, or dead-lettered. :func:`over_time` records a task settled
+at its hard time limit.
 """
 
 from __future__ import annotations
@@ -158,8 +157,7 @@ def with_input(message: TaskMessage) -> TaskMessage | None:
 
 def over_time(delivery: Delivery, worker_id: str, stopped: str) -> Outcome | None:
     """The failed attempt of a task whose process was ``stopped`` (how, for the log) at
-    its hard time limit; ``None`` for a payload that is not a task it can run (recovery
-    dead-letters it)."""
+    its hard time limit; ``None`` for a payload it cannot run (recovery dead-letters it)."""
     try:
         message = TaskMessage.decode(delivery.payload)
     except MalformedTask:

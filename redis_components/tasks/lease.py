@@ -258,10 +258,8 @@ class Lease(Generic[Running]):
 
 
 def validate_worker_id(worker_id: object) -> str:
-    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput.
-
-    A ``:`` would make two workers' key names collide, a space their result entries.
-    """
+    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput
+    (a ``:`` would make two workers' key names collide, a space their result entries)."""
     if not isinstance(worker_id, str) or not WORKER_ID.fullmatch(worker_id):
         raise InvalidInput(
             "worker_id",

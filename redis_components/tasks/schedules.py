@@ -76,8 +76,7 @@ class Schedule:
         return f"cron {self.cron!r} ({self.tz})"
 
     def message(self, tick: int) -> tuple[TaskMessage, str]:
-        """The task of ``tick``, whose id is the tick's: enqueueing it again is refused
-        (see :meth:`TaskStore.claim_ticks`)."""
+        """The task of ``tick``, whose id is the tick's: enqueueing it again is refused."""
         message = TaskMessage(
             id=new_task_id(self.queue, f"{self.name} {tick}", self.partition_by),
             task=self.task,

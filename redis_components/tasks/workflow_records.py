@@ -60,9 +60,8 @@ class Workflow:
         return self._kept(found)
 
     def results(self) -> Any:
-        """The workflow's result once it succeeded: its last step's for a chain, the list
-        of its members' results for a group (nested as the workflow is). Otherwise
-        :class:`WorkflowNotSuccessful` says why."""
+        """The workflow's result once it succeeded: its last step's for a chain, its members'
+        list for a group, nested as the workflow is; else :class:`WorkflowNotSuccessful`."""
         status, failed, value = self._kept(TaskStore().workflow_outcome(self.id))
         if status != "SUCCESSFUL":
             raise WorkflowNotSuccessful(self.id, status, failed)

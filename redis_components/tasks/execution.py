@@ -2,11 +2,10 @@
 that the next fetch records out.
 
 The worker's loop decodes the payload and finds the :class:`Job` that runs it
-(:func:`prepare`; a payload that is not a task is dead-lettered); its slot runs it by
-:func:`run_job` (:func:`arun_job` on the event loop), which says how the run ended:
-done with its return value, deferred, retried after the backoff, or dead-lettered. The
-slot gives only the call itself (``slots.execute``). A task settled at its hard time
-limit is recorded by :func:`over_time`.
+(:func:`prepare`); its slot makes the call (``slots.execute``) through :func:`run_job`
+(:func:`arun_job` on the event loop), which says how the run ended: done, deferred,
+retried after the backoff, or dead-lettered. :func:`over_time` records a task settled
+at its hard time limit.
 """
 
 from __future__ import annotations
@@ -56,9 +55,7 @@ def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
         return bury(delivery, message.id, "no input", reason)
     job = job_for(complete, worker_id, delivery.attempt)
-    if isinstance(job, str):
-        return unknown(delivery, message, job)
-    return job
+    return unknown(delivery, message, job) if isinstance(job, str) else job
 
 
 def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
@@ -76,23 +73,21 @@ def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
         # Looked at again soon after the enqueue (a deploy's workers restart within
         # seconds), then less often: a task no worker knows costs a few takes a minute.
         delay_ms = min(max(waited_ms, 500), 30_000, grace_ms - waited_ms)
-        said = LogLine(
-            logger.warning,
-            "Task %s[%s] is not registered here; put back for %.3g s for a worker that "
-            "knows it (dead-lettered %.0f s after its enqueue): %s",
-            *(message.task, message.id, delay_ms / 1000, grace_ms / 1000, why),
-        )
         return Outcome(
             delivery=delivery,
             task_id=message.id,
             kind="defer",
             again=delivery.payload,
             delay_ms=delay_ms,
-            said=said,
+            said=LogLine(
+                logger.warning,
+                "Task %s[%s] is not registered here; put back for %.3g s for a worker that "
+                "knows it (dead-lettered %.0f s after its enqueue): %s",
+                *(message.task, message.id, delay_ms / 1000, grace_ms / 1000, why),
+            ),
         )
     logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, why)
-    error = TaskNotRegistered(why)
-    return bury(delivery, message.id, "unknown task", why, error)
+    return bury(delivery, message.id, "unknown task", why, TaskNotRegistered(why))
 
 
 def run_job(
@@ -102,13 +97,10 @@ def run_job(
     call: Callable[[Job], Any],
     propagate: tuple[type[BaseException], ...] = (),
 ) -> Outcome:
-    """Run a prepared job by ``call(job)``, between Django's closing of old database
-    connections, as around a request, and say how it ended.
-
-    ``call`` runs the job (``Job.call`` at the least). Whatever it raises is how the
-    task ended (``SystemExit`` and every other ``BaseException`` included), never an
-    error of the worker, except :class:`Abandoned` and ``propagate``, which propagate.
-    """
+    """Run a prepared job by ``call(job)`` (``Job.call`` at the least), between Django's
+    closing of old database connections, as around a request, and say how it ended.
+    Whatever it raises is how the task ended (any ``BaseException``), never an error of
+    the worker, except :class:`Abandoned` and ``propagate``, which propagate."""
     close_old_connections()
     running_task, token = running(job.message)
     started = time.perf_counter()
@@ -129,11 +121,9 @@ def run_job(
 async def arun_job(
     job: Job, delivery: Delivery, *, call: Callable[[Job], Awaitable[Any]]
 ) -> Outcome:
-    """:func:`run_job` for an ``async def`` task on an event loop: ``await call(job)``.
-
-    The database connections are closed in the thread that Django's async ORM uses
-    (``sync_to_async``), as Django's ASGI handler does around a request.
-    """
+    """:func:`run_job` for an ``async def`` task on an event loop: ``await call(job)``,
+    the database connections closed in the thread of Django's async ORM, as its ASGI
+    handler does around a request."""
     await sync_to_async(close_old_connections)()
     running_task, token = running(job.message)
     started = time.perf_counter()
@@ -167,8 +157,7 @@ def with_input(message: TaskMessage) -> TaskMessage | None:
 
 def over_time(delivery: Delivery, worker_id: str, stopped: str) -> Outcome | None:
     """The failed attempt of a task whose process was ``stopped`` (how, for the log) at
-    its hard time limit; ``None`` for a payload that is not a task it can run (recovery
-    dead-letters it)."""
+    its hard time limit; ``None`` for a payload it cannot run (recovery dead-letters it)."""
     try:
         message = TaskMessage.decode(delivery.payload)
     except MalformedTask:
@@ -191,24 +180,23 @@ def success(
     """How a run that returned ends: done, deferred, or failed for its return value."""
     message, ms = job.message, seconds * 1000
     if deferred_for is not None:
-        said = LogLine(
-            logger.info,
-            "Task %s[%s] deferred for %.3g s after %.1f ms",
-            *(message.task, message.id, deferred_for, ms),
-        )
-        delay_ms = round(deferred_for * 1000)
         # Its next run is not a first attempt: without its enqueue time, the worker
         # reads the attempts so far from its result (see Job).
-        again = delivery.payload if message.enqueued_at is None else undated(message)
         return Outcome(
             delivery=delivery,
             task_id=message.id,
             kind="defer",
-            again=again,
-            delay_ms=delay_ms,
+            again=delivery.payload
+            if message.enqueued_at is None
+            else dataclasses.replace(message, enqueued_at=None).encode(),
+            delay_ms=round(deferred_for * 1000),
             seconds=seconds,
             first=message.first_attempt,
-            said=said,
+            said=LogLine(
+                logger.info,
+                "Task %s[%s] deferred for %.3g s after %.1f ms",
+                *(message.task, message.id, deferred_for, ms),
+            ),
         )
     try:
         returned = job.encode(value)
@@ -231,11 +219,6 @@ def success(
     )
 
 
-def undated(message: TaskMessage) -> str:
-    """The payload of ``message`` without its enqueue time."""
-    return dataclasses.replace(message, enqueued_at=None).encode()
-
-
 def failure(
     delivery: Delivery, job: Job, error: BaseException, seconds: float, reason: str = "failed"
 ) -> Outcome:
@@ -255,28 +238,25 @@ def failure(
             if isinstance(error, Retry) and error.delay is not None
             else backoff(message.retries, job.retry_backoff)
         )
-        # An expected failure: one line; its traceback at DEBUG (rc_worker -v 2), and
-        # with the dead letter.
-        said = LogLine(
-            logger.warning,
-            "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
-            *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
-            exc_info=None
-            if isinstance(error, Retry) or not logger.isEnabledFor(logging.DEBUG)
-            else error,
-        )
-        retried = dataclasses.replace(message, retries=message.retries + 1).encode()
-        entry = error_json(*describe(error))
         return Outcome(
             delivery=delivery,
             task_id=task_id,
             kind="retry",
-            data=entry,
-            again=retried,
+            data=error_json(*describe(error)),
+            again=dataclasses.replace(message, retries=message.retries + 1).encode(),
             delay_ms=round(delay * 1000),
             seconds=seconds,
             first=message.first_attempt,
-            said=said,
+            # An expected failure: one line; its traceback at DEBUG (rc_worker -v 2), and
+            # with the dead letter.
+            said=LogLine(
+                logger.warning,
+                "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
+                *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
+                exc_info=None
+                if isinstance(error, Retry) or not logger.isEnabledFor(logging.DEBUG)
+                else error,
+            ),
         )
     logger.error(
         DEAD_LETTERED,

@@ -1,17 +1,12 @@
 """A worker's lease: its registration, the thread that renews it and recovers the
 tasks of workers whose lease ran out, and the scheduler thread it may lead.
 
-A worker registers (a lease in a ZSET, its queues in a hash) before it takes a task,
-and the heartbeat thread renews the lease (1.5 x ``TASK_HEARTBEAT_INTERVAL``) twice per
-interval, whatever the task is doing. The same thread looks for workers whose lease
-ran out and puts their in-progress tasks back in their queues (``queue_recover.lua``,
-atomic, rechecking the lease), so a killed worker's tasks run again within 2 x the
-interval, however long tasks may legitimately run. Each recovery counts a crash
-against the task; at ``TASK_MAX_CRASHES`` it is dead-lettered instead of killing
-workers forever.
-
-One worker at a time holds the scheduler's lease (renewed with its own); its
-scheduler thread claims the schedules' due ticks (``schedules.py``).
+The heartbeat thread renews the lease (1.5 x ``TASK_HEARTBEAT_INTERVAL``) twice per
+interval, whatever the task is doing, and puts the tasks of workers whose lease ran out
+back in their queues (atomically, rechecking the lease): a killed worker's tasks run
+again within 2 x the interval, however long tasks may legitimately run. Each recovery
+counts a crash against the task; at ``TASK_MAX_CRASHES`` it is dead-lettered instead of
+killing workers forever. One worker at a time also holds the scheduler's lease.
 """
 
 from __future__ import annotations
@@ -62,11 +57,10 @@ def put_back_tasks(
     """Put the tasks that worker ``worker_id`` holds back on their queues, deregister it,
     and log ``why`` with what was done (and ``then``).
 
-    ``crashed``: count a crash against each task, and dead-letter those that reach
-    ``TASK_MAX_CRASHES``. ``only_if_expired``: nothing happens unless its lease has run
-    out (it may have been renewed since it was seen). ``quiet_if_none``: log only if it
-    held a task. When Redis cannot be reached, that is logged: the tasks go back when a
-    live worker finds the lease run out.
+    ``crashed``: count a crash against each task (dead-lettered at ``TASK_MAX_CRASHES``).
+    ``only_if_expired``: only if its lease has run out (it may have been renewed since).
+    ``quiet_if_none``: log only if it held a task. Without Redis, nothing is done but
+    the log: the tasks go back when a live worker finds the lease run out.
     """
     try:
         result = store.recover_worker(
@@ -111,15 +105,12 @@ def lease_ms(interval: float) -> int:
 class Lease(Generic[Running]):
     """The lease of a worker on its queues, and its two threads.
 
-    ``tasks``: the worker's side of the store, for the lease's thread (see
-    :class:`~redis_components.tasks.store.WorkerStore`). ``running`` says what the worker
-    runs now, as a map from task ids to whatever :attr:`terminate` needs; a heartbeat
-    that finds one of those tasks to be terminated calls ``terminate`` with it. A
-    heartbeat of its thread that finds the worker taken for dead (its lease ran out and
-    its tasks were recovered: it registers again) calls ``revived``.
-    ``schedules``: the schedules to claim while this worker holds the scheduler's lease
-    (none: it never asks for it). ``threads``: how many tasks it runs at once, for its
-    description.
+    ``tasks``: the worker's side of the store. ``running``: what the worker runs now, by
+    task id, as ``terminate`` takes it; a heartbeat calls ``terminate`` for each task to
+    be terminated, and ``revived`` when it finds the worker taken for dead (its lease ran
+    out and its tasks were recovered: it registers again). ``schedules``: those to claim
+    while it holds the scheduler's lease (none: it never asks for it). ``threads``: how
+    many tasks it runs at once, for its description.
     """
 
     def __init__(
@@ -149,7 +140,7 @@ class Lease(Generic[Running]):
 
     def beat(self) -> Heartbeat:
         """Renew the lease (registering the worker if it was not), and the scheduler's
-        if this worker may lead; a running task to be terminated is terminated."""
+        if this worker may lead; terminate the running tasks to be terminated."""
         running = self._running()
         beat = self.tasks.beat(
             lease_ms(self.interval),
@@ -215,12 +206,9 @@ class Lease(Generic[Running]):
                 logger.exception("Heartbeat of worker %s failed", self.worker_id)
 
     def _schedule(self) -> None:
-        """Claim the schedules' due ticks while this worker holds the scheduler's lease.
-
-        It sleeps until the next tick is due (at most a minute, to notice schedules
-        moved by another scheduler), so an idle scheduler costs Redis one read and one
-        claim per due tick.
-        """
+        """Claim the schedules' due ticks while this worker holds the scheduler's lease,
+        sleeping until the next is due (at most a minute, to notice schedules moved by
+        another scheduler): an idle scheduler costs one read and one claim per due tick."""
         scheduler = Scheduler(self._schedules)
         while not self._stop.is_set():
             if not self.leader:
@@ -270,10 +258,8 @@ class Lease(Generic[Running]):
 
 
 def validate_worker_id(worker_id: object) -> str:
-    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput.
-
-    A ``:`` would make two workers' key names collide, a space their result entries.
-    """
+    """``worker_id`` if it is 1-100 letters, digits, ``.``, ``_`` or ``-``; else InvalidInput
+    (a ``:`` would make two workers' key names collide, a space their result entries)."""
     if not isinstance(worker_id, str) or not WORKER_ID.fullmatch(worker_id):
         raise InvalidInput(
             "worker_id",

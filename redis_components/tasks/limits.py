@@ -3,13 +3,8 @@
 A task's limits travel in its payload, filled from its call's arguments when it is
 enqueued (``"limits":[["c","customer:42",3],["r","stripe",20,1000,5]]``, right after its
 priority: see messages.py), and the scripts that take, record, recover and cancel tasks
-keep them (``lua/lib/limits.lua``): a **concurrency limit** is a SET of the ids of the
-tasks holding its permits, and a task over it waits in the limit's ZSET for one to be
-handed on; a **rate limit** is GCRA (the generic cell rate algorithm), and a task over
-the rate waits in its queue's delayed tasks for its turn. How each holds, across
-workers and crashes: the Limits page.
-
-Nothing here talks to Redis.
+keep them (``lua/lib/limits.lua``). How each holds, across workers and crashes: the
+Limits page. Nothing here talks to Redis.
 """
 
 from __future__ import annotations
@@ -134,11 +129,9 @@ def validate_limits(limits: object, func: Callable[..., Any], task: str) -> tupl
 
 def validate_partition_key(key: object, func: Callable[..., Any], task: str) -> str | None:
     """A task's ``partition_key`` (a template like a limit's key), or :class:`InvalidInput`."""
-    if key is None:
-        return None
     template = _template(key, "partition_key")
-    assert template is not None
-    _check_fields(template, func, task, "partition_key")
+    if template is not None:
+        _check_fields(template, func, task, "partition_key")
     return template
 
 
@@ -147,8 +140,7 @@ def _fields(template: str) -> list[str]:
 
 
 def _check_fields(template: str, func: Callable[..., Any], task: str, field: str) -> None:
-    """:class:`InvalidInput` when ``template`` names a field that ``func`` has no
-    parameter for."""
+    """:class:`InvalidInput` when ``template`` names a field that ``func`` has no parameter for."""
     try:
         parameters = set(inspect.signature(func).parameters)
     except (TypeError, ValueError):
@@ -218,11 +210,9 @@ def _filled(template: str, values: dict[str, Any], field: str) -> str:
 
 
 def unmatched_settings(settings: Mapping[str, Limit], tasks: Mapping[str, Any]) -> list[str]:
-    """What to warn of the ``TASK_LIMITS`` entries (``settings``, from
-    :func:`from_settings`) that change nothing: a line for each that no limit of
-    ``tasks`` (by the name their limits are keyed by) can match, by its key or prefix
-    (a key made from a template starts with the template's part before its first
-    argument) and by its kind, with the closest key declared where one is close."""
+    """A warning for each ``TASK_LIMITS`` entry (``settings``, from :func:`from_settings`)
+    that changes nothing: no limit of ``tasks`` (by name) matches it by key or prefix and by
+    kind. It names the closest key declared, where one is close."""
     declared = [
         (type(limit), f"task:{name}" if limit.key is None else limit.key)
         for name, task in tasks.items()
@@ -339,9 +329,5 @@ def settings_json(value: object) -> str:
     return to_json([found[key].encode(key) for key in ordered])
 
 
-class _Unknown:
-    def __repr__(self) -> str:
-        return "<not known at enqueue>"
-
-
-_UNKNOWN = _Unknown()
+# What stands for an argument not known at enqueue (see fill's ``leading``).
+_UNKNOWN = object()

@@ -1,18 +1,5 @@
-"""Periodic tasks: schedules whose every tick is enqueued exactly once.
-
-::
-
-    @periodic(cron="*/5 * * * *", tz="Europe/Paris")
-    @redis_task(queue="reports")
-    def send_report(): ...
-
-    @periodic(every=datetime.timedelta(seconds=30))
-    @redis_task
-    def refresh_rates(): ...
-
-    REDIS_COMPONENTS = {"TASK_SCHEDULES": {
-        "nightly-cleanup": {"task": "myapp.tasks.cleanup", "cron": "0 3 * * *", "tz": "UTC"},
-    }}  # also for tasks declared with Django's @task (by module path)
+"""Periodic tasks: schedules whose every tick is enqueued exactly once, declared by
+``@periodic`` or in the ``TASK_SCHEDULES`` setting (examples: the Operations page).
 
 Every ``rc_worker`` may run the scheduler (no separate beat process): claiming a tick
 moves the schedule's next tick on and enqueues its task in one script, so each tick is
@@ -26,7 +13,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -89,8 +76,7 @@ class Schedule:
         return f"cron {self.cron!r} ({self.tz})"
 
     def message(self, tick: int) -> tuple[TaskMessage, str]:
-        """The task of ``tick``, whose id is the tick's: enqueueing it again is refused
-        (see :meth:`TaskStore.claim_ticks`)."""
+        """The task of ``tick``, whose id is the tick's: enqueueing it again is refused."""
         message = TaskMessage(
             id=new_task_id(self.queue, f"{self.name} {tick}", self.partition_by),
             task=self.task,
@@ -120,9 +106,8 @@ def periodic(
 ) -> Callable[[T], T]:
     """Run a task by itself: on a ``cron`` expression or ``every`` interval (seconds or a
     timedelta), in time zone ``tz``. Put it above ``@redis_task`` (or Django's ``@task``).
-    ``name`` (default: the task's name) identifies the schedule in Redis;
-    ``args``/``kwargs`` are passed to each run. Bad values raise :class:`InvalidInput` at
-    import time."""
+    ``name`` (default: the task's) identifies the schedule in Redis; ``args``/``kwargs``
+    are passed to each run. Bad values raise :class:`InvalidInput` at import time."""
 
     def register(task: T) -> T:
         if not isinstance(task, RedisTask):
@@ -131,7 +116,7 @@ def periodic(
                 "must decorate a task of ours: a @task, or Django's @task with a "
                 "RedisTaskBackend: put @periodic above @redis_task",
             )
-        target = _target_of(task)
+        target = _target_of(task, task.registered_name)
         schedule = build(
             name or target["task_name"],
             **target,
@@ -196,7 +181,20 @@ def build(
     ):
         raise InvalidInput("kwargs", f"must be a dict with string keys, not {kwargs!r:.100}")
     call_args, call_kwargs = list(args), dict(kwargs or {})
-    schedule = Schedule(
+    for field_name, value in (("args", call_args), ("kwargs", call_kwargs)):
+        try:  # refused now, not at the first tick
+            to_json(value, "this value")
+        except TaskSerializationError as error:
+            raise InvalidInput(field_name, str(error)) from None
+    limits, partition_by = None, None
+    if task is not None:  # refused now, not dead-lettered at the first tick
+        bind_arguments(task, call_args, call_kwargs)
+        if isinstance(task, RedisTask):
+            limits = fill_limits(
+                task.limits, task_name, task.func, call_args, call_kwargs, task.takes_context
+            )
+            partition_by = task.partition_by(limits, call_args, call_kwargs)
+    return Schedule(
         name=name,
         task=task_name,
         queue=queue,
@@ -208,29 +206,14 @@ def build(
         args=call_args,
         kwargs=call_kwargs,
         missed=missed,
+        limits=limits,
+        partition_by=partition_by,
     )
-    for field_name, value in (("args", call_args), ("kwargs", call_kwargs)):
-        try:  # refused now, not at the first tick
-            to_json(value, "this value")
-        except TaskSerializationError as error:
-            raise InvalidInput(field_name, str(error)) from None
-    if task is not None:  # refused now, not dead-lettered at the first tick
-        bind_arguments(task, call_args, call_kwargs)
-        if isinstance(task, RedisTask):
-            limits = fill_limits(
-                task.limits, task_name, task.func, call_args, call_kwargs, task.takes_context
-            )
-            partition_by = task.partition_by(limits, call_args, call_kwargs)
-            schedule = replace(schedule, limits=limits, partition_by=partition_by)
-
-    return schedule
 
 
 def schedules() -> list[Schedule]:
-    """Every schedule: ``@periodic`` ones and those of the ``TASK_SCHEDULES`` setting.
-
-    :class:`ConfigurationError` for a setting that names no task or has a bad value.
-    """
+    """Every schedule: ``@periodic`` ones and those of the ``TASK_SCHEDULES`` setting
+    (:class:`ConfigurationError` for one that names no task or has a bad value)."""
     found = schedule_registry.all()
     setting = conf.get("TASK_SCHEDULES")
     if not isinstance(setting, dict):
@@ -263,7 +246,7 @@ def _target(name: str, target: object) -> dict[str, Any]:
         raise ConfigurationError(f"TASK_SCHEDULES[{name!r}] needs 'task': a task's name")
     ours = task_registry.find(target)
     if ours is not None:
-        return _target_of(ours)
+        return _target_of(ours, ours.registered_name)
     try:
         django_task = import_string(target)
     except (ImportError, TypeError, ValueError):  # TypeError: a relative path ("..x")
@@ -274,19 +257,11 @@ def _target(name: str, target: object) -> dict[str, Any]:
             f"TASK_SCHEDULES[{name!r}]: {target!r} is neither a registered @redis_task nor a "
             "Django task"
         )
-    return {
-        "task_name": django_task.module_path,
-        "queue": django_task.queue_name,
-        "priority": django_task.priority,
-        "backend": backend,
-        "task": django_task,
-    }
+    return _target_of(django_task, None)
 
 
-def _target_of(task: RedisTask[..., Any]) -> dict[str, Any]:
-    """What a schedule of ``task`` enqueues: its name in messages, queue, priority and
-    backend (``None`` for our ``@redis_task``'s)."""
-    registered = task.registered_name
+def _target_of(task: Task[..., Any], registered: str | None) -> dict[str, Any]:
+    """What a schedule of ``task`` enqueues (``registered``: our ``@redis_task``'s name)."""
     return {
         "task_name": registered or task.module_path,
         "queue": task.queue_name,
@@ -303,11 +278,8 @@ class Scheduler:
         self.schedules = list(schedules)
 
     def run_due(self) -> float:
-        """Claim every due tick; return the seconds until the next one is due.
-
-        One round trip reads the schedules' next ticks and the server's clock; then one
-        script claims every due tick (and enqueues their tasks).
-        """
+        """Claim every due tick (one round trip reads the next ticks and the server's
+        clock, one script claims them); return the seconds until the next one is due."""
         known, now = TaskStore().schedule_ticks()
         upcoming = []
         due = []
@@ -327,18 +299,8 @@ class Scheduler:
         return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
 
     def _claim(self, due: list[Claim]) -> None:
-        claimed = TaskStore().claim_ticks(
-            [
-                TickClaim(
-                    schedule=claim.schedule.name,
-                    tick=claim.tick,
-                    following=claim.following,
-                    run=claim.run,
-                    message=claim.message,
-                    payload=claim.payload,
-                )
-                for claim in due
-            ]
+        claimed = TaskStore().claim_ticks(  # (the schedule by its name, as the store takes it)
+            [TickClaim(**{**vars(claim), "schedule": claim.schedule.name}) for claim in due]
         )
         for claim, done in zip(due, claimed, strict=True):
             if done and claim.run:
@@ -400,16 +362,12 @@ def schedule_states() -> list[ScheduleState]:
     next_ticks, lasts = TaskStore().schedule_records()
     ids = [lasts[s.name][1] for s in known if s.name in lasts]
     results = dict(zip(ids, read_records(ids), strict=True)) if ids else {}
-    states = []
-    for schedule in known:
-        next_tick = next_ticks.get(schedule.name)
-        last = lasts.get(schedule.name)
-        states.append(
-            ScheduleState(
-                schedule,
-                keys.utc_from_ms(next_tick),
-                keys.utc_from_ms(last[0]) if last else None,
-                results.get(last[1]) if last else None,
-            )
+    return [
+        ScheduleState(
+            schedule,
+            keys.utc_from_ms(next_ticks.get(schedule.name)),
+            keys.utc_from_ms(lasts[schedule.name][0]) if schedule.name in lasts else None,
+            results.get(lasts[schedule.name][1]) if schedule.name in lasts else None,
         )
-    return states
+        for schedule in known
+    ]

@@ -9,47 +9,19 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .. import keys
 from ..conf import conf
 from .backend import queues_in_use
 from .messages import validate_queue
-from .store import (
-    DeadLetter,
-    LimitUse,
-    QueueCounts,
-    TaskStore,
-    WaitingTask,
-    WorkerInfo,
-    home_roles,
-    queue_limit,
-    read_dead_letter,
-)
-
-__all__ = [
-    "DeadLetter",
-    "HomeStats",
-    "LimitUse",
-    "Minute",
-    "QueueCounts",
-    "QueueStats",
-    "TaskRun",
-    "WaitingTask",
-    "WorkerInfo",
-    "dead_letter_entry",
-    "dead_letter_page",
-    "dead_letters",
-    "home_stats",
-    "limits_in_use",
-    "queue_names",
-    "queue_stats",
-    "read_dead_letter",
-    "running_tasks",
-    "throughput",
-    "waiting_tasks",
-    "workers",
-]
+from .store import DeadLetter as DeadLetter
+from .store import LimitUse as LimitUse
+from .store import QueueCounts as QueueCounts
+from .store import TaskStore, home_roles, queue_limit
+from .store import WaitingTask as WaitingTask
+from .store import WorkerInfo as WorkerInfo
+from .store import read_dead_letter as read_dead_letter
 
 
 @dataclass(frozen=True)
@@ -78,31 +50,18 @@ def queue_names(extra: Iterable[str] = ()) -> list[str]:
 
 def _known_queues(registered: list[WorkerInfo], extra: Iterable[str] = ()) -> list[str]:
     names = TaskStore().known_queue_names(extra)
-    names.update(queues_in_use())
-    names.update(conf.TASK_QUEUE_LIMITS)
-    for worker in registered:
-        names.update(worker.queues)
+    names.update(queues_in_use(), conf.TASK_QUEUE_LIMITS, *(w.queues for w in registered))
     return sorted(names)
 
 
 def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
-    """Ready, delayed, in-progress, dead and waiting-on-limits counts of each queue
-    (default: all known)."""
+    """The counts of each of ``queues`` (default: all known), state by state."""
     registered = workers()
     names = list(_known_queues(registered) if queues is None else queues)
     serving = {name: [w.id for w in registered if name in w.queues] for name in names}
     counts = TaskStore().queue_counts(serving)
     return [
-        QueueStats(
-            name,
-            counts[name].ready,
-            counts[name].delayed,
-            counts[name].in_progress,
-            counts[name].dead,
-            queue_limit(name),
-            counts[name].on_limits,
-        )
-        for name in names
+        QueueStats(name=name, limit=queue_limit(name), **asdict(counts[name])) for name in names
     ]
 
 
@@ -213,19 +172,17 @@ class Minute:
 
 def throughput(queues: Iterable[str], hours: int = 6) -> dict[str, list[Minute]]:
     """Per queue, the last ``hours`` hours minute by minute, oldest first (two round trips)."""
-    names = list(queues)
-    now_minute, recorded = TaskStore().minute_counts(names, hours)
-    found = {}
-    first = now_minute - hours * 60 + 1
-    for name in names:
-        counts = recorded[name]
-        found[name] = [
+    now_minute, recorded = TaskStore().minute_counts(list(queues), hours)
+    return {
+        name: [
             Minute(
                 keys.utc_from_ms(minute * 60_000) or datetime.datetime.min,
-                counts.get(minute, {}).get("processed", 0),
-                counts.get(minute, {}).get("failed", 0),
-                counts.get(minute, {}).get("retried", 0),
+                *(
+                    counts.get(minute, {}).get(kind, 0)
+                    for kind in ("processed", "failed", "retried")
+                ),
             )
-            for minute in range(first, now_minute + 1)
+            for minute in range(now_minute - hours * 60 + 1, now_minute + 1)
         ]
-    return found
+        for name, counts in recorded.items()
+    }

@@ -60,9 +60,8 @@ class Workflow:
         return self._kept(found)
 
     def results(self) -> Any:
-        """The workflow's result once it succeeded: its last step's for a chain, the list
-        of its members' results for a group (nested as the workflow is). Otherwise
-        :class:`WorkflowNotSuccessful` says why."""
+        """The workflow's result once it succeeded: its last step's for a chain, its members'
+        list for a group, nested as the workflow is; else :class:`WorkflowNotSuccessful`."""
         status, failed, value = self._kept(TaskStore().workflow_outcome(self.id))
         if status != "SUCCESSFUL":
             raise WorkflowNotSuccessful(self.id, status, failed)
@@ -72,15 +71,13 @@ class Workflow:
         """Cancel the workflow: once this returns, no step starts. Waiting steps are
         dropped, queued ones taken out of their queue, and running ones asked to stop
         (as ``cancel(task_id, terminate=True)`` does; with ``terminate=False`` they
-        finish, and release nothing). Returns how many steps were dropped and how
-        many were still running; a workflow that had finished is refused with
-        :class:`InvalidInput`."""
+        finish, and release nothing). Returns how many steps were dropped and how many
+        were still running; :class:`InvalidInput` for a workflow that had finished."""
         store = TaskStore()
         members = self._kept(store.workflow_members(self.id))
         cancelled, status, dropped, running = store.cancel_workflow(
             self.id, members, terminate=terminate
         )
-
         if status is None:
             raise self._gone()
         if cancelled:

@@ -10,15 +10,11 @@ A workflow is a graph of steps, each a task run with a :class:`Signature`'s argu
 ``enqueue()`` writes the whole graph and enqueues its first steps in one script
 (``lua/flow_create.lua``): an interrupted enqueue leaves nothing. Each later step is
 released by the script that records the final outcome of the last step it waits for
-(``lua/lib/flow.lua``): no polling task, no sweeper. A step's outcome counts once (the
-first final one), and a step that fails for good marks every step after it as not run,
-unless that step allows its parents' failure (``allow_failure``: it then gets the
-failure record in place of the result). How each of these holds, on one server and on
-a Redis Cluster, is on the Workflows page.
+(``lua/lib/flow.lua``): no polling task, no sweeper. What a failure does, and how each
+of these holds on one server and on a Redis Cluster: the Workflows page.
 
-This module gathers the public names: the steps and their planning are in
-``definition.py`` (beside the task type, whose ``.s()`` makes a step), the workflow's
-record in ``store/flow_records.py``, the handle that reads it in ``workflow_records.py``.
+The steps and their planning are in ``definition.py``, the workflow's record in
+``store/flow_records.py``, the handle that reads it in ``workflow_records.py``.
 """
 
 from __future__ import annotations

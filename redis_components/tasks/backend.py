@@ -44,7 +44,6 @@ from .definition import (
     optional_seconds,
     own_backend,
     task_registry,
-    validate_retries,
 )
 from .framework import (
     InvalidTask,
@@ -110,12 +109,11 @@ class RedisTaskBackend(QueueBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
-    # The tasks declared at start-up with a queue not in QUEUES: module path -> queue.
-    _misqueued: dict[str, str]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self._misqueued = {}
+        # The tasks declared at start-up with a queue not in QUEUES: module path -> queue.
+        self._misqueued: dict[str, str] = {}
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's checks, then ours (``InvalidTask``). A task declared at start-up with a
@@ -125,8 +123,7 @@ class RedisTaskBackend(QueueBackend):
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
         try:
-            if task.run_after is not None:  # (first: Django's check fails on a timedelta)
-                due_at(_aware(task.run_after), "run_after")
+            self.due(task)  # (first: Django's check fails on a timedelta run_after)
             if isinstance(task, RedisTask) and task.registered_name is not None:
                 # Found by its name: it may be defined anywhere (Django's checks want a
                 # module-level function).
@@ -311,7 +308,7 @@ class RedisTaskBackend(QueueBackend):
                 )
         retries = self.options.get("MAX_RETRIES", 0)
         try:
-            validate_retries(retries)
+            keys.integer(retries, "max_retries", minimum=0)
         except InvalidInput:
             yield Error(
                 f"{where}['OPTIONS']['MAX_RETRIES'] must be a non-negative integer, "
@@ -436,21 +433,11 @@ def redis_task(
     It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
     ``name`` (default ``"<module>.<function>"``) travels in the queue: renaming a
     function orphans its queued tasks unless ``name`` keeps the old one. ``priority``
-    (-100 to 100): higher runs first within its queue, equal ones in the order enqueued.
-    An exception retries the task up to ``max_retries`` times, after ``retry_backoff``
-    (default the ``TASK_RETRY_BACKOFF`` setting) x 2**retry seconds, jittered; then it
-    is dead-lettered. ``takes_context``: the function's first argument is Django's
-    ``TaskContext``. ``unique_for`` (seconds): an enqueue equal to one made within that
-    time (same task and arguments) enqueues nothing and returns the first one's result.
-    ``soft_time_limit`` (seconds): the task gets :class:`SoftTimeLimitExceeded`.
-    ``time_limit``: the run is settled as a failed attempt and its thread left behind,
-    told to stop (its concurrency permits stay held until its code ends). ``limits``:
-    :func:`~redis_components.concurrency_limit` and :func:`~redis_components.rate_limit`,
-    enforced where a worker takes the task (see the Limits page). ``partition_key``: on
-    a queue with partitions, a template filled from the call's arguments
-    (``"customer:{customer_id}"``): tasks with the same key start in the order enqueued
-    (see the Cluster page). Bad values raise
-    :class:`~redis_components.exceptions.InvalidInput`.
+    (-100 to 100): higher runs first within its queue. ``retry_backoff`` defaults to the
+    ``TASK_RETRY_BACKOFF`` setting; the other options mean what they mean for Django's
+    ``@task`` on :class:`RedisTaskBackend` (see the Task queues page). Past its
+    ``time_limit`` a run's thread is left behind, its concurrency permits held until its
+    code ends. Bad values raise :class:`~redis_components.exceptions.InvalidInput`.
     """
 
     def register(function: Callable[..., Any]) -> RedisTask[Any, Any]:
@@ -460,7 +447,7 @@ def redis_task(
         options = checked_options(
             function,
             task_name,
-            max_retries=validate_retries(max_retries),
+            max_retries=keys.integer(max_retries, "max_retries", minimum=0),
             retry_backoff=retry_backoff,
             unique_for=unique_for,
             time_limit=time_limit,
@@ -488,7 +475,17 @@ def redis_task(
                 f"{_origin(function)}; give one of them another name= ."
             )
         task_registry.add(task_name, new)
-        _warn_if_late(new)
+        # A worker imports only each app's tasks module: it may never know a task
+        # registered after start-up elsewhere.
+        module = function.__module__
+        if apps.ready and module.rpartition(".")[2] != "tasks":
+            logger.warning(
+                "Task %r was registered after start-up, when its module %s was imported: "
+                "workers import each installed app's tasks module at start-up, so they will "
+                "not know this task unless that module is imported from there",
+                task_name,
+                module,
+            )
         return new
 
     if func is not None:
@@ -498,20 +495,6 @@ def redis_task(
 
 def _origin(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{getattr(func, '__qualname__', func)}"
-
-
-def _warn_if_late(registered: RedisTask[..., Any]) -> None:
-    """Warn of a task registered after start-up outside a ``tasks`` module: a worker, which
-    imports only each app's ``tasks`` module, may never know it."""
-    module = registered.func.__module__
-    if apps.ready and module.rpartition(".")[2] != "tasks":
-        logger.warning(
-            "Task %r was registered after start-up, when its module %s was imported: "
-            "workers import each installed app's tasks module at start-up, so they will "
-            "not know this task unless that module is imported from there",
-            registered.name,
-            module,
-        )
 
 
 # Django's @task's tasks on a backend of ours, by module path, as validate_task sees them.
@@ -549,7 +532,6 @@ def django_backends() -> dict[str, list[Any]]:
 
 
 def _is_ours(path: object) -> bool:
-    """Whether the backend class at ``path`` is ``RedisTaskBackend`` or a subclass of it."""
     if not isinstance(path, str):
         return False
     try:

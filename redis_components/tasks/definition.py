@@ -1,11 +1,8 @@
-r"""What a task is: the task type and its option checks, its steps and their plan.
+r"""What a task is: :class:`RedisTask` (Django's ``Task`` with our options), and the
+workflow steps it makes (``task.s(...)``, :func:`chain`, :func:`group`) and their plan.
 
-:class:`RedisTask` is Django's ``Task`` with our options; ``task.s(...)`` makes a
-:class:`Signature`, and :func:`chain` and :func:`group` combine signatures into a
-workflow, which :func:`enqueue_workflow` plans and its backend writes. None of it needs
-the backend's module, the store or the workflow codec (a test says so): a task reaches
-its backend through its alias, as Django's tasks do, and the backends it can run on are
-:class:`QueueBackend`\ s (``backend.RedisTaskBackend``).
+None of it needs the backend's module, the store or the workflow codec (a test says so):
+a task reaches its backend through its alias, as Django's tasks do.
 """
 
 from __future__ import annotations
@@ -32,9 +29,6 @@ from .limits import Limit, fill_key, validate_limits, validate_partition_key
 from .messages import Barrier, Due, PlannedStep, TaskMessage, due_at
 from .registry import Registry
 
-if TYPE_CHECKING:
-    from .workflow_records import Workflow
-
 # The alias of the backend of our @redis_task's tasks: not in settings.TASKS, needs nothing.
 OWN_BACKEND = "redis_components"
 # Its class, found by path as Django finds settings.TASKS' backends (see own_backend).
@@ -45,6 +39,8 @@ R = TypeVar("R")
 logger = logging.getLogger("redis_components.tasks")
 
 if TYPE_CHECKING:
+    from .workflow_records import Workflow
+
     # Django's Task as django-stubs types it: generic in its function's parameters and
     # return type, so RedisTask[P, R] is a Task[P, R] to a type checker.
     _DjangoTask = Task
@@ -80,7 +76,6 @@ class QueueBackend(BaseTaskBackend):
 
     @property
     def time_limits(self) -> tuple[float | None, float | None]:
-        """``(TIME_LIMIT, SOFT_TIME_LIMIT)`` from the options."""
         return time_limits(self.options.get("TIME_LIMIT"), self.options.get("SOFT_TIME_LIMIT"))
 
     @abc.abstractmethod
@@ -113,13 +108,7 @@ def own_backend() -> QueueBackend:
 
 
 def optional_seconds(value: object, field: str) -> float | None:
-    """``value`` as a positive number of seconds, or ``None``; else :class:`InvalidInput`."""
     return None if value is None else keys.seconds(value, field, positive=True)
-
-
-def validate_retries(max_retries: object) -> int:
-    """``max_retries`` if it is a non-negative integer (not a bool), else :class:`InvalidInput`."""
-    return keys.integer(max_retries, "max_retries", minimum=0)
 
 
 def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]:
@@ -150,7 +139,7 @@ def checked_options(func: Callable[..., Any], name: str, **options: Any) -> dict
     retries = options.get("max_retries")
     hard, soft = time_limits(options.get("time_limit"), options.get("soft_time_limit"))
     return {
-        "max_retries": None if retries is None else validate_retries(retries),
+        "max_retries": None if retries is None else keys.integer(retries, "max_retries", minimum=0),
         "retry_backoff": optional_seconds(options.get("retry_backoff"), "retry_backoff"),
         "unique_for": optional_seconds(options.get("unique_for"), "unique_for"),
         "time_limit": hard,
@@ -354,7 +343,6 @@ def bind_arguments(
 
 @functools.lru_cache(maxsize=1024)
 def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
-    """The signature of a task's function, read once (``None`` if it has none)."""
     try:
         return inspect.signature(func)
     except (TypeError, ValueError):
@@ -365,8 +353,14 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
 MAX_STEPS = 10_000
 
 
+class _Step:
+    def enqueue(self) -> Workflow:
+        """Enqueue this as a workflow of its own: all of it, or nothing."""
+        return enqueue_workflow(cast("Node", self))
+
+
 @dataclass(frozen=True)
-class Signature:
+class Signature(_Step):
     """A call of a task to make as a workflow's step: ``task.s(*args, **kwargs)``.
 
     A step after another gets that step's result as its first argument (before
@@ -394,13 +388,9 @@ class Signature:
         """``chain(self, step)``."""
         return chain(self, _after(step, allow_failure))
 
-    def enqueue(self) -> Workflow:
-        """Enqueue this step alone, as a workflow of one."""
-        return enqueue_workflow(self)
-
 
 @dataclass(frozen=True)
-class Chain:
+class Chain(_Step):
     """Steps run one after the other, each given the previous one's result
     (:func:`chain`). Its result is its last step's."""
 
@@ -410,12 +400,9 @@ class Chain:
         """This chain with ``step`` after it."""
         return Chain((*self.steps, _after(step, allow_failure)))
 
-    def enqueue(self) -> Workflow:
-        return enqueue_workflow(self)
-
 
 @dataclass(frozen=True)
-class Group:
+class Group(_Step):
     """Steps run in parallel (:func:`group`). Its result is the list of its members'
     results, in the group's order."""
 
@@ -425,9 +412,6 @@ class Group:
         """A fan-in: ``step`` runs once every member succeeded, given their results (with
         ``allow_failure``: once every member ended, failure records in the failed places)."""
         return Chain((self, _after(step, allow_failure)))
-
-    def enqueue(self) -> Workflow:
-        return enqueue_workflow(self)
 
 
 Node: TypeAlias = Signature | Chain | Group

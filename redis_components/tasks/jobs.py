@@ -1,7 +1,5 @@
-"""What runs a task in a worker: a :class:`Job`, one run of one task message, found by
-our ``@redis_task``'s name or a Django ``@task``'s module path and backend alias:
-Django's task with its options, its ``TaskResult``, context and signals.
-"""
+"""What runs a task in a worker: a :class:`Job`, one run of one task message (found by
+our ``@redis_task``'s name or a Django ``@task``'s module path and backend alias)."""
 
 from __future__ import annotations
 
@@ -77,7 +75,6 @@ def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
 
 
 def _registered(name: str, priority: int, queue: str) -> Runnable:
-    """One of our ``@redis_task``\\ s, looked up by name for each message."""
     found = task_registry.find(name)
     if found is None:
         raise CannotRun(

@@ -178,7 +178,9 @@ class TaskMessage:
         except RecursionError:
             raise MalformedTask("not a task: its JSON is nested too deeply") from None
         except (ValueError, TypeError, MemoryError) as error:  # UnicodeDecodeError is a ValueError
-            raise MalformedTask(f"not a task: not JSON ({_short(error)})") from None
+            text = str(error)
+            reason = text if len(text) <= 200 else text[:200] + "..."
+            raise MalformedTask(f"not a task: not JSON ({reason})") from None
         if not isinstance(data, dict):
             raise MalformedTask(f"not a task: a JSON {type(data).__name__}, not an object")
         fields = {"id": str, "task": str, "queue": str, "args": list, "kwargs": dict}
@@ -186,18 +188,15 @@ class TaskMessage:
             if not isinstance(data.get(name), kind):
                 raise MalformedTask(f"not a task: its {name!r} must be a {kind.__name__}")
         numbers = {name: data.get(name, 0) for name in ("priority", "retries", "crashes")}
-        for name, number in numbers.items():
-            if not keys.is_integer(number):
+        times: dict[str, Any] = {name: data.get(name) for name in ("scheduled_for", "enqueued_at")}
+        for name, number in {**numbers, **times}.items():
+            if not keys.is_integer(number) and not (name in times and number is None):
                 raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if numbers["retries"] < 0 or numbers["crashes"] < 0:
             raise MalformedTask("not a task: negative retry or crash count")
         backend = data.get("backend")
         if backend is not None and not isinstance(backend, str):
             raise MalformedTask("not a task: its 'backend' must be a string")
-        times = {name: data.get(name) for name in ("scheduled_for", "enqueued_at")}
-        for name, time in times.items():
-            if time is not None and not keys.is_integer(time):
-                raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
         flow = data.get("flow")
@@ -210,17 +209,12 @@ class TaskMessage:
                 "['r', key, limit, per ms, burst]"
             )
         return cls(
-            id=data["id"],
-            task=data["task"],
-            queue=data["queue"],
-            args=data["args"],
-            kwargs=data["kwargs"],
+            **{name: data[name] for name in fields},
             backend=backend,
-            scheduled_for=times["scheduled_for"],
-            enqueued_at=times["enqueued_at"],
             flow=None if flow is None else FlowStep.decode(flow),
             limits=limits or None,
             **numbers,
+            **times,
         )
 
 
@@ -253,13 +247,10 @@ def to_json(value: Any, what: str) -> str:
     return payload
 
 
-FLOW_FIELD = b',"flow":'
-
-
 def flow_of(payload: bytes) -> FlowStep | None:
     """The workflow step a payload is (``None`` for a plain task, or one it cannot read).
     Only a payload with the field is decoded (JSON escapes a string argument's quotes)."""
-    if FLOW_FIELD not in payload:
+    if b',"flow":' not in payload:
         return None
     try:
         return TaskMessage.decode(payload).flow
@@ -273,11 +264,6 @@ def task_id_of(payload: bytes) -> str:
     end = payload.find(b'"', len(prefix))
     found = payload[len(prefix) : end] if payload.startswith(prefix) and end > 0 else b""
     return found.decode() if found and all(c in b"0123456789abcdefABCDEF" for c in found) else ""
-
-
-def _short(error: BaseException, limit: int = 200) -> str:
-    text = str(error)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def random_id() -> str:

@@ -12,9 +12,6 @@ A workflow is a graph of steps, each a task run with a :class:`Signature`'s argu
 released by the script that records the final outcome of the last step it waits for
 (``lua/lib/flow.lua``): no polling task, no sweeper. What a failure does, and how each
 of these holds on one server and on a Redis Cluster: the Workflows page.
-
-The steps and their planning are in ``definition.py``, the workflow's record in
-``store/flow_records.py``, the handle that reads it in ``workflow_records.py``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Django's Tasks backend on our queues (:class:`RedisTaskBackend`), and our
-:func:`redis_task` decorator.
+:func:`redis_task` decorator: both make a :class:`RedisTask` that the same workers run.
 
-Both make a :class:`RedisTask` (``definition.py``), enqueue into the same store and run
-in the same workers. A ``@redis_task`` needs no ``TASKS`` setting: it is found by its
-``name=``, which travels in the queue. Django's ``@task`` with this backend in
-``settings.TASKS`` is found by its module path, and its options default to the
-backend's ``OPTIONS``. Django has no CANCELLED status: a cancelled task's result is
-FAILED, its last error a :class:`~redis_components.exceptions.TaskCancelled`.
+A ``@redis_task`` is found by its ``name=``, which travels in the queue; Django's ``@task``
+on this backend by its module path. Django has no CANCELLED status: a cancelled task's
+result is FAILED, its last error a :class:`~redis_components.exceptions.TaskCancelled`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import inspect
@@ -149,8 +147,7 @@ class RedisTaskBackend(QueueBackend):
         """Send the task to its queue; its READY result (:class:`TaskSerializationError`, a
         ``TypeError``, for arguments JSON cannot carry; nothing is written then)."""
         self.validate_task(task)
-        result = self.send(self.prepare(task, args, kwargs), self.due(task))
-        return cast("TaskResult[P, R]", result)
+        return cast("TaskResult[P, R]", self.send(self.prepare(task, args, kwargs), self.due(task)))
 
     def prepare(
         self,
@@ -513,10 +510,8 @@ def queues_in_use() -> set[str]:
     names = {registered.queue_name for registered in task_registry.all().values()}
     for queues in django_backends().values():
         for name in queues or [DEFAULT_QUEUE]:
-            try:
+            with contextlib.suppress(ValueError):
                 names.add(validate_queue(name))
-            except ValueError:
-                continue
     return names
 
 

@@ -378,11 +378,8 @@ class Signature(_Step):
 
     def set(self, *, immutable: bool | None = None, allow_failure: bool | None = None) -> Signature:
         """This signature with ``immutable`` or ``allow_failure`` changed."""
-        return dataclasses.replace(
-            self,
-            immutable=self.immutable if immutable is None else immutable,
-            allow_failure=self.allow_failure if allow_failure is None else allow_failure,
-        )
+        changes: dict[str, Any] = {"immutable": immutable, "allow_failure": allow_failure}
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def then(self, step: Node, *, allow_failure: bool = False) -> Chain:
         """``chain(self, step)``."""

@@ -150,10 +150,9 @@ class Job:
         self.retry_backoff = runnable.retry_backoff
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
-        self.result = self._running(worker_id, now_ms)
+        self.result = self._running(message, worker_id, now_ms)
 
-    def _running(self, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
-        message = self.message
+    def _running(self, message: TaskMessage, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
         if not message.first_attempt:
             # Not known to be a first attempt: the attempts so far, and this one (written
             # when it was taken), in one round trip.

@@ -199,7 +199,6 @@ class TaskMessage:
             raise MalformedTask("not a task: its 'backend' must be a string")
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
-        flow = data.get("flow")
         limits = data.get("limits")
         if limits is not None and not (
             isinstance(limits, list) and all(_is_limit(limit) for limit in limits)
@@ -211,7 +210,7 @@ class TaskMessage:
         return cls(
             **{name: data[name] for name in fields},
             backend=backend,
-            flow=None if flow is None else FlowStep.decode(flow),
+            flow=None if data.get("flow") is None else FlowStep.decode(data["flow"]),
             limits=limits or None,
             **numbers,
             **times,

@@ -124,10 +124,9 @@ def defer(seconds: float | None = None) -> Callable[[Busy], None]:
 
     def on_busy(busy: Busy) -> None:
         running_task = current_task()
-        names = ", ".join(busy.names)
         if running_task is None:
             raise LockNotAcquired(
-                f"{names} is busy and no worker task is running to defer",
+                f"{', '.join(busy.names)} is busy and no worker task is running to defer",
                 name=busy.name if busy.names else None,
             )
         running_task.defer(busy.retry_after if seconds is None else seconds)

@@ -45,7 +45,7 @@ class Conveyor:
         self._pending: tuple[Ahead, Execution | None] | None = None
         self._ahead: Fetched | None = None
         self._ahead_until = math.inf
-        # After a lost connection: a take's reply may have been lost with it.
+        # After a lost connection (the worker sets it): a take's reply may be lost with it.
         self.reclaiming = False
 
     @property
@@ -54,8 +54,7 @@ class Conveyor:
         return self._pending is not None or self._ahead is not None
 
     def hand_out(self) -> Fetched | None:
-        """The task held ahead (once the reply of the take sent ahead is read), to start
-        now: it is no longer held (:meth:`start` records its start)."""
+        """The task held ahead, to start now (:meth:`start` records its start)."""
         held, self._ahead = self._ahead, None
         return held
 
@@ -121,10 +120,6 @@ class Conveyor:
         if held is not None and held.payload is not None:
             self.tasks.put_back_ahead(held, task_id_of(held.payload))
 
-    def lost(self) -> None:
-        """Redis was lost: a take's reply may have been lost with it (see :meth:`reclaim`)."""
-        self.reclaiming = True
-
     def reclaim(self, busy: bool) -> None:
         """After an outage: record the outcomes, and put back a take never seen, once
         nothing runs (``busy``: tasks run now)."""
@@ -159,7 +154,6 @@ class Conveyor:
         return fetched
 
     def _first_outcome(self) -> tuple[Execution | None, Outcome | None]:
-        """The oldest finished execution to record, and its outcome."""
         execution = self.outcomes[0] if self.outcomes else None
         return execution, None if execution is None else execution.outcome
 

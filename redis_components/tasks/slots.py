@@ -1,10 +1,8 @@
 """Slots: where a worker process runs its tasks, N sync ones at once in threads
-(``--threads N``) and M ``async def`` ones on one event loop (``--async-tasks M``), the
-same way whatever N and M (docs/tasks.md, "Many tasks per worker process").
-
-The worker's loop (``worker.py``) runs no task code: it hands each task to a slot's
-thread or to the event loop. Time limits count from the hand-out and are enforced under
-the worker's step lock, without signals (they reach the main thread only):
+(``--threads N``) and M ``async def`` ones on one event loop (``--async-tasks M``)
+(docs/tasks.md, "Many tasks per worker process"). Time limits count from the hand-out
+and are enforced under the worker's step lock, without signals (they reach the main
+thread only):
 
 * the **soft limit** raises ``SoftTimeLimitExceeded`` in the task's thread only while it
   runs the task's own code (:func:`task_frame`), under the execution's lock; one that
@@ -136,11 +134,9 @@ class Execution:
 
     def end_code(self) -> bool:
         """Its task's code returned or raised (in its thread): from now no limit settles it.
-        False if the loop abandoned it first (it was settled already).
-
-        A soft limit raised under the lock while the code ran (:meth:`Slots._interrupt`)
-        lands at the thread's next check: when the code had just ended, that is here. It
-        is dropped then (lands in this call, or is cleared before it can land later)."""
+        False if the loop abandoned it first (it was settled already). A soft limit raised
+        as the code ended (:meth:`Slots._interrupt`) is dropped: it lands here, or is
+        cleared before it can land later."""
         while True:
             try:
                 with self.lock:
@@ -179,8 +175,7 @@ def clear_raised_here() -> None:
 
 
 def execute(execution: Execution, pid: int) -> Outcome:
-    """Run a sync task's execution to its outcome, in its slot's thread, in the worker's
-    process ``pid`` (a process the task forks ends in :func:`_call_code`)."""
+    """Run a sync task's execution to its outcome, in its slot's thread (``pid``: the worker's)."""
     assert execution.job is not None
 
     def call(job: Job) -> Any:
@@ -286,8 +281,7 @@ class Pool:
         self.running.append(execution)
 
     def finished(self) -> list[Execution]:
-        """The executions finished since the last call (abandoned ones left out: they
-        were settled when abandoned; they go to ``ended_late``)."""
+        """The executions finished since the last call (abandoned ones go to ``ended_late``)."""
         ended: list[Execution] = []
         while not self._done.empty():  # (one taker at a time: under the step lock)
             execution = self._done.get()
@@ -302,9 +296,8 @@ class Pool:
         return ended
 
     def enforce_limits(self) -> tuple[list[Execution], float]:
-        """Apply the limits that are due (abandoning the executions past their hard limit
-        or to be terminated): those abandoned, for the worker to settle, and the seconds
-        until the next limit is due (``math.inf``: none)."""
+        """Apply the due limits: the executions abandoned (past their hard limit, or to be
+        terminated) for the worker to settle, and the seconds until the next is due."""
         now = time.monotonic()
         next_due = math.inf
         abandoned = []
@@ -361,9 +354,8 @@ class Pool:
 
 class Slots(Pool):
     """``count`` threads that run the sync tasks' executions: the one that calls
-    :meth:`serve_here`, and ``count - 1`` of their own. Once an execution's task has
-    ended, its thread calls ``then``, which records it and returns the next execution for
-    this same thread (submitted ``here``), or ``None`` to wait for one to be handed out."""
+    :meth:`serve_here`, and ``count - 1`` of their own. Once a task has ended, its thread
+    calls ``then``: the next execution for it (submitted ``here``), or ``None`` to wait."""
 
     def __init__(
         self, count: int, then: Callable[[Execution], Execution | None], wake: Callable[[], None]
@@ -401,7 +393,7 @@ class Slots(Pool):
                 self._work.put(None)
 
     def _abandon(self, execution: Execution) -> bool:
-        """Also give the execution's slot a new thread, so that capacity stays."""
+        # Also give the execution's slot a new thread, so that capacity stays.
         if not super()._abandon(execution):
             return False
         self._start_thread()
@@ -450,13 +442,10 @@ class Slots(Pool):
 
 class LoopSlots(Pool):
     """One event loop, in a thread of its own, running up to ``count`` ``async def``
-    tasks' executions at once.
-
-    A limit cancels the task's coroutine (at the soft one the task sees ``CancelledError``
-    and may tidy up). A loop that a task blocks (a ``time.sleep`` in an ``async def``)
-    runs nothing else: that is logged after :data:`BLOCKED_AFTER` seconds without a tick,
-    and once a task on it passes its hard limit the process is replaced.
-    """
+    tasks' executions at once. A limit cancels the task's coroutine (at the soft one the
+    task sees ``CancelledError`` and may tidy up). A loop that a task blocks is logged
+    after :data:`BLOCKED_AFTER` seconds without a tick, and once a task on it passes its
+    hard limit the process is replaced."""
 
     def __init__(self, count: int, wake: Callable[[], None]) -> None:
         super().__init__(count, wake)

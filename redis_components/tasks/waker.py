@@ -32,8 +32,7 @@ POLL_INTERVAL = 0.1
 
 
 def backoff(down_for: float) -> float:
-    """Seconds to wait before trying Redis again after ``down_for`` seconds without it:
-    from 0.1 s, doubled each half second, up to 5 s."""
+    """Seconds to wait before trying Redis again after ``down_for`` seconds without it."""
     return min(5.0, 0.1 * 2.0 ** min(6, int(down_for / 0.5)))
 
 

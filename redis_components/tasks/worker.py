@@ -4,31 +4,26 @@
 running a :class:`Worker`. What a worker promises is in docs/tasks.md ("Delivery: at
 least once" and after); the scripts it runs and the keys they touch are in ``store/``.
 
-**Taking** is one script: it moves the due delayed tasks of the worker's queues (unless
-``--no-scheduler``; a busy worker's takes look only when one may be due, and every
-``store.worker_store.MOVE_EVERY_MS``), takes the first ready task, in the worker's
-priority order, into its in-progress set, and records how the task before it ended: one
-round trip per task, and a task is never only in the worker's memory. It refuses a
-worker that is not registered (``lease.py``), so no task is held by a worker no one
-watches. Blocking pops are reliable for one list, not across several, so **waiting** is
-apart (``waker.py``): only after a take found nothing, on a subscription confirmed
-before the first take, so a wake-up cannot be lost.
+**Taking** is one script (``store/worker_store.py``): it moves the due delayed tasks
+(unless ``--no-scheduler``), takes the first ready task into the worker's in-progress
+set, and records how the task before it ended: one round trip per task, and a task is
+never only in the worker's memory. It refuses a worker that is not registered
+(``lease.py``), so no task is held by a worker no one watches. Blocking pops are reliable
+for one list, not across several, so **waiting** is apart (``waker.py``), on a
+subscription confirmed before the first take, so a wake-up cannot be lost.
 
 The loop runs no task code: it hands each task to a slot (``slots.py``) and takes the
 next only while a slot of each kind is free (no prefetch). A slot's thread whose sync
 task ended records it and takes its next task itself, in the same round trip
-(:meth:`Worker._then`); after a short task, even one ahead: the script that records it
-and starts the task held ahead also takes the next, held ahead (not started: no crash
-counts against it) until the task before it has run :data:`AHEAD_FOR`. What a worker
-holds between round trips is its conveyor's (``conveyor.py``), moved under one lock.
-With ``threads=1`` too, the loop runs in a thread of its own and the caller of
-:meth:`Worker.run` is the one slot (so a test's database transaction is the task's).
-Each outcome carries its attempt, which the script checks: an execution whose task was
-recovered and taken again records nothing.
+(:meth:`Worker._then`); after a short task, even one ahead, held (not started: no crash
+counts against it) until the task before it has run :data:`AHEAD_FOR` (``conveyor.py``).
+With ``threads=1`` too, the caller of :meth:`Worker.run` is the one slot (so a test's
+database transaction is the task's). Each outcome carries its attempt, which the script
+checks: an execution whose task was recovered and taken again records nothing.
 
 Signal handlers only set a flag; a wake-up fd ends the idle wait at once. A
-``KeyboardInterrupt`` in the caller of :meth:`Worker.run` (Ctrl-C outside ``rc_worker``)
-stops it at once: its tasks go back on their queues.
+``KeyboardInterrupt`` in the caller of :meth:`Worker.run` stops it at once: its tasks go
+back on their queues.
 """
 
 from __future__ import annotations
@@ -160,9 +155,7 @@ class Worker:
         self._threads = Slots(threads, self._then, self._waker.wake)
         self._loop_slots = LoopSlots(async_tasks or threads, self._waker.wake)
         self._pools: list[Pool] = [self._threads, self._loop_slots]
-        # A task whose worker died running it ALONE_AFTER times runs alone: no other task
-        # is taken until it ends, and it starts once the others have ended.
-        self._alone: Execution | None = None
+        self._alone: Execution | None = None  # to run alone, once the others end (ALONE_AFTER)
         self.worn_out = False  # too many tasks it gave up on: to be replaced (see _may_take)
         self._deadline = deadline
         self._interrupted = False  # the caller was interrupted: stop at once
@@ -178,19 +171,13 @@ class Worker:
         self._down_since: float | None = None
 
     @property
-    def heartbeat_interval(self) -> float:
-        """Seconds between two renewals of the lease (``TASK_HEARTBEAT_INTERVAL``)."""
-        return self._lease.interval
-
-    @property
     def client(self) -> redis.Redis:
         """The worker's own client for the task registry (looked up each time: on a
         cluster the keys' node may move)."""
         return self.client_at(registry())
 
     def client_at(self, head: str) -> redis.Redis:
-        """The worker's own client for the keys of the home ``head``: one per server
-        (on a cluster, per node), whatever the number of homes there."""
+        """The worker's own client for the home ``head``: one per server (cluster: per node)."""
         shared = tasks_client(head)
         node = server_of(shared)
         own = self._own_clients.get(node)
@@ -204,10 +191,9 @@ class Worker:
         return TaskStore(self.client)
 
     def _loop_connection(self, head: str) -> OneConnection:
-        """The connection of the loop's fetches in the home ``head``, held: one script
-        call per task, so it skips the client's layers (see OneConnection). Only the
-        thread holding the step lock uses it. Homes on one node share it: the reply to
-        a take sent ahead is read before any other fetch is sent (see Conveyor)."""
+        """The held connection of the loop's fetches in ``head`` (see OneConnection), used
+        under the step lock only. Homes on one node share it: the reply to a take sent
+        ahead is read before any other fetch is sent (see Conveyor)."""
         client = self.client_at(head)
         node = server_of(client)
         held = self._held_connections.get(node)
@@ -318,10 +304,9 @@ class Worker:
             self._finish()
 
     def _step(self) -> Callable[[], None] | None:
-        """One turn of the loop under the step lock (gather, record, take, hand out): what
-        to wait for before the next (without the lock), or ``None`` to end."""
+        """One turn under the step lock: what to wait for next (unlocked), or ``None`` to end."""
         self._loop_wakes_at = -math.inf  # awake: a slot need not wake it
-        pause = min(self._collect(), self.heartbeat_interval)
+        pause = min(self._collect(), self._lease.interval)
         self._start_alone()
         take = self._may_take()
         conveyor = self._conveyor
@@ -364,7 +349,7 @@ class Worker:
                 timeout = pause if fetched.next_ms < 0 else min(fetched.next_ms / 1000, pause)
                 return lambda: self._waker.wait(self.client, timeout)
         except REDIS_DOWN as error:
-            conveyor.lost()
+            conveyor.reclaiming = True
             return functools.partial(self._disconnected, error)
         self._start(fetched)
         return _go_on
@@ -375,11 +360,10 @@ class Worker:
         return functools.partial(self._waker.pause, seconds)
 
     def _then(self, execution: Execution) -> Execution | None:
-        """In a slot's thread whose sync task just ended: record its outcome and take the
-        next task in one round trip, and return it to run in this same thread, so that a
-        busy worker hands nothing between threads. Anything out of the ordinary (no task
-        ready, an async one, one to run alone, stopping, Redis lost) goes to the loop,
-        woken for it (``None``: the thread waits to be handed a task)."""
+        """In a slot's thread whose sync task just ended: record it and take the next task
+        in one round trip, to run in this same thread (a busy worker hands nothing between
+        threads). Anything out of the ordinary (no task ready, an async one, one to run
+        alone, stopping, Redis lost) goes to the loop, woken for it (``None``)."""
         conveyor = self._conveyor
         with self._step_lock:
             if execution.abandoned or self._stopping or self._interrupted or conveyor.reclaiming:
@@ -410,13 +394,12 @@ class Worker:
                             self._waker.wake()  # to give the task held ahead back in time
                         return after
             except REDIS_DOWN:
-                conveyor.lost()  # the loop retries, and reclaims a take it lost
+                conveyor.reclaiming = True  # the loop retries, and reclaims a take it lost
             self._waker.wake()
             return None
 
     @property
     def _busy(self) -> bool:
-        """Tasks run in the slots' threads or on the event loop now."""
         return any(pool.busy for pool in self._pools)
 
     @property
@@ -424,7 +407,6 @@ class Worker:
         return [execution for pool in self._pools for execution in list(pool.running)]
 
     def _room_for(self, count: int) -> bool:
-        """Whether ``count`` more tasks keep it within ``max_tasks``."""
         return (
             self.max_tasks is None or self.processed + len(self._running) + count <= self.max_tasks
         )
@@ -458,8 +440,7 @@ class Worker:
         )
 
     def _collect(self) -> float:
-        """Gather what the slots' threads finished and settle what their limits ended;
-        the seconds until the next limit is due."""
+        """Gather what the slots finished and apply their limits; seconds until the next due."""
         pause = math.inf
         if self._revived:
             # Its tasks went back on their queues (their permits to others), but the code
@@ -481,8 +462,7 @@ class Worker:
         return pause
 
     def _publish_deadline(self) -> None:
-        """Tell rc_worker's supervisor when to replace this process as a last resort:
-        :data:`LAST_RESORT_GRACE` after the earliest hard limit of the tasks running."""
+        """Tell rc_worker's supervisor when to replace this process (:data:`LAST_RESORT_GRACE`)."""
         if self._deadline is None:
             return
         resorts = [e.last_resort for e in self._running if e.last_resort]
@@ -533,8 +513,7 @@ class Worker:
         self._conveyor.outcomes.append(execution)
 
     def _settle(self, execution: Execution) -> None:
-        """Record the end of a task whose thread was abandoned: cancelled (terminated),
-        or failed at its hard time limit (retried or dead-lettered)."""
+        """Record the end of an abandoned task: cancelled, or failed at its hard time limit."""
         if execution is self._alone:
             self._alone = None
         self.processed += 1
@@ -553,9 +532,8 @@ class Worker:
         self._hold_run(execution)
 
     def _hold_run(self, execution: Execution, *, hold: bool = True) -> None:
-        """Keep (``hold``) the concurrency permits of an execution whose code runs on
-        beyond its end as recorded, or give them back once it has ended (see
-        WorkerStore.hold_run). Without Redis they go with its record (or its recovery)."""
+        """Keep (``hold``) or give back the permits of an execution whose code outlives its
+        record (WorkerStore.hold_run). Without Redis they go with its record (or recovery)."""
         if not execution.called:
             return
         try:
@@ -590,7 +568,7 @@ class Worker:
                         return
                     wait: Callable[[], None] = functools.partial(self._disconnected, error)
                 else:
-                    wait = self._pause(min(pause, self.heartbeat_interval))
+                    wait = self._pause(min(pause, self._lease.interval))
             wait()
 
     def _start(
@@ -630,12 +608,11 @@ class Worker:
         return False
 
     def _now_running(self) -> dict[str, Execution]:
-        """The tasks running now by id (any thread: the lease's asks)."""
+        """The tasks running now by id (any thread: the lease asks)."""
         return {e.task_id: e for e in self._running if e.task_id}
 
     def _taken_for_dead(self) -> None:
-        """It was taken for dead and registers again (any thread): the loop holds the
-        permits of what still runs (see _collect)."""
+        """Taken for dead, it registers again (any thread): the loop holds its runs' permits."""
         self._revived = True
         self._waker.wake()
 
@@ -669,7 +646,7 @@ class Worker:
             self._down_since = now
             logger.warning("Worker %s lost Redis (%s); retrying", self.id, error)
         with self._step_lock:
-            self._conveyor.lost()
+            self._conveyor.reclaiming = True
         self._waker.unsubscribe()
         find_nodes_again()  # (on a cluster, a replica may have taken over)
         self._waker.pause(backoff(now - self._down_since))  # (a stop request ends it)

@@ -34,7 +34,6 @@ _seen: tuple[object, bool] = (None, False)  # the last client asked about, and i
 
 
 def _split() -> bool:
-    """Whether each queue has a home of its own."""
     global _seen
     if _forced is not None:
         return _forced
@@ -62,8 +61,7 @@ def _tag(queue: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _own(prefix: str, tag: str = "") -> str:
-    """The head of the home tagged ``tag`` (the registry's: none) while ``KEY_PREFIX`` is
-    ``prefix`` (the cache's key)."""
+    """The head of the home tagged ``tag`` (none: the registry's), cached by ``prefix``."""
     return keys.key(COMPONENT, f"{TAG}:{tag}" if tag else TAG) + ":"
 
 
@@ -77,15 +75,13 @@ def partitions(queue: str) -> int:
 
 
 def _slot_range(tag: str, count: int) -> int:
-    """Which of ``count`` equal ranges of the cluster's slots the home ``tag`` is in."""
     return key_slot(f"{TAG}:{tag}".encode()) * count // REDIS_CLUSTER_HASH_SLOTS
 
 
 @functools.lru_cache(maxsize=1024)
 def _tags(queue: str, count: int) -> tuple[str, ...]:
-    """The tags of the homes of ``queue``'s ``count`` partitions: the first is the
-    queue's own (:func:`_tag`), and each other in a range of the slots of its own
-    (``count`` equal ranges), so that the partitions spread over a cluster's nodes."""
+    """The tags of the homes of ``queue``'s ``count`` partitions: its own (:func:`_tag`),
+    then one in each other of ``count`` equal slot ranges, to spread over a cluster."""
     first = _tag(queue)
     found = [first]
     ranges = [i for i in range(count) if i != _slot_range(first, count)]
@@ -137,7 +133,6 @@ _read: tuple[float, dict[str, dict[int, int]]] = (0.0, {})
 
 
 def _note(queue: str, count: int) -> None:
-    """Note that this process adds tasks of ``queue`` to ``count`` partitions."""
     if count < 2 or time.monotonic() < _noted.get((queue, count), 0.0):
         return
     try:
@@ -189,13 +184,11 @@ def homes_of(queues: Iterable[str]) -> dict[str, list[str]]:
     queues it holds, in their order."""
     found: dict[str, list[str]] = {}
     queues = list(queues)
-    for queue in queues:
-        for head in own_homes(queue):
-            found.setdefault(head, []).append(queue)
-    for queue in queues:
-        for head in stray_homes(queue):
-            if queue not in found.setdefault(head, []):
-                found[head].append(queue)
+    for lookup in (own_homes, stray_homes):
+        for queue in queues:
+            for head in lookup(queue):
+                if queue not in found.setdefault(head, []):
+                    found[head].append(queue)
     return found
 
 
@@ -285,8 +278,7 @@ def one_home(queues: Iterable[str]) -> str:
 
 
 def find_nodes_again() -> None:
-    """After a connection error: on a cluster, have the client read which node serves
-    which slots again, so that :func:`tasks_client` finds a promoted replica."""
+    """After a connection error: have a cluster client find a promoted replica."""
     rediscover(get_client())
 
 

@@ -110,10 +110,9 @@ def _final(fetched: Fetched) -> bool:
 
 
 class WorkerStore:
-    """One worker's side of the store: what a worker process says of its own tasks (its
-    loop, its lease, ``rc_worker``'s supervisor and :mod:`redis_components.testing` use it).
-    One object per thread that talks to Redis; ``client`` gives the client of a home,
-    given its head. It reads ``TASK_LIMITS`` once, when it is made.
+    """What a worker process says of its own tasks (its loop, its lease, ``rc_worker``'s
+    supervisor and :mod:`redis_components.testing` use it), one per thread that talks to
+    Redis; ``client`` gives a home's client, given its head. It reads ``TASK_LIMITS`` once.
 
     A take moves due delayed tasks (with ``move_delayed``) only when one may be due: when
     the last move said one falls due by now, when a retry or deferral it recorded falls
@@ -167,7 +166,6 @@ class WorkerStore:
 
     @property
     def store(self) -> TaskStore:
-        """The store on its clients (``client``, for each home)."""
         return TaskStore(at=self._client)
 
     def queue_at(self, position: int) -> str:
@@ -208,8 +206,7 @@ class WorkerStore:
         self._runs = [*self._own, *serving] if serving else self._own
 
     def _forget_counts(self, queue: str) -> None:
-        """Forget the counts of partitions of ``queue`` that no process noted for
-        ``FORGET_AFTER_MS`` and whose homes are empty (see TaskStore.forget_count)."""
+        """Forget ``queue``'s stale partition counts whose homes are empty (forget_count)."""
         before = self.now_ms - FORGET_AFTER_MS
         for count, noted_ms in layout.noted_counts().get(queue, {}).items():
             stale = count != layout.partitions(queue) and noted_ms < before
@@ -222,8 +219,7 @@ class WorkerStore:
                 )
 
     def _other(self, head: str, queues: list[str], count: int) -> Run:
-        """The run in another home (see :meth:`_watch_others`), which its lease's copy
-        there fences from its first take."""
+        """The run in another home, fenced from its first take by its lease's copy there."""
         new = head not in self._others or self._others[head].queues != queues
         if new:
             self._others[head] = _run(self.worker_id, head, queues, len(self._lanes) + 1)
@@ -278,8 +274,7 @@ class WorkerStore:
         fetched = self._carried(finished, self._over_runs(mode, finished, start))
         if mode == "take" and self.move_delayed and not _final(fetched):
             # Nothing ready: a due delayed task may be. (Recorded is the first call's.)
-            again = self._over_runs("take+move")
-            fetched = dataclasses.replace(again, recorded=fetched.recorded)
+            return dataclasses.replace(self._over_runs("take+move"), recorded=fetched.recorded)
         return fetched
 
     def record(self, finished: Outcome | None, *, start: Fetched | None = None) -> Fetched:
@@ -287,10 +282,9 @@ class WorkerStore:
         return self._carried(finished, self._over_runs("", finished, start))
 
     def take_ahead(self, finished: Outcome | None, *, start: Fetched | None = None) -> Ahead:
-        """:meth:`take` a task to hold ahead, without waiting: :meth:`receive` reads the
-        reply. The task is held, not started, until a later call starts it, or
-        :meth:`put_back_ahead` gives it back. Only where :attr:`may_take_ahead` (an outcome
-        or start of another run is recorded first, by a call of its own)."""
+        """:meth:`take` a task to hold ahead (not started) without waiting for the reply
+        (:meth:`receive`); a later call starts it, or :meth:`put_back_ahead` gives it back.
+        Only where :attr:`may_take_ahead` (another run's outcome or start goes first)."""
         if len(self._runs) == 1:
             run, mode = self._runs[0], self._take_mode()
         else:  # (moves are left to the takes over every run)
@@ -311,8 +305,7 @@ class WorkerStore:
 
     def receive(self, ahead: Ahead) -> Fetched:
         """The reply to :meth:`take_ahead`."""
-        reply = self.store.receive_fetch(ahead.call)
-        fetched = self._received(reply, ahead.read_at, ahead.run)
+        fetched = self._received(self.store.receive_fetch(ahead.call), ahead.read_at, ahead.run)
         self._plan_moves(ahead.mode, fetched.next_ms, ahead.finished)
         if len(self._runs) > 1:
             self._found(ahead.run, ahead.mode, fetched)
@@ -321,10 +314,8 @@ class WorkerStore:
         return self._carried(ahead.finished, fetched)
 
     def _carried(self, finished: Outcome | None, fetched: Fetched) -> Fetched:
-        """``fetched``, once the outcome of a workflow's step it recorded (in its queue's
-        home, on a cluster) is carried to its workflow (see lua/lib/flow.lua). If Redis is
-        lost meanwhile, a worker's heartbeat carries it later (and any entry no later
-        fetch deleted)."""
+        """``fetched``, once the outcome of a workflow's step it recorded is carried to its
+        workflow (lua/lib/flow.lua); without Redis a worker's heartbeat carries it later."""
         flow = flow_of(finished.delivery.payload) if finished is not None else None
         if finished is None or flow is None or not fetched.recorded:
             return fetched
@@ -361,10 +352,9 @@ class WorkerStore:
         return self.store.put_back_ahead(call)
 
     def hold_run(self, delivery: Delivery, task_id: str, *, hold: bool = True) -> None:
-        """A run of task ``task_id`` goes on beyond its end as recorded (its thread
-        abandoned, or this worker taken for dead): its concurrency permits stay held until
-        it really ends (``hold=False``) or this worker's tasks are recovered. Nothing for
-        a task without limits."""
+        """A run of task ``task_id`` goes on beyond its record (abandoned, or this worker
+        taken for dead): its permits stay held until it really ends (``hold=False``) or
+        this worker's tasks are recovered. Nothing for a task without limits."""
         if task_id:
             runs = [*self._own, *self._others.values()]
             head = next(run.head for run in runs if run.holds(delivery.position))
@@ -426,10 +416,9 @@ class WorkerStore:
         return dataclasses.replace(reply, recorded=recorded, next_ms=wait)
 
     def _in_turn(self, mode: str) -> list[Run]:
-        """The runs in the order a fetch in ``mode`` looks in them: the partitions of
-        each queue that has several from the one the takes start at (see ``ROTATE_EVERY``);
-        and while it serves other homes, every other take (a take ahead too) looks there
-        first, so that neither its queues' own tasks nor those there wait for the others."""
+        """The runs in the order a fetch in ``mode`` looks in them: a queue's partitions
+        from the one the takes start at (``ROTATE_EVERY``); other homes first every other
+        take, so that neither its own queues' tasks nor those there wait for the others."""
         if not mode or len(self._runs) == 1:
             return self._runs
         order: list[Run] = []
@@ -443,7 +432,6 @@ class WorkerStore:
         return [*others, *order] if self._turns % 2 == 0 else [*order, *others]
 
     def _take_turn(self) -> None:
-        """A take was made: the next one looks in the next order (see :meth:`_in_turn`)."""
         self._turns += 1
         if _now() >= self._rotate_at:
             self._rotation += 1
@@ -483,9 +471,8 @@ class WorkerStore:
         return empty.due_ms is not None and now < empty.due_ms
 
     def _found(self, run: Run, mode: str, fetched: Fetched) -> None:
-        """Remember whether a take found ``run`` empty (see :class:`Empty`): not when it
-        said to call again at once (a wait of 0: tasks set aside on their limits, or more
-        delayed ones due), for no wake-up would say so."""
+        """Remember whether a take found ``run`` empty (:class:`Empty`): not after a wait
+        of 0 (tasks set aside on their limits, or more due), which no wake-up would say."""
         if self._heard is None or _final(fetched) or fetched.next_ms == 0:
             self._empty.pop(run.first, None)
             return
@@ -498,13 +485,11 @@ class WorkerStore:
     def _fetch(
         self, run: Run, mode: str, finished: Outcome | None = None, start: Fetched | None = None
     ) -> Fetched:
-        """Run a fetch in ``run`` and wait for its reply, writing ``finished``'s line meanwhile."""
         call, reads = self._call(run, mode, finished, start)
         reply = self.store.fetch(call, meanwhile=finished.said if finished else None)
         return self._received(reply, _now() if reads else None, run)
 
     def _take_mode(self) -> str:
-        """A take moves due delayed tasks only when one may be due (see the class)."""
         return "take+move" if self.move_delayed and self.now_ms >= self._move_at else "take"
 
     def _call(
@@ -516,9 +501,8 @@ class WorkerStore:
         *,
         ahead: bool = False,
     ) -> tuple[Call, bool]:
-        """The call in ``run`` (positions in it are the run's), and whether its script
-        reads the server's clock: a take that moves delayed tasks does, and any fetch
-        once the last reading is ``RECKON_FOR`` old."""
+        """The call in ``run``, and whether its script reads the server's clock (a take
+        that moves delayed tasks, and any fetch once the last reading is ``RECKON_FOR`` old)."""
         clock_ms, reads = 0, True
         if self._clock_read is not None:
             clock_ms = self._reckoned()
@@ -550,7 +534,6 @@ class WorkerStore:
         return max(server_ms + int((_now() - at) * 1000), self.now_ms)
 
     def _received(self, fetched: Fetched, read_at: float | None, run: Run | None = None) -> Fetched:
-        """Keep the server's time the reply says; its position made the worker's."""
         self.now_ms = fetched.now_ms
         if read_at is not None and fetched.read_ms:
             # Read between the call's send and its reply: the time reckoned from it is
@@ -574,7 +557,7 @@ class WorkerStore:
     def beat(
         self, lease_ms: int, info: str, *, lead: bool = False, running_ids: Sequence[str] = ()
     ) -> Heartbeat:
-        """Renew (or make) its lease for ``lease_ms`` (see :meth:`TaskStore.heartbeat`)."""
+        """Renew (or make) its lease for ``lease_ms`` (:meth:`TaskStore.heartbeat`)."""
         return self.store.heartbeat(
             self.worker_id, lease_ms, info, self.queues, lead=lead, running_ids=running_ids
         )

@@ -492,10 +492,12 @@ class _Plan:
             number = len(self.steps) + len(self.barriers) + 1
             templates = {kid.template for kid in kids} - {None}
             template = templates.pop() if len(templates) == 1 else None
-            moved = [kid.number for kid in kids]
             self.barriers.append(
-                Barrier(number=number, parents=parents, kids=moved, template=template)
+                Barrier(
+                    number=number, parents=parents, kids=[k.number for k in kids], template=template
+                )
             )
+            moved = {kid.number for kid in kids}  # a set: a parent may have thousands of kids
             for parent in parents:
                 step = self.steps[parent - 1]
                 step.kids = [*(k for k in step.kids if k not in moved), number]

@@ -215,6 +215,8 @@ class Job:
     def changed_metadata(self) -> str:
         """The result's metadata as JSON if it changed since it was last saved, to save
         with the outcome ("" if not, or if it cannot be saved: that is logged)."""
+        if not self.result.metadata and self._saved == "{}":  # (most tasks: none)
+            return ""
         try:
             text = metadata_json(self.result.metadata)
         except (InvalidInput, RuntimeError) as error:  # (a run left behind changes it)

@@ -108,6 +108,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a task's result is kept after its last change (a delayed task's until
     # then, and this long after); results expire by themselves.
     "TASK_RESULT_TTL": 86400.0,
+    # The largest metadata a task may carry or save (Django's proposed task metadata:
+    # a JSON object), in bytes of JSON; more is refused with InvalidInput.
+    "TASK_METADATA_MAX_BYTES": 65_536,
     # File distribution (files.py): the most bytes of files a channel holds in Redis at
     # once; a sender waits for readers to free room, and refuses larger files.
     "FILES_LIMIT_BYTES": 2**30,

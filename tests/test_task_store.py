@@ -48,6 +48,7 @@ from redis_components.tasks.store.calls import (
     fetch_keys,
     forget_call,
     heartbeat_call,
+    metadata_call,
     migrate_call,
     purge_call,
     put_back_call,
@@ -550,6 +551,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         outcome=_outcome(),
         hour=1,
     ),
+    "queue_metadata": lambda n: metadata_call(task_id="ab", attempt="1 w", metadata="{}"),
     "queue_put_back": lambda n: put_back_call(
         worker_id="w",
         queue="q",
@@ -654,7 +656,8 @@ def test_lib_result_lists_the_fields_the_store_reads() -> None:
 def test_every_way_a_task_goes_writes_only_the_result_fields(r: redis.Redis) -> None:
     """Enqueued now, later or unique; done, retried, failed, crashed, requeued from its
     dead letter, cancelled: each result hash holds RESULT_FIELDS only, and each field
-    but "workflow" (a cross-home workflow cancel: test_workflows.py) is written."""
+    but "workflow" (a cross-home workflow cancel: test_workflows.py) and "metadata"
+    (saved by a task: test_task_metadata.py) is written."""
     handles = [
         tasks.record.enqueue("done"),
         tasks.retry_once.enqueue("retried"),
@@ -676,7 +679,7 @@ def test_every_way_a_task_goes_writes_only_the_result_fields(r: redis.Redis) -> 
         fields = {name.decode() for name in r.hkeys(result_key(handle.id))}
         assert fields <= set(RESULT_FIELDS), handle
         written |= fields
-    assert written == set(RESULT_FIELDS) - {"workflow"}
+    assert written == set(RESULT_FIELDS) - {"workflow", "metadata"}
 
 
 # The parts of queue_fetch.lua, each alone: lib/move.lua, lib/take.lua, lib/record.lua.

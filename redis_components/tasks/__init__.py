@@ -22,6 +22,7 @@ from .definition import get_task
 from .limits import concurrency_limit, rate_limit
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer
+from .results import RedisTaskContext, RedisTaskResult
 from .schedules import periodic
 from .store import cancel
 from .workflows import Workflow, chain, get_workflow, group, signature
@@ -30,6 +31,8 @@ __all__ = [
     "DEFAULT_QUEUE",
     "RedisTask",
     "RedisTaskBackend",
+    "RedisTaskContext",
+    "RedisTaskResult",
     "Retry",
     "RunningTask",
     "TaskMessage",

@@ -47,7 +47,6 @@ from .framework import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
-    TaskContext,
     TaskResult,
     TaskResultStatus,
     task_enqueued,
@@ -62,11 +61,12 @@ from .messages import (
     Barrier,
     PlannedStep,
     TaskMessage,
+    metadata_json,
     random_id,
     validate_priority,
     validate_queue,
 )
-from .results import to_django
+from .results import RedisTaskContext, RedisTaskResult, to_django
 from .store import NOW, Due, TaskStore, due_at, new_task_id, partition_id, partitions
 from .workflow_records import Workflow
 
@@ -107,6 +107,9 @@ class RedisTaskBackend(QueueBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+    # Django's proposed task metadata (django/new-features#141): using(metadata=...),
+    # context.metadata, context.save_metadata(), result.metadata.
+    supports_metadata = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -164,8 +167,10 @@ class RedisTaskBackend(QueueBackend):
         name = registered or task.module_path
         args = list(args)
         bind_arguments(task, args, kwargs, piped=piped)
+        metadata = getattr(task, "metadata", None) or {}
+        metadata_json(metadata)  # InvalidInput (TASK_METADATA_MAX_BYTES may be lower now)
         try:
-            result: TaskResult[..., Any] = TaskResult(
+            result = RedisTaskResult(
                 task=task,
                 id=new_task_id(task.queue_name),
                 status=TaskResultStatus("READY"),
@@ -178,6 +183,7 @@ class RedisTaskBackend(QueueBackend):
                 backend=task.backend,
                 errors=[],
                 worker_ids=[],
+                metadata=dict(metadata),
             )
         except RecursionError:
             raise TaskSerializationError(
@@ -195,6 +201,7 @@ class RedisTaskBackend(QueueBackend):
             kwargs=dict(result.kwargs),
             priority=_priority(task),
             backend=None if registered else task.backend,
+            metadata=metadata or None,
             limits=fill_limits(
                 task.limits, name, task.func, args, kwargs, task.takes_context + piped
             )
@@ -360,11 +367,11 @@ class ContextTaskDecorator(Protocol):
 
     @overload
     def __call__(
-        self, func: Callable[Concatenate[TaskContext[Any, Any], P], Coroutine[Any, Any, R]], /
+        self, func: Callable[Concatenate[RedisTaskContext, P], Coroutine[Any, Any, R]], /
     ) -> RedisTask[P, R]: ...
     @overload
     def __call__(
-        self, func: Callable[Concatenate[TaskContext[Any, Any], P], R], /
+        self, func: Callable[Concatenate[RedisTaskContext, P], R], /
     ) -> RedisTask[P, R]: ...
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import functools
 import inspect
+import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +27,7 @@ from ..deprecation import deprecated
 from ..exceptions import InvalidInput, InvalidTaskArguments, TaskNotRegistered
 from .framework import BaseTaskBackend, InvalidTask, Task, TaskResult
 from .limits import Limit, fill_key, validate_limits, validate_partition_key
-from .messages import Barrier, Due, PlannedStep, TaskMessage, due_at
+from .messages import Barrier, Due, PlannedStep, TaskMessage, due_at, metadata_json
 from .registry import Registry
 
 # The alias of the backend of our @redis_task's tasks: not in settings.TASKS, needs nothing.
@@ -173,6 +174,8 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     registered_name: str | None = None
     limits: tuple[Limit, ...] = ()
     partition_key: str | None = None
+    # What an enqueue of it carries (given by using(metadata=...)); no part of its hash.
+    metadata: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     @property
     def name(self) -> str:
@@ -182,21 +185,36 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     if TYPE_CHECKING:
         # Django's methods, typed here as django-stubs types them on Task[P, R], so that
         # they keep P and R where the checker knows no typed django.tasks (Django 5.2
-        # and its backport); using() keeps this class (Django's copies the task).
-        def using(
-            self,
-            *,
-            priority: int | None = None,
-            queue_name: str | None = None,
-            run_after: datetime.datetime | None = None,
-            backend: str | None = None,
-        ) -> RedisTask[P, R]: ...
+        # and its backport).
         def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]: ...
         async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]: ...
         def get_result(self, result_id: str) -> TaskResult[P, R]: ...
         async def aget_result(self, result_id: str) -> TaskResult[P, R]: ...
         def call(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
         async def acall(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime.datetime | None = None,
+        backend: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RedisTask[P, R]:
+        """Django's ``using()`` (a copy of the task, of this class), and ``metadata`` (Django's
+        proposal, django/new-features#141): a dict that its enqueues carry, which the task
+        reads as ``context.metadata`` and its result keeps as ``result.metadata``.
+        :class:`InvalidInput` for metadata that is not a JSON object, naming the key, or
+        over ``TASK_METADATA_MAX_BYTES``."""
+        task = Task.using(
+            self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
+        )
+        found = cast("RedisTask[P, R]", task)
+        if metadata is None:
+            return found
+        # (A copy, as JSON reads it back: the caller's dict may change after.)
+        return dataclasses.replace(found, metadata=json.loads(metadata_json(metadata)))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Deprecated: run the task here with :meth:`call` (Django's tasks are not

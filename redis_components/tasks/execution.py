@@ -110,12 +110,13 @@ def run_job(
     except passed_on:
         raise
     except BaseException as error:  # a task's sys.exit() ends the task, not us
-        return failure(delivery, job, error, since(started))
+        outcome = failure(delivery, job, error, since(started))
     else:
-        return success(delivery, job, value, running_task.deferred_for, since(started))
+        outcome = success(delivery, job, value, running_task.deferred_for, since(started))
     finally:
         stop_running(token)
         close_old_connections()
+    return with_metadata(outcome, job)
 
 
 async def arun_job(
@@ -132,12 +133,20 @@ async def arun_job(
     except Abandoned:
         raise
     except BaseException as error:  # GeneratorExit, or the task's own CancelledError too
-        return failure(delivery, job, error, since(started))
+        outcome = failure(delivery, job, error, since(started))
     else:
-        return success(delivery, job, value, running_task.deferred_for, since(started))
+        outcome = success(delivery, job, value, running_task.deferred_for, since(started))
     finally:
         stop_running(token)
         await sync_to_async(close_old_connections)()
+    return with_metadata(outcome, job)
+
+
+def with_metadata(outcome: Outcome, job: Job) -> Outcome:
+    """``outcome`` with the task's metadata, if its run changed it: saved with it, in the
+    same script, fenced as the outcome is."""
+    changed = job.changed_metadata()
+    return dataclasses.replace(outcome, metadata=changed) if changed else outcome
 
 
 def since(started: float) -> float:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 from typing import Any
 
 from django.core.signals import setting_changed
 from django.utils import timezone
 
-from ..exceptions import TaskArgumentsMismatch
+from ..exceptions import InvalidInput, TaskArgumentsMismatch
 from ..keys import django_time
 from . import results
 from .definition import (
@@ -27,17 +28,18 @@ from .framework import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
-    TaskContext,
     TaskError,
-    TaskResult,
     TaskResultStatus,
     normalize_json,
     task_backends,
     task_finished,
     task_started,
 )
-from .messages import TaskMessage, to_json
-from .results import TaskStatus, to_django
+from .messages import TaskMessage, metadata_json, to_json
+from .results import RedisTaskContext, RedisTaskResult, TaskStatus, to_django
+from .store import TaskStore
+
+logger = logging.getLogger("redis_components.worker")
 
 RUNNING = TaskResultStatus("RUNNING")
 ENDED = {
@@ -151,8 +153,10 @@ class Job:
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
         self.result = self._running(message, worker_id, now_ms)
+        self._attempt = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
+        self._saved = to_json(self.result.metadata, "metadata")  # as last saved
 
-    def _running(self, message: TaskMessage, worker_id: str, now_ms: int) -> TaskResult[..., Any]:
+    def _running(self, message: TaskMessage, worker_id: str, now_ms: int) -> RedisTaskResult:
         if not message.first_attempt:
             # Not known to be a first attempt: the attempts so far, and this one (written
             # when it was taken), in one round trip.
@@ -162,7 +166,7 @@ class Job:
         # A first attempt: its result is what the payload and the take say, as Redis
         # holds it now (enqueued, started and last attempted at the take, by this worker).
         started = django_time(now_ms)
-        return TaskResult(
+        return RedisTaskResult(
             task=self.task,
             id=message.id,
             status=RUNNING,
@@ -175,6 +179,7 @@ class Job:
             backend=self.task.backend,
             errors=[],
             worker_ids=[worker_id],
+            metadata=message.metadata or {},
         )
 
     def call(self) -> Any:
@@ -195,8 +200,30 @@ class Job:
         args, kwargs = self.message.args, self.message.kwargs
         bind_arguments(self.task, args, kwargs, error=TaskArgumentsMismatch)
         if self.task.takes_context:
-            return [TaskContext(task_result=self.result), *args], kwargs
+            context = RedisTaskContext(task_result=self.result, _save=self.save_metadata)
+            return [context, *args], kwargs
         return args, kwargs
+
+    def save_metadata(self) -> bool:
+        """Save the result's metadata now (see :meth:`RedisTaskContext.save_metadata`)."""
+        text = metadata_json(self.result.metadata)
+        saved = TaskStore().save_metadata(self.message.id, self._attempt, text)
+        if saved:
+            self._saved = text
+        return saved
+
+    def changed_metadata(self) -> str:
+        """The result's metadata as JSON if it changed since it was last saved, to save
+        with the outcome ("" if not, or if it cannot be saved: that is logged)."""
+        if not self.result.metadata and self._saved == "{}":  # (most tasks: none)
+            return ""
+        try:
+            text = metadata_json(self.result.metadata)
+        except (InvalidInput, RuntimeError) as error:  # (a run left behind changes it)
+            named = (self.message.task, self.message.id)
+            logger.error("Task %s[%s]: its metadata is not saved: %s", *named, error)
+            return ""
+        return "" if text == self._saved else text
 
     @property
     def is_async(self) -> bool:

@@ -3,8 +3,8 @@
 Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
     {"id":"<32 hex>","priority":0[,"limits":[...]],"task":"<name>","queue":"<queue>","args":[...],
-     "kwargs":{...}[,"flow":[...]][,"backend":"<alias>"][,"scheduled_for":<ms>]
-     [,"enqueued_at":<ms>],"retries":0}
+     "kwargs":{...}[,"flow":[...]][,"metadata":{...}][,"backend":"<alias>"]
+     [,"scheduled_for":<ms>][,"enqueued_at":<ms>],"retries":0}
 
 and ``,"crashes":<n>`` is appended before the final brace once a worker died running
 it. The order is a contract with the Lua scripts, which read the id and the priority
@@ -15,7 +15,9 @@ then its module path). ``scheduled_for``: the tick (epoch ms) of a scheduled run
 ``flow``: a workflow step's place (:class:`FlowStep`). ``limits``: the task's limits,
 filled from its arguments (limits.py). ``enqueued_at``: the server's time of the
 enqueue (epoch ms), absent from payloads of schedules, older releases, deferrals and
-requeued dead letters.
+requeued dead letters. ``metadata``: what the task was enqueued with (Django's proposed
+task metadata), absent when empty, so that other payloads are as older releases wrote
+them (whose decoders skip keys they do not know).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import keys
+from ..conf import conf
 from ..exceptions import InvalidInput, TaskSerializationError
 from .limits import to_json as limits_json
 
@@ -125,6 +128,7 @@ class TaskMessage:
     crashes: int = 0  # how many workers died running it
     flow: FlowStep | None = None  # its place in a workflow
     limits: list[list[Any]] | None = None  # its limits, filled (see limits.py)
+    metadata: dict[str, Any] | None = None  # as enqueued (see metadata_json)
 
     def encode(self) -> str:
         """The payload; :class:`TaskSerializationError` if the arguments are not JSON."""
@@ -138,6 +142,8 @@ class TaskMessage:
         }
         if self.flow is not None:
             body["flow"] = self.flow.encode()
+        if self.metadata:
+            body["metadata"] = self.metadata
         for name in ("backend", "scheduled_for", "enqueued_at"):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
@@ -199,6 +205,9 @@ class TaskMessage:
             raise MalformedTask("not a task: its 'backend' must be a string")
         if not all(isinstance(name, str) for name in data["kwargs"]):
             raise MalformedTask("not a task: its keyword argument names must be strings")
+        metadata = data.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise MalformedTask("not a task: its 'metadata' must be an object")
         limits = data.get("limits")
         if limits is not None and not (
             isinstance(limits, list) and all(_is_limit(limit) for limit in limits)
@@ -212,6 +221,7 @@ class TaskMessage:
             backend=backend,
             flow=None if data.get("flow") is None else FlowStep.decode(data["flow"]),
             limits=limits or None,
+            metadata=metadata or None,
             **numbers,
             **times,
         )
@@ -244,6 +254,32 @@ def to_json(value: Any, what: str) -> str:
             reason = f"{error.object[error.start : error.end]!r} is a lone surrogate, not UTF-8"
         raise TaskSerializationError(f"{what} cannot be stored as JSON: {reason}") from None
     return payload
+
+
+def metadata_json(metadata: object) -> str:
+    """A task's metadata as JSON, or :class:`InvalidInput` naming what is wrong: it must
+    be a dict (a JSON object) with str keys, whose values JSON can carry, of at most
+    ``TASK_METADATA_MAX_BYTES`` as JSON."""
+    if not isinstance(metadata, dict):
+        raise InvalidInput("metadata", f"must be a dict, not {type(metadata).__name__}")
+    for key in metadata:
+        if not isinstance(key, str):
+            raise InvalidInput("metadata", f"its keys must be strings, not {key!r}")
+    try:
+        text = to_json(metadata, "it")
+    except TaskSerializationError as error:
+        for key, value in metadata.items():  # (name the key whose value is the problem)
+            try:
+                to_json(value, "its value")
+            except TaskSerializationError as problem:
+                raise InvalidInput(f"metadata[{key!r}]", str(problem)) from None
+        raise InvalidInput("metadata", str(error)) from None
+    size, most = len(text.encode()), int(conf.get("TASK_METADATA_MAX_BYTES"))
+    if size > most:
+        raise InvalidInput(
+            "metadata", f"is {size:,} bytes of JSON, over TASK_METADATA_MAX_BYTES ({most:,})"
+        )
+    return text
 
 
 def flow_of(payload: bytes) -> FlowStep | None:

@@ -5,14 +5,17 @@ is kept ``TASK_RESULT_TTL`` seconds after its last change, then Redis expires it
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import keys
 from ..exceptions import TaskResultDoesNotExist
 from ..keys import django_datetime
-from .framework import Task, TaskResult, TaskResultStatus
+from .framework import Task, TaskContext, TaskResult, TaskResultStatus
 from .framework import TaskError as DjangoTaskError
 from .store import TaskRecord as TaskRecord
 from .store import TaskStatus as TaskStatus
@@ -20,6 +23,60 @@ from .store import TaskStore
 
 # How a cancelled task reads in Django's results, which have no CANCELLED status.
 CANCELLED = "redis_components.exceptions.TaskCancelled"
+
+# (Django's are frozen, as ours must be; django-stubs types them as if they were not.)
+if TYPE_CHECKING:
+    _Result = TaskResult[Any, Any]
+    _Context = TaskContext[Any, Any]
+else:
+    _Result, _Context = TaskResult, TaskContext
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RedisTaskResult(_Result):  # type: ignore[misc]
+    """Django's ``TaskResult`` with ``metadata``, as Django's proposal has it
+    (django/new-features#141): a dict, never ``None``: what the task saved last, else
+    what it was enqueued with (``{}`` for none). Every result of ours is one."""
+
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def refresh(self) -> None:
+        """Read the result again, its metadata too."""
+        self._update(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        """:meth:`refresh`, awaited."""
+        self._update(await self.task.get_backend().aget_result(self.id))
+
+    def _update(self, found: TaskResult[Any, Any]) -> None:
+        for field in dataclasses.fields(self):
+            if field.name != "task":  # (its task stays as given: using() may change it)
+                object.__setattr__(self, field.name, getattr(found, field.name))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RedisTaskContext(_Context):  # type: ignore[misc]
+    """Django's ``TaskContext``, with the metadata of Django's proposal
+    (django/new-features#141), which a worker gives a task of ``takes_context=True``.
+    ``metadata`` is its result's (a dict, never ``None``): change it in place; it is saved
+    as the run ends, whatever its end, if it changed, or at once by :meth:`save_metadata`."""
+
+    _save: Callable[[], bool] = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return cast("RedisTaskResult", self.task_result).metadata
+
+    def save_metadata(self) -> bool:
+        """Save ``metadata`` now, in one command. :class:`InvalidInput` if it is not a JSON
+        object or over ``TASK_METADATA_MAX_BYTES``; False when this run no longer holds its
+        task (it was given up for dead, and taken again): nothing is saved then."""
+        return self._save()
+
+    async def asave_metadata(self) -> bool:
+        """:meth:`save_metadata`, in a thread."""
+        return await asyncio.to_thread(self._save)
+
 
 MAX_TASK_ID = 100
 # The end of a traceback is kept in a result and a dead letter; the start is in the log.
@@ -54,7 +111,7 @@ def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
     return TaskStore().task_records(task_ids)
 
 
-def to_django(task: Task[..., Any], record: TaskRecord) -> TaskResult[..., Any]:
+def to_django(task: Task[..., Any], record: TaskRecord) -> RedisTaskResult:
     """A result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
     a cancelled task is FAILED, its last error a ``TaskCancelled``)."""
     errors = [
@@ -65,7 +122,7 @@ def to_django(task: Task[..., Any], record: TaskRecord) -> TaskResult[..., Any]:
     if record.status is TaskStatus.CANCELLED:
         status = "FAILED"
         errors.append(DjangoTaskError(exception_class_path=CANCELLED, traceback="it was cancelled"))
-    result: TaskResult[..., Any] = TaskResult(
+    result = RedisTaskResult(
         task=task,
         id=record.id,
         status=TaskResultStatus(status),
@@ -78,6 +135,7 @@ def to_django(task: Task[..., Any], record: TaskRecord) -> TaskResult[..., Any]:
         backend=task.backend,
         errors=errors,
         worker_ids=record.worker_ids,
+        metadata=record.metadata,
     )
     if record.status is TaskStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", record.return_value)

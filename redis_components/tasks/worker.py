@@ -42,7 +42,7 @@ import redis
 from ..connection import REDIS_DOWN, OneConnection, private_client, server_of
 from ..exceptions import InvalidInput
 from .conveyor import Conveyor
-from .execution import over_time, prepare
+from .execution import over_time, prepare, with_metadata
 from .jobs import Job
 from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .messages import validate_queue
@@ -527,6 +527,8 @@ class Worker:
             stopped = left if execution.coroutine else f"{left} and a new one takes its slot"
             execution.outcome = over_time(execution.delivery, self.id, stopped)
         if execution.outcome is not None:
+            if execution.job is not None:  # (what its run changed of its metadata so far)
+                execution.outcome = with_metadata(execution.outcome, execution.job)
             self._conveyor.outcomes.append(execution)
         # Its code may run on: its permits stay held until it ends (see _collect).
         self._hold_run(execution)

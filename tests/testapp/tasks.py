@@ -24,6 +24,7 @@ from redis_components import (
 )
 from redis_components.connection import get_client
 from redis_components.exceptions import SoftTimeLimitExceeded
+from redis_components.tasks import RedisTaskContext
 
 
 @redis_task(queue="test")
@@ -541,3 +542,17 @@ def both_limits(label: str, gate: bool = False) -> None:
 def customer_step(customer: str, step: int) -> None:
     """Append ``step`` to the customer's list (on a partitioned queue, one partition's)."""
     get_client().rpush(f"{{test}}:steps:{customer}", step)
+
+
+@redis_task(queue="test", takes_context=True)
+def save_and_wait(context: RedisTaskContext, label: str) -> bool:
+    """Save {"stage": "saved"} in its metadata, wait for ``test:<label>:go`` (10 s at
+    most), then end with {"stage": "done"}: whether the save was saved."""
+    context.metadata["stage"] = "saved"
+    saved = context.save_metadata()
+    get_client().set(f"test:{label}:saved", 1)
+    deadline = time.monotonic() + 10
+    while not get_client().exists(f"test:{label}:go") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    context.metadata["stage"] = "done"
+    return saved

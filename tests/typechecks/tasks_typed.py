@@ -17,6 +17,7 @@ from django.tasks import Task, TaskContext, TaskResult, task
 from typing_extensions import assert_type
 
 from redis_components import RedisTask, get_result, redis_task
+from redis_components.tasks import RedisTaskContext, RedisTaskResult
 from redis_components.tasks.backend import RedisTaskBackend
 
 
@@ -50,6 +51,12 @@ async def aattempt(context: TaskContext[Any, Any], label: str) -> float:
     return 0.0
 
 
+@redis_task(takes_context=True)
+def traced(context: RedisTaskContext, label: str) -> bool:
+    context.metadata["label"] = label
+    return context.save_metadata()
+
+
 @task
 def django_task(a: int) -> str:
     return str(a)
@@ -64,6 +71,15 @@ count_task: RedisTask[[list[str]], dict[str, int]] = count
 # With takes_context, the context is not an argument the callers pass.
 attempt_task: RedisTask[[str], int] = attempt
 aattempt_task: RedisTask[[str], float] = aattempt
+# Our context (Django's, with the proposed metadata), and using(metadata=...).
+traced_task: RedisTask[[str], bool] = traced
+traced_with: RedisTask[[str], bool] = traced.using(metadata={"trace_id": 1})
+
+
+def metadata_of(found: RedisTaskResult) -> dict[str, Any]:
+    return found.metadata
+
+
 # It is a Django Task, of the same parameters and return type.
 django_view: Task[[int, int], int] = add
 # Django's @task, whatever its backend (our backend's task_class included), is typed by

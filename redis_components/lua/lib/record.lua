@@ -95,6 +95,9 @@ local function record_outcome(o, first, running, result, stats, totals, base, fl
       result_set(fields, 'status', 'READY')
       result_set(fields, 'payload', o.again)
     end
+    if o.metadata then  -- the run changed it: saved with its outcome, as fenced
+      result_set(fields, 'metadata', o.metadata)
+    end
     if not kept then  -- its result expired while it waited
       result_set(fields, 'message', o.payload)
     end

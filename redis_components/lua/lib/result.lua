@@ -15,6 +15,8 @@
 --   return_value       what it returned (JSON)
 --   unique             the key that made it unique, freed when it is cancelled
 --   workflow           CANCELLED when its workflow was cancelled in another home
+--   metadata           what the task saved of its metadata (a JSON object; see
+--                      queue_metadata.lua), else its message's is read
 
 -- The fields one write sets, as a flat list of names and values (for one HSET).
 local function result_set(fields, name, value)

@@ -154,6 +154,7 @@ def fetch_call(
             "first": outcome.first,
             "carried": list(carried),
             "attempt": str(delivery.attempt),
+            "metadata": outcome.metadata,
         }
         if outcome.kind == "bury":
             options["dead_max"] = conf.TASK_DEAD_LETTER_MAX
@@ -177,6 +178,16 @@ def fetch_call(
     # (with what the script adds) a table twice the size.
     sent = json.dumps({name: value for name, value in options.items() if value})
     return scripts.load("queue_fetch"), script_keys, [sent, *payloads]
+
+
+def metadata_call(*, task_id: str, attempt: str, metadata: str) -> scripts.Call:
+    """lua/queue_metadata.lua: save a running task's metadata, fenced by its attempt."""
+    head = task_home(task_id)
+    return (
+        scripts.load("queue_metadata"),
+        [running_tasks_key(head), result_key(task_id)],
+        [task_id, attempt, metadata],
+    )
 
 
 # For at least this long (ms) a tick's task is not enqueued again in its queue's home

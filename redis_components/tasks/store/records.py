@@ -83,6 +83,8 @@ class TaskRecord:
     worker_ids: list[str]  # the worker of each attempt
     errors: list[AttemptError]  # of each failed attempt (a worker that died: WorkerCrashed)
     return_value: Any = field(default=None, repr=False)  # a SUCCESSFUL task's (else None)
+    # What the task saved last, else what it was enqueued with ({}: none).
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def attempts(self) -> int:
@@ -183,6 +185,7 @@ class Outcome:
     dead_entry: str = ""  # "bury": the dead-letter entry
     seconds: float = 0.0  # how long it ran
     first: bool = False  # its first attempt for sure (TaskMessage.first_attempt)
+    metadata: str = ""  # its metadata (JSON) to save with it, when the run changed it
     # The log line of how it ended: the worker writes it while the store records the
     # outcome (WorkerStore.take), so that the line costs the loop no time.
     said: LogLine | None = field(default=None, compare=False, repr=False)

@@ -40,6 +40,7 @@ RESULT_FIELDS = (
     "return_value",
     "unique",
     "workflow",
+    "metadata",
 )
 _ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
 UNREADABLE = "(unreadable)"
@@ -91,6 +92,7 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
             value = json.loads(fields.get("return_value", b"null"))
         except (ValueError, RecursionError):
             value = fields["return_value"].decode("utf-8", "replace")
+    saved = _metadata(fields.get("metadata"))
     return TaskRecord(
         id=task_id,
         task=message.task,
@@ -108,11 +110,21 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
         worker_ids=workers,
         errors=_errors(fields.get("errors")),
         return_value=value,
+        metadata=(message.metadata or {}) if saved is None else saved,
     )
 
 
 def _time(value: bytes | None) -> datetime.datetime | None:
     return keys.utc_from_ms(integer(value) if value else None)
+
+
+def _metadata(value: bytes | None) -> dict[str, Any] | None:
+    """The metadata a task saved (``None``: none, or not a JSON object)."""
+    try:
+        found = json.loads(value) if value else None
+    except (ValueError, RecursionError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _errors(value: bytes | None) -> list[AttemptError]:

@@ -114,7 +114,7 @@ class Inspection(Router):
     def worker_queues(self, worker_id: str) -> list[str]:
         """The queues a worker registered to serve ([] if it is gone, or unreadable)."""
         stored = raw(self.client, "HGET", layout.workers_key(), worker_id)
-        queues = replies.worker_queues(replies.worker_description(stored) or {}) or []
+        queues = replies.worker_queues(replies.json_object(stored) or {}) or []
         try:
             return [validate_queue(queue) for queue in queues]
         except ValueError:

@@ -92,7 +92,7 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
             value = json.loads(fields.get("return_value", b"null"))
         except (ValueError, RecursionError):
             value = fields["return_value"].decode("utf-8", "replace")
-    saved = _metadata(fields.get("metadata"))
+    saved = json_object(fields.get("metadata"))
     return TaskRecord(
         id=task_id,
         task=message.task,
@@ -116,15 +116,6 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
 
 def _time(value: bytes | None) -> datetime.datetime | None:
     return keys.utc_from_ms(integer(value) if value else None)
-
-
-def _metadata(value: bytes | None) -> dict[str, Any] | None:
-    """The metadata a task saved (``None``: none, or not a JSON object)."""
-    try:
-        found = json.loads(value) if value else None
-    except (ValueError, RecursionError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _errors(value: bytes | None) -> list[AttemptError]:
@@ -157,13 +148,14 @@ def task_name(message: bytes | None) -> str:
     return found.task if found else ""
 
 
-def worker_description(raw_info: bytes | None) -> dict[str, Any] | None:
-    """A worker's registered description (queues, pid, host, start, threads), or ``None``."""
+def json_object(raw: bytes | None) -> dict[str, Any] | None:
+    """A stored JSON object: a worker's description (queues, pid, host, start, threads),
+    the metadata a task saved; ``None`` when there is none or it is not a JSON object."""
     try:
-        info = json.loads(raw_info) if raw_info else None
+        found = json.loads(raw) if raw else None
     except (ValueError, RecursionError):
         return None
-    return info if isinstance(info, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def worker_queues(info: dict[str, Any]) -> list[str] | None:
@@ -176,7 +168,7 @@ def worker_queues(info: dict[str, Any]) -> list[str] | None:
 
 def worker_info(worker_id: str, raw_info: bytes, lease_left: float) -> WorkerInfo:
     """A registered worker, with what could not be read of its description said."""
-    info = worker_description(raw_info)
+    info = json_object(raw_info)
     if info is None:
         return WorkerInfo(worker_id, "", None, [], None, lease_left, "unreadable description")
     queues = worker_queues(info)

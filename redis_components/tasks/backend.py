@@ -30,6 +30,7 @@ from . import results
 from .definition import (
     OWN_BACKEND,
     TASK_OPTIONS,
+    Backoff,
     P,
     Prepared,
     QueueBackend,
@@ -37,6 +38,7 @@ from .definition import (
     RedisTask,
     as_enqueued,
     bind_arguments,
+    check_retries,
     checked_options,
     find_django_task,
     optional_seconds,
@@ -88,7 +90,17 @@ __all__ = [
 logger = logging.getLogger("redis_components.tasks")
 
 # The OPTIONS of a RedisTaskBackend and their defaults (see the Task queues page).
-OPTIONS = {"MAX_RETRIES": 0, "RETRY_BACKOFF": None, "TIME_LIMIT": None, "SOFT_TIME_LIMIT": None}
+OPTIONS = {
+    "MAX_RETRIES": 0,
+    "RETRY_BACKOFF": None,
+    "MAX_ATTEMPTS": None,
+    "BACKOFF": None,
+    "TIME_LIMIT": None,
+    "SOFT_TIME_LIMIT": None,
+}
+# The options Django's proposal (django/new-features#142) sets beside BACKEND, not in
+# OPTIONS: read from either place.
+TOP_LEVEL = ("MAX_ATTEMPTS", "BACKOFF")
 
 
 class ResultDoesNotExist(TaskResultDoesNotExist, DjangoResultDoesNotExist):
@@ -113,6 +125,14 @@ class RedisTaskBackend(QueueBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        # (Set in both places, they are reported by the checks; OPTIONS' value holds.)
+        self._twice: list[str] = []
+        if isinstance(self.options, dict):
+            self._twice = [name for name in TOP_LEVEL if name in params and name in self.options]
+            self.options = {
+                **{name: params[name] for name in TOP_LEVEL if name in params},
+                **self.options,
+            }
         # The tasks declared at start-up with a queue not in QUEUES: module path -> queue.
         self._misqueued: dict[str, str] = {}
 
@@ -310,15 +330,33 @@ class RedisTaskBackend(QueueBackend):
                     hint=f"Valid keys: {', '.join(OPTIONS)}.",
                     id="redis_components.E012",
                 )
-        retries = self.options.get("MAX_RETRIES", 0)
-        try:
-            keys.integer(retries, "max_retries", minimum=0)
-        except InvalidInput:
+        for name in self._twice:
             yield Error(
-                f"{where}['OPTIONS']['MAX_RETRIES'] must be a non-negative integer, "
-                f"not {retries!r}.",
+                f"{where} sets {name} twice, beside BACKEND and in OPTIONS: keep one.",
                 id="redis_components.E012",
             )
+        for name, least in (("MAX_RETRIES", 0), ("MAX_ATTEMPTS", 1)):
+            value = self.options.get(name)
+            try:
+                if value is not None:
+                    keys.integer(value, name, minimum=least)
+            except InvalidInput:
+                yield Error(
+                    f"{where}['OPTIONS']['{name}'] must be an integer of at least {least}, "
+                    f"not {value!r}.",
+                    id="redis_components.E012",
+                )
+        try:
+            check_retries(self.options, upper=True)
+            if isinstance(self.backoff, str):
+                import_string(self.backoff)
+        except ImportError as error:
+            yield Error(
+                f"{where}: BACKOFF {self.backoff!r} cannot be imported: {error}",
+                id="redis_components.E012",
+            )
+        except InvalidInput as error:
+            yield Error(f"{where}['OPTIONS']: {error}", id="redis_components.E012")
         try:
             optional_seconds(self.options.get("RETRY_BACKOFF"), "RETRY_BACKOFF")
             self.time_limits  # noqa: B018 - checks them
@@ -381,8 +419,10 @@ class TaskOptions(TypedDict, total=False):
     name: str | None
     queue: str
     priority: int
-    max_retries: int
+    max_retries: int | None
     retry_backoff: float | None
+    max_attempts: int | None
+    backoff: Backoff | str | None
     unique_for: float | None
     time_limit: float | None
     soft_time_limit: float | None
@@ -423,8 +463,10 @@ def redis_task(
     name: str | None = None,
     queue: str = DEFAULT_QUEUE,
     priority: int = DEFAULT_PRIORITY,
-    max_retries: int = 3,
+    max_retries: int | None = None,
     retry_backoff: float | None = None,
+    max_attempts: int | None = None,
+    backoff: Backoff | str | None = None,
     unique_for: float | None = None,
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
@@ -437,11 +479,12 @@ def redis_task(
     It is Django's ``Task`` (a :class:`RedisTask`), and needs no ``TASKS`` setting.
     ``name`` (default ``"<module>.<function>"``) travels in the queue: renaming a
     function orphans its queued tasks unless ``name`` keeps the old one. ``priority``
-    (-100 to 100): higher runs first within its queue. ``retry_backoff`` defaults to the
-    ``TASK_RETRY_BACKOFF`` setting; the other options mean what they mean for Django's
-    ``@task`` on :class:`RedisTaskBackend` (see the Task queues page). Past its
-    ``time_limit`` a run's thread is left behind, its concurrency permits held until its
-    code ends. Bad values raise :class:`~redis_components.exceptions.InvalidInput`.
+    (-100 to 100): higher runs first within its queue. Without ``max_attempts`` (Django's
+    proposed name) or ``max_retries``, a failing task is retried 3 times. The other
+    options mean what they mean for Django's ``@task`` on :class:`RedisTaskBackend` (see
+    the Task queues page). Past its ``time_limit`` a run's thread is left behind, its
+    concurrency permits held until its code ends. Bad values raise
+    :class:`~redis_components.exceptions.InvalidInput`.
     """
 
     def register(function: Callable[..., Any]) -> RedisTask[Any, Any]:
@@ -451,8 +494,11 @@ def redis_task(
         options = checked_options(
             function,
             task_name,
-            max_retries=keys.integer(max_retries, "max_retries", minimum=0),
+            # (3 retries when neither is given: a task of ours retries unless told not to)
+            max_retries=3 if max_retries is None and max_attempts is None else max_retries,
             retry_backoff=retry_backoff,
+            max_attempts=max_attempts,
+            backoff=backoff,
             unique_for=unique_for,
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,

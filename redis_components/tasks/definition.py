@@ -71,6 +71,17 @@ class QueueBackend(BaseTaskBackend):
         return int(self.options.get("MAX_RETRIES") or 0)
 
     @property
+    def max_attempts(self) -> int | None:
+        """``MAX_ATTEMPTS`` (Django's proposal, django/new-features#142), if set."""
+        value = self.options.get("MAX_ATTEMPTS")
+        return None if value is None else int(value)
+
+    @property
+    def backoff(self) -> Backoff | str | None:
+        """``BACKOFF``: a function of (exception, task result), or its dotted path."""
+        return cast("Backoff | str | None", self.options.get("BACKOFF"))
+
+    @property
     def retry_backoff(self) -> float | None:
         value = self.options.get("RETRY_BACKOFF")
         return None if value is None else float(value)
@@ -122,10 +133,17 @@ def time_limits(hard: object, soft: object) -> tuple[float | None, float | None]
     return hard_s, soft_s
 
 
+# What decides the delay before a failed task's next attempt (django/new-features#142):
+# called with the exception and the task's result (already FAILED, with this attempt's
+# error); seconds (or a timedelta) until the next attempt, or None for no more.
+Backoff: TypeAlias = Callable[[BaseException, Any], "float | datetime.timedelta | None"]
+
 # The options a RedisTask adds to Django's Task.
 TASK_OPTIONS = (
     "max_retries",
     "retry_backoff",
+    "max_attempts",
+    "backoff",
     "unique_for",
     "time_limit",
     "soft_time_limit",
@@ -137,11 +155,16 @@ TASK_OPTIONS = (
 def checked_options(func: Callable[..., Any], name: str, **options: Any) -> dict[str, Any]:
     """A task's options (:data:`TASK_OPTIONS`, ``None`` or absent: the default) as a
     :class:`RedisTask` keeps them, or :class:`InvalidInput` naming the bad one."""
-    retries = options.get("max_retries")
+    retries, attempts = options.get("max_retries"), options.get("max_attempts")
     hard, soft = time_limits(options.get("time_limit"), options.get("soft_time_limit"))
+    check_retries(options)
     return {
         "max_retries": None if retries is None else keys.integer(retries, "max_retries", minimum=0),
         "retry_backoff": optional_seconds(options.get("retry_backoff"), "retry_backoff"),
+        "max_attempts": None
+        if attempts is None
+        else keys.integer(attempts, "max_attempts", minimum=1),
+        "backoff": options.get("backoff"),
         "unique_for": optional_seconds(options.get("unique_for"), "unique_for"),
         "time_limit": hard,
         "soft_time_limit": soft,
@@ -150,12 +173,34 @@ def checked_options(func: Callable[..., Any], name: str, **options: Any) -> dict
     }
 
 
+def check_retries(given: dict[str, Any], *, upper: bool = False) -> None:
+    """:class:`InvalidInput` for two options that say the same (``max_retries`` and
+    ``max_attempts``, ``retry_backoff`` and ``backoff``; ``upper``: as a backend's
+    ``OPTIONS`` name them) or a ``backoff`` that is neither callable nor a dotted path."""
+
+    def name(option: str) -> str:
+        return option.upper() if upper else option
+
+    for old, new in (("max_retries", "max_attempts"), ("retry_backoff", "backoff")):
+        if given.get(name(old)) is not None and given.get(name(new)) is not None:
+            raise InvalidInput(name(new), f"give {name(new)} or {name(old)}, not both")
+    backoff = given.get(name("backoff"))
+    if backoff is None or callable(backoff):
+        return
+    if not isinstance(backoff, str) or "." not in backoff.strip("."):
+        raise InvalidInput(
+            name("backoff"),
+            "must be a function of (exception, task_result) or its dotted path, "
+            f"not {keys.shorten(backoff)}",
+        )
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RedisTask(_DjangoTask[P, R], Generic[P, R]):
     r"""Django's ``Task`` with our options; made by our :func:`redis_task`, or by Django's
     ``@task`` with :class:`RedisTaskBackend` (its ``task_class``)::
 
-        @task(queue_name="email", max_retries=3, retry_backoff=2.0, unique_for=60)
+        @task(queue_name="email", max_attempts=4, backoff=my_backoff, unique_for=60)
 
     The options mean what :func:`redis_task`'s do; ``None`` takes the backend's
     ``OPTIONS`` (``unique_for``, ``limits`` and ``partition_key`` have none). Bad values
@@ -168,6 +213,8 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
 
     max_retries: int | None = None
     retry_backoff: float | None = None
+    max_attempts: int | None = None
+    backoff: Backoff | str | None = None
     unique_for: float | None = None
     time_limit: float | None = None
     soft_time_limit: float | None = None

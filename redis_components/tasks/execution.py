@@ -21,10 +21,15 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from ..conf import conf
-from ..exceptions import TaskArgumentsMismatch, TaskNotRegistered, TimeLimitExceeded
-from .jobs import Job, job_for
+from ..exceptions import (
+    TaskArgumentsMismatch,
+    TaskNotRegistered,
+    TimeLimitExceeded,
+    WorkerCrashed,
+)
+from .jobs import BadBackoff, Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
-from .registry import Retry, backoff, running, stop_running
+from .registry import Retry, running, stop_running
 from .results import TaskStatus, describe, error_json
 from .store import Delivery, LogLine, Outcome, TaskStore, dead_entry
 
@@ -55,7 +60,9 @@ def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
         return bury(delivery, message.id, "no input", reason)
     job = job_for(complete, worker_id, delivery.attempt)
-    return unknown(delivery, message, job) if isinstance(job, str) else job
+    if isinstance(job, str):
+        return unknown(delivery, message, job)
+    return spent(delivery, job) if job.attempt > job.max_attempts else job
 
 
 def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
@@ -231,22 +238,24 @@ def success(
 def failure(
     delivery: Delivery, job: Job, error: BaseException, seconds: float, reason: str = "failed"
 ) -> Outcome:
-    """How a failed run ends: a retry after the backoff, or, past ``max_retries``, a dead
-    letter (with ``reason``); logged either way. Queued arguments that the task's
-    function cannot take are dead-lettered at once: no retry could run it."""
+    """How a failed run ends: another attempt after its delay (:meth:`Job.next_delay`), or
+    a dead letter (with ``reason``); logged either way. Queued arguments that the task's
+    function cannot take are dead-lettered at once: no retry could run it; so is a task
+    whose ``backoff`` fails (``"bad backoff"``)."""
     message = job.message
-    name, task_id, max_retries, ms = message.task, message.id, job.max_retries, seconds * 1000
+    name, task_id, ms = message.task, message.id, seconds * 1000
     described = f"{type(error).__name__}: {error}"
     if isinstance(error, Retry):
         described = f"retry requested: {error.reason}" if error.reason else "retry requested"
+    delay = None
     if isinstance(error, TaskArgumentsMismatch):
-        max_retries, reason = message.retries, "invalid arguments"
-    if message.retries < max_retries:
-        delay = (
-            error.delay
-            if isinstance(error, Retry) and error.delay is not None
-            else backoff(message.retries, job.retry_backoff)
-        )
+        reason = "invalid arguments"
+    else:
+        try:
+            delay = job.next_delay(error)
+        except BadBackoff as bad:
+            reason, described = "bad backoff", f"{described}; {bad}"
+    if delay is not None:
         return Outcome(
             delivery=delivery,
             task_id=task_id,
@@ -261,7 +270,7 @@ def failure(
             said=LogLine(
                 logger.warning,
                 "Task %s[%s] failed in %.1f ms (%s); retry %d of %d in %.3g s",
-                *(name, task_id, ms, described, message.retries + 1, max_retries, delay),
+                *(name, task_id, ms, described, job.attempt, job.max_attempts - 1, delay),
                 exc_info=None
                 if isinstance(error, Retry) or not logger.isEnabledFor(logging.DEBUG)
                 else error,
@@ -276,6 +285,20 @@ def failure(
     return bury(
         *(delivery, task_id, reason, described, error, seconds), first=message.first_attempt
     )
+
+
+def spent(delivery: Delivery, job: Job) -> Outcome:
+    """The dead letter of a task taken after crashes spent its ``max_attempts``: its
+    worker died in its last attempt, so it does not run again."""
+    message = job.message
+    problem = (
+        f"its worker died in its last attempt ({job.attempt - 1} of {job.max_attempts}, "
+        f"{message.crashes} of them crashed): its attempts are spent"
+    )
+    logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, problem)
+    error = WorkerCrashed(problem)
+    job.finished(TaskStatus.FAILED, error)
+    return bury(delivery, message.id, "crashed", problem, error)
 
 
 def bury(

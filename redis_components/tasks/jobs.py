@@ -4,18 +4,23 @@ our ``@redis_task``'s name or a Django ``@task``'s module path and backend alias
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import inspect
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.core.signals import setting_changed
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
+from .. import keys
 from ..exceptions import InvalidInput, TaskArgumentsMismatch
 from ..keys import django_time
 from . import results
 from .definition import (
+    Backoff,
     QueueBackend,
     RedisTask,
     as_enqueued,
@@ -36,6 +41,7 @@ from .framework import (
     task_started,
 )
 from .messages import TaskMessage, metadata_json, to_json
+from .registry import Retry, backoff
 from .results import RedisTaskContext, RedisTaskResult, TaskStatus, to_django
 from .store import TaskStore
 
@@ -51,6 +57,30 @@ class CannotRun(Exception):
     """Why a message's task cannot run here."""
 
 
+class BadBackoff(Exception):
+    """A task's ``backoff`` raised, or answered something that is not a delay."""
+
+
+@functools.lru_cache(maxsize=256)
+def _imported(path: str) -> Backoff:
+    found = import_string(path)
+    if not callable(found):
+        raise TypeError(f"{path} is not callable")
+    return cast("Backoff", found)
+
+
+def _takes_one(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` cannot take two positional arguments (then it is given the
+    task result alone)."""
+    try:
+        inspect.signature(function).bind(None, None)
+    except TypeError:
+        return True
+    except ValueError:  # (no signature to read: a builtin)
+        return False
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class Runnable:
     """A task as a worker runs it: the task as enqueued, its backend's class (the
@@ -58,7 +88,9 @@ class Runnable:
 
     task: Task[..., Any]
     sender: type[QueueBackend]
-    max_retries: int
+    max_attempts: int
+    counts_crashes: bool  # given as max_attempts: a crash is an attempt too
+    backoff: Backoff | str | None
     retry_backoff: float | None
     time_limit: float | None
     soft_time_limit: float | None
@@ -122,12 +154,22 @@ def _runnable(task: Task[..., Any], backend: QueueBackend) -> Runnable:
         value = getattr(task, name, None) if isinstance(task, RedisTask) else None
         return default if value is None else value
 
+    # The task's options, else its backend's: the attempts as one of their two names
+    # gives them, and the delays as one of theirs does.
+    attempts, retries = option("max_attempts", None), option("max_retries", None)
+    if attempts is None and retries is None:
+        attempts, retries = backend.max_attempts, backend.max_retries
+    backoff, base = option("backoff", None), option("retry_backoff", None)
+    if backoff is None and base is None:
+        backoff, base = backend.backoff, backend.retry_backoff
     hard, soft = backend.time_limits
     return Runnable(
         task,
         type(backend),
-        max_retries=option("max_retries", backend.max_retries),
-        retry_backoff=option("retry_backoff", backend.retry_backoff),
+        max_attempts=retries + 1 if attempts is None else attempts,
+        counts_crashes=attempts is not None,
+        backoff=backoff,
+        retry_backoff=base,
         time_limit=option("time_limit", hard),
         soft_time_limit=option("soft_time_limit", soft),
     )
@@ -148,8 +190,9 @@ class Job:
         self.task = runnable.task
         self.sender = runnable.sender
         self.message = message
-        self.max_retries = runnable.max_retries
-        self.retry_backoff = runnable.retry_backoff
+        self.max_attempts = runnable.max_attempts
+        self._retries = runnable  # (how it retries: counts_crashes, backoff, retry_backoff)
+        self._failed = False  # this run's error is in its result
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
         self.result = self._running(message, worker_id, now_ms)
@@ -248,6 +291,58 @@ class Job:
         object.__setattr__(self.result, "status", ENDED[status])
         object.__setattr__(self.result, "finished_at", timezone.now())
         if error is not None:
+            self._record(error)
+        task_finished.send(sender=self.sender, task_result=self.result)
+
+    def _record(self, error: BaseException) -> None:
+        """The result with this run FAILED, its error last in ``errors`` (once)."""
+        object.__setattr__(self.result, "status", ENDED[TaskStatus.FAILED])
+        if not self._failed:
             class_path, trace = results.describe(error)
             self.result.errors.append(TaskError(exception_class_path=class_path, traceback=trace))
-        task_finished.send(sender=self.sender, task_result=self.result)
+            self._failed = True
+
+    @property
+    def attempt(self) -> int:
+        """This run's number among its task's attempts: 1 plus its retries so far, plus its
+        crashes where they count (a task given ``max_attempts``)."""
+        crashes = self.message.crashes if self._retries.counts_crashes else 0
+        return self.message.retries + 1 + crashes
+
+    def next_delay(self, error: BaseException) -> float | None:
+        """Seconds until the next attempt of this run's task, which failed with ``error``;
+        ``None`` for no more (its attempts spent, or its backoff said so):
+        ``raise Retry(delay=...)``'s delay, else its ``backoff``'s answer, else the
+        exponential backoff of ``retry_backoff``. :class:`BadBackoff` when its
+        ``backoff`` fails or answers anything but seconds or ``None``."""
+        if self.attempt >= self.max_attempts:
+            return None
+        if isinstance(error, Retry) and error.delay is not None:
+            return error.delay
+        given = self._retries.backoff
+        if given is None:
+            return backoff(self.message.retries, self._retries.retry_backoff)
+        self._record(error)  # (what the backoff is given: this attempt FAILED, its error)
+        name = given
+        if not isinstance(given, str):
+            name = f"{given.__module__}.{getattr(given, '__qualname__', type(given).__name__)}"
+        try:
+            function = _imported(given) if isinstance(given, str) else given
+            # (One taking the result alone, as Django's proposal's settings example has it.)
+            arguments = (self.result,) if _takes_one(function) else (error, self.result)
+            answer = function(*arguments)
+        except Exception as problem:
+            raise BadBackoff(
+                f"its backoff {name} raised {type(problem).__name__}: {problem}"
+            ) from problem
+        if answer is None:
+            return None
+        if isinstance(answer, datetime.timedelta):
+            answer = answer.total_seconds()
+        try:
+            return keys.seconds(answer, "backoff")
+        except InvalidInput:
+            raise BadBackoff(
+                f"its backoff {name} returned {keys.shorten(answer)}: it must return the "
+                "seconds until the next attempt (a number from 0, or a timedelta) or None"
+            ) from None

@@ -19,11 +19,9 @@ from .messages import TaskMessage
 
 
 class Retry(Exception):
-    """Raise from a task to run it again after ``delay`` seconds (default: the backoff).
-
-    A retry counts against the task's ``max_retries``; past it, the task is
-    dead-lettered with ``reason`` as its error.
-    """
+    """Raise from a task to run it again after ``delay`` seconds (default: what its
+    backoff says). It counts as an attempt; with none left, the task is dead-lettered
+    with ``reason`` as its error."""
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
         self.delay = None if delay is None else keys.seconds(delay, "delay")

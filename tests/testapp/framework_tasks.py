@@ -130,3 +130,52 @@ def ship(order: int, label: str) -> None:
 @with_options(time_limit=3, soft_time_limit=1)
 def limited() -> None:
     """Time limits of its own."""
+
+
+# -- Django's proposed retries (django/new-features#142) ----------------------------------
+
+
+def linear_backoff(exception: BaseException, task_result: Any) -> int | None:
+    """#142's example: 30 seconds between attempts."""
+    return 30
+
+
+class HTTPError(Exception):
+    """An error with an attribute that no stored result keeps: its status code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"HTTP {code}")
+        self.code = code
+
+
+def by_status(exception: BaseException, task_result: Any) -> int | None:
+    """Record what it is given; retry a 429 at once, never a 502 (#142's example)."""
+    get_client().rpush(
+        "{test}:backoff",
+        json.dumps(
+            {
+                "status": str(task_result.status),
+                "errors": [error.exception_class_path for error in task_result.errors],
+                "attempts": task_result.attempts,
+                "code": getattr(exception, "code", None),
+            }
+        ),
+    )
+    return 0 if getattr(exception, "code", None) == 429 else None
+
+
+@with_options(max_attempts=10, backoff=linear_backoff)
+def my_task(label: str) -> None:
+    """#142's ``my_task``: "Run at most 10 times, with 30 seconds in between"."""
+    explode.call(label)
+
+
+@with_options(max_attempts=3, backoff=by_status)
+def fetch(label: str, code: int) -> None:
+    get_client().hincrby("{test}:runs", label, 1)
+    raise HTTPError(code)
+
+
+@with_options(max_attempts=2, backoff="tests.testapp.framework_tasks.by_status")
+def fetch_by_path(label: str, code: int) -> None:
+    fetch.call(label, code)

@@ -556,3 +556,18 @@ def save_and_wait(context: RedisTaskContext, label: str) -> bool:
         time.sleep(0.005)
     context.metadata["stage"] = "done"
     return saved
+
+
+@redis_task(queue="test", max_attempts=2)
+def crash_first(label: str) -> int:
+    """Kill its worker process in its first attempt; a crash counts as an attempt."""
+    runs = get_client().hincrby("{test}:runs", label, 1)
+    if runs == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return runs
+
+
+@redis_task(queue="test", max_attempts=2)
+def crash_always(label: str) -> None:
+    """Kill its worker process in every attempt: its 2 attempts are spent by crashes."""
+    crash.call(label)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -308,3 +309,24 @@ def test_a_workflow_step_gets_the_metadata_of_its_task() -> None:
     steps = flow.steps()
     seen = [get_result(step.task_id).metadata for step in steps]
     assert seen == [{"step": "first"}, {}, {}]
+
+
+def test_saved_metadata_survives_a_kill_9_and_the_next_attempt_starts_from_it(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """#141: "Metadata can be saved within a task using ``context.save_metadata()``" and
+    "persist": what a run saved before its worker process was killed (kill -9) is kept,
+    and the next attempt starts from it; what it changed after its last save is lost with
+    the process."""
+    result = tasks.save_then_crash.using(metadata={"given": 1}).enqueue("kept")
+    worker = start_worker("test")
+    wait_until(lambda: get_result(result.id).is_finished, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    done = get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == {"given": 1, "saved": "kept"}
+    assert done.metadata == done.return_value
+    assert done.attempts == 2
+    assert done.errors[0].exception_class_path.endswith("WorkerCrashed")
+    assert "died (signal 9)" in worker.output()

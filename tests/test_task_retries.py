@@ -30,10 +30,6 @@ from tests.testapp import framework_tasks, tasks
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 QUEUE = "retries"
 BACKEND = "redis_components.tasks.backend.RedisTaskBackend"
-needs_options = pytest.mark.skipif(
-    not framework_tasks.OPTIONS_THROUGH_DJANGO,
-    reason="Django 6.0's @task takes no backend options (6.1 and the backport do)",
-)
 
 # What the backoff of ``answering`` answers (or raises): set by each test.
 ANSWER: dict[str, Any] = {}
@@ -80,7 +76,6 @@ def runs(r: redis.Redis) -> dict[str, int]:
 # -- the proposal, sentence by sentence ---------------------------------------------------
 
 
-@needs_options
 def test_a_task_runs_at_most_max_attempts_times_with_the_backoffs_delay_between(
     r: redis.Redis,
 ) -> None:
@@ -99,7 +94,6 @@ def test_a_task_runs_at_most_max_attempts_times_with_the_backoffs_delay_between(
     assert framework_tasks.my_task.backoff is framework_tasks.linear_backoff
 
 
-@needs_options
 def test_a_task_is_retried_until_its_attempts_are_spent(r: redis.Redis) -> None:
     """#142: "Tasks should support being retried." with "A fixed number of retries": a
     429 every time is retried at once (the backoff answers 0) until 3 attempts ran."""
@@ -113,7 +107,6 @@ def test_a_task_is_retried_until_its_attempts_are_spent(r: redis.Redis) -> None:
     assert [letter.reason for letter in dead_letters("test")] == ["failed"]
 
 
-@needs_options
 def test_a_backoff_that_answers_none_stops_the_retries(r: redis.Redis) -> None:
     """#142: "If the backoff function returns ``None``, the task isn't retried anymore.\""""
     result = framework_tasks.fetch.enqueue("gone", 502)
@@ -125,7 +118,6 @@ def test_a_backoff_that_answers_none_stops_the_retries(r: redis.Redis) -> None:
     assert failed.errors[-1].exception_class_path.endswith("framework_tasks.HTTPError")
 
 
-@needs_options
 def test_the_backoff_gets_the_result_as_this_attempt_left_it(r: redis.Redis) -> None:
     """#142: "The ``task_result`` passed to ``backoff`` will be after modification based on
     the current run (eg updating ``status``, adding error details to ``.errors``,
@@ -141,7 +133,6 @@ def test_the_backoff_gets_the_result_as_this_attempt_left_it(r: redis.Redis) -> 
     assert all(path.endswith("HTTPError") for s in seen for path in s["errors"])
 
 
-@needs_options
 def test_the_backoff_gets_the_raw_exception(r: redis.Redis) -> None:
     """#142: "The raw exception will also be passed, to access attributes which wouldn't
     survive serialization. This can be used to change the backoff based on the exception
@@ -154,7 +145,6 @@ def test_the_backoff_gets_the_raw_exception(r: redis.Redis) -> None:
     assert runs(r) == {"busy": 3, "broken": 1}
 
 
-@needs_options
 def test_using_cannot_change_the_retry_options() -> None:
     """#142: "``.using`` cannot be used to modify these attributes.\""""
     task = framework_tasks.fetch
@@ -198,7 +188,6 @@ def test_the_backends_options_take_a_dotted_path_too(r: redis.Redis) -> None:
     assert len(r.lrange("{test}:backoff", 0, -1)) == 1
 
 
-@needs_options
 def test_a_tasks_backoff_by_dotted_path(r: redis.Redis) -> None:
     """A task's ``backoff`` given as a dotted path is imported when first needed."""
     framework_tasks.fetch_by_path.enqueue("path", 429)

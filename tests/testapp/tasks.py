@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 from redis_components import (
     RedisTask,
@@ -571,3 +572,15 @@ def crash_first(label: str) -> int:
 def crash_always(label: str) -> None:
     """Kill its worker process in every attempt: its 2 attempts are spent by crashes."""
     crash.call(label)
+
+
+@redis_task(queue="test", takes_context=True, max_attempts=2)
+def save_then_crash(context: RedisTaskContext, label: str) -> dict[str, Any]:
+    """In its first attempt, save metadata, change it again, and kill its worker; return
+    the metadata its next attempt starts from."""
+    if context.attempt == 1:
+        context.metadata["saved"] = label
+        context.save_metadata()
+        context.metadata["unsaved"] = True  # lost with the process
+        os.kill(os.getpid(), signal.SIGKILL)
+    return dict(context.metadata)

@@ -69,6 +69,11 @@ def _imported(path: str) -> Backoff:
     return cast("Backoff", found)
 
 
+def _named(function: Callable[..., Any]) -> str:
+    qualname = getattr(function, "__qualname__", type(function).__qualname__)
+    return f"{getattr(function, '__module__', '?')}.{qualname}"
+
+
 def _takes_one(function: Callable[..., Any]) -> bool:
     """Whether ``function`` cannot take two positional arguments (then it is given the
     task result alone)."""
@@ -323,9 +328,7 @@ class Job:
         if given is None:
             return backoff(self.message.retries, self._retries.retry_backoff)
         self._record(error)  # (what the backoff is given: this attempt FAILED, its error)
-        name = given
-        if not isinstance(given, str):
-            name = f"{given.__module__}.{getattr(given, '__qualname__', type(given).__name__)}"
+        name = given if isinstance(given, str) else _named(given)
         try:
             function = _imported(given) if isinstance(given, str) else given
             # (One taking the result alone, as Django's proposal's settings example has it.)

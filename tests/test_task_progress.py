@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import io
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.contrib.auth.models import Permission
+from django.core.management import call_command
 from django.test import Client, override_settings
 
 from conftest import CommandCount
@@ -292,6 +294,24 @@ def test_saved_progress_survives_a_kill_9_of_the_worker(
     assert final is not None
     assert (final.done, final.total, final.note) == (10, 10, "after")
     assert final.at >= saved.at
+
+
+@pytest.mark.django_db
+def test_rc_queues_and_the_admin_overview_show_a_running_tasks_progress(
+    r: redis.Redis, viewer: Client, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    result = tasks.progress_until_killed.enqueue("shown")
+    worker = start_worker("test", TASK_PROGRESS_INTERVAL=0)
+    wait_until(lambda: r.exists("test:shown:said"), worker.output)
+    out = io.StringIO()
+    call_command("rc_queues", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert "Running tasks: 1" in lines
+    [row] = [line for line in lines if line.startswith(result.id)]
+    assert row.endswith("  3 of 10 (30%) · before the kill")
+    assert "tests.testapp.tasks.progress_until_killed" in row
+    page = viewer.get(ADMIN).content.decode()
+    assert '<progress max="10" value="3"></progress> 3 of 10 · before the kill' in page
 
 
 @pytest.fixture

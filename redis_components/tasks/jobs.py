@@ -162,6 +162,7 @@ class Job:
         # (or the run started): set_progress() saves at most every TASK_PROGRESS_INTERVAL.
         self._progress: tuple[float, float | None, str] | None = None
         self._progress_saved = time.monotonic()
+        self._progress_interval = float(conf.get("TASK_PROGRESS_INTERVAL"))
 
     def _running(self, message: TaskMessage, worker_id: str, now_ms: int) -> RedisTaskResult:
         if not message.first_attempt:
@@ -243,7 +244,7 @@ class Job:
         check_progress(done, total, note)
         self._progress = (done, total, note)
         now = time.monotonic()
-        if now - self._progress_saved < float(conf.get("TASK_PROGRESS_INTERVAL")):
+        if now - self._progress_saved < self._progress_interval:
             return None
         self._progress_saved = now
         return functools.partial(self._save_progress, self._progress)

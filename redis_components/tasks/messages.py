@@ -310,9 +310,12 @@ def progress_json(done: float, total: float | None, note: str) -> str:
 
 def finite_number(value: object) -> TypeGuard[float]:
     """``value`` is an int or a finite float (not a bool)."""
+    kind = type(value)
+    if kind is int:  # (first: progress is said often, mostly as ints)
+        return True
     if isinstance(value, float):
         return math.isfinite(value)
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and kind is not bool
 
 
 def flow_of(payload: bytes) -> FlowStep | None:

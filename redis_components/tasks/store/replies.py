@@ -153,7 +153,8 @@ def task_name(message: bytes | None) -> str:
 
 def json_object(raw: bytes | None) -> dict[str, Any] | None:
     """A stored JSON object: a worker's description (queues, pid, host, start, threads),
-    the metadata a task saved; ``None`` when there is none or it is not a JSON object."""
+    the metadata or the progress a task saved; ``None`` when there is none or it is not
+    a JSON object."""
     try:
         found = json.loads(raw) if raw else None
     except (ValueError, RecursionError):

@@ -120,7 +120,7 @@ def commands_to_run(count_commands: CommandCount, times: int) -> int:
     return counted.sent
 
 
-def test_progress_is_read_with_the_result_and_alone() -> None:
+def test_progress_is_read_with_the_result_and_alone(redis_mode: str) -> None:
     result = report.enqueue(3, 4)
     assert isinstance(result, RedisTaskResult)
     assert result.progress is None

@@ -17,7 +17,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
-from .conf import DEFAULTS, MAX_PARTITIONS, OPTIONAL_NUMBERS, SETTING_NAME
+from .conf import DEFAULTS, MAX_PARTITIONS, OPTIONAL_NUMBERS, SETTING_NAME, ZERO_ALLOWED
 from .keys import is_integer
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -168,8 +168,11 @@ def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
             continue
         wanted_int = kind is int
         is_number = is_integer(given) or isinstance(given, float)
-        if not is_number or given <= 0 or (wanted_int and not isinstance(given, int)):
+        zero = given == 0 and name not in ZERO_ALLOWED
+        if not is_number or given < 0 or zero or (wanted_int and not isinstance(given, int)):
             wanted = "a positive integer" if wanted_int else "a positive number"
+            if name in ZERO_ALLOWED:
+                wanted = "a number >= 0"
             if name in OPTIONAL_NUMBERS:
                 wanted += " or None"
             errors.append(

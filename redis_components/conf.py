@@ -111,6 +111,10 @@ DEFAULTS: dict[str, Any] = {
     # The largest metadata a task may carry or save (Django's proposed task metadata:
     # a JSON object), in bytes of JSON; more is refused with InvalidInput.
     "TASK_METADATA_MAX_BYTES": 65_536,
+    # A task's progress (context.set_progress()) is saved at most this often, in seconds:
+    # what is said meanwhile is saved by a later call or with the run's end; 0 saves
+    # every call. Read with conf.get().
+    "TASK_PROGRESS_INTERVAL": 0.5,
     # File distribution (files.py): the most bytes of files a channel holds in Redis at
     # once; a sender waits for readers to free room, and refuses larger files.
     "FILES_LIMIT_BYTES": 2**30,
@@ -130,6 +134,10 @@ OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {
     "QUEUE_WAIT_REPLICAS": int,
     "TASK_SHUTDOWN_GRACE": float,
 }
+
+
+# Numeric settings that may be 0 (checked as a number >= 0, not a positive one).
+ZERO_ALLOWED = frozenset({"TASK_PROGRESS_INTERVAL"})
 
 
 # The project's dict, once read: settings are read on every lock and semaphore call, and

@@ -70,6 +70,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_task_backend.py": ("django", "server"),
     "test_task_messages.py": ("static",),
     "test_task_metadata.py": ("server", "processes", "django", "smoke"),
+    "test_task_progress.py": ("server", "processes", "django"),
     "test_task_registry.py": ("server",),
     "test_task_retries.py": ("server", "processes", "django", "smoke"),
     "test_task_schedules.py": ("server", "django"),

@@ -11,7 +11,7 @@ import pytest
 from django.test import override_settings
 
 from redis_components.checks import check_settings
-from redis_components.conf import DEFAULTS, OPTIONAL_NUMBERS
+from redis_components.conf import DEFAULTS, OPTIONAL_NUMBERS, ZERO_ALLOWED
 
 REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
 
@@ -106,7 +106,16 @@ def test_the_numeric_settings_are_found() -> None:
 @pytest.mark.parametrize("name", NUMERIC)
 @pytest.mark.parametrize("value", [0, -1, "10", True, None])
 def test_e005_bad_numeric_values(name: str, value: object) -> None:
-    assert ids(REDIS_COMPONENTS={name: value}) == ["redis_components.E005"]
+    wanted = [] if value == 0 and name in ZERO_ALLOWED else ["redis_components.E005"]
+    assert ids(REDIS_COMPONENTS={name: value}) == wanted
+
+
+@pytest.mark.parametrize("value", [-0.1, "0", None])
+def test_e005_a_setting_that_may_be_zero(value: object) -> None:
+    assert ids(REDIS_COMPONENTS={"TASK_PROGRESS_INTERVAL": 0}) == []
+    with override_settings(REDIS_COMPONENTS={"TASK_PROGRESS_INTERVAL": value}):
+        [message] = check_settings()
+    assert "a number >= 0" in message.msg
 
 
 @pytest.mark.parametrize("name", [name for name in NUMERIC if isinstance(DEFAULTS[name], int)])

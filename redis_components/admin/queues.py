@@ -388,6 +388,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             gettext("Workflow %(id)s") % {"id": found.id},
             refresh=REFRESH_SECONDS,
             summary=summary,
+            progress=found.progress(),
             steps=steps,
             workflows_url=self.url("workflows"),
             cancel_url=self.url(

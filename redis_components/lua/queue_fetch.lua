@@ -32,7 +32,8 @@
 --       to read), "flow_keys" (how many keys at the end of KEYS are its workflow
 --       section), "carried" (the ids of steps whose outcomes the worker carried from
 --       this home's outbox, their entries deleted when the finished task is a step of
---       this home's), "metadata" (its metadata to save, JSON, when its run changed it).
+--       this home's), "metadata" (its metadata to save, JSON, when its run changed it),
+--       "progress" (its progress not saved yet, lib/result.lua's result_progress).
 --       A task held ahead that starts now: "start" (its lane), "start_score" (its
 --       score as the take returned it).
 -- Returns: {payload, its lane, wait, recorded, now, score, read}: payload is false

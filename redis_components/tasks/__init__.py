@@ -22,13 +22,14 @@ from .definition import get_task
 from .limits import concurrency_limit, rate_limit
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer
-from .results import RedisTaskContext, RedisTaskResult
+from .results import Progress, RedisTaskContext, RedisTaskResult, aget_progress, get_progress
 from .schedules import periodic
 from .store import cancel
 from .workflows import Workflow, chain, get_workflow, group, signature
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "Progress",
     "RedisTask",
     "RedisTaskBackend",
     "RedisTaskContext",
@@ -37,11 +38,13 @@ __all__ = [
     "RunningTask",
     "TaskMessage",
     "Workflow",
+    "aget_progress",
     "cancel",
     "chain",
     "concurrency_limit",
     "current_task",
     "defer",
+    "get_progress",
     "get_result",
     "get_task",
     "get_workflow",

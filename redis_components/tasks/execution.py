@@ -150,10 +150,12 @@ async def arun_job(
 
 
 def with_metadata(outcome: Outcome, job: Job) -> Outcome:
-    """``outcome`` with the task's metadata, if its run changed it: saved with it, in the
-    same script, fenced as the outcome is."""
-    changed = job.changed_metadata()
-    return dataclasses.replace(outcome, metadata=changed) if changed else outcome
+    """``outcome`` with the task's metadata, if its run changed it, and the progress it
+    said since its last save: saved with it, in the same script, fenced as it is."""
+    changed, progress = job.changed_metadata(), job.pending_progress()
+    if not changed and not progress:
+        return outcome
+    return dataclasses.replace(outcome, metadata=changed, progress=progress)
 
 
 def since(started: float) -> float:

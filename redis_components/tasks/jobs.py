@@ -8,6 +8,7 @@ import datetime
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -16,6 +17,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys
+from ..conf import conf
 from ..exceptions import InvalidInput, TaskArgumentsMismatch
 from ..keys import django_time
 from . import results
@@ -40,7 +42,7 @@ from .framework import (
     task_finished,
     task_started,
 )
-from .messages import TaskMessage, metadata_json, to_json
+from .messages import TaskMessage, check_progress, metadata_json, progress_json, to_json
 from .registry import Retry, backoff
 from .results import RedisTaskContext, RedisTaskResult, TaskStatus, to_django
 from .store import TaskStore
@@ -203,6 +205,11 @@ class Job:
         self.result = self._running(message, worker_id, now_ms)
         self._attempt = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
         self._saved = to_json(self.result.metadata, "metadata")  # as last saved
+        # Progress said and not saved yet (done, total, note), and when it was last saved
+        # (or the run started): set_progress() saves at most every TASK_PROGRESS_INTERVAL.
+        self._progress: tuple[float, float | None, str] | None = None
+        self._progress_saved = time.monotonic()
+        self._progress_interval = float(conf.get("TASK_PROGRESS_INTERVAL"))
 
     def _running(self, message: TaskMessage, worker_id: str, now_ms: int) -> RedisTaskResult:
         if not message.first_attempt:
@@ -248,7 +255,9 @@ class Job:
         args, kwargs = self.message.args, self.message.kwargs
         bind_arguments(self.task, args, kwargs, error=TaskArgumentsMismatch)
         if self.task.takes_context:
-            context = RedisTaskContext(task_result=self.result, _save=self.save_metadata)
+            context = RedisTaskContext(
+                task_result=self.result, _save=self.save_metadata, _progress=self.keep_progress
+            )
             return [context, *args], kwargs
         return args, kwargs
 
@@ -272,6 +281,31 @@ class Job:
             logger.error("Task %s[%s]: its metadata is not saved: %s", *named, error)
             return ""
         return "" if text == self._saved else text
+
+    def keep_progress(
+        self, done: float, total: float | None, note: str
+    ) -> Callable[[], bool] | None:
+        """Keep the progress a task said (:class:`InvalidInput` if it is bad): the save to
+        make now if TASK_PROGRESS_INTERVAL seconds passed since the last, else ``None``
+        (it is saved by a later one, or with the outcome: :meth:`pending_progress`)."""
+        check_progress(done, total, note)
+        self._progress = (done, total, note)
+        now = time.monotonic()
+        if now - self._progress_saved < self._progress_interval:
+            return None
+        self._progress_saved = now
+        return functools.partial(self._save_progress, self._progress)
+
+    def _save_progress(self, progress: tuple[float, float | None, str]) -> bool:
+        text = progress_json(*progress)
+        saved = TaskStore().save_metadata(self.message.id, self._attempt, "", text)
+        if saved and self._progress is progress:
+            self._progress = None
+        return saved
+
+    def pending_progress(self) -> str:
+        """The progress said since the last save, as JSON, to save with the outcome ("")."""
+        return "" if self._progress is None else progress_json(*self._progress)
 
     @property
     def is_async(self) -> bool:

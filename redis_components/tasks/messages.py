@@ -25,9 +25,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from .. import keys
 from ..conf import conf
@@ -280,6 +281,41 @@ def metadata_json(metadata: object) -> str:
             "metadata", f"is {size:,} bytes of JSON, over TASK_METADATA_MAX_BYTES ({most:,})"
         )
     return text
+
+
+# The longest note a task's progress may carry, in characters.
+MAX_PROGRESS_NOTE = 200
+
+
+def check_progress(done: object, total: object, note: object) -> None:
+    """:class:`InvalidInput` naming what is wrong in a task's progress: ``done`` must be
+    a finite number >= 0, ``total`` ``None`` or a finite number > 0, ``note`` a str of at
+    most MAX_PROGRESS_NOTE characters."""
+    if not finite_number(done) or done < 0:
+        raise InvalidInput("done", f"must be a finite number >= 0, not {done!r}")
+    if total is not None and (not finite_number(total) or total <= 0):
+        raise InvalidInput("total", f"must be None or a finite number > 0, not {total!r}")
+    if not isinstance(note, str):
+        raise InvalidInput("note", f"must be a str, not {type(note).__name__}")
+    if len(note) > MAX_PROGRESS_NOTE:
+        raise InvalidInput("note", f"is {len(note)} characters, over {MAX_PROGRESS_NOTE}")
+
+
+def progress_json(done: float, total: float | None, note: str) -> str:
+    """A task's progress as saved, checked (:func:`check_progress`): lua/lib/result.lua's
+    result_progress adds when it was said."""
+    check_progress(done, total, note)
+    return json.dumps({"done": done, "total": total, "note": note}, separators=(",", ":"))
+
+
+def finite_number(value: object) -> TypeGuard[float]:
+    """``value`` is an int or a finite float (not a bool)."""
+    kind = type(value)
+    if kind is int:  # (first: progress is said often, mostly as ints)
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and kind is not bool
 
 
 def flow_of(payload: bytes) -> FlowStep | None:

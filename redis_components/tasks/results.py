@@ -17,6 +17,7 @@ from ..exceptions import TaskResultDoesNotExist
 from ..keys import django_datetime
 from .framework import Task, TaskContext, TaskResult, TaskResultStatus
 from .framework import TaskError as DjangoTaskError
+from .store import Progress as Progress
 from .store import TaskRecord as TaskRecord
 from .store import TaskStatus as TaskStatus
 from .store import TaskStore
@@ -36,9 +37,11 @@ else:
 class RedisTaskResult(_Result):  # type: ignore[misc]
     """Django's ``TaskResult`` with ``metadata``, as Django's proposal has it
     (django/new-features#141): a dict, never ``None``: what the task saved last, else
-    what it was enqueued with (``{}`` for none). Every result of ours is one."""
+    what it was enqueued with (``{}`` for none). Every result of ours is one. ``progress``:
+    what the task said last of how far it is (``None``: nothing yet; docs/progress.md)."""
 
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    progress: Progress | None = None
 
     def refresh(self) -> None:
         """Read the result again, its metadata too."""
@@ -47,6 +50,10 @@ class RedisTaskResult(_Result):  # type: ignore[misc]
     async def arefresh(self) -> None:
         """:meth:`refresh`, awaited."""
         self._update(await self.task.get_backend().aget_result(self.id))
+
+    def refresh_progress(self) -> None:
+        """Read its progress again, and nothing else, in one command."""
+        object.__setattr__(self, "progress", get_progress(self.id))
 
     def _update(self, found: TaskResult[Any, Any]) -> None:
         for field in dataclasses.fields(self):
@@ -62,6 +69,10 @@ class RedisTaskContext(_Context):  # type: ignore[misc]
     as the run ends, whatever its end, if it changed, or at once by :meth:`save_metadata`."""
 
     _save: Callable[[], bool] = dataclasses.field(repr=False, compare=False)
+    # (keeps the progress said: gives the save to make now, if one is due)
+    _progress: Callable[[float, float | None, str], Callable[[], bool] | None] = dataclasses.field(
+        repr=False, compare=False
+    )
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -76,6 +87,22 @@ class RedisTaskContext(_Context):  # type: ignore[misc]
     async def asave_metadata(self) -> bool:
         """:meth:`save_metadata`, in a thread."""
         return await asyncio.to_thread(self._save)
+
+    def set_progress(self, done: float, total: float | None = None, note: str = "") -> bool:
+        """Say how far the task is: ``done`` (a finite number >= 0) of ``total`` (``None``
+        or a finite number > 0), with a ``note`` of at most 200 characters; any process
+        reads it as ``result.progress``. Saved at most every ``TASK_PROGRESS_INTERVAL``
+        seconds (one command); what a call does not save is kept, and saved by a later
+        call or with the run's end, so calling it often costs little. :class:`InvalidInput`
+        naming the bad argument (nothing changes); False when this run no longer holds
+        its task (it was given up for dead, and taken again): nothing is saved then."""
+        save = self._progress(done, total, note)
+        return True if save is None else save()
+
+    async def aset_progress(self, done: float, total: float | None = None, note: str = "") -> bool:
+        """:meth:`set_progress`, its save (if one is due) in a thread."""
+        save = self._progress(done, total, note)
+        return True if save is None else await asyncio.to_thread(save)
 
 
 MAX_TASK_ID = 100
@@ -111,6 +138,18 @@ def read_records(task_ids: list[str]) -> list[TaskRecord | None]:
     return TaskStore().task_records(task_ids)
 
 
+def get_progress(task_id: str) -> Progress | None:
+    """What task ``task_id`` said last of how far it is, read in one command, whatever
+    its state; ``None`` when it said nothing, or its result is not kept."""
+    keys.validate_name(task_id, "task_id", MAX_TASK_ID)
+    return TaskStore().task_progress([task_id])[0]
+
+
+async def aget_progress(task_id: str) -> Progress | None:
+    """:func:`get_progress`, in a thread."""
+    return await asyncio.to_thread(get_progress, task_id)
+
+
 def to_django(task: Task[..., Any], record: TaskRecord) -> RedisTaskResult:
     """A result record as Django's ``TaskResult`` of ``task`` (Django has no CANCELLED:
     a cancelled task is FAILED, its last error a ``TaskCancelled``)."""
@@ -136,6 +175,7 @@ def to_django(task: Task[..., Any], record: TaskRecord) -> RedisTaskResult:
         errors=errors,
         worker_ids=record.worker_ids,
         metadata=record.metadata,
+        progress=record.progress,
     )
     if record.status is TaskStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", record.return_value)

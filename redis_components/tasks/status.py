@@ -17,8 +17,8 @@ from .backend import queues_in_use
 from .messages import validate_queue
 from .store import DeadLetter as DeadLetter
 from .store import LimitUse as LimitUse
+from .store import Progress, TaskStore, home_roles, queue_limit
 from .store import QueueCounts as QueueCounts
-from .store import TaskStore, home_roles, queue_limit
 from .store import WaitingTask as WaitingTask
 from .store import WorkerInfo as WorkerInfo
 from .store import read_dead_letter as read_dead_letter
@@ -149,14 +149,24 @@ class TaskRun:
     worker_id: str
     started_at: datetime.datetime | None
     task: str  # its name, "" when its result (which names it) has expired
+    progress: Progress | None = None  # what it said last of how far it is (docs/progress.md)
 
 
 def running_tasks() -> list[TaskRun]:
-    """Every task running now, by worker (two round trips)."""
-    found = []
-    for entry in TaskStore().running_records():
-        started = keys.utc_from_ms(entry.attempt.started_ms)
-        found.append(TaskRun(entry.task_id, entry.attempt.worker_id, started, entry.task))
+    """Every task running now, by worker, with its progress (three round trips)."""
+    store = TaskStore()
+    entries = store.running_records()
+    said = store.task_progress([entry.task_id for entry in entries])
+    found = [
+        TaskRun(
+            entry.task_id,
+            entry.attempt.worker_id,
+            keys.utc_from_ms(entry.attempt.started_ms),
+            entry.task,
+            progress,
+        )
+        for entry, progress in zip(entries, said, strict=True)
+    ]
     return sorted(found, key=lambda running: running.worker_id)
 
 

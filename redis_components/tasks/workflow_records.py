@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from .. import keys
 from ..exceptions import InvalidInput, WorkflowDoesNotExist, WorkflowNotSuccessful
-from .store import TaskStore
+from .store import Progress, TaskStore
 from .store.flow_records import STATES, Step, StepState, Summary
 
 __all__ = ["STATES", "Step", "StepState", "Summary", "Workflow", "get_workflow", "workflows"]
@@ -58,6 +58,22 @@ class Workflow:
         a few fields are read, never its steps or their results."""
         [found] = TaskStore().workflow_summaries([self.id])
         return self._kept(found)
+
+    def progress(self) -> Progress | None:
+        """Its steps' progress added up (what each said last): the sum of their ``done``,
+        of their ``total`` (``None`` if one said none), the latest ``at``; ``None`` when no
+        step said any. Steps that have not said any count for nothing yet."""
+        store = TaskStore()
+        said = [p for p in store.task_progress([s.task_id for s in self.steps()]) if p]
+        if not said:
+            return None
+        totals = [p.total for p in said]
+        return Progress(
+            done=sum(p.done for p in said),
+            total=None if None in totals else sum(t for t in totals if t is not None),
+            note="",
+            at=max(p.at for p in said),
+        )
 
     def results(self) -> Any:
         """The workflow's result once it succeeded: its last step's for a chain, its members'

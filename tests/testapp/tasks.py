@@ -20,6 +20,7 @@ from redis_components import (
     Retry,
     concurrency_limit,
     current_task,
+    get_progress,
     rate_limit,
     redis_task,
 )
@@ -584,3 +585,18 @@ def save_then_crash(context: RedisTaskContext, label: str) -> dict[str, Any]:
         context.metadata["unsaved"] = True  # lost with the process
         os.kill(os.getpid(), signal.SIGKILL)
     return dict(context.metadata)
+
+
+@redis_task(queue="test", takes_context=True)
+def progress_until_killed(context: RedisTaskContext, label: str) -> list[object] | None:
+    """Its first run says 3 of 10, sets ``test:<label>:said`` and waits to be killed
+    (30 s at most); a run after it returns the progress it finds (done, total, note),
+    then says 10 of 10."""
+    client = get_client()
+    if client.set(f"test:{label}:ran", 1, nx=True):
+        context.set_progress(3, 10, "before the kill")
+        client.set(f"test:{label}:said", 1)
+        time.sleep(30)
+    found = get_progress(context.task_result.id)
+    context.set_progress(10, 10, "after")
+    return None if found is None else [found.done, found.total, found.note]

@@ -16,8 +16,8 @@ from typing import Any
 from django.tasks import Task, TaskContext, TaskResult, task
 from typing_extensions import assert_type
 
-from redis_components import RedisTask, get_result, redis_task
-from redis_components.tasks import RedisTaskContext, RedisTaskResult
+from redis_components import RedisTask, get_progress, get_result, redis_task
+from redis_components.tasks import Progress, RedisTaskContext, RedisTaskResult
 from redis_components.tasks.backend import RedisTaskBackend
 
 
@@ -78,6 +78,18 @@ traced_with: RedisTask[[str], bool] = traced.using(metadata={"trace_id": 1})
 
 def metadata_of(found: RedisTaskResult) -> dict[str, Any]:
     return found.metadata
+
+
+# Progress (docs/progress.md): said in the task, read on a result or alone.
+@redis_task(takes_context=True)
+def counted(context: RedisTaskContext, items: int) -> bool:
+    return context.set_progress(0, items, "starting") and context.set_progress(0.5)
+
+
+def fraction_of(found: RedisTaskResult) -> float | None:
+    assert_type(found.progress, Progress | None)
+    assert_type(get_progress(found.id), Progress | None)
+    return None if found.progress is None else found.progress.fraction
 
 
 # It is a Django Task, of the same parameters and return type.

@@ -98,6 +98,9 @@ local function record_outcome(o, first, running, result, stats, totals, base, fl
     if o.metadata then  -- the run changed it: saved with its outcome, as fenced
       result_set(fields, 'metadata', o.metadata)
     end
+    if o.progress then  -- said since its last save: saved with its outcome too
+      result_progress(fields, o.progress, now)
+    end
     if not kept then  -- its result expired while it waited
       result_set(fields, 'message', o.payload)
     end

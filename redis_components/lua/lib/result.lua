@@ -17,11 +17,19 @@
 --   workflow           CANCELLED when its workflow was cancelled in another home
 --   metadata           what the task saved of its metadata (a JSON object; see
 --                      queue_metadata.lua), else its message's is read
+--   progress           what the task said last of how far it is: a JSON object
+--                      {"done":…,"total":…,"note":…,"at":<server ms>} (result_progress)
 
 -- The fields one write sets, as a flat list of names and values (for one HSET).
 local function result_set(fields, name, value)
   fields[#fields + 1] = name
   fields[#fields + 1] = value
+end
+
+-- A running task's progress, ``progress`` (a JSON object of "done", "total" and "note",
+-- as tasks/messages.py's progress_json makes it), said at ``now`` (the server's ms).
+local function result_progress(fields, progress, now)
+  result_set(fields, 'progress', string.sub(progress, 1, -2) .. ',"at":' .. now .. '}')
 end
 
 -- An attempt, "<start ms> <worker id>" (lib/attempts.lua), after those the result

@@ -18,19 +18,32 @@ from ...tasks.status import (
     limits_in_use,
     queue_names,
     queue_stats,
+    running_tasks,
     waiting_tasks,
     workers,
 )
-from ...tasks.store import TaskStore, cancel
+from ...tasks.store import Progress, TaskStore, cancel
 from ...tasks.workflows import Summary, get_workflow, workflows
 from ..base import RedisCommand
 
 # The most tasks --on-limits lists (the admin's On limits tab pages through them all).
 ON_LIMITS_SHOWN = 100
+# The most running tasks the table lists (the admin's overview shows them all).
+RUNNING_SHOWN = 100
 
 
 def _time(when: datetime.datetime | None) -> str:
     return when.isoformat(timespec="seconds") if when else "-"
+
+
+def _progress(said: Progress | None) -> str:
+    """A task's progress in a cell: "3 of 10 (30%) · its note", "-" for none."""
+    if said is None:
+        return "-"
+    shown = f"{said.done:g}" if said.total is None else f"{said.done:g} of {said.total:g}"
+    if said.fraction is not None:
+        shown += f" ({said.fraction:.0%})"
+    return f"{shown} · {said.note}" if said.note else shown
 
 
 class Command(RedisCommand):
@@ -169,6 +182,7 @@ class Command(RedisCommand):
                     queues += f" ({worker.problem})"
                 table.append((worker.id, pid, str(worker.threads), queues, up, lease))
             self.write_table(table)
+        self.show_running()
         total, uses = limits_in_use()
         if total:  # most projects have none: no line for them
             shown = f" (the first {len(uses)})" if len(uses) < total else ""
@@ -180,6 +194,25 @@ class Command(RedisCommand):
         if running:  # most projects have none: no line for them
             self.stdout.write(f"\nRunning workflows: {len(running)}")
             self.write_workflows(running)
+
+    def show_running(self) -> None:
+        running = running_tasks()
+        if not running:  # (most of the time, for most projects: no line)
+            return
+        shown = f" (the first {RUNNING_SHOWN})" if len(running) > RUNNING_SHOWN else ""
+        self.stdout.write(f"\nRunning tasks: {len(running)}{shown}")
+        rows: list[tuple[str, ...]] = [("id", "task", "worker", "since", "progress")]
+        rows += [
+            (
+                run.task_id,
+                run.task or "?",
+                run.worker_id,
+                _time(run.started_at),
+                _progress(run.progress),
+            )
+            for run in running[:RUNNING_SHOWN]
+        ]
+        self.write_table(rows)
 
     def show_homes(self, queues: list[str]) -> None:
         """Where each queue's tasks are (-v 2): partition by partition, with the node

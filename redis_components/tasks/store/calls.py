@@ -155,6 +155,7 @@ def fetch_call(
             "carried": list(carried),
             "attempt": str(delivery.attempt),
             "metadata": outcome.metadata,
+            "progress": outcome.progress,
         }
         if outcome.kind == "bury":
             options["dead_max"] = conf.TASK_DEAD_LETTER_MAX
@@ -180,13 +181,14 @@ def fetch_call(
     return scripts.load("queue_fetch"), script_keys, [sent, *payloads]
 
 
-def metadata_call(*, task_id: str, attempt: str, metadata: str) -> scripts.Call:
-    """lua/queue_metadata.lua: save a running task's metadata, fenced by its attempt."""
+def metadata_call(*, task_id: str, attempt: str, metadata: str, progress: str = "") -> scripts.Call:
+    """lua/queue_metadata.lua: save a running task's metadata and/or its progress ("":
+    not that one), fenced by its attempt."""
     head = task_home(task_id)
     return (
         scripts.load("queue_metadata"),
         [running_tasks_key(head), result_key(task_id)],
-        [task_id, attempt, metadata],
+        [task_id, attempt, metadata, progress],
     )
 
 

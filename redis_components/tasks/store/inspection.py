@@ -23,6 +23,7 @@ from .records import (
     DeadLetter,
     Glimpse,
     LimitUse,
+    Progress,
     QueueCounts,
     RunningEntry,
     TaskRecord,
@@ -87,6 +88,18 @@ class Inspection(Router):
             replies.task_record(task_id, found[2 * i], found[2 * i + 1])
             for i, task_id in enumerate(task_ids)
         ]
+
+    def task_progress(self, task_ids: Sequence[str]) -> list[Progress | None]:
+        """Each task's progress (``None`` where it said none, or its result is not kept):
+        one HGET each, in one round trip per home."""
+        task_ids = [self.current_id(task_id) for task_id in task_ids]
+        found = self._each_home(
+            [
+                (layout.task_home(task_id), ("HGET", layout.result_key(task_id), "progress"))
+                for task_id in task_ids
+            ]
+        )
+        return [replies.progress(reply) for reply in found]
 
     def queued_message(self, task_id: str) -> TaskMessage | None:
         """The message a task was queued with, while its result is kept (``None`` if it

@@ -115,10 +115,13 @@ class Queues(Flows):
         """Run a :func:`put_back_call`: whether the task went back to its queue."""
         return bool(self._run(call))
 
-    def save_metadata(self, task_id: str, attempt: str, metadata: str) -> bool:
-        """Save the metadata (JSON) of a task that ``attempt`` ("<take ms> <worker id>")
-        runs, in one script; False when it no longer runs it, or its result expired."""
-        call = calls.metadata_call(task_id=task_id, attempt=attempt, metadata=metadata)
+    def save_metadata(self, task_id: str, attempt: str, metadata: str, progress: str = "") -> bool:
+        """Save the metadata (JSON) and/or the progress (JSON, no "at"; "": leave it) of a
+        task that ``attempt`` ("<take ms> <worker id>") runs, in one script; False when it
+        no longer runs it, or its result expired."""
+        call = calls.metadata_call(
+            task_id=task_id, attempt=attempt, metadata=metadata, progress=progress
+        )
         return bool(self._run(call))
 
     def limits_run(self, call: scripts.Call) -> None:

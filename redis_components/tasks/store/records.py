@@ -63,6 +63,23 @@ class AttemptError:
     traceback: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    """How far a running task says it is (``context.set_progress()``): ``done`` of
+    ``total`` (``None``: unknown), a ``note``, and ``at``, when it said so (the server's
+    clock, an aware UTC datetime). It stays across retries until a run says otherwise."""
+
+    done: float
+    total: float | None
+    note: str
+    at: datetime.datetime
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` (at most 1), ``None`` without a total."""
+        return None if self.total is None else min(self.done / self.total, 1.0)
+
+
 @dataclass(frozen=True)
 class TaskRecord:
     """What Redis keeps of one task (times: aware UTC datetimes, by the server's clock)."""
@@ -85,6 +102,7 @@ class TaskRecord:
     return_value: Any = field(default=None, repr=False)  # a SUCCESSFUL task's (else None)
     # What the task saved last, else what it was enqueued with ({}: none).
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+    progress: Progress | None = field(default=None, repr=False)  # what it said last
 
     @property
     def attempts(self) -> int:
@@ -186,6 +204,7 @@ class Outcome:
     seconds: float = 0.0  # how long it ran
     first: bool = False  # its first attempt for sure (TaskMessage.first_attempt)
     metadata: str = ""  # its metadata (JSON) to save with it, when the run changed it
+    progress: str = ""  # its progress (JSON, no "at") not saved yet, to save with it
     # The log line of how it ended: the worker writes it while the store records the
     # outcome (WorkerStore.take), so that the line costs the loop no time.
     said: LogLine | None = field(default=None, compare=False, repr=False)

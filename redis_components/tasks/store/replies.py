@@ -12,12 +12,13 @@ import re
 from typing import Any
 
 from ... import keys
-from ..messages import MalformedTask, TaskMessage
+from ..messages import MalformedTask, TaskMessage, finite_number
 from .records import (
     Attempt,
     AttemptError,
     DeadLetter,
     Fetched,
+    Progress,
     TaskRecord,
     TaskStatus,
     WaitingTask,
@@ -41,6 +42,7 @@ RESULT_FIELDS = (
     "unique",
     "workflow",
     "metadata",
+    "progress",
 )
 _ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
 UNREADABLE = "(unreadable)"
@@ -111,6 +113,7 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
         errors=_errors(fields.get("errors")),
         return_value=value,
         metadata=(message.metadata or {}) if saved is None else saved,
+        progress=progress(fields.get("progress")),
     )
 
 
@@ -150,12 +153,30 @@ def task_name(message: bytes | None) -> str:
 
 def json_object(raw: bytes | None) -> dict[str, Any] | None:
     """A stored JSON object: a worker's description (queues, pid, host, start, threads),
-    the metadata a task saved; ``None`` when there is none or it is not a JSON object."""
+    the metadata or the progress a task saved; ``None`` when there is none or it is not
+    a JSON object."""
     try:
         found = json.loads(raw) if raw else None
     except (ValueError, RecursionError):
         return None
     return found if isinstance(found, dict) else None
+
+
+def progress(raw: bytes | None) -> Progress | None:
+    """A task's stored progress (lua/lib/result.lua's ``result_progress``); ``None`` when
+    there is none or it is not what a task saves."""
+    found = json_object(raw)
+    if found is None:
+        return None
+    done, total, note, at = (found.get(name) for name in ("done", "total", "note", "at"))
+    if not finite_number(done) or done < 0 or not isinstance(note, str):
+        return None
+    if total is not None and not (finite_number(total) and total > 0):
+        return None
+    if not isinstance(at, int) or isinstance(at, bool):
+        return None
+    when = keys.utc_from_ms(at)
+    return None if when is None else Progress(done=done, total=total, note=note, at=when)
 
 
 def worker_queues(info: dict[str, Any]) -> list[str] | None:

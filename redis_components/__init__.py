@@ -55,6 +55,8 @@ from .messaging import (
 from .semaphores import Permit, RedisSemaphore, redis_semaphore
 from .tasks import (
     RedisTask,
+    RedisTaskContext,
+    RedisTaskResult,
     Retry,
     Workflow,
     aget_progress,
@@ -99,6 +101,8 @@ __all__ = [
     "RedisLock",
     "RedisSemaphore",
     "RedisTask",
+    "RedisTaskContext",
+    "RedisTaskResult",
     "Retry",
     "SemaphoreNotAcquired",
     "SendProgress",

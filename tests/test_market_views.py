@@ -17,6 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from conftest import CommandCount
+from demo_project.marketplace import tasks as demo_tasks
 from demo_project.marketplace.market import USER_LOCK, item_lock
 from demo_project.marketplace.seed import DEMO_PASSWORD, GUILD, PEOPLE, seed
 from demo_project.marketplace.views import MARKET
@@ -624,3 +625,46 @@ def test_a_purchase_in_progress_in_the_buy_view_holds_off_a_withdraw(
     assert flash(late) == [f"{item} is not for sale any more: it was sold."]
     assert item in MARKET.inventory(bob_id)
     assert MARKET.check() == []
+
+
+def test_a_bulk_listing_is_a_task_whose_progress_the_page_reads(
+    users: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo_tasks, "BULK_PACE", 0.0)  # (a pause per item, for visitors)
+    alice_id = users["alice"]
+    items = MARKET.inventory(alice_id)
+    assert items
+    alice = login("alice")
+    progress = "/inventory/list-all/progress/"
+    assert alice.get(progress).status_code == 404
+
+    def start(price: str) -> Any:
+        return alice.post("/inventory/list-all/", {"price": price}, HTTP_ACCEPT="application/json")
+
+    for bad in ("0", "ten", "", "2.5", "9" * 50):
+        refused = start(bad)
+        assert refused.status_code == 400
+        assert refused.json() == {"error": "A price is a whole number from 1 to 1,000,000."}
+    started = start("7")
+    assert started.status_code == 202
+    queued = alice.get(progress).json()
+    assert queued["task_id"] == started.json()["task_id"]
+    assert (queued["status"], queued["finished"], queued["done"]) == ("READY", False, 0)
+    assert queued["started_by"] == "alice"  # the task's metadata
+    assert start("8").status_code == 409  # one at a time
+    assert Worker(["market"], burst=True).run() == 1
+    done = alice.get(progress).json()
+    assert done["status"] == "SUCCESSFUL"
+    assert (done["done"], done["total"]) == (len(items), len(items))
+    assert done["note"] == f"{len(items)} listed"
+    assert MARKET.inventory(alice_id) == []
+    assert {(item, alice_id, 7) for item in items} <= set(MARKET.listings())
+    assert MARKET.check() == []
+    page = alice.get("/inventory/").content.decode()
+    assert f'<progress max="{len(items)}" value="{len(items)}"' in page
+    assert start("9").json() == {"error": "You have no items to list."}
+    # alice is staff: the task's admin page shows its progress and who started it.
+    admin = alice.get("/admin/redis_components/taskqueues/task/", {"id": done["task_id"]})
+    shown = admin.content.decode()
+    assert "&quot;started_by&quot;: &quot;alice&quot;" in shown
+    assert f"{len(items)} listed" in shown

@@ -7,6 +7,13 @@ queues through ``RedisTaskBackend`` (``TASKS`` in the settings, 3 retries); befo
 with ``redis_components.redis_task``. Either way ``.si(...)`` makes each a step, and the
 buyer's notices page shows the workflow's state, read back with ``get_workflow``.
 
+A seller's bulk listing (``list_in_bulk``, the inventory page's "List everything") is a
+long task that says how far it got: ``context.set_progress(...)`` after each item, which
+the page reads with ``get_result`` (one round trip) and shows as a progress bar; its
+metadata says who started it, and the admin's task page shows both. It may run 3 times
+(``max_attempts``, Django's proposed name): an item listed by an attempt that failed is
+no longer in the inventory, so the next attempt skips it.
+
 The emails go through one mail relay, which takes at most 5 a second: the limit is the
 task's (``limits=[rate_limit(...)]``), kept by the worker where it takes a task, so a
 burst of sales queues its emails instead of failing or retrying them.
@@ -24,12 +31,20 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.http import HttpRequest
 
-from redis_components import Mailbox, chain, get_workflow, rate_limit, redis_task
+from redis_components import (
+    Mailbox,
+    RedisTaskContext,
+    chain,
+    get_workflow,
+    rate_limit,
+    redis_task,
+)
 from redis_components.exceptions import WorkflowDoesNotExist
 from redis_components.tasks.status import WaitingTask, waiting_tasks
 
 from .market import Market
 
+BULK_PACE = 0.4  # seconds per item of a bulk listing, so a visitor sees its progress
 SENT_KEPT = 10  # the buyer's latest sales whose workflow the notices page shows
 MAIL_RELAY = [rate_limit(5, per=1.0, key="mail-relay")]
 EMAIL_QUEUE = "email"
@@ -63,14 +78,33 @@ def send_sold_email(seller_id: int, item_id: str, price: int, buyer_id: int) -> 
     )
 
 
+def list_in_bulk(context: RedisTaskContext, seller_id: int, price: int) -> dict[str, int]:
+    """List every item in the seller's inventory at ``price``, saying how far it got
+    after each (its progress: items done of the total, the item in hand)."""
+    market = Market("main")
+    items = sorted(market.inventory(seller_id))
+    listed = 0
+    for done, item in enumerate(items):
+        context.set_progress(done, total=len(items), note=f"listing {item}")
+        time.sleep(BULK_PACE)
+        listed += market.list_item(item, seller_id, price, "fine")
+    context.set_progress(len(items), total=len(items), note=f"{listed} listed")
+    context.metadata["listed"] = listed
+    return {"listed": listed, "of": len(items)}
+
+
 if django.VERSION >= (6, 1):  # Django 6.1 passes the limits on to our backend's tasks
     from django.tasks import task as django_task
 
     record_sale = django_task(queue_name="market")(record_sale)  # type: ignore[assignment]
     send_sold_email = django_task(queue_name="email", limits=MAIL_RELAY)(send_sold_email)  # type: ignore[assignment]
+    list_in_bulk = django_task(queue_name="market", takes_context=True, max_attempts=3)(  # type: ignore[assignment]
+        list_in_bulk
+    )
 else:
     record_sale = redis_task(queue="market", max_retries=3)(record_sale)  # type: ignore[assignment]
     send_sold_email = redis_task(queue="email", max_retries=3, limits=MAIL_RELAY)(send_sold_email)  # type: ignore[assignment]
+    list_in_bulk = redis_task(queue="market", takes_context=True, max_attempts=3)(list_in_bulk)  # type: ignore[assignment]
 
 
 def after_sale(request: HttpRequest, seller_id: int, item: str, price: int, seller: str) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from . import catalogues, checkouts, views
+from . import catalogues, checkouts, listings, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -12,9 +12,11 @@ urlpatterns = [
     path("market/", views.market, name="market"),
     path("market/buy/<str:item>/<int:seller>/", views.buy, name="buy"),
     path("market/buy-many/", views.buy_many, name="buy_many"),
-    path("inventory/", views.inventory, name="inventory"),
+    path("inventory/", listings.inventory, name="inventory"),
     path("inventory/sell/", views.sell, name="sell"),
     path("inventory/withdraw/", views.withdraw, name="withdraw"),
+    path("inventory/list-all/", listings.bulk_list, name="bulk_list"),
+    path("inventory/list-all/progress/", listings.bulk_progress, name="bulk_progress"),
     path("notices/", views.notices, name="notices"),
     path("notices/waiting/", views.waiting, name="waiting_emails"),
     path("checkouts/", checkouts.checkouts, name="checkouts"),

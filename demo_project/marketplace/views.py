@@ -286,14 +286,6 @@ def _refused(request: HttpRequest, item: str, purchase: Purchase) -> None:
 # -- my inventory ----------------------------------------------------------------------
 
 
-@login_required
-def inventory(request: HttpRequest) -> HttpResponse:
-    user = me(request)
-    mine = [(item, seller, price) for item, seller, price in MARKET.listings() if seller == user]
-    context = {"items": MARKET.inventory(user), "listed": mine, "funds": MARKET.funds(user)}
-    return render(request, "marketplace/inventory.html", context)
-
-
 @require_POST
 @login_required
 def sell(request: HttpRequest) -> HttpResponse:

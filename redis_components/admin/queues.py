@@ -352,6 +352,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             held_back=held_back([result.id]).get(result.id),
             arguments=json.dumps(result.args, ensure_ascii=False, indent=2),
             keyword_arguments=json.dumps(result.kwargs, ensure_ascii=False, indent=2),
+            metadata=json.dumps(result.metadata, ensure_ascii=False, indent=2),
             queue_url=self.url("queue", query=urlencode({"name": result.queue})),
             cancel_url=self.url("action", "cancel", query=target),
             terminate_url=self.url("action", "terminate", query=target),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redis_components import concurrency_limit, rate_limit, redis_task
+from redis_components import RedisTaskContext, concurrency_limit, rate_limit, redis_task
 
 from . import work
 
@@ -29,3 +29,12 @@ spread = {
 }
 # A fan-in's callback, after a group over the three (benchmarks/cluster_queues.py).
 gather = redis_task(name="bench.gather", queue=work.SPREAD_QUEUES[0])(work.gather)
+
+
+@redis_task(name="bench.reporting", queue=work.QUEUE, takes_context=True)
+def reporting(context: RedisTaskContext) -> None:
+    """A no-op that uses Django's proposed task APIs as a long task would: it sets its
+    metadata once and reports its progress 10 times (benchmarks/task_apis.py)."""
+    context.metadata["stage"] = "done"
+    for done in range(1, 11):
+        context.set_progress(done, 10)

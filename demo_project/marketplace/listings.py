@@ -44,9 +44,15 @@ def state(request: HttpRequest) -> dict[str, Any] | None:
         "finished": result.is_finished,
         "done": progress.done if progress else 0,
         "total": progress.total if progress else None,
-        "note": progress.note if progress else "waiting for a worker",
+        "note": progress.note if progress else _waiting(result.status),
         "started_by": getattr(result, "metadata", {}).get("started_by", ""),
     }
+
+
+def _waiting(status: object) -> str:
+    """What a bulk listing that has said nothing yet is doing (its first report is saved
+    half a second into its run: ``TASK_PROGRESS_INTERVAL``)."""
+    return "waiting for a worker" if str(status) == "READY" else "starting"
 
 
 @login_required

@@ -58,6 +58,7 @@ def check_settings(
     errors += _check_task_limits(merged["TASK_LIMITS"])
     errors += _check_schedules()
     errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
+    errors += _check_tracing(merged["TRACING"])
     errors += _check_user_key(merged["MESSAGING_USER_KEY"])
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):
@@ -200,6 +201,28 @@ def _check_schedules() -> list[CheckMessage]:
                 "'cron': '*/5 * * * *' or 'every': seconds; optional 'tz', 'args', "
                 "'kwargs', 'missed' ('run_once' or 'skip')}.",
                 id="redis_components.E013",
+            )
+        ]
+    return []
+
+
+def _check_tracing(value: object) -> list[CheckMessage]:
+    """TRACING is off, on or a mode, and needs OpenTelemetry's API when not off."""
+    if value is not False and value is not True and value not in ("link", "parent", "root"):
+        return [
+            Error(
+                f"{SETTING_NAME}['TRACING'] is {value!r}; it must be False, True, 'link', "
+                "'parent' or 'root'.",
+                id="redis_components.E021",
+            )
+        ]
+    if value is not False and importlib.util.find_spec("opentelemetry") is None:
+        return [
+            Error(
+                f"{SETTING_NAME}['TRACING'] is on, but OpenTelemetry is not installed: no "
+                "task could be enqueued or run.",
+                hint="pip install 'django-redis-components[otel]', or turn TRACING off.",
+                id="redis_components.E022",
             )
         ]
     return []

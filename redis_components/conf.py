@@ -105,6 +105,10 @@ DEFAULTS: dict[str, Any] = {
     # "Authorization: Bearer <token>".
     "METRICS": False,
     "METRICS_TOKEN": None,
+    # OpenTelemetry spans of tasks (tracing.py; the otel extra): False (off: nothing of
+    # OpenTelemetry is imported), True or "link" (each attempt's span linked to its
+    # task's creation), "parent" (its child) or "root" (neither). Read with conf.get().
+    "TRACING": False,
     # Seconds a task's result is kept after its last change (a delayed task's until
     # then, and this long after); results expire by themselves.
     "TASK_RESULT_TTL": 86400.0,

@@ -75,6 +75,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_task_retries.py": ("server", "processes", "django", "smoke"),
     "test_task_schedules.py": ("server", "django"),
     "test_task_status.py": ("server",),
+    "test_tracing.py": ("server", "processes", "django"),
     "test_task_homes.py": ("server",),
     "test_task_store.py": ("server",),
     "test_task_threads.py": ("processes",),

@@ -153,3 +153,8 @@ TASKS = {
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Subprocesses started by tests (workers) get their REDIS_COMPONENTS through this.
 REDIS_COMPONENTS = json.loads(os.environ.get("RC_TEST_REDIS_COMPONENTS", "{}"))
+# A worker process of a tracing test writes its spans to this file (tests/spans.py).
+if os.environ.get("RC_TEST_SPANS"):
+    from tests.spans import export_to_file
+
+    export_to_file(os.environ["RC_TEST_SPANS"])

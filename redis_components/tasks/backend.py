@@ -23,7 +23,7 @@ from django.core.checks import CheckMessage, Error
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import keys
+from .. import keys, tracing
 from ..exceptions import InvalidInput, TaskError, TaskResultDoesNotExist, TaskSerializationError
 from ..keys import django_datetime, django_time
 from . import results
@@ -179,16 +179,20 @@ class RedisTaskBackend(QueueBackend):
         kwargs: dict[str, Any],
         *,
         piped: bool = False,
+        step: bool = False,
     ) -> Prepared:
         """The READY result, message and payload of an enqueue of ``task`` (validated):
         :class:`InvalidTaskArguments` for arguments its function cannot take (``piped``:
-        after a step's input), :class:`TaskSerializationError` for what JSON cannot carry."""
+        after a step's input), :class:`TaskSerializationError` for what JSON cannot carry.
+        With tracing on, its ``send`` span starts here, its context in the message's
+        metadata (a workflow's ``step`` carries the context current here instead)."""
         registered = task.registered_name if isinstance(task, RedisTask) else None
         name = registered or task.module_path
         args = list(args)
         bind_arguments(task, args, kwargs, piped=piped)
         metadata = getattr(task, "metadata", None) or {}
         metadata_json(metadata)  # InvalidInput (TASK_METADATA_MAX_BYTES may be lower now)
+        metadata, sending = tracing.carried(metadata, task.queue_name, name, step=step)
         try:
             result = RedisTaskResult(
                 task=task,
@@ -237,7 +241,7 @@ class RedisTaskBackend(QueueBackend):
                 except InvalidInput as error:  # as send() says it
                     raise TaskSerializationError(str(error)) from None
                 message = dataclasses.replace(message, id=result.id)
-        return Prepared(result, message, message.encode())
+        return Prepared(result, message, message.encode(), sending)
 
     def due(self, task: Task[..., Any]) -> Due:
         return NOW if task.run_after is None else due_at(_aware(task.run_after), "run_after")
@@ -247,10 +251,12 @@ class RedisTaskBackend(QueueBackend):
         result = prepared.result
         task = result.task
         unique_for = task.unique_for if isinstance(task, RedisTask) else None
+        sending = prepared.sending
         try:
-            enqueued = TaskStore().enqueue(
-                prepared.message, prepared.payload, due, unique_for=unique_for
-            )
+            with sending.sent(prepared.message) if sending else contextlib.nullcontext():
+                enqueued = TaskStore().enqueue(
+                    prepared.message, prepared.payload, due, unique_for=unique_for
+                )
         except InvalidInput as error:  # a unique task's arguments that cannot be compared
             raise TaskSerializationError(str(error)) from None
         if enqueued.duplicate_of is not None:

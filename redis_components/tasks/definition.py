@@ -55,11 +55,13 @@ else:
 
 
 class Prepared(NamedTuple):
-    """A task about to be enqueued: its READY result, its message and payload."""
+    """A task about to be enqueued: its READY result, its message and payload, and its
+    ``send`` span when tracing is on (``tracing.Sending``)."""
 
     result: TaskResult[..., Any]
     message: TaskMessage
     payload: str
+    sending: Any = None
 
 
 class QueueBackend(BaseTaskBackend):
@@ -98,6 +100,7 @@ class QueueBackend(BaseTaskBackend):
         kwargs: dict[str, Any],
         *,
         piped: bool = False,
+        step: bool = False,
     ) -> Prepared: ...
 
     @abc.abstractmethod
@@ -585,7 +588,8 @@ class _Plan:
             given = None if node.immutable else template
             # (Its id names its queue's home, where it runs; see lib/flow.lua.)
             piped = given is not None  # its input comes before its arguments
-            message = backend.prepare(node.task, node.args, node.kwargs, piped=piped).message
+            prepared = backend.prepare(node.task, node.args, node.kwargs, piped=piped, step=True)
+            message = prepared.message
             self.steps.append(
                 PlannedStep(
                     number=number,

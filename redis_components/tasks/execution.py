@@ -20,6 +20,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
+from .. import tracing
 from ..conf import conf
 from ..exceptions import (
     TaskArgumentsMismatch,
@@ -112,17 +113,21 @@ def run_job(
     running_task, token = running(job.message)
     started = time.perf_counter()
     passed_on: tuple[type[BaseException], ...] = (Abandoned, *propagate)
-    try:
-        value = call(job)
-    except passed_on:
-        raise
-    except BaseException as error:  # a task's sys.exit() ends the task, not us
-        outcome = failure(delivery, job, error, since(started))
-    else:
-        outcome = success(delivery, job, value, running_task.deferred_for, since(started))
-    finally:
-        stop_running(token)
-        close_old_connections()
+    error: BaseException | None = None
+    with tracing.processing(job) as traced:
+        try:
+            value = call(job)
+        except passed_on:
+            raise
+        except BaseException as raised:  # a task's sys.exit() ends the task, not us
+            error, outcome = raised, failure(delivery, job, raised, since(started))
+        else:
+            outcome = success(delivery, job, value, running_task.deferred_for, since(started))
+        finally:
+            stop_running(token)
+            close_old_connections()
+        if traced is not None:
+            traced.ended(outcome, error)
     return with_metadata(outcome, job)
 
 
@@ -135,17 +140,21 @@ async def arun_job(
     await sync_to_async(close_old_connections)()
     running_task, token = running(job.message)
     started = time.perf_counter()
-    try:
-        value = await call(job)
-    except Abandoned:
-        raise
-    except BaseException as error:  # GeneratorExit, or the task's own CancelledError too
-        outcome = failure(delivery, job, error, since(started))
-    else:
-        outcome = success(delivery, job, value, running_task.deferred_for, since(started))
-    finally:
-        stop_running(token)
-        await sync_to_async(close_old_connections)()
+    error: BaseException | None = None
+    with tracing.processing(job) as traced:
+        try:
+            value = await call(job)
+        except Abandoned:
+            raise
+        except BaseException as raised:  # GeneratorExit, or the task's own CancelledError
+            error, outcome = raised, failure(delivery, job, raised, since(started))
+        else:
+            outcome = success(delivery, job, value, running_task.deferred_for, since(started))
+        finally:
+            stop_running(token)
+            await sync_to_async(close_old_connections)()
+        if traced is not None:
+            traced.ended(outcome, error)
     return with_metadata(outcome, job)
 
 

@@ -203,6 +203,7 @@ class Job:
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
         self.result = self._running(message, worker_id, now_ms)
+        self.worker_id, self.taken_ms = worker_id, now_ms
         self._attempt = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
         self._saved = to_json(self.result.metadata, "metadata")  # as last saved
         # Progress said and not saved yet (done, total, note), and when it was last saved

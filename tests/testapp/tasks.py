@@ -600,3 +600,20 @@ def progress_until_killed(context: RedisTaskContext, label: str) -> list[object]
     found = get_progress(context.task_result.id)
     context.set_progress(10, 10, "after")
     return None if found is None else [found.done, found.total, found.note]
+
+
+@redis_task(queue="test")
+def traced_child(label: str) -> None:
+    """Start a span of its own (tests/test_tracing.py): OpenTelemetry is imported here,
+    never by this module, which every test process imports."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("test").start_as_current_span(f"inside {label}"):
+        pass
+
+
+@redis_task(queue="test")
+async def async_traced_child(label: str) -> None:
+    """:func:`traced_child` on a worker's event loop."""
+    await asyncio.sleep(0)
+    traced_child.call(label)

@@ -1,0 +1,233 @@
+"""Tracing tasks with OpenTelemetry (the ``otel`` extra), as its messaging conventions
+name spans and attributes (open-telemetry/semantic-conventions,
+``docs/messaging/messaging-spans.md``): a PRODUCER span ``send <queue>`` around an
+enqueue's script, a CONSUMER span ``process <queue>`` around each attempt, and a
+``settle <queue>`` span when an attempt dead-letters its task.
+
+Off unless the ``TRACING`` setting turns it on: then, and only then, this module
+imports ``opentelemetry`` (its API: the project configures an SDK and exporters, or
+everything is a no-op). The creation context travels in the task's metadata, under
+``"trace"`` (the propagators' carrier: ``traceparent``...), never in its arguments; each
+attempt's span is linked to it (``TRACING`` ``"link"``, the default), its child
+(``"parent"``), or neither (``"root"``). A retry's attempt links to the attempt that
+failed too (its context is saved with the retry, under ``"trace"``'s ``"failed"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.core.signals import setting_changed
+
+from .conf import conf
+
+if TYPE_CHECKING:
+    from .tasks.jobs import Job
+    from .tasks.messages import TaskMessage
+    from .tasks.store import Outcome
+
+MODES = ("link", "parent", "root")
+CARRIER = "trace"  # the metadata key of the creation context
+FAILED = "failed"  # the carrier's key of the last failed attempt's context (ours)
+SYSTEM = "redis_components"  # messaging.system
+
+
+@functools.cache
+def mode() -> str | None:
+    """How an attempt's span relates to its task's creation (:data:`MODES`), or ``None``
+    when tracing is off (the ``TRACING`` setting: ``False``, ``True`` for ``"link"``,
+    or a mode)."""
+    value = conf.get("TRACING")
+    if value is True:
+        return "link"
+    return value if value in MODES else None
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting == "REDIS_COMPONENTS":
+        mode.cache_clear()
+
+
+setting_changed.connect(_forget)
+
+
+@functools.cache
+def _tracer() -> Any:
+    from opentelemetry import trace
+
+    version = importlib.metadata.version("django-redis-components")
+    return trace.get_tracer("redis_components", version)
+
+
+def _attributes(operation: str, kind: str, message: TaskMessage) -> dict[str, Any]:
+    from .tasks.store import partitions
+
+    found: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.name": operation,
+        "messaging.operation.type": kind,
+        "messaging.destination.name": message.queue,
+        "redis_components.task.name": message.task,
+    }
+    if message.id:
+        found["messaging.message.id"] = message.id
+    if len(message.id) == 36 and partitions(message.queue) > 1:
+        found["messaging.destination.partition.id"] = message.id[:4]
+    if message.flow is not None:
+        found["messaging.message.conversation_id"] = message.flow.workflow
+    return found
+
+
+class Sending:
+    """The ``send`` span of one enqueue, started before its message is encoded (so that
+    the message carries its context) and ended when its script has answered."""
+
+    def __init__(self, queue: str, task: str) -> None:
+        from opentelemetry import propagate, trace
+
+        self.span = _tracer().start_span(
+            f"send {queue}",
+            kind=trace.SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.operation.name": "send",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": queue,
+                "redis_components.task.name": task,
+            },
+        )
+        self.carrier: dict[str, str] = {}
+        propagate.inject(self.carrier, context=trace.set_span_in_context(self.span))
+
+    def sent(self, message: TaskMessage) -> contextlib.AbstractContextManager[Any]:
+        """Around the enqueue's script: the span ends with it, an error if it raised."""
+        from opentelemetry import trace
+
+        self.span.set_attributes(_attributes("send", "send", message))
+        return trace.use_span(self.span, end_on_exit=True)
+
+
+def carried(
+    metadata: dict[str, Any], queue: str, task: str, *, step: bool
+) -> tuple[dict[str, Any], Sending | None]:
+    """A message's metadata with its creation context, and the ``send`` span it was
+    made in (``None`` for a workflow's ``step``, which carries the context current
+    here: the workflow is sent by one script, which writes them all); ``metadata`` and
+    ``None`` when tracing is off."""
+    if mode() is None:
+        return metadata, None
+    if step:
+        from opentelemetry import propagate
+
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return {**metadata, CARRIER: carrier}, None
+    sending = Sending(queue, task)
+    return {**metadata, CARRIER: sending.carrier}, sending
+
+
+class Processing:
+    """The ``process`` span of one attempt, current while the task runs (the task's own
+    spans are its children), ended with what its outcome says."""
+
+    def __init__(self, job: Job) -> None:
+        from opentelemetry import context, propagate, trace
+
+        message = job.message
+        carrier = job.result.metadata.get(CARRIER)
+        carrier = carrier if isinstance(carrier, dict) else {}
+        created = propagate.extract(carrier)
+        links = []
+        how = mode()
+        creation = trace.get_current_span(created).get_span_context()
+        if how == "link" and creation.is_valid:
+            links.append(trace.Link(creation, {"redis_components.link": "creation"}))
+        failed = carrier.get(FAILED)
+        if isinstance(failed, str):
+            before = trace.get_current_span(
+                propagate.extract({"traceparent": failed})
+            ).get_span_context()
+            if before.is_valid:
+                links.append(trace.Link(before, {"redis_components.link": "failed attempt"}))
+        attributes = _attributes("process", "process", message)
+        attributes["redis_components.task.attempt"] = job.attempt
+        attributes["messaging.client.id"] = job.worker_id
+        if message.enqueued_at is not None and message.first_attempt:  # (its queue wait)
+            attributes["redis_components.task.queue_wait_ms"] = max(
+                0, job.taken_ms - message.enqueued_at
+            )
+        self.job = job
+        self.span = _tracer().start_span(
+            f"process {message.queue}",
+            context=created if how == "parent" else context.Context(),
+            kind=trace.SpanKind.CONSUMER,
+            links=links,
+            attributes=attributes,
+        )
+        self._token = context.attach(trace.set_span_in_context(self.span))
+
+    def ended(self, outcome: Outcome, error: BaseException | None) -> None:
+        """Record how the attempt ended; a retry saves this span's context for the next
+        attempt's link, a dead letter adds its ``settle`` span."""
+        from opentelemetry import trace
+
+        span = self.span
+        if error is not None:
+            span.record_exception(error)
+        if outcome.kind in ("retry", "bury"):
+            what = type(error).__name__ if error is not None else "its return value"
+            span.set_status(trace.Status(trace.StatusCode.ERROR, what))
+        if outcome.kind == "retry":
+            span.add_event("retry", {"redis_components.retry.delay_ms": outcome.delay_ms})
+            carrier = self.job.result.metadata.setdefault(CARRIER, {})
+            if isinstance(carrier, dict):
+                carrier[FAILED] = _traceparent(span)
+        elif outcome.kind == "defer":
+            span.add_event("deferred", {"redis_components.defer.delay_ms": outcome.delay_ms})
+        elif outcome.kind == "bury":
+            queue = self.job.message.queue
+            attributes = _attributes("settle", "settle", self.job.message)
+            attributes["redis_components.dead_letter.reason"] = _reason(outcome)
+            _tracer().start_span(
+                f"settle {queue}", kind=trace.SpanKind.INTERNAL, attributes=attributes
+            ).end()
+
+    def close(self) -> None:
+        from opentelemetry import context
+
+        context.detach(self._token)
+        self.span.end()
+
+
+def _traceparent(span: Any) -> str:
+    found = span.get_span_context()
+    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{found.trace_flags:02x}"
+
+
+def _reason(outcome: Outcome) -> str:
+    try:
+        entry = json.loads(outcome.dead_entry)
+    except ValueError:
+        return ""
+    return str(entry.get("reason", "")) if isinstance(entry, dict) else ""
+
+
+@contextlib.contextmanager
+def processing(job: Job) -> Iterator[Processing | None]:
+    """The ``process`` span of an attempt, or ``None`` when tracing is off."""
+    if mode() is None:
+        yield None
+        return
+    traced = Processing(job)
+    try:
+        yield traced
+    except BaseException as error:  # (the run was abandoned: its end is not ours)
+        traced.span.record_exception(error)
+        raise
+    finally:
+        traced.close()

@@ -1,0 +1,53 @@
+"""OpenTelemetry's SDK for the tracing tests: a tracer provider that keeps finished
+spans in memory (this process), or writes them as JSON lines to the file named by
+``RC_TEST_SPANS`` (a worker process the test started: tests/settings.py installs it).
+The package itself never configures an SDK: a project does, as these do."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+
+class FileExporter(SpanExporter):
+    """Each finished span as a line of JSON, appended to ``path`` (forked workers too)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with open(self.path, "a", encoding="utf-8") as file:
+            for span in spans:
+                file.write(json.dumps(json.loads(span.to_json())) + "\n")
+        return SpanExportResult.SUCCESS
+
+
+def export_to_file(path: str) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(FileExporter(path)))
+    trace.set_tracer_provider(provider)
+
+
+@functools.cache
+def in_memory() -> InMemorySpanExporter:
+    """The exporter of this process's spans (its provider is set once, for the session)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+def read_file(path: Path) -> list[dict[str, Any]]:
+    """The spans a worker process wrote (as ``ReadableSpan.to_json`` has them)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]

@@ -1,0 +1,272 @@
+"""OpenTelemetry spans of tasks (redis_components/tracing.py): the names and attributes
+of the messaging conventions, the link from each attempt to its task's creation across
+processes, a retry's link to the attempt that failed, the ``settle`` of a dead letter,
+and nothing of OpenTelemetry imported while tracing is off. Spans are read from the
+SDK's in-memory exporter here, and from a file a worker process writes
+(tests/spans.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.checks import run_checks
+from django.test import override_settings
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind, StatusCode
+
+from redis_components import chain, get_result
+from redis_components.tasks.framework import TaskResultStatus
+from redis_components.testing import drain
+from tests import spans
+from tests.processes import WorkerProcess, wait_until
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
+# The names this package uses, as open-telemetry/semantic-conventions names them
+# (docs/messaging/messaging-spans.md and docs/registry/attributes/messaging.md, status
+# Development): span names "{messaging.operation.name} {destination}", and these
+# attributes. Ours are under "redis_components.".
+OPERATIONS = {"send": SpanKind.PRODUCER, "process": SpanKind.CONSUMER, "settle": SpanKind.INTERNAL}
+CONVENTIONS = {
+    "messaging.system",
+    "messaging.operation.name",
+    "messaging.operation.type",
+    "messaging.destination.name",
+    "messaging.destination.partition.id",
+    "messaging.message.id",
+    "messaging.message.conversation_id",
+    "messaging.client.id",
+}
+
+
+@pytest.fixture
+def exported() -> Iterator[Callable[[], list[ReadableSpan]]]:
+    """Tracing on (TRACING True) in this process, and the spans it finished."""
+    exporter = spans.in_memory()
+    exporter.clear()
+    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": True}):
+        yield lambda: list(exporter.get_finished_spans())
+    exporter.clear()
+
+
+def named(found: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [span for span in found if span.name == name]
+
+
+def check_conventions(span: ReadableSpan) -> None:
+    """A span of ours is named and attributed as the conventions say."""
+    operation, _, destination = span.name.partition(" ")
+    attributes = dict(span.attributes or {})
+    assert span.kind == OPERATIONS[operation]
+    assert attributes["messaging.operation.name"] == operation
+    assert attributes["messaging.destination.name"] == destination
+    assert attributes["messaging.system"] == "redis_components"
+    unknown = {
+        name
+        for name in attributes
+        if name not in CONVENTIONS and not name.startswith("redis_components.")
+    }
+    assert not unknown, unknown
+
+
+def test_a_send_span_wraps_the_enqueue_and_its_context_travels_in_the_metadata(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        result = tasks.add.enqueue(1, 2)
+    [send] = named(exported(), "send test")
+    check_conventions(send)
+    assert send.parent is not None
+    assert send.parent.span_id == request.get_span_context().span_id
+    assert send.attributes is not None
+    assert send.attributes["messaging.message.id"] == result.id
+    assert send.attributes["redis_components.task.name"] == "tests.testapp.tasks.add"
+    assert send.end_time is not None
+    assert send.start_time is not None
+    assert send.end_time > send.start_time  # the script's round trip, not zero
+    carrier = get_result(result.id).metadata["trace"]
+    assert carrier["traceparent"].split("-")[2] == f"{send.context.span_id:016x}"
+    assert result.args == [1, 2]  # the context is never an argument
+
+
+def test_an_attempt_in_another_process_links_to_its_tasks_creation(
+    r: redis.Redis,
+    start_worker: Callable[..., WorkerProcess],
+    exported: Callable[[], list[ReadableSpan]],
+    tmp_path: Path,
+) -> None:
+    """Two processes: this one enqueues (its ``send`` span), a worker process runs it
+    (its ``process`` span): a new trace, linked to the ``send`` span."""
+    result = tasks.add.enqueue(2, 3)
+    [send] = named(exported(), "send test")
+    written = tmp_path / "spans.jsonl"
+    worker = start_worker("test", TRACING=True, environment={"RC_TEST_SPANS": str(written)})
+    wait_until(lambda: named_in_file(written, "process test"), worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    [process] = named_in_file(written, "process test")
+    assert get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert process["kind"] == "SpanKind.CONSUMER"
+    assert process["parent_id"] is None
+    assert process["context"]["trace_id"] != f"0x{send.context.trace_id:032x}"
+    [link] = process["links"]
+    assert link["context"]["span_id"] == f"0x{send.context.span_id:016x}"
+    assert link["context"]["trace_id"] == f"0x{send.context.trace_id:032x}"
+    attributes = process["attributes"]
+    assert attributes["messaging.message.id"] == result.id
+    assert attributes["redis_components.task.attempt"] == 1
+    assert attributes["redis_components.task.queue_wait_ms"] >= 0
+    assert attributes["messaging.client.id"]  # the worker's id
+    assert set(attributes) - CONVENTIONS <= {
+        "redis_components.task.name",
+        "redis_components.task.attempt",
+        "redis_components.task.queue_wait_ms",
+    }
+
+
+def named_in_file(path: Path, name: str) -> list[dict[str, Any]]:
+    return [span for span in spans.read_file(path) if span["name"] == name]
+
+
+def test_a_retry_links_to_the_attempt_that_failed(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    tasks.retry_once.enqueue("again")
+    drain(["test"])
+    first, second = sorted(named(exported(), "process test"), key=lambda s: s.start_time or 0)
+    for span in (first, second):
+        check_conventions(span)
+    assert first.status.status_code == StatusCode.ERROR
+    assert [event.name for event in first.events] == ["exception", "retry"]
+    assert second.status.status_code == StatusCode.UNSET
+    links = {link.attributes["redis_components.link"]: link for link in second.links}  # type: ignore[index]
+    assert set(links) == {"creation", "failed attempt"}
+    assert links["failed attempt"].context.span_id == first.context.span_id
+    assert links["creation"].context == first.links[0].context  # both: the same send
+    assert (second.attributes or {})["redis_components.task.attempt"] == 2
+
+
+def test_a_dead_letter_settles_its_task(exported: Callable[[], list[ReadableSpan]]) -> None:
+    tasks.fail.enqueue("for good")  # 3 attempts (max_retries=2), then a dead letter
+    drain(["test"], fail_fast=False)
+    found = exported()
+    assert len(named(found, "process test")) == 3
+    [settle] = named(found, "settle test")
+    check_conventions(settle)
+    assert (settle.attributes or {})["redis_components.dead_letter.reason"] == "failed"
+    last = max(named(found, "process test"), key=lambda s: s.start_time or 0)
+    assert settle.parent is not None
+    assert settle.parent.span_id == last.context.span_id
+    assert last.status.status_code == StatusCode.ERROR
+    assert [event.name for event in last.events] == ["exception"]
+
+
+@pytest.mark.parametrize("mode", ["parent", "root"])
+def test_the_setting_makes_an_attempt_a_child_or_a_root(
+    exported: Callable[[], list[ReadableSpan]], mode: str
+) -> None:
+    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": mode}):
+        tasks.add.enqueue(1, 1)
+        drain(["test"])
+    [send] = named(exported(), "send test")
+    [process] = named(exported(), "process test")
+    assert not process.links
+    if mode == "parent":
+        assert process.parent is not None
+        assert process.parent.span_id == send.context.span_id
+        assert process.context.trace_id == send.context.trace_id
+    else:
+        assert process.parent is None
+        assert process.context.trace_id != send.context.trace_id
+
+
+def test_a_workflows_steps_link_to_where_it_was_made(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        workflow = chain(tasks.add.si(1, 2), tasks.add.si(3, 4)).enqueue()
+    drain(["test"])
+    steps = named(exported(), "process test")
+    assert len(steps) == 2
+    for step in steps:
+        [link] = step.links
+        assert link.context.span_id == request.get_span_context().span_id
+        assert (step.attributes or {})["messaging.message.conversation_id"] == workflow.id
+
+
+def test_a_tasks_own_spans_are_children_of_its_attempt(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """No ritual: in a worker's slot (a thread) and on its event loop alike."""
+    tasks.traced_child.enqueue("sync")
+    tasks.async_traced_child.enqueue("async")
+    drain(["test"])
+    found = exported()
+    for label in ("sync", "async"):
+        [inside] = named(found, f"inside {label}")
+        [attempt] = [
+            span
+            for span in named(found, "process test")
+            if inside.parent is not None and span.context.span_id == inside.parent.span_id
+        ]
+        assert attempt.context.trace_id == inside.context.trace_id
+
+
+def test_nothing_of_opentelemetry_is_imported_while_tracing_is_off(r: redis.Redis) -> None:
+    """With TRACING off (the default), enqueuing and running tasks never imports
+    ``opentelemetry``: a process where it cannot be imported at all (as where the extra
+    is not installed) runs them, and ``tracing`` never tried. (redis-py 8 imports it by
+    itself where it is installed: that is redis-py's, not ours.)"""
+    code = (
+        "import sys\n"
+        "tried = []\n"
+        "class Absent:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'opentelemetry':\n"
+        "            tried.append(name)\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "import django; django.setup()\n"
+        "tried.clear()  # (redis-py's own attempt, at its import)\n"
+        "from redis_components import get_result\n"
+        "from redis_components.testing import drain\n"
+        "from tests.testapp import tasks\n"
+        "result = tasks.add.enqueue(1, 2)\n"
+        "drain(['test'])\n"
+        "assert get_result(result.id).return_value == 3\n"
+        "print(tried)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env.pop("RC_TEST_SPANS", None)
+    env["RC_TEST_REDIS_COMPONENTS"] = json.dumps(settings.REDIS_COMPONENTS)
+    ran = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("value", "check"), [("yes", "E021"), (1, "E021")])
+def test_a_bad_tracing_setting_fails_the_checks(value: object, check: str) -> None:
+    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": value}):
+        found = {message.id for message in run_checks()}
+    assert f"redis_components.{check}" in found
+
+
+def test_tracing_on_is_a_valid_setting() -> None:
+    for value in (True, False, "link", "parent", "root"):
+        with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": value}):
+            found = {message.id for message in run_checks()}
+        assert not found & {"redis_components.E021", "redis_components.E022"}

@@ -19,7 +19,6 @@ import contextlib
 import functools
 import importlib.metadata
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
@@ -141,7 +140,7 @@ class Processing:
         message = job.message
         carrier = job.result.metadata.get(CARRIER)
         carrier = carrier if isinstance(carrier, dict) else {}
-        created = propagate.extract(carrier)
+        created = propagate.extract(carrier) if carrier else context.Context()
         links = []
         how = mode()
         creation = trace.get_current_span(created).get_span_context()
@@ -197,9 +196,16 @@ class Processing:
                 f"settle {queue}", kind=trace.SpanKind.INTERNAL, attributes=attributes
             ).end()
 
-    def close(self) -> None:
+    def __enter__(self) -> Processing:
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        """The span ends with the attempt; one abandoned (its end is not the worker's to
+        report) records why."""
         from opentelemetry import context
 
+        if error is not None:
+            self.span.record_exception(error)
         context.detach(self._token)
         self.span.end()
 
@@ -217,17 +223,10 @@ def _reason(outcome: Outcome) -> str:
     return str(entry.get("reason", "")) if isinstance(entry, dict) else ""
 
 
-@contextlib.contextmanager
-def processing(job: Job) -> Iterator[Processing | None]:
-    """The ``process`` span of an attempt, or ``None`` when tracing is off."""
-    if mode() is None:
-        yield None
-        return
-    traced = Processing(job)
-    try:
-        yield traced
-    except BaseException as error:  # (the run was abandoned: its end is not ours)
-        traced.span.record_exception(error)
-        raise
-    finally:
-        traced.close()
+def processing(job: Job) -> contextlib.AbstractContextManager[Processing | None]:
+    """The ``process`` span of an attempt (a context manager giving the
+    :class:`Processing`), or one giving ``None`` when tracing is off."""
+    return _OFF if mode() is None else Processing(job)
+
+
+_OFF = contextlib.nullcontext()

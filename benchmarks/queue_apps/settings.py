@@ -30,3 +30,22 @@ REDIS_COMPONENTS["TASK_SCHEDULES"] = {
     f"s{i}": {"task": "bench.scheduled", "cron": "* * * * *"}
     for i in range(int(os.environ.get("BENCH_SCHEDULES", "0")))
 }
+# The cost of tracing (benchmarks/tracing.py): spans on, through OpenTelemetry's SDK and
+# a batch processor whose exporter drops them (what a project's would cost, but the
+# export itself); BENCH_TRACING is the fraction of traces sampled (1: all).
+if os.environ.get("BENCH_TRACING"):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    class _Dropped(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    _provider = TracerProvider(
+        sampler=ParentBased(TraceIdRatioBased(float(os.environ["BENCH_TRACING"])))
+    )
+    _provider.add_span_processor(BatchSpanProcessor(_Dropped()))
+    trace.set_tracer_provider(_provider)
+    REDIS_COMPONENTS["TRACING"] = True

@@ -59,6 +59,16 @@ def check_settings(
     errors += _check_schedules()
     errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
     errors += _check_tracing(merged["TRACING"])
+    link = merged["TRACING_LINK"]
+    if link is not None and not (isinstance(link, str) and "{trace_id}" in link):
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['TRACING_LINK'] is {link!r}; it must be None or a URL with "
+                "{trace_id} in it.",
+                hint="For example: 'https://jaeger.example.com/trace/{trace_id}'",
+                id="redis_components.E023",
+            )
+        )
     errors += _check_user_key(merged["MESSAGING_USER_KEY"])
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not KEY_PREFIX_PATTERN.fullmatch(prefix):

@@ -109,6 +109,9 @@ DEFAULTS: dict[str, Any] = {
     # OpenTelemetry is imported), True or "link" (each attempt's span linked to its
     # task's creation), "parent" (its child) or "root" (neither). Read with conf.get().
     "TRACING": False,
+    # Where the admin's task page links a task's trace: a URL with "{trace_id}" in it
+    # (your tracing backend's page of a trace), or None. Read with conf.get().
+    "TRACING_LINK": None,
     # Seconds a task's result is kept after its last change (a delayed task's until
     # then, and this long after); results expire by themselves.
     "TASK_RESULT_TTL": 86400.0,

@@ -11,6 +11,9 @@ everything is a no-op). The creation context travels in the task's metadata, und
 attempt's span is linked to it (``TRACING`` ``"link"``, the default), its child
 (``"parent"``), or neither (``"root"``). A retry's attempt links to the attempt that
 failed too (its context is saved with the retry, under ``"trace"``'s ``"failed"``).
+
+:class:`TaskContextFilter` (and :func:`task_context`, for structlog) gives every log
+line written while a task runs its task's id, attempt, queue and trace id.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import functools
 import importlib.metadata
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
@@ -230,3 +234,53 @@ def processing(job: Job) -> contextlib.AbstractContextManager[Processing | None]
 
 
 _OFF = contextlib.nullcontext()
+
+
+def creation_trace(metadata: dict[str, Any]) -> tuple[str, str]:
+    """The trace id a task was created in (from its metadata's W3C ``traceparent``: ""
+    for none), and its URL by the ``TRACING_LINK`` pattern ("" without one)."""
+    carrier = metadata.get(CARRIER)
+    parent = carrier.get("traceparent") if isinstance(carrier, dict) else None
+    parts = parent.split("-") if isinstance(parent, str) else []
+    if len(parts) != 4 or len(parts[1]) != 32 or not all(c in HEX for c in parts[1]):
+        return "", ""
+    pattern = conf.get("TRACING_LINK")
+    url = pattern.replace("{trace_id}", parts[1]) if isinstance(pattern, str) else ""
+    return parts[1], url
+
+
+HEX = frozenset("0123456789abcdef")
+
+
+def task_context() -> dict[str, Any]:
+    """The running task's ``task_id``, ``task_attempt`` (1 for its first run, then one
+    more for each retry and crash), ``task_queue`` and, with tracing on, ``trace_id``
+    (its attempt's, 32 hex digits): empty strings (0 for the attempt) outside a task."""
+    from .tasks.registry import current_task
+
+    running = current_task()
+    if running is None:
+        return {"task_id": "", "task_attempt": 0, "task_queue": "", "trace_id": ""}
+    message = running.message
+    trace_id = ""
+    if mode() is not None:
+        from opentelemetry import trace
+
+        found = trace.get_current_span().get_span_context()
+        trace_id = f"{found.trace_id:032x}" if found.is_valid else ""
+    return {
+        "task_id": message.id,
+        "task_attempt": message.retries + message.crashes + 1,
+        "task_queue": message.queue,
+        "trace_id": trace_id,
+    }
+
+
+class TaskContextFilter(logging.Filter):
+    """A logging filter that sets :func:`task_context`'s fields on each record, for a
+    formatter to show (``%(task_id)s``...): add it to a handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in task_context().items():
+            setattr(record, name, value)
+        return True

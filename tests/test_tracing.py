@@ -8,6 +8,7 @@ SDK's in-memory exporter here, and from a file a worker process writes
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,15 +20,17 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.core.checks import run_checks
-from django.test import override_settings
+from django.test import Client, override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from redis_components import chain, get_result
+from redis_components import chain, get_result, redis_task
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.testing import drain
+from redis_components.tracing import TaskContextFilter
 from tests import spans
 from tests.processes import WorkerProcess, wait_until
 from tests.testapp import tasks
@@ -270,3 +273,56 @@ def test_tracing_on_is_a_valid_setting() -> None:
         with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": value}):
             found = {message.id for message in run_checks()}
         assert not found & {"redis_components.E021", "redis_components.E022"}
+
+
+@redis_task(queue="logged")
+def logs_a_line(label: str) -> None:
+    logging.getLogger("tests.tasklog").warning("inside %s", label)
+
+
+def test_log_lines_written_in_a_task_carry_its_context(
+    exported: Callable[[], list[ReadableSpan]], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.handler.addFilter(TaskContextFilter())
+    result = logs_a_line.enqueue("a")
+    with caplog.at_level(logging.WARNING, logger="tests.tasklog"):
+        logging.getLogger("tests.tasklog").warning("outside")
+        drain(["logged"])
+    outside, inside = [r for r in caplog.records if r.name == "tests.tasklog"]
+    assert (outside.task_id, outside.task_attempt, outside.trace_id) == ("", 0, "")  # type: ignore[attr-defined]
+    [process] = named(exported(), "process logged")
+    assert inside.task_id == result.id  # type: ignore[attr-defined]
+    assert inside.task_attempt == 1  # type: ignore[attr-defined]
+    assert inside.task_queue == "logged"  # type: ignore[attr-defined]
+    assert inside.trace_id == f"{process.context.trace_id:032x}"  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def viewer(client: Client, django_user_model: Any) -> Client:
+    user = django_user_model.objects.create_user("watcher", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename="view_task_queues"))
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_the_admin_task_page_links_its_trace(
+    exported: Callable[[], list[ReadableSpan]], viewer: Client
+) -> None:
+    result = tasks.add.enqueue(1, 2)
+    [send] = named(exported(), "send test")
+    trace_id = f"{send.context.trace_id:032x}"
+    page = "/admin/redis_components/taskqueues/task/"
+    shown = viewer.get(page, {"id": result.id}).content.decode()
+    assert f"<code>{trace_id}</code>" in shown
+    linked = {**settings.REDIS_COMPONENTS, "TRACING_LINK": "https://traces.example/t/{trace_id}"}
+    with override_settings(REDIS_COMPONENTS=linked):
+        shown = viewer.get(page, {"id": result.id}).content.decode()
+    assert f'<a href="https://traces.example/t/{trace_id}"><code>{trace_id}</code></a>' in shown
+
+
+@pytest.mark.parametrize("link", ["https://traces.example/", 5])
+def test_a_tracing_link_without_a_trace_id_fails_the_checks(link: object) -> None:
+    bad = {**settings.REDIS_COMPONENTS, "TRACING_LINK": link}
+    with override_settings(REDIS_COMPONENTS=bad):
+        assert "redis_components.E023" in {message.id for message in run_checks()}

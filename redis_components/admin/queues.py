@@ -30,6 +30,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext, override, pgettext_lazy
 
+from .. import tracing
 from ..exceptions import (
     InvalidInput,
     TaskNotCancellable,
@@ -353,6 +354,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             arguments=json.dumps(result.args, ensure_ascii=False, indent=2),
             keyword_arguments=json.dumps(result.kwargs, ensure_ascii=False, indent=2),
             metadata=json.dumps(result.metadata, ensure_ascii=False, indent=2),
+            trace=tracing.creation_trace(result.metadata),
             queue_url=self.url("queue", query=urlencode({"name": result.queue})),
             cancel_url=self.url("action", "cancel", query=target),
             terminate_url=self.url("action", "terminate", query=target),

@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 from django.core.signals import setting_changed
 
 from .conf import conf
+from .tasks.messages import TRACE_KEY
+
+logger = logging.getLogger("redis_components.tracing")
 
 if TYPE_CHECKING:
     from .tasks.jobs import Job
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from .tasks.store import Outcome
 
 MODES = ("link", "parent", "root")
-CARRIER = "trace"  # the metadata key of the creation context
+CARRIER = TRACE_KEY  # the metadata key of the creation context
 FAILED = "failed"  # the carrier's key of the last failed attempt's context (ours)
 SYSTEM = "redis_components"  # messaging.system
 
@@ -124,13 +127,17 @@ def carried(
     ``None`` when tracing is off."""
     if mode() is None:
         return metadata, None
-    if step:
-        from opentelemetry import propagate
+    try:
+        if step:
+            from opentelemetry import propagate
 
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        return {**metadata, CARRIER: carrier}, None
-    sending = Sending(queue, task)
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            return {**metadata, CARRIER: carrier}, None
+        sending = Sending(queue, task)
+    except Exception:  # (a propagator's or an SDK's error must not stop the enqueue)
+        logger.exception("No span for an enqueue of task %s: tracing failed", task)
+        return metadata, None
     return {**metadata, CARRIER: sending.carrier}, sending
 
 
@@ -142,8 +149,9 @@ class Processing:
         from opentelemetry import context, propagate, trace
 
         message = job.message
-        carrier = job.result.metadata.get(CARRIER)
-        carrier = carrier if isinstance(carrier, dict) else {}
+        found = job.result.metadata.get(CARRIER)
+        # (What a task wrote there itself is not for the propagators: only strings.)
+        carrier = {k: v for k, v in found.items() if isinstance(v, str)} if found else {}
         created = propagate.extract(carrier) if carrier else context.Context()
         links = []
         how = mode()
@@ -151,14 +159,14 @@ class Processing:
         if how == "link" and creation.is_valid:
             links.append(trace.Link(creation, {"redis_components.link": "creation"}))
         failed = carrier.get(FAILED)
-        if isinstance(failed, str):
+        if isinstance(failed, str) and how != "root":
             before = trace.get_current_span(
                 propagate.extract({"traceparent": failed})
             ).get_span_context()
             if before.is_valid:
                 links.append(trace.Link(before, {"redis_components.link": "failed attempt"}))
         attributes = _attributes("process", "process", message)
-        attributes["redis_components.task.attempt"] = job.attempt
+        attributes["redis_components.task.attempt"] = attempt_number(message)
         attributes["messaging.client.id"] = job.worker_id
         if message.enqueued_at is not None and message.first_attempt:  # (its queue wait)
             attributes["redis_components.task.queue_wait_ms"] = max(
@@ -176,7 +184,14 @@ class Processing:
 
     def ended(self, outcome: Outcome, error: BaseException | None) -> None:
         """Record how the attempt ended; a retry saves this span's context for the next
-        attempt's link, a dead letter adds its ``settle`` span."""
+        attempt's link, a dead letter adds its ``settle`` span. Tracing's own errors are
+        logged, never raised: the outcome stands."""
+        try:
+            self._ended(outcome, error)
+        except Exception:
+            logger.exception("Task %s's span is incomplete: tracing failed", self.job.message.id)
+
+    def _ended(self, outcome: Outcome, error: BaseException | None) -> None:
         from opentelemetry import trace
 
         span = self.span
@@ -230,10 +245,24 @@ def _reason(outcome: Outcome) -> str:
 def processing(job: Job) -> contextlib.AbstractContextManager[Processing | None]:
     """The ``process`` span of an attempt (a context manager giving the
     :class:`Processing`), or one giving ``None`` when tracing is off."""
-    return _OFF if mode() is None else Processing(job)
+    if mode() is None:
+        return _OFF
+    try:
+        return Processing(job)
+    except Exception:  # (tracing's errors never stop a task: it runs without a span)
+        logger.exception(
+            "No span for task %s[%s]: tracing failed", job.message.task, job.message.id
+        )
+        return _OFF
 
 
 _OFF = contextlib.nullcontext()
+
+
+def attempt_number(message: TaskMessage) -> int:
+    """A run's number among its task's runs, for spans and logs: 1, then one more for
+    each retry and each crash (whether or not its ``max_attempts`` counts crashes)."""
+    return message.retries + message.crashes + 1
 
 
 def creation_trace(metadata: dict[str, Any]) -> tuple[str, str]:
@@ -270,7 +299,7 @@ def task_context() -> dict[str, Any]:
         trace_id = f"{found.trace_id:032x}" if found.is_valid else ""
     return {
         "task_id": message.id,
-        "task_attempt": message.retries + message.crashes + 1,
+        "task_attempt": attempt_number(message),
         "task_queue": message.queue,
         "trace_id": trace_id,
     }

@@ -51,6 +51,8 @@ BAD: dict[str, tuple[Any, Any, Any, str]] = {
     "nan": (float("nan"), None, "", "done"),
     "infinite": (float("inf"), 10, "", "done"),
     "bool": (True, None, "", "done"),
+    "too large a whole number": (10**400, 7, "", "done"),
+    "too large a total": (1, 2**53 + 1, "", "total"),
     "str": ("3", None, "", "done"),
     "none": (None, None, "", "done"),
     "zero total": (1, 0, "", "total"),

@@ -355,3 +355,22 @@ def test_a_task_killing_its_worker_runs_again_while_it_has_attempts(
     [letter] = dead_letters("test")
     assert letter.reason == "crashed"
     assert "its attempts are spent" in letter.error
+
+
+def test_a_task_whose_attempts_a_lowered_limit_spent_is_dead_lettered_as_failed(
+    r: redis.Redis,
+) -> None:
+    """A task queued for its 3rd attempt when its task now allows 2 (a deploy lowered
+    it) does not run: it is dead-lettered saying so, not as a crash."""
+    result = flaky_old.enqueue("lowered")
+    worker = ScriptedWorker([QUEUE])
+    for _ in range(2):  # two failed attempts, each retried at once (as a higher limit did)
+        taken = worker.take()
+        assert taken is not None
+        assert worker.retry(taken.id, 0)
+    run()
+    assert runs(r) == {}
+    [letter] = dead_letters(QUEUE)
+    assert letter.reason == "failed"
+    assert "its 2 attempts are spent: the task allows 2 now" in letter.error
+    assert get_result(result.id).status == TaskResultStatus.FAILED

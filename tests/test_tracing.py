@@ -326,3 +326,28 @@ def test_a_tracing_link_without_a_trace_id_fails_the_checks(link: object) -> Non
     bad = {**settings.REDIS_COMPONENTS, "TRACING_LINK": link}
     with override_settings(REDIS_COMPONENTS=bad):
         assert "redis_components.E023" in {message.id for message in run_checks()}
+
+
+def test_a_carrier_the_task_spoiled_costs_its_attempt_a_link_not_its_run(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """What a task (or its enqueuer) wrote under the metadata's "trace" is not for the
+    propagators: the attempt runs, in a span without a creation link."""
+    result = tasks.add.using(metadata={"trace": {"traceparent": 5, "baggage": 7}}).enqueue(1, 2)
+    drain(["test"])
+    assert get_result(result.id).return_value == 3
+    [process] = named(exported(), "process test")
+    assert all(link.context.span_id != 0 for link in process.links)
+
+
+def test_the_tracing_context_does_not_count_against_the_metadatas_limit(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    limited = {**settings.REDIS_COMPONENTS, "TRACING": True, "TASK_METADATA_MAX_BYTES": 200}
+    with override_settings(REDIS_COMPONENTS=limited):
+        result = tasks.add.using(metadata={"note": "x" * 180}).enqueue(1, 2)
+        drain(["test"])
+    done = get_result(result.id)
+    assert done.return_value == 3
+    assert done.metadata["note"] == "x" * 180
+    assert "traceparent" in done.metadata["trace"]

@@ -192,7 +192,6 @@ class RedisTaskBackend(QueueBackend):
         bind_arguments(task, args, kwargs, piped=piped)
         metadata = getattr(task, "metadata", None) or {}
         metadata_json(metadata)  # InvalidInput (TASK_METADATA_MAX_BYTES may be lower now)
-        metadata, sending = tracing.carried(metadata, task.queue_name, name, step=step)
         try:
             result = RedisTaskResult(
                 task=task,
@@ -241,6 +240,11 @@ class RedisTaskBackend(QueueBackend):
                 except InvalidInput as error:  # as send() says it
                     raise TaskSerializationError(str(error)) from None
                 message = dataclasses.replace(message, id=result.id)
+        # (Last: nothing after it raises, so that a send span it starts is always sent.)
+        traced, sending = tracing.carried(metadata, task.queue_name, name, step=step)
+        if traced is not metadata:  # tracing is on: its context joins the metadata
+            object.__setattr__(result, "metadata", dict(traced))
+            message = dataclasses.replace(message, metadata=traced)
         return Prepared(result, message, message.encode(), sending)
 
     def due(self, task: Task[..., Any]) -> Due:
@@ -354,8 +358,8 @@ class RedisTaskBackend(QueueBackend):
                 )
         try:
             check_retries(self.options, upper=True)
-            if isinstance(self.backoff, str):
-                import_string(self.backoff)
+            if isinstance(self.backoff, str) and not callable(import_string(self.backoff)):
+                raise ImportError(f"{self.backoff} is not callable")
         except ImportError as error:
             yield Error(
                 f"{where}: BACKOFF {self.backoff!r} cannot be imported: {error}",

@@ -24,6 +24,7 @@ from .. import tracing
 from ..conf import conf
 from ..exceptions import (
     TaskArgumentsMismatch,
+    TaskError,
     TaskNotRegistered,
     TimeLimitExceeded,
     WorkerCrashed,
@@ -299,17 +300,28 @@ def failure(
 
 
 def spent(delivery: Delivery, job: Job) -> Outcome:
-    """The dead letter of a task taken after crashes spent its ``max_attempts``: its
-    worker died in its last attempt, so it does not run again."""
+    """The dead letter of a task taken with its attempts spent: by crashes (its worker
+    died in its last attempt), or by a ``max_attempts`` lowered since it was queued. It
+    does not run again."""
     message = job.message
-    problem = (
-        f"its worker died in its last attempt ({job.attempt - 1} of {job.max_attempts}, "
-        f"{message.crashes} of them crashed): its attempts are spent"
-    )
+    made = job.attempt - 1
+    if job.attempt - message.retries > 1:  # (its crashes count, and it has some)
+        reason = "crashed"
+        problem = (
+            f"its worker died in its last attempt ({made} of {job.max_attempts}, "
+            f"{message.crashes} of them crashed): its attempts are spent"
+        )
+        error: BaseException = WorkerCrashed(problem)
+    else:
+        reason = "failed"
+        problem = (
+            f"its {made} attempts are spent: the task allows {job.max_attempts} now "
+            "(fewer than when it was queued)"
+        )
+        error = TaskError(problem)
     logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, problem)
-    error = WorkerCrashed(problem)
     job.finished(TaskStatus.FAILED, error)
-    return bury(delivery, message.id, "crashed", problem, error)
+    return bury(delivery, message.id, reason, problem, error)
 
 
 def bury(

@@ -257,10 +257,14 @@ def to_json(value: Any, what: str) -> str:
     return payload
 
 
+# The metadata key of a task's tracing context (tracing.py): not counted in its size.
+TRACE_KEY = "trace"
+
+
 def metadata_json(metadata: object) -> str:
     """A task's metadata as JSON, or :class:`InvalidInput` naming what is wrong: it must
     be a dict (a JSON object) with str keys, whose values JSON can carry, of at most
-    ``TASK_METADATA_MAX_BYTES`` as JSON."""
+    ``TASK_METADATA_MAX_BYTES`` as JSON (its tracing context, :data:`TRACE_KEY`, left out)."""
     if not isinstance(metadata, dict):
         raise InvalidInput("metadata", f"must be a dict, not {type(metadata).__name__}")
     for key in metadata:
@@ -276,6 +280,8 @@ def metadata_json(metadata: object) -> str:
                 raise InvalidInput(f"metadata[{key!r}]", str(problem)) from None
         raise InvalidInput("metadata", str(error)) from None
     size, most = len(text.encode()), int(conf.get("TASK_METADATA_MAX_BYTES"))
+    if size > most and TRACE_KEY in metadata:  # (the tracing context is not the task's)
+        size = len(to_json({k: v for k, v in metadata.items() if k != TRACE_KEY}, "it").encode())
     if size > most:
         raise InvalidInput(
             "metadata", f"is {size:,} bytes of JSON, over TASK_METADATA_MAX_BYTES ({most:,})"
@@ -289,12 +295,16 @@ MAX_PROGRESS_NOTE = 200
 
 def check_progress(done: object, total: object, note: object) -> None:
     """:class:`InvalidInput` naming what is wrong in a task's progress: ``done`` must be
-    a finite number >= 0, ``total`` ``None`` or a finite number > 0, ``note`` a str of at
-    most MAX_PROGRESS_NOTE characters."""
+    a finite number >= 0, ``total`` ``None`` or a finite number > 0 (whole numbers at
+    most 2**53), ``note`` a str of at most MAX_PROGRESS_NOTE characters."""
     if not finite_number(done) or done < 0:
-        raise InvalidInput("done", f"must be a finite number >= 0, not {done!r}")
+        raise InvalidInput(
+            "done", f"must be a finite number from 0 to 2**53, not {keys.shorten(done)}"
+        )
     if total is not None and (not finite_number(total) or total <= 0):
-        raise InvalidInput("total", f"must be None or a finite number > 0, not {total!r}")
+        raise InvalidInput(
+            "total", f"must be None or a finite number above 0, not {keys.shorten(total)}"
+        )
     if not isinstance(note, str):
         raise InvalidInput("note", f"must be a str, not {type(note).__name__}")
     if len(note) > MAX_PROGRESS_NOTE:
@@ -308,14 +318,18 @@ def progress_json(done: float, total: float | None, note: str) -> str:
     return json.dumps({"done": done, "total": total, "note": note}, separators=(",", ":"))
 
 
+# The largest whole number every JSON reader (a float) holds exactly.
+MAX_EXACT = 2**53
+
+
 def finite_number(value: object) -> TypeGuard[float]:
-    """``value`` is an int or a finite float (not a bool)."""
+    """``value`` is an int of at most 2**53 either way, or a finite float (not a bool)."""
     kind = type(value)
     if kind is int:  # (first: progress is said often, mostly as ints)
-        return True
+        return -MAX_EXACT <= value <= MAX_EXACT  # type: ignore[operator]
     if isinstance(value, float):
         return math.isfinite(value)
-    return isinstance(value, int) and kind is not bool
+    return isinstance(value, int) and kind is not bool and -MAX_EXACT <= value <= MAX_EXACT
 
 
 def flow_of(payload: bytes) -> FlowStep | None:

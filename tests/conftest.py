@@ -237,6 +237,18 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
             worker.kill_all()
 
 
+@pytest.fixture
+def viewer(client: Any, django_user_model: Any) -> Any:
+    """A test client logged in as staff who may view the task queues' admin pages (not
+    manage them)."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("watcher", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename="view_task_queues"))
+    client.force_login(user)
+    return client
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[dict[str, Any]]:
     """Django's ``DATABASES`` entry for a PostgreSQL server of the suite's own

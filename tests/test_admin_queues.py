@@ -37,12 +37,6 @@ def user_with(django_user_model: Any, name: str, *codenames: str) -> Any:
 
 
 @pytest.fixture
-def viewer(client: Client, django_user_model: Any) -> Client:
-    client.force_login(user_with(django_user_model, "watcher", "view_task_queues"))
-    return client
-
-
-@pytest.fixture
 def manager(django_user_model: Any) -> Client:
     client = Client(enforce_csrf_checks=True)
     client.force_login(user_with(django_user_model, "operator", "manage_task_queues"))

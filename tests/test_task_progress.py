@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client, override_settings
 
@@ -317,14 +316,6 @@ def test_rc_queues_and_the_admin_overview_show_a_running_tasks_progress(
     assert "tests.testapp.tasks.progress_until_killed" in row
     page = viewer.get(ADMIN).content.decode()
     assert '<progress max="10" value="3"></progress> 3 of 10 · before the kill' in page
-
-
-@pytest.fixture
-def viewer(client: Client, django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_user("watcher", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename="view_task_queues"))
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.django_db

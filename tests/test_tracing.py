@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.contrib.auth.models import Permission
 from django.core.checks import run_checks
 from django.test import Client, override_settings
 from opentelemetry import trace
@@ -295,14 +294,6 @@ def test_log_lines_written_in_a_task_carry_its_context(
     assert inside.task_attempt == 1  # type: ignore[attr-defined]
     assert inside.task_queue == "logged"  # type: ignore[attr-defined]
     assert inside.trace_id == f"{process.context.trace_id:032x}"  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def viewer(client: Client, django_user_model: Any) -> Client:
-    user = django_user_model.objects.create_user("watcher", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename="view_task_queues"))
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.django_db

@@ -70,13 +70,13 @@ def _tracer() -> Any:
     return trace.get_tracer("redis_components", version)
 
 
-def _attributes(operation: str, kind: str, message: TaskMessage) -> dict[str, Any]:
+def _attributes(operation: str, message: TaskMessage) -> dict[str, Any]:
     from .tasks.store import partitions
 
     found: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.operation.name": operation,
-        "messaging.operation.type": kind,
+        "messaging.operation.type": operation,
         "messaging.destination.name": message.queue,
         "redis_components.task.name": message.task,
     }
@@ -93,33 +93,26 @@ class Sending:
     """The ``send`` span of one enqueue, started before its message is encoded (so that
     the message carries its context) and ended when its script has answered."""
 
-    def __init__(self, queue: str, task: str) -> None:
+    def __init__(self, message: TaskMessage) -> None:
         from opentelemetry import propagate, trace
 
         self.span = _tracer().start_span(
-            f"send {queue}",
+            f"send {message.queue}",
             kind=trace.SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": SYSTEM,
-                "messaging.operation.name": "send",
-                "messaging.operation.type": "send",
-                "messaging.destination.name": queue,
-                "redis_components.task.name": task,
-            },
+            attributes=_attributes("send", message),
         )
         self.carrier: dict[str, str] = {}
         propagate.inject(self.carrier, context=trace.set_span_in_context(self.span))
 
-    def sent(self, message: TaskMessage) -> contextlib.AbstractContextManager[Any]:
+    def sent(self) -> contextlib.AbstractContextManager[Any]:
         """Around the enqueue's script: the span ends with it, an error if it raised."""
         from opentelemetry import trace
 
-        self.span.set_attributes(_attributes("send", "send", message))
         return trace.use_span(self.span, end_on_exit=True)
 
 
 def carried(
-    metadata: dict[str, Any], queue: str, task: str, *, step: bool
+    metadata: dict[str, Any], message: TaskMessage, *, step: bool
 ) -> tuple[dict[str, Any], Sending | None]:
     """A message's metadata with its creation context, and the ``send`` span it was
     made in (``None`` for a workflow's ``step``, which carries the context current
@@ -134,9 +127,9 @@ def carried(
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
             return {**metadata, CARRIER: carrier}, None
-        sending = Sending(queue, task)
+        sending = Sending(message)
     except Exception:  # (a propagator's or an SDK's error must not stop the enqueue)
-        logger.exception("No span for an enqueue of task %s: tracing failed", task)
+        logger.exception("No span for an enqueue of task %s: tracing failed", message.task)
         return metadata, None
     return {**metadata, CARRIER: sending.carrier}, sending
 
@@ -165,7 +158,7 @@ class Processing:
             ).get_span_context()
             if before.is_valid:
                 links.append(trace.Link(before, {"redis_components.link": "failed attempt"}))
-        attributes = _attributes("process", "process", message)
+        attributes = _attributes("process", message)
         attributes["redis_components.task.attempt"] = attempt_number(message)
         attributes["messaging.client.id"] = job.worker_id
         if message.enqueued_at is not None and message.first_attempt:  # (its queue wait)
@@ -209,7 +202,7 @@ class Processing:
             span.add_event("deferred", {"redis_components.defer.delay_ms": outcome.delay_ms})
         elif outcome.kind == "bury":
             queue = self.job.message.queue
-            attributes = _attributes("settle", "settle", self.job.message)
+            attributes = _attributes("settle", self.job.message)
             attributes["redis_components.dead_letter.reason"] = _reason(outcome)
             _tracer().start_span(
                 f"settle {queue}", kind=trace.SpanKind.INTERNAL, attributes=attributes

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from redis_components import get_result
+from redis_components import RedisTaskResult, get_result
 from redis_components.exceptions import TaskResultDoesNotExist
 
 from .tasks import list_in_bulk
@@ -37,7 +37,9 @@ def state(request: HttpRequest) -> dict[str, Any] | None:
         result = get_result(task_id)
     except TaskResultDoesNotExist:
         return None
-    progress = getattr(result, "progress", None)
+    if not isinstance(result, RedisTaskResult):  # (every result of ours is: narrows the type)
+        return None
+    progress = result.progress
     return {
         "task_id": task_id,
         "status": str(result.status),
@@ -45,7 +47,7 @@ def state(request: HttpRequest) -> dict[str, Any] | None:
         "done": progress.done if progress else 0,
         "total": progress.total if progress else None,
         "note": progress.note if progress else _waiting(result.status),
-        "started_by": getattr(result, "metadata", {}).get("started_by", ""),
+        "started_by": result.metadata.get("started_by", ""),
     }
 
 

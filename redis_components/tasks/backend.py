@@ -241,7 +241,7 @@ class RedisTaskBackend(QueueBackend):
                     raise TaskSerializationError(str(error)) from None
                 message = dataclasses.replace(message, id=result.id)
         # (Last: nothing after it raises, so that a send span it starts is always sent.)
-        traced, sending = tracing.carried(metadata, task.queue_name, name, step=step)
+        traced, sending = tracing.carried(metadata, message, step=step)
         if traced is not metadata:  # tracing is on: its context joins the metadata
             object.__setattr__(result, "metadata", dict(traced))
             message = dataclasses.replace(message, metadata=traced)
@@ -257,7 +257,7 @@ class RedisTaskBackend(QueueBackend):
         unique_for = task.unique_for if isinstance(task, RedisTask) else None
         sending = prepared.sending
         try:
-            with sending.sent(prepared.message) if sending else contextlib.nullcontext():
+            with sending.sent() if sending else contextlib.nullcontext():
                 enqueued = TaskStore().enqueue(
                     prepared.message, prepared.payload, due, unique_for=unique_for
                 )

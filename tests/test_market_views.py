@@ -645,6 +645,8 @@ def test_a_bulk_listing_is_a_task_whose_progress_the_page_reads(
         refused = start(bad)
         assert refused.status_code == 400
         assert refused.json() == {"error": "A price is a whole number from 1 to 1,000,000."}
+    form = alice.post("/inventory/list-all/", {"price": "-5"}, follow=True)  # no JavaScript
+    assert flash(form) == ["A price is a whole number from 1 to 1,000,000."]
     started = start("7")
     assert started.status_code == 202
     queued = alice.get(progress).json()

@@ -112,6 +112,9 @@ DEFAULTS: dict[str, Any] = {
     # Where the admin's task page links a task's trace: a URL with "{trace_id}" in it
     # (your tracing backend's page of a trace), or None. Read with conf.get().
     "TRACING_LINK": None,
+    # The most links an attempt's span gets to the steps it waited for (a workflow's
+    # fan-in: a callback after a group); the first ones, by the workflow's order.
+    "TRACING_MAX_LINKS": 128,
     # Seconds a task's result is kept after its last change (a delayed task's until
     # then, and this long after); results expire by themselves.
     "TASK_RESULT_TTL": 86400.0,

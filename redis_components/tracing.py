@@ -18,11 +18,17 @@ line written while a task runs its task's id, attempt, queue and trace id.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import functools
+import hashlib
 import importlib.metadata
 import json
 import logging
+import os
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
@@ -34,12 +40,16 @@ logger = logging.getLogger("redis_components.tracing")
 
 if TYPE_CHECKING:
     from .tasks.jobs import Job
-    from .tasks.messages import TaskMessage
+    from .tasks.messages import PlannedStep, TaskMessage
     from .tasks.store import Outcome
 
 MODES = ("link", "parent", "root")
 CARRIER = TRACE_KEY  # the metadata key of the creation context
 FAILED = "failed"  # the carrier's key of the last failed attempt's context (ours)
+# Ours in the carrier: the context of the last attempt that ended leaving a next (or that
+# a fan-in waits for), and whether it failed; the lost attempt linked last (see _before);
+# a fan-in step's parents, by task id; and a step that a fan-in waits for.
+ENDED, LOST, AFTER, JOINED = "ended", "lost", "after", "joined"
 SYSTEM = "redis_components"  # messaging.system
 
 
@@ -90,16 +100,27 @@ def _attributes(operation: str, message: TaskMessage) -> dict[str, Any]:
 
 
 class Sending:
-    """The ``send`` span of one enqueue, started before its message is encoded (so that
-    the message carries its context) and ended when its script has answered."""
+    """The ``send`` span of one enqueue (or the ``create`` span of a schedule's tick),
+    started before its message is encoded (so that the message carries its context) and
+    ended when its script has answered."""
 
-    def __init__(self, message: TaskMessage) -> None:
-        from opentelemetry import propagate, trace
+    def __init__(self, message: TaskMessage, *, schedule: str = "", tick: int = 0) -> None:
+        from opentelemetry import context, propagate, trace
 
+        operation, links, extra = "send", [], {}
+        if schedule:  # a root, linked to its schedule
+            operation = "create"
+            links = [trace.Link(schedule_context(schedule), {"redis_components.link": "schedule"})]
+            extra = {
+                "redis_components.schedule.name": schedule,
+                "redis_components.schedule.tick": tick,
+            }
         self.span = _tracer().start_span(
-            f"send {message.queue}",
+            f"{operation} {message.queue}",
+            context=context.Context() if schedule else None,
             kind=trace.SpanKind.PRODUCER,
-            attributes=_attributes("send", message),
+            links=links,
+            attributes={**_attributes(operation, message), **extra},
         )
         self.carrier: dict[str, str] = {}
         propagate.inject(self.carrier, context=trace.set_span_in_context(self.span))
@@ -109,6 +130,51 @@ class Sending:
         from opentelemetry import trace
 
         return trace.use_span(self.span, end_on_exit=True)
+
+    def ended(self, error: BaseException | None = None, *, sent: bool = True) -> None:
+        """End the span after its script: ``error`` if it raised, or not ``sent`` (a
+        tick another scheduler claimed first). Tracing's errors are logged, never raised."""
+        from opentelemetry import trace
+
+        try:
+            if error is not None:
+                self.span.record_exception(error)
+                self.span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
+            elif not sent:
+                self.span.add_event("claimed by another scheduler")
+            self.span.end()
+        except Exception:
+            logger.exception("A span of an enqueue is incomplete: tracing failed")
+
+
+def schedule_context(name: str) -> Any:
+    """The span context that stands for schedule ``name``, which each of its ticks links
+    to: the same in every process, made from the name (no span has it; a tracing
+    backend finds the ticks by it, or by ``redis_components.schedule.name``)."""
+    from opentelemetry import trace
+
+    digest = hashlib.sha256(f"redis_components schedule {name}".encode()).digest()
+    return trace.SpanContext(
+        trace_id=int.from_bytes(digest[:16], "big"),
+        span_id=int.from_bytes(digest[16:24], "big"),
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+
+
+def ticked(message: TaskMessage, schedule: str, tick: int) -> tuple[TaskMessage, Sending | None]:
+    """A schedule's tick's message with the context of its ``create`` span (a root,
+    linked to :func:`schedule_context`), and the span, to end when the claim answers
+    (:meth:`Sending.ended`); ``message`` and ``None`` when tracing is off."""
+    if mode() is None:
+        return message, None
+    try:
+        creating = Sending(message, schedule=schedule, tick=tick)
+    except Exception:
+        logger.exception("No span for tick %d of schedule %s: tracing failed", tick, schedule)
+        return message, None
+    metadata = {**(message.metadata or {}), CARRIER: creating.carrier}
+    return dataclasses.replace(message, metadata=metadata), creating
 
 
 def carried(
@@ -142,22 +208,27 @@ class Processing:
         from opentelemetry import context, propagate, trace
 
         message = job.message
-        found = job.result.metadata.get(CARRIER)
+        raw = job.result.metadata.get(CARRIER)
+        found: dict[str, Any] = raw if isinstance(raw, dict) else {}
         # (What a task wrote there itself is not for the propagators: only strings.)
-        carrier = {k: v for k, v in found.items() if isinstance(v, str)} if found else {}
+        carrier = {k: v for k, v in found.items() if isinstance(v, str)}
         created = propagate.extract(carrier) if carrier else context.Context()
         links = []
         how = mode()
         creation = trace.get_current_span(created).get_span_context()
         if how == "link" and creation.is_valid:
             links.append(trace.Link(creation, {"redis_components.link": "creation"}))
-        failed = carrier.get(FAILED)
-        if isinstance(failed, str) and how != "root":
-            before = trace.get_current_span(
-                propagate.extract({"traceparent": failed})
-            ).get_span_context()
-            if before.is_valid:
-                links.append(trace.Link(before, {"redis_components.link": "failed attempt"}))
+        self.job = job
+        # Keep this attempt's context for the next (none with "root", nor in a carrier
+        # that the task spoiled): see _Keeper, and _ended.
+        self.keep = how != "root" and (raw is None or isinstance(raw, dict))
+        if self.keep:
+            before = self._before(found, job.kept_trace)
+            if before is not None:
+                links.append(trace.Link(before[1], {"redis_components.link": before[0]}))
+        after = found.get(AFTER) if self.keep else None
+        self.after = [i for i in after if isinstance(i, str)] if isinstance(after, list) else []
+        self.joined = found.get(JOINED) is True  # a fan-in waits for it
         attributes = _attributes("process", message)
         attributes["redis_components.task.attempt"] = attempt_number(message)
         attributes["messaging.client.id"] = job.worker_id
@@ -165,7 +236,6 @@ class Processing:
             attributes["redis_components.task.queue_wait_ms"] = max(
                 0, job.taken_ms - message.enqueued_at
             )
-        self.job = job
         self.span = _tracer().start_span(
             f"process {message.queue}",
             context=created if how == "parent" else context.Context(),
@@ -174,11 +244,42 @@ class Processing:
             attributes=attributes,
         )
         self._token = context.attach(trace.set_span_in_context(self.span))
+        self.started, self.done = time.monotonic(), False
+        if self.keep:
+            _keeper().add(self)
+
+    def _before(self, found: dict[str, Any], kept: str) -> tuple[str, Any] | None:
+        """Why and to what this attempt links for the attempt before it: one that was
+        lost (its context kept, and no attempt since said it ended), or one that failed."""
+        ended = found.get(ENDED)
+        if kept and kept not in (ended, found.get(LOST)):
+            lost = _context_of(kept)
+            if lost is not None:
+                self.job.result.metadata.setdefault(CARRIER, {})[LOST] = kept  # (linked once)
+                return "lost attempt", lost
+        failed = found.get(FAILED)
+        if failed is not None and failed == ended:
+            context = _context_of(failed)
+            return None if context is None else ("failed attempt", context)
+        return None
+
+    def link_parents(self) -> None:
+        """A fan-in's step (``after``: the steps it waited for): a link to each one's last
+        attempt, read in one round trip. Tracing's errors are logged, never raised."""
+        try:
+            for parent in _last_attempts(self.after):
+                self.span.add_link(parent, {"redis_components.link": "parent step"})
+        except Exception:
+            logger.exception(
+                "Task %s has no links to its parents: tracing failed", self.job.message.id
+            )
 
     def ended(self, outcome: Outcome, error: BaseException | None) -> None:
-        """Record how the attempt ended; a retry saves this span's context for the next
-        attempt's link, a dead letter adds its ``settle`` span. Tracing's own errors are
-        logged, never raised: the outcome stands."""
+        """Record how the attempt ended; one that leaves a next (a retry, a deferral, a
+        dead letter: requeued, it runs again) or that a fan-in waits for says so in the
+        carrier, saved with the outcome; a dead letter adds its ``settle`` span.
+        Tracing's own errors are logged, never raised: the outcome stands."""
+        self.done = True
         try:
             self._ended(outcome, error)
         except Exception:
@@ -193,11 +294,13 @@ class Processing:
         if outcome.kind in ("retry", "bury"):
             what = type(error).__name__ if error is not None else "its return value"
             span.set_status(trace.Status(trace.StatusCode.ERROR, what))
+        if self.keep and (outcome.kind != "ok" or self.joined):
+            carrier = self.job.result.metadata.setdefault(CARRIER, {})
+            carrier[ENDED] = _traceparent(span)
+            if outcome.kind in ("retry", "bury"):
+                carrier[FAILED] = carrier[ENDED]
         if outcome.kind == "retry":
             span.add_event("retry", {"redis_components.retry.delay_ms": outcome.delay_ms})
-            carrier = self.job.result.metadata.setdefault(CARRIER, {})
-            if isinstance(carrier, dict):
-                carrier[FAILED] = _traceparent(span)
         elif outcome.kind == "defer":
             span.add_event("deferred", {"redis_components.defer.delay_ms": outcome.delay_ms})
         elif outcome.kind == "bury":
@@ -216,10 +319,132 @@ class Processing:
         report) records why."""
         from opentelemetry import context
 
+        self.done = True
         if error is not None:
             self.span.record_exception(error)
         context.detach(self._token)
         self.span.end()
+
+
+# How long an attempt runs before its context is kept (written to its result), so that
+# the attempt after it can link to it if it is lost: no write for one that ends sooner.
+KEEP_AFTER = 0.05
+
+
+class _Keeper:
+    """Keeps the context of each attempt still running ``KEEP_AFTER`` seconds after it
+    started, in its task's result (the ``trace`` field; fenced, as a metadata save is),
+    from a thread of its own: one round trip per batch, none for an attempt that ended
+    sooner, and nothing on the task's own path but an append."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._pending: collections.deque[Processing] = collections.deque()
+        self._wake = threading.Event()
+        threading.Thread(target=self._run, name="rc-trace-keeper", daemon=True).start()
+
+    def add(self, attempt: Processing) -> None:
+        self._pending.append(attempt)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                wait = self._pending[0].started + KEEP_AFTER - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                due = []
+                now = time.monotonic()
+                while self._pending and self._pending[0].started + KEEP_AFTER <= now:
+                    attempt = self._pending.popleft()
+                    if not attempt.done:
+                        due.append(attempt)
+                if due:
+                    self._write(due)
+
+    @staticmethod
+    def _write(due: list[Processing]) -> None:
+        from .tasks.store import TaskStore
+
+        kept = [(a.job.message.id, a.job.attempt_key, _traceparent(a.span)) for a in due]
+        try:
+            TaskStore().keep_traces(kept)
+        except Exception:  # (Redis away: those attempts have no link if they are lost)
+            logger.warning(
+                "The trace contexts of %d running attempts are not kept", len(kept), exc_info=True
+            )
+
+
+_keepers: dict[int, _Keeper] = {}
+_starting = threading.Lock()
+
+
+def _keeper() -> _Keeper:
+    """This process's keeper (a forked worker starts its own)."""
+    found = _keepers.get(os.getpid())
+    if found is None:
+        with _starting:
+            found = _keepers.get(os.getpid())
+            if found is None:
+                _keepers.clear()  # (a parent's, whose thread did not survive the fork)
+                found = _keepers[os.getpid()] = _Keeper()
+    return found
+
+
+def _last_attempts(task_ids: list[str]) -> list[Any]:
+    """The span contexts of these tasks' last attempts (as each said it ended, else as
+    it was kept while it ran), in one round trip: none for a task that has neither."""
+    from .tasks.results import read_records
+
+    found = []
+    for record in read_records(task_ids):
+        if record is None:
+            continue
+        carrier = record.metadata.get(CARRIER)
+        ended = carrier.get(ENDED) if isinstance(carrier, dict) else None
+        context = _context_of(ended or record.trace)
+        if context is not None:
+            found.append(context)
+    return found
+
+
+def fan_ins(steps: list[PlannedStep]) -> None:
+    """Each step of a planned workflow that waits for several steps (a fan-in; not for
+    a barrier, whose steps it waits for are the barrier's): its carrier names them (the
+    first ``TRACING_MAX_LINKS``), so that its attempt links to each, and theirs say so,
+    so that each one's last attempt says it ended. Nothing when tracing is off."""
+    if mode() is None:
+        return
+    most = int(conf.get("TRACING_MAX_LINKS"))
+    for step in steps:
+        if len(step.parents) > 1 and max(step.parents) <= len(steps):
+            parents = [steps[number - 1] for number in step.parents[:most]]
+            step.message = _carrying(step.message, AFTER, [p.message.id for p in parents])
+            for parent in parents:
+                parent.message = _carrying(parent.message, JOINED, True)
+
+
+def _carrying(message: TaskMessage, key: str, value: object) -> TaskMessage:
+    """``message`` with ``key`` in its metadata's carrier (as it is, without a carrier)."""
+    carrier = (message.metadata or {}).get(CARRIER)
+    if not isinstance(carrier, dict):
+        return message
+    metadata = {**(message.metadata or {}), CARRIER: {**carrier, key: value}}
+    return dataclasses.replace(message, metadata=metadata)
+
+
+def _context_of(traceparent: object) -> Any:
+    """The span context a W3C ``traceparent`` names (``None`` if it names none)."""
+    from opentelemetry import propagate, trace
+
+    if not isinstance(traceparent, str):
+        return None
+    found = trace.get_current_span(propagate.extract({"traceparent": traceparent}))
+    context = found.get_span_context()
+    return context if context.is_valid else None
 
 
 def _traceparent(span: Any) -> str:

@@ -657,8 +657,8 @@ def test_every_way_a_task_goes_writes_only_the_result_fields(r: redis.Redis) -> 
     """Enqueued now, later or unique; done, retried, failed, crashed, requeued from its
     dead letter, cancelled: each result hash holds RESULT_FIELDS only, and each field
     but "workflow" (a cross-home workflow cancel: test_workflows.py), "metadata"
-    (saved by a task: test_task_metadata.py) and "progress" (test_task_progress.py) is
-    written."""
+    (saved by a task: test_task_metadata.py), "progress" (test_task_progress.py) and
+    "trace" (kept with tracing on: test_tracing.py) is written."""
     handles = [
         tasks.record.enqueue("done"),
         tasks.retry_once.enqueue("retried"),
@@ -680,7 +680,7 @@ def test_every_way_a_task_goes_writes_only_the_result_fields(r: redis.Redis) -> 
         fields = {name.decode() for name in r.hkeys(result_key(handle.id))}
         assert fields <= set(RESULT_FIELDS), handle
         written |= fields
-    assert written == set(RESULT_FIELDS) - {"workflow", "metadata", "progress"}
+    assert written == set(RESULT_FIELDS) - {"workflow", "metadata", "progress", "trace"}
 
 
 # The parts of queue_fetch.lua, each alone: lib/move.lua, lib/take.lua, lib/record.lua.

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from redis_components import chain, get_result, redis_task
+from conftest import CommandCount
+from redis_components import chain, get_result, group, redis_task
 from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.results import read_records
+from redis_components.tasks.schedules import Claim, Scheduler, build
+from redis_components.tasks.store import TaskStore
 from redis_components.testing import drain
-from redis_components.tracing import TaskContextFilter
+from redis_components.tracing import KEEP_AFTER, TaskContextFilter, schedule_context
 from tests import spans
 from tests.processes import WorkerProcess, wait_until
 from tests.testapp import tasks
@@ -40,7 +45,12 @@ pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
 # (docs/messaging/messaging-spans.md and docs/registry/attributes/messaging.md, status
 # Development): span names "{messaging.operation.name} {destination}", and these
 # attributes. Ours are under "redis_components.".
-OPERATIONS = {"send": SpanKind.PRODUCER, "process": SpanKind.CONSUMER, "settle": SpanKind.INTERNAL}
+OPERATIONS = {
+    "create": SpanKind.PRODUCER,
+    "send": SpanKind.PRODUCER,
+    "process": SpanKind.CONSUMER,
+    "settle": SpanKind.INTERNAL,
+}
 CONVENTIONS = {
     "messaging.system",
     "messaging.operation.name",
@@ -158,6 +168,163 @@ def test_a_retry_links_to_the_attempt_that_failed(
     assert links["failed attempt"].context.span_id == first.context.span_id
     assert links["creation"].context == first.links[0].context  # both: the same send
     assert (second.attributes or {})["redis_components.task.attempt"] == 2
+
+
+def test_a_task_run_again_after_its_worker_died_links_to_the_lost_attempt(
+    r: redis.Redis,
+    start_worker: Callable[..., WorkerProcess],
+    exported: Callable[[], list[ReadableSpan]],
+    tmp_path: Path,
+) -> None:
+    """kill -9 of a real worker in a task's first attempt: the lost attempt's span never
+    ends (the process is gone), but the context it saved before the task ran is what the
+    next attempt links to; the lost attempt's own child span, exported before the kill,
+    names the same span as its parent."""
+    result = tasks.traced_crash.enqueue("lost")
+    written = tmp_path / "spans.jsonl"
+    worker = start_worker("test", TRACING=True, environment={"RC_TEST_SPANS": str(written)})
+    wait_until(lambda: get_result(result.id).is_finished, worker.output)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    done = get_result(result.id)
+    assert (done.status, done.attempts) == (TaskResultStatus.SUCCESSFUL, 2)
+    inside = named_in_file(written, "before the crash lost")
+    assert len(inside) == 2  # one in each attempt
+    [process] = named_in_file(written, "process test")  # the lost one never ended
+    lost = next(
+        span for span in inside if span["context"]["trace_id"] != process["context"]["trace_id"]
+    )
+    links = {link["attributes"]["redis_components.link"]: link for link in process["links"]}
+    assert set(links) == {"creation", "lost attempt"}
+    assert links["lost attempt"]["context"]["span_id"] == lost["parent_id"]
+    assert links["lost attempt"]["context"]["trace_id"] == lost["context"]["trace_id"]
+    assert process["attributes"]["redis_components.task.attempt"] == 2
+    [send] = named(exported(), "send test")
+    assert links["creation"]["context"]["span_id"] == f"0x{send.context.span_id:016x}"
+
+
+def test_an_attempt_after_one_that_ended_does_not_say_it_was_lost(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """An attempt that ran long enough for its context to be kept, then was retried: the
+    next one links to it as failed, not as lost."""
+    result = tasks.slow_retry_once.enqueue("kept")
+    drain(["test"])
+    first, second = sorted(named(exported(), "process test"), key=lambda s: s.start_time or 0)
+    reasons = {link.attributes["redis_components.link"]: link for link in second.links}  # type: ignore[index]
+    assert set(reasons) == {"creation", "failed attempt"}
+    assert reasons["failed attempt"].context.span_id == first.context.span_id
+    kept = read_records([result.id])[0]
+    assert kept is not None
+    assert kept.trace.split("-")[2] == f"{second.context.span_id:016x}"  # (the last kept)
+
+
+def test_an_attempt_that_ends_at_once_writes_nothing_to_keep_its_context(
+    exported: Callable[[], list[ReadableSpan]], count_commands: CommandCount
+) -> None:
+    """A no-op task ends before its context would be kept: tracing costs it no command
+    (the keeper writes only for an attempt still running KEEP_AFTER after its start)."""
+    sent = {}
+    for tracing in (False, False, True):  # (the first loads the scripts)
+        traced = {**settings.REDIS_COMPONENTS, "TRACING": tracing}
+        with override_settings(REDIS_COMPONENTS=traced):
+            result = tasks.add.enqueue(1, 1)
+            with count_commands as counted:
+                drain(["test"])
+                time.sleep(KEEP_AFTER * 3)
+        sent[tracing] = [command.split()[0] for command in counted.commands]
+    assert sent[True] == sent[False]
+    [process] = named(exported(), "process test")
+    assert process.attributes is not None
+    assert process.attributes["messaging.message.id"] == result.id
+    record = read_records([result.id])[0]
+    assert record is not None
+    assert record.trace == ""
+
+
+def test_a_schedules_tick_is_a_root_linked_to_its_schedule(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """A tick's ``create`` span starts a trace of its own (not a child of whatever the
+    scheduler's thread has current), linked to the context that stands for its schedule,
+    the same in every process; its task's attempt links to the tick."""
+    store = TaskStore()
+    _, now = store.schedule_ticks()
+    every = build(
+        "nightly",
+        task_name="tests.testapp.tasks.add",
+        queue="test",
+        priority=0,
+        backend=None,
+        every=60,
+        args=[1, 2],
+    )
+    tick = every.next_after(now) - 60_000  # the last tick: due
+    store.start_schedule("nightly", tick)
+    with trace.get_tracer("test").start_as_current_span("the scheduler's loop"):
+        Scheduler([every]).run_due()
+    drain(["test"])
+    [create] = named(exported(), "create test")
+    check_conventions(create)
+    assert create.parent is None
+    [link] = create.links
+    assert link.context == schedule_context("nightly")
+    assert link.context != schedule_context("hourly")
+    attributes = dict(create.attributes or {})
+    assert attributes["redis_components.schedule.name"] == "nightly"
+    assert attributes["redis_components.schedule.tick"] == tick
+    assert not create.events  # claimed, and sent
+    [process] = named(exported(), "process test")
+    links = {link.attributes["redis_components.link"]: link for link in process.links}  # type: ignore[index]
+    assert links["creation"].context.span_id == create.context.span_id
+    # The same tick claimed again, as a second scheduler would: not sent, and said so.
+    Scheduler([every])._claim([Claim.of(every, tick, now)])
+    again = [span for span in named(exported(), "create test") if span is not create]
+    assert [event.name for event in again[-1].events] == ["claimed by another scheduler"]
+
+
+def test_a_fan_ins_callback_links_to_each_member(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """chain(group of 200, callback): the callback's attempt links to each member's
+    attempt (a member that failed too: its failed attempt), and to nothing past
+    TRACING_MAX_LINKS (set here above the SDK's own default of 128, as a project that
+    wants 200 links sets both: tests/spans.py)."""
+    members = [tasks.add.si(n, n) for n in range(199)] + [tasks.fail.si("member")]
+    traced = {**settings.REDIS_COMPONENTS, "TRACING": True, "TRACING_MAX_LINKS": 250}
+    with override_settings(REDIS_COMPONENTS=traced):
+        chain(group(members), tasks.total.s("fan-in").set(allow_failure=True)).enqueue()
+        drain(["test"], fail_fast=False)
+    found = named(exported(), "process test")
+    [callback] = [
+        s for s in found if (s.attributes or {})["redis_components.task.name"].endswith(".total")
+    ]
+    last = {}  # each member's last attempt
+    for span in found:
+        if span is not callback:
+            last[(span.attributes or {})["messaging.message.id"]] = span
+    assert len(last) == 200
+    reasons = [link.attributes["redis_components.link"] for link in callback.links]  # type: ignore[index]
+    assert reasons.count("parent step") == 200
+    linked = {link.context.span_id for link in callback.links}
+    assert {span.context.span_id for span in last.values()} <= linked
+
+
+def test_a_fan_in_links_to_its_first_members_up_to_the_setting(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    traced = {**settings.REDIS_COMPONENTS, "TRACING": True, "TRACING_MAX_LINKS": 3}
+    with override_settings(REDIS_COMPONENTS=traced):
+        chain(group([tasks.add.si(n, n) for n in range(5)]), tasks.total.s("few")).enqueue()
+        drain(["test"])
+    found = named(exported(), "process test")
+    [callback] = [
+        s for s in found if (s.attributes or {})["redis_components.task.name"].endswith(".total")
+    ]
+    parents = [
+        link for link in callback.links if link.attributes["redis_components.link"] == "parent step"
+    ]  # type: ignore[index]
+    assert len(parents) == 3
 
 
 def test_a_dead_letter_settles_its_task(exported: Callable[[], list[ReadableSpan]]) -> None:

@@ -276,6 +276,7 @@ class RedisTaskBackend(QueueBackend):
         self, steps: list[PlannedStep], barriers: list[Barrier], result: str
     ) -> Workflow:
         workflow_id = random_id()
+        tracing.fan_ins(steps)  # (with tracing on, a fan-in's span links to its parents)
         tasks = TaskStore()
         try:
             created = tasks.create_workflow(workflow_id, steps, barriers, result)

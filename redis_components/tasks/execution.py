@@ -10,6 +10,7 @@ at its hard time limit.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -116,6 +117,8 @@ def run_job(
     passed_on: tuple[type[BaseException], ...] = (Abandoned, *propagate)
     error: BaseException | None = None
     with tracing.processing(job) as traced:
+        if traced is not None and traced.after:
+            traced.link_parents()
         try:
             value = call(job)
         except passed_on:
@@ -143,6 +146,8 @@ async def arun_job(
     started = time.perf_counter()
     error: BaseException | None = None
     with tracing.processing(job) as traced:
+        if traced is not None and traced.after:
+            await asyncio.to_thread(traced.link_parents)
         try:
             value = await call(job)
         except Abandoned:

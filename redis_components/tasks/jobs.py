@@ -202,9 +202,10 @@ class Job:
         self._failed = False  # this run's error is in its result
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
+        self.kept_trace = ""  # an earlier attempt's trace context, as tracing kept it
         self.result = self._running(message, worker_id, now_ms)
         self.worker_id, self.taken_ms = worker_id, now_ms
-        self._attempt = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
+        self.attempt_key = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
         self._saved = to_json(self.result.metadata, "metadata")  # as last saved
         # Progress said and not saved yet (done, total, note), and when it was last saved
         # (or the run started): set_progress() saves at most every TASK_PROGRESS_INTERVAL.
@@ -218,6 +219,7 @@ class Job:
             # when it was taken), in one round trip.
             record = results.read_records([message.id])[0]
             if record is not None:
+                self.kept_trace = record.trace
                 return to_django(self.task, record)
         # A first attempt: its result is what the payload and the take say, as Redis
         # holds it now (enqueued, started and last attempted at the take, by this worker).
@@ -265,7 +267,7 @@ class Job:
     def save_metadata(self) -> bool:
         """Save the result's metadata now (see :meth:`RedisTaskContext.save_metadata`)."""
         text = metadata_json(self.result.metadata)
-        saved = TaskStore().save_metadata(self.message.id, self._attempt, text)
+        saved = TaskStore().save_metadata(self.message.id, self.attempt_key, text)
         if saved:
             self._saved = text
         return saved
@@ -299,7 +301,7 @@ class Job:
 
     def _save_progress(self, progress: tuple[float, float | None, str]) -> bool:
         text = progress_json(*progress)
-        saved = TaskStore().save_metadata(self.message.id, self._attempt, "", text)
+        saved = TaskStore().save_metadata(self.message.id, self.attempt_key, "", text)
         if saved and self._progress is progress:
             self._progress = None
         return saved

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from django.utils.module_loading import import_string
 
-from .. import keys
+from .. import keys, tracing
 from ..conf import conf
 from ..exceptions import ConfigurationError, InvalidInput, TaskSerializationError
 from .definition import RedisTask, bind_arguments, task_registry
@@ -299,10 +299,16 @@ class Scheduler:
         return max(0.0, (min(upcoming) - now) / 1000) if upcoming else math.inf
 
     def _claim(self, due: list[Claim]) -> None:
-        claimed = TaskStore().claim_ticks(  # (the schedule by its name, as the store takes it)
-            [TickClaim(**{**vars(claim), "schedule": claim.schedule.name}) for claim in due]
-        )
+        try:
+            claimed = TaskStore().claim_ticks([claim.stored() for claim in due])
+        except Exception as error:
+            for claim in due:
+                if claim.creating is not None:
+                    claim.creating.ended(error)
+            raise
         for claim, done in zip(due, claimed, strict=True):
+            if claim.creating is not None:
+                claim.creating.ended(sent=done)
             if done and claim.run:
                 logger.info(
                     "Schedule %s: enqueued %s[%s] for %s",
@@ -323,6 +329,18 @@ class Claim:
     run: bool  # False: skip it (ticks were missed and the schedule says "skip")
     message: TaskMessage
     payload: str
+    creating: tracing.Sending | None = field(default=None, compare=False, repr=False)
+
+    def stored(self) -> TickClaim:
+        """The claim as the store takes it (the schedule by its name)."""
+        return TickClaim(
+            schedule=self.schedule.name,
+            tick=self.tick,
+            following=self.following,
+            run=self.run,
+            message=self.message,
+            payload=self.payload,
+        )
 
     @classmethod
     def of(cls, schedule: Schedule, tick: int, now: int) -> Claim:
@@ -338,7 +356,11 @@ class Claim:
                 "running it once now" if run else "skipping to the next tick",
             )
         message, payload = schedule.message(tick)
-        return cls(schedule, tick, following, run, message, payload)
+        creating = None
+        if run:  # (with tracing on, its message carries the context of its tick's span)
+            message, creating = tracing.ticked(message, schedule.name, tick)
+            payload = payload if creating is None else message.encode()
+        return cls(schedule, tick, following, run, message, payload, creating)
 
 
 def _when(ms: int) -> str:

@@ -612,6 +612,25 @@ def traced_child(label: str) -> None:
         pass
 
 
+@redis_task(queue="test", max_attempts=2)
+def traced_crash(label: str) -> int:
+    """Start a span of its own, then kill its worker process in its first attempt: the
+    span, ended and exported before the kill, names the lost attempt as its parent."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("test").start_as_current_span(f"before the crash {label}"):
+        pass
+    time.sleep(0.2)  # (long enough for its context to be kept: tracing.KEEP_AFTER)
+    return crash_first.call(label)
+
+
+@redis_task(queue="test", max_retries=5)
+def slow_retry_once(label: str) -> None:
+    """:func:`retry_once`, each attempt 0.2 s long (its context is kept while it runs)."""
+    time.sleep(0.2)
+    retry_once.call(label)
+
+
 @redis_task(queue="test")
 async def async_traced_child(label: str) -> None:
     """:func:`traced_child` on a worker's event loop."""

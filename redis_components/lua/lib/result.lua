@@ -19,6 +19,8 @@
 --                      queue_metadata.lua), else its message's is read
 --   progress           what the task said last of how far it is: a JSON object
 --                      {"done":…,"total":…,"note":…,"at":<server ms>} (result_progress)
+--   trace              with tracing on, the trace context (W3C traceparent) of an attempt
+--                      that ran a while, kept for the next if it is lost (tracing.py)
 
 -- The fields one write sets, as a flat list of names and values (for one HSET).
 local function result_set(fields, name, value)

@@ -181,14 +181,16 @@ def fetch_call(
     return scripts.load("queue_fetch"), script_keys, [sent, *payloads]
 
 
-def metadata_call(*, task_id: str, attempt: str, metadata: str, progress: str = "") -> scripts.Call:
-    """lua/queue_metadata.lua: save a running task's metadata and/or its progress ("":
-    not that one), fenced by its attempt."""
+def metadata_call(
+    *, task_id: str, attempt: str, metadata: str = "", progress: str = "", trace: str = ""
+) -> scripts.Call:
+    """lua/queue_metadata.lua: save a running task's metadata, its progress and/or its
+    attempt's trace context ("": not that one), fenced by its attempt."""
     head = task_home(task_id)
     return (
         scripts.load("queue_metadata"),
         [running_tasks_key(head), result_key(task_id)],
-        [task_id, attempt, metadata, progress],
+        [task_id, attempt, metadata, progress, trace],
     )
 
 

@@ -124,6 +124,11 @@ class Queues(Flows):
         )
         return bool(self._run(call))
 
+    def keep_traces(self, kept: Sequence[tuple[str, str, str]]) -> None:
+        """Keep the trace contexts of running attempts (task id, attempt, W3C
+        traceparent), each fenced by its attempt, in one pipeline per server."""
+        self._run_each([calls.metadata_call(task_id=i, attempt=a, trace=t) for i, a, t in kept])
+
     def limits_run(self, call: scripts.Call) -> None:
         """Run a :func:`limits_run_call`."""
         self._run(call)

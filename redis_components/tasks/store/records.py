@@ -103,6 +103,7 @@ class TaskRecord:
     # What the task saved last, else what it was enqueued with ({}: none).
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
     progress: Progress | None = field(default=None, repr=False)  # what it said last
+    trace: str = field(default="", repr=False)  # an attempt's context kept (tracing.py)
 
     @property
     def attempts(self) -> int:

@@ -43,6 +43,7 @@ RESULT_FIELDS = (
     "workflow",
     "metadata",
     "progress",
+    "trace",
 )
 _ENDED = (TaskStatus.SUCCESSFUL, TaskStatus.FAILED, TaskStatus.CANCELLED)
 UNREADABLE = "(unreadable)"
@@ -114,6 +115,7 @@ def task_record(task_id: str, reply: Any, held: bytes | None) -> TaskRecord | No
         return_value=value,
         metadata=(message.metadata or {}) if saved is None else saved,
         progress=progress(fields.get("progress")),
+        trace=fields.get("trace", b"").decode("utf-8", "replace"),
     )
 
 

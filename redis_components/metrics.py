@@ -7,13 +7,14 @@
     # urls.py: path("rc/", include("redis_components.urls")) serves rc/metrics/
 
 Task metrics come from Redis, so any web process reports the whole task system: queue
-depths (gauges), tasks processed, failed and retried (counters, kept by the workers
-in the script they run for each task anyway), task durations (a histogram) and the
-workers alive, and the tasks set aside on their rate or concurrency limits (a
-counter per queue and kind of limit). Lock and semaphore metrics are counted in each
-process, at no cost in Redis: under several processes (gunicorn), use
-prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums
-them. Needs the ``[metrics]`` extra (``prometheus-client``).
+depths by state and how long each queue's oldest ready task has waited (gauges), tasks
+processed, failed and retried (counters, kept by the workers in the script they run for
+each task anyway), task durations (a histogram) and the workers alive, and the tasks set
+aside on their rate or concurrency limits (a counter per queue and kind of limit). Lock
+and semaphore metrics are counted in each process, at no cost in Redis: under several
+processes (gunicorn), use prometheus-client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums them. Needs the ``[metrics]`` extra
+(``prometheus-client``).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class TaskCollector:
             HistogramMetricFamily,
         )
 
-        from .tasks.status import queue_stats, workers
+        from .tasks.status import oldest_ready, queue_stats, workers
         from .tasks.store import DURATION_BUCKETS, TaskStore
 
         store = TaskStore()
@@ -114,6 +115,16 @@ class TaskCollector:
             for state in STATES:
                 depth.add_metric([queue.name, state], getattr(queue, state))
         yield depth
+        oldest = GaugeMetricFamily(
+            "redis_components_task_oldest_ready_age_seconds",
+            "How long the oldest ready task of each queue has waited to start (no sample: "
+            "none is ready)",
+            labels=["queue"],
+        )
+        for name, age in oldest_ready([queue.name for queue in stats]).items():
+            if age is not None:
+                oldest.add_metric([name], age)
+        yield oldest
         registered = workers()
         alive = GaugeMetricFamily("redis_components_workers", "Workers whose lease is alive")
         alive.add_metric([], sum(worker.lease_left >= 0 for worker in registered))

@@ -20,7 +20,8 @@ from conftest import CommandCount
 from redis_components.exceptions import InvalidInput
 from redis_components.tasks.status import home_stats, oldest_ready
 from redis_components.tasks.store.layout import ready_key, split_homes
-from redis_components.testing import crashed_worker
+from redis_components import get_result
+from redis_components.testing import ScriptedWorker, crashed_worker
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -84,6 +85,26 @@ def test_a_delayed_task_counts_once_due_from_when_it_was_due(r: redis.Redis) -> 
     age, before, after = waited(r, "test")
     assert age is not None
     assert (before - epoch_ms(due)) / 1000 <= age <= (after - epoch_ms(due)) / 1000
+
+
+def test_a_task_waiting_to_run_again_counts_from_its_last_attempt(r: redis.Redis) -> None:
+    """A retried task is ready again since its last attempt's start at the latest (its
+    record keeps no later time): not since its first enqueue."""
+    retried = tasks.record.enqueue("retried")
+    time.sleep(0.05)
+    worker = ScriptedWorker(["test"])
+    taken = worker.take()
+    assert taken is not None
+    assert worker.retry(taken.id, delay=0)
+    urgent = tasks.at(9).enqueue("urgent")
+    taken = worker.take()  # moves the retry, due now, to the ready set; takes "urgent"
+    assert taken is not None
+    assert taken.id == urgent.id
+    started = get_result(retried.id).last_attempted_at
+    assert epoch_ms(started) - epoch_ms(retried.enqueued_at) >= 50
+    age, before, after = waited(r, "test")
+    assert age is not None
+    assert (before - epoch_ms(started)) / 1000 <= age <= (after - epoch_ms(started)) / 1000
 
 
 def test_an_entry_that_is_not_a_task_is_passed_over(r: redis.Redis) -> None:

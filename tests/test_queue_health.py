@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from conftest import CommandCount
+from redis_components import get_result
 from redis_components.exceptions import InvalidInput
 from redis_components.tasks.status import home_stats, oldest_ready
 from redis_components.tasks.store.layout import ready_key, split_homes
-from redis_components import get_result
 from redis_components.testing import ScriptedWorker, crashed_worker
 from tests.testapp import tasks
 
@@ -178,6 +178,20 @@ def test_the_metrics_have_a_gauge_per_queue_with_a_ready_task(client: Client) ->
     assert re.search(rf'^{GAUGE}{{queue="test"}} \d+\.\d+', text, re.M), text
     assert f'{GAUGE}{{queue="idle"}}' not in text  # no ready task: no sample
     assert 'redis_components_queue_tasks{queue="idle",state="delayed"} 1.0' in text
+
+
+def test_the_metrics_count_the_live_workers_thread_slots(client: Client) -> None:
+    def slots() -> str:
+        with override_settings(REDIS_COMPONENTS=ON):
+            text = client.get("/rc/metrics/", HTTP_AUTHORIZATION="Bearer s3cret").content
+        found = re.search(r"^redis_components_worker_slots (\S+)$", text.decode(), re.M)
+        assert found, text
+        return found.group(1)
+
+    assert slots() == "0.0"
+    ScriptedWorker(["test"])
+    ScriptedWorker(["test", "other"])
+    assert slots() == "2.0"
 
 
 def rc_queues() -> dict[str, list[str]]:

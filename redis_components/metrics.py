@@ -7,13 +7,14 @@
     # urls.py: path("rc/", include("redis_components.urls")) serves rc/metrics/
 
 Task metrics come from Redis, so any web process reports the whole task system: queue
-depths (gauges), tasks processed, failed and retried (counters, kept by the workers
-in the script they run for each task anyway), task durations (a histogram) and the
-workers alive, and the tasks set aside on their rate or concurrency limits (a
-counter per queue and kind of limit). Lock and semaphore metrics are counted in each
-process, at no cost in Redis: under several processes (gunicorn), use
-prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums
-them. Needs the ``[metrics]`` extra (``prometheus-client``).
+depths by state and how long each queue's oldest ready task has waited (gauges), tasks
+processed, failed and retried (counters, kept by the workers in the script they run for
+each task anyway), task durations (a histogram), the workers alive and their thread
+slots, and the tasks set aside on their rate or concurrency limits (a counter per queue
+and kind of limit). Lock and semaphore metrics are counted in each process, at no cost
+in Redis: under several processes (gunicorn), use prometheus-client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``) so a scrape sums them. Needs the ``[metrics]`` extra
+(``prometheus-client``).
 """
 
 from __future__ import annotations
@@ -115,9 +116,7 @@ class TaskCollector:
                 depth.add_metric([queue.name, state], getattr(queue, state))
         yield depth
         registered = workers()
-        alive = GaugeMetricFamily("redis_components_workers", "Workers whose lease is alive")
-        alive.add_metric([], sum(worker.lease_left >= 0 for worker in registered))
-        yield alive
+        yield from _health(stats, registered)
         _forget_idle_queues(store, stats, registered)
         counts, micros = _totals(store)
         bounds = [f"{bound:g}" for bound in DURATION_BUCKETS] + ["+Inf"]
@@ -165,6 +164,36 @@ class TaskCollector:
 
 
 STATES = ("ready", "delayed", "on_limits", "in_progress", "dead")
+
+
+def _health(stats: list[Any], registered: list[Any]) -> Iterator[Any]:
+    """The gauges of whether the workers keep up: the oldest ready task's wait per queue
+    (no sample where none is ready), the workers alive and their thread slots."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from .tasks.status import oldest_ready
+
+    oldest = GaugeMetricFamily(
+        "redis_components_task_oldest_ready_age_seconds",
+        "How long the oldest ready task of each queue has waited to start (no sample: "
+        "none is ready)",
+        labels=["queue"],
+    )
+    for name, age in oldest_ready([queue.name for queue in stats]).items():
+        if age is not None:
+            oldest.add_metric([name], age)
+    yield oldest
+    live = [worker for worker in registered if worker.lease_left >= 0]
+    alive = GaugeMetricFamily("redis_components_workers", "Workers whose lease is alive")
+    alive.add_metric([], len(live))
+    yield alive
+    slots = GaugeMetricFamily(
+        "redis_components_worker_slots",
+        "Thread slots of the workers whose lease is alive (rc_worker --threads; the "
+        "in_progress depth is what they run)",
+    )
+    slots.add_metric([], sum(worker.threads for worker in live))
+    yield slots
 
 
 def _forget_idle_queues(store: Any, stats: list[Any], registered: list[Any]) -> None:

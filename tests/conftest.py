@@ -62,6 +62,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_metrics.py": ("django",),
     "test_packaging.py": ("static",),
     "test_peer_lock_suites.py": ("peers", "client"),
+    "test_queue_health.py": ("server", "django"),
     "test_rc_queues.py": ("django",),
     "test_rc_worker.py": ("processes",),
     "test_redispy.py": ("client",),

@@ -126,8 +126,9 @@ def test_the_overview_shows_queues_workers_running_tasks_schedules_and_throughpu
     page = viewer.get(ADMIN).content.decode()
     row = re.search(r"<tr>\s*<td><a [^>]*>test</a></td>(.*?)</tr>", page, re.S)
     assert row, page
-    numbers = re.findall(r'<td class="n">(?:<a [^>]*>)?(\d+|-)', row.group(1))
-    assert numbers[:3] == ["1", "1", "0"]  # ready, delayed, running
+    numbers = re.findall(r'<td class="n">(?:<a [^>]*>)?([\d.]+(?: s)?|-)', row.group(1))
+    assert [numbers[0], *numbers[2:4]] == ["1", "1", "0"]  # ready, delayed, on limits
+    assert re.fullmatch(r"\d+\.\d s", numbers[1])  # the oldest ready ("waiting") has waited
     assert "<svg" in page
     assert "<polyline" in page
     # Each colour sits with its own label.

@@ -328,7 +328,7 @@ def test_tasks_waiting_on_a_limit_count_in_their_queue(r: redis.Redis) -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].split() == QUEUES_HEADER
     assert [line.split() for line in lines if line.startswith("test ")] == [
-        ["test", "0", "0", "2", "3", "0", "-"]
+        ["test", "0", "-", "0", "2", "3", "0", "-"]
     ]
     with with_settings(TASK_QUEUE_LIMITS={"test": 2}), pytest.raises(QueueFull):
         tasks.record.enqueue("full")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -37,7 +38,10 @@ def bury(r: redis.Redis, queue: str, label: str) -> None:
 
 
 # The head of rc_queues' table of queues, split at spaces.
-QUEUES_HEADER = ["queue", "ready", "delayed", "on", "limits", "in", "progress", "dead", "limit"]
+QUEUES_HEADER = [
+    *("queue", "ready", "oldest", "ready", "delayed", "on", "limits"),
+    *("in", "progress", "dead", "limit"),
+]
 
 
 def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Redis) -> None:
@@ -49,8 +53,10 @@ def test_the_table_shows_each_queue_and_the_workers(redis_mode: str, r: redis.Re
     assert lines[0].split() == QUEUES_HEADER
     table = lines[1 : lines.index("")]
     rows = {line.split()[0]: line.split()[1:] for line in table}
-    assert rows["test"] == ["1", "1", "0", "0", "0", "-"]
-    assert rows["mail"] == ["0", "0", "0", "0", "1", "-"]
+    ready, oldest, *rest = rows["test"]
+    assert (ready, rest) == ("1", ["1", "0", "0", "0", "-"])
+    assert re.fullmatch(r"\d+\.\ds", oldest)  # ("a" has waited since its enqueue)
+    assert rows["mail"] == ["0", "-", "0", "0", "0", "1", "-"]
     assert "Workers: 1" in lines
     assert any(worker.id in line and "test, mail" in line and "s left" in line for line in lines)
 

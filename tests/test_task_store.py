@@ -47,6 +47,7 @@ from redis_components.tasks.store.calls import (
     fetch_call,
     fetch_keys,
     forget_call,
+    health_call,
     heartbeat_call,
     metadata_call,
     migrate_call,
@@ -581,6 +582,7 @@ BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
         task_id="ab", queue="q", payload=b"{}", unique=unique_key("d", home("q")), terminate=True
     ),
     "queue_purge": lambda n: purge_call(queue="q", head=home("q")),
+    "queue_health": lambda n: health_call(queue="q", head=home("q")),
     "queue_forget": lambda n: forget_call(names=[f"q{i}" for i in range(n)], hours=[1, 2]),
     "entry_heads": lambda n: entry_heads_call(key="k", first=0, last=1, start_bytes=1, end_bytes=1),
     "schedule_claim": lambda n: claim_call(claims=_claims(n)),

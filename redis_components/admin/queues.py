@@ -45,6 +45,7 @@ from ..tasks.status import (
     held_back,
     home_stats,
     limits_in_use,
+    oldest_ready,
     queue_stats,
     read_dead_letter,
     running_tasks,
@@ -238,6 +239,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             {"worker": worker, "running": by_worker.pop(worker.id, [])} for worker in workers()
         ]
         limits_total, limits = limits_in_use()
+        ages = oldest_ready([s.name for s in stats])
         minutes = throughput([s.name for s in stats], CHART_HOURS)
         charts = [c for s in stats if (c := chart(s.name, minutes[s.name])) is not None]
         context = self._context(
@@ -247,6 +249,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             queues=[
                 {
                     "stats": s,
+                    "oldest_ready": ages[s.name],
                     "url": self.url("queue", query=urlencode({"name": s.name})),
                     "dead_url": self.url(
                         "queue", query=urlencode({"name": s.name, "state": "dead"})
@@ -296,6 +299,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ]
         pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
         homes = home_stats(name)
+        ages = [home.oldest_ready for home in homes if home.oldest_ready is not None]
         homes = homes if len(homes) > 1 else []  # (a table for its partitions)
         base: dict[str, str | int] = {"name": name, "state": state}
 
@@ -311,6 +315,7 @@ class TaskQueuesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             requeue_all_url=self.url("action", "requeue-all", query=Target(name).query()),
             queue=name,
             homes=homes if len(homes) > 1 else [],
+            oldest_ready=max(ages, default=None),
             state=state,
             rows=rows,
             total=total,

@@ -65,6 +65,19 @@ def queue_stats(queues: Iterable[str] | None = None) -> list[QueueStats]:
     ]
 
 
+def oldest_ready(queues: Iterable[str]) -> dict[str, float | None]:
+    """How long, in seconds, the oldest ready task of each of ``queues`` has waited to
+    start (``None``: none is ready), by the server's clock: across its partitions, the
+    oldest. One command per queue and partition, in one round trip per node. Since when
+    a task counts as ready is docs/operations.md's ("Queue health")."""
+    names = [validate_queue(name) for name in queues]
+    found = TaskStore().ready_ages(names)
+    return {
+        name: max((age for _, age in found[name] if age is not None), default=None)
+        for name in names
+    }
+
+
 @dataclass(frozen=True)
 class HomeStats:
     """A queue's tasks in one of its homes: partition ``partition`` of ``of`` (its own
@@ -77,20 +90,24 @@ class HomeStats:
     node: str
     counts: QueueCounts
     bound: int
+    oldest_ready: float | None = None  # seconds the oldest ready task here has waited
 
 
 def home_stats(queue: str) -> list[HomeStats]:
-    """Where ``queue``'s tasks are: its counts in each of its homes, partition by
-    partition, with the node each is on (one round trip per home)."""
+    """Where ``queue``'s tasks are: its counts and its oldest ready task's wait in each of
+    its homes, partition by partition, with the node each is on (two round trips per
+    node)."""
     validate_queue(queue)
     serving = [w.id for w in workers() if queue in w.queues]
     roles = home_roles(queue)
     limit = queue_limit(queue)
     store, found = TaskStore(), []
+    ages = dict(store.ready_ages([queue])[queue])
     for head, counts in store.home_counts({queue: serving})[queue]:
         partition, of = roles.get(head, (0, 0))
         bound = -(-limit // of) if partition else 0  # (as an enqueue there shares it)
-        found.append(HomeStats(partition, of, store.node_of(head), counts, bound))
+        node = store.node_of(head)
+        found.append(HomeStats(partition, of, node, counts, bound, ages.get(head)))
     return found
 
 

@@ -16,6 +16,7 @@ from ...tasks.schedules import schedule_states
 from ...tasks.status import (
     home_stats,
     limits_in_use,
+    oldest_ready,
     queue_names,
     queue_stats,
     running_tasks,
@@ -36,6 +37,20 @@ def _time(when: datetime.datetime | None) -> str:
     return when.isoformat(timespec="seconds") if when else "-"
 
 
+def _age(seconds: float | None) -> str:
+    """A wait in a cell, one word: "4.2s", "3m07s", "5h02m", "2d04h"; "-" for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
 def _progress(said: Progress | None) -> str:
     """A task's progress in a cell: "3 of 10 (30%) · its note", "-" for none."""
     if said is None:
@@ -48,12 +63,12 @@ def _progress(said: Progress | None) -> str:
 
 class Command(RedisCommand):
     help = (
-        "Show each task queue's ready, delayed, in-progress and dead task counts, the "
-        "registered workers, the concurrency limits in use and the running workflows; or "
-        "the schedules, the workflows, or the tasks waiting on limits; or requeue dead "
-        "letters, purge a queue, cancel a task or a workflow. With -v 2, also where each "
-        "queue's tasks are: partition by partition, on which node, next to its share of "
-        "the queue's bound."
+        "Show each task queue's ready, delayed, in-progress and dead task counts and how "
+        "long its oldest ready task has waited, the registered workers, the concurrency "
+        "limits in use and the running workflows; or the schedules, the workflows, or the "
+        "tasks waiting on limits; or requeue dead letters, purge a queue, cancel a task or "
+        "a workflow. With -v 2, also where each queue's tasks are: partition by partition, "
+        "on which node, next to its share of the queue's bound."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -144,14 +159,25 @@ class Command(RedisCommand):
 
     def show(self, where: bool = False) -> None:
         rows: list[tuple[str, ...]] = [
-            ("queue", "ready", "delayed", "on limits", "in progress", "dead", "limit")
+            (
+                "queue",
+                "ready",
+                "oldest ready",
+                "delayed",
+                "on limits",
+                "in progress",
+                "dead",
+                "limit",
+            )
         ]
         found = queue_stats()
+        ages = oldest_ready([stats.name for stats in found])
         for stats in found:
             rows.append(
                 (
                     stats.name,
                     str(stats.ready),
+                    _age(ages[stats.name]),
                     str(stats.delayed),
                     str(stats.on_limits),
                     str(stats.in_progress),

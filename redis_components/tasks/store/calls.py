@@ -372,6 +372,13 @@ def forget_call(*, names: Sequence[str], hours: Sequence[int]) -> scripts.Call:
     return scripts.load("queue_forget"), script_keys, [3 + len(hours), *names]
 
 
+def health_call(*, queue: str, head: str) -> scripts.Call:
+    """lua/queue_health.lua: since when the oldest ready task of ``queue`` in its home
+    ``head`` has been ready, by that home's clock."""
+    keys = [ready_key(queue, head), delayed_key(queue, head), counter_key(head)]
+    return scripts.load("queue_health"), keys, []
+
+
 def entry_heads_call(
     *, key: str, first: int, last: int, start_bytes: int, end_bytes: int
 ) -> scripts.Call:

@@ -17,7 +17,7 @@ from redis import Redis
 from ...connection import text
 from ..messages import TaskMessage, validate_queue
 from . import layout, replies
-from .calls import entry_heads_call
+from .calls import entry_heads_call, health_call
 from .records import (
     Attempt,
     DeadLetter,
@@ -173,6 +173,23 @@ class Inspection(Router):
                     on_limits=int(on_limits or 0),
                 )
                 found[name].append((head, home))
+        return found
+
+    def ready_ages(self, queues: Sequence[str]) -> dict[str, list[tuple[str, float | None]]]:
+        """How long the oldest ready task of each of ``queues`` has waited, in each of its
+        homes (layout.queue_homes): seconds by that home's server clock, ``None`` where no
+        task is ready (lua/queue_health.lua says since when a task is ready). One script
+        call per home, pipelined per node."""
+        heads = {name: layout.queue_homes(name) for name in queues}  # (read once: see layout)
+        calls = [health_call(queue=name, head=head) for name in queues for head in heads[name]]
+        replies_found = iter(self._run_each(calls))
+        found: dict[str, list[tuple[str, float | None]]] = {}
+        for name in queues:
+            found[name] = []
+            for head in heads[name]:
+                now_ms, since_ms = (int(value) for value in next(replies_found))
+                age = None if since_ms < 0 else max(now_ms - since_ms, 0) / 1000
+                found[name].append((head, age))
         return found
 
     def dead_letters(self, queue: str, first: int, last: int) -> list[DeadLetter]:

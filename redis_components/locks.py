@@ -15,27 +15,24 @@ How it works (every key of one lock shares the ``{name}`` hash tag)::
     rc:lock:{name}:waiters  ZSET of waiters' tokens -> registration deadline
     rc:lock:{name}:grant    a list holding the grant a release hands to the next waiter
 
-Acquiring is one script: take the lock if free (and a new fence), else register as a
-waiter. A waiter then blocks on the grant list (BLPOP). Releasing is one script: if
-someone waits, the lock is handed over (new token, new fence, full lease) and the grant
-is pushed to the list, where Redis gives it to the longest-blocked waiter, who holds
-the lock as soon as its BLPOP returns; if nobody waits, the key is deleted. So
-waiting costs no polling, blocked waiters are served in the order they blocked (a
-releasing process cannot barge back in ahead of them; a grant that finds nobody
-blocked goes to whoever asks next), and an uncontended acquire + release is two round
-trips.
+Acquiring is one script: take the lock if free (and a new fence), else register as a waiter.
+A waiter then blocks on the grant list (BLPOP). Releasing is one script: if someone waits,
+the lock is handed over (new token, new fence, full lease) and the grant is pushed to the
+list, where Redis gives it to the longest-blocked waiter, who holds the lock as soon as its
+BLPOP returns; if nobody waits, the key is deleted. So waiting costs no polling, blocked
+waiters are served in the order they blocked (a releasing process cannot barge back in ahead
+of them; a grant that finds nobody blocked goes to whoever asks next), and an uncontended
+acquire + release is two round trips.
 
-A waiter never blocks past the holder's lease: its BLPOP lasts until the lease
-expires, with the deadline kept on the client (a monotonic timer, then CLIENT UNBLOCK),
-because an idle Redis notices blocking timeouts only every 1/hz seconds. A waiter that
-died is unblocked by Redis when its connection closes; its registration lapses, and
-the next waiter to register sweeps it.
+A waiter never blocks past the holder's lease (waiting.py keeps that deadline on the client:
+an idle Redis notices blocking timeouts only every 1/hz seconds). A waiter that died is
+unblocked by Redis when its connection closes; its registration lapses, and the next waiter
+to register sweeps it.
 
-The lease is the lock's safety net, not a promise: a holder paused past its lease
-loses the lock. ``handle.check()`` and ``handle.lost`` tell it so, ``auto_renew``
-keeps the lease alive while the process lives, and the fence (which grows with every
-grant) lets the data refuse a stale holder's write: see :func:`fenced_update` and
-:func:`fenced_set`.
+The lease is the lock's safety net, not a promise: a holder paused past its lease loses the
+lock. ``handle.check()`` and ``handle.lost`` tell it so, ``auto_renew`` keeps the lease
+alive while the process lives, and the fence (which grows with every grant) lets the data
+refuse a stale holder's write: see :func:`fenced_update` and :func:`fenced_set`.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import metrics
+from . import metrics, tracing
 from .conf import conf
 from .connection import get_async_client, get_client, is_cluster, text
 from .deprecation import deprecated
@@ -107,21 +104,19 @@ class RedisLock:
     """A lock on one name, shared by every process that uses the same Redis.
 
     ``timeout`` is the lease in seconds (default ``LOCK_TIMEOUT``): a holder that does not
-    release or extend it within that time loses the lock. ``auto_renew=True`` renews
-    the lease every ``timeout / 3`` while the process lives; if a renewal finds the lease
-    gone, the handle is marked lost and ``on_lost(handle)`` is called (in the watchdog's
-    thread).
+    release or extend it within that time loses the lock. ``auto_renew=True`` renews the lease
+    every ``timeout / 3`` while the process lives; if a renewal finds the lease gone, the
+    handle is marked lost and ``on_lost(handle)`` is called (in the watchdog's thread).
 
-    Nested acquisition: a blocking acquire of a name that the same thread or asyncio
-    task already holds raises :class:`LockAlreadyHeld` at once (instead of waiting for
-    its own lease to run out), and a non-blocking one returns ``None`` (busy), unless
-    ``reentrant=True``: then the same handle is returned and counted, and only the
-    outermost release releases the lock.
+    Nested acquisition: a blocking acquire of a name that the same thread or asyncio task
+    already holds raises :class:`LockAlreadyHeld` at once (instead of waiting for its own
+    lease to run out), and a non-blocking one returns ``None`` (busy), unless
+    ``reentrant=True``: then the same handle is returned and counted, and only the outermost
+    release releases the lock.
 
     ``with RedisLock(...) as handle:`` acquires as :meth:`acquire` does (raising
     :class:`LockNotAcquired` when it times out) and releases at the end, raising
-    :class:`LockLost` there if the lease ran out during the block, as ``redis_lock``
-    does.
+    :class:`LockLost` there if the lease ran out during the block, as ``redis_lock`` does.
     """
 
     def __init__(
@@ -163,9 +158,8 @@ class RedisLock:
         """Take the lock; return its handle, or ``None`` if not acquired in time.
 
         ``blocking=False`` (or ``blocking_timeout=0``) tries once. Otherwise wait at most
-        ``blocking_timeout`` seconds (default ``LOCK_BLOCKING_TIMEOUT``; ``math.inf``:
-        without a limit), woken by the holder's release or its lease's expiry, never by
-        polling.
+        ``blocking_timeout`` seconds (default ``LOCK_BLOCKING_TIMEOUT``; ``math.inf``: without
+        a limit), woken by the holder's release or its lease's expiry, never by polling.
         """
         return self._acquire(blocking, blocking_timeout)[0]
 
@@ -177,6 +171,7 @@ class RedisLock:
 
     # The acquire loop exists twice, sync and async; everything else is shared.
 
+    @tracing.acquisition("lock")
     def _acquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[LockHandle | None, float]:
@@ -199,6 +194,7 @@ class RedisLock:
             if grant is not None:
                 return _holding(attempt.granted(grant), waited), 0.0
 
+    @tracing.acquisition("lock")
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[LockHandle | None, float]:
@@ -275,7 +271,7 @@ class RedisLock:
     def _entering(self, handle: LockHandle | None) -> LockHandle:
         if handle is None:
             raise LockNotAcquired(f"Lock {self.name!r} is busy", self.name)
-        self._entered.setdefault(_current_owner(), []).append(handle)
+        self._entered.setdefault(_current_owner(), []).append(tracing.entered(handle))
         return handle
 
     def _leaving(self) -> LockHandle:
@@ -468,6 +464,7 @@ class LockHandle:
         self._stop()
 
     def _stop(self) -> None:
+        tracing.stopped(self)
         if self.lock.auto_renew:
             watchdog.remove(self)
         held = _held.get({})
@@ -570,6 +567,7 @@ class LockHandle:
         """
         interrupted = self._release_interrupted
         self._release_interrupted = True  # until the reply is handled
+        tracing.releasing(self)
         args: list[Arg] = [self.token, self.registration, self.lock.lease_ms]
         return (load(RELEASE), self.lock.keys, args), interrupted
 
@@ -736,6 +734,7 @@ class LockScope(Guard[H]):
         return self._taken(names, handles)
 
     def _taken(self, names: Sequence[str], handles: list[LockHandle]) -> H:
+        tracing.entered(handles[-1])
         return handles[0] if len(names) == 1 else LockGroup(handles)  # type: ignore[return-value]
 
     def give_back(self, taken: H, ok: bool) -> None:
@@ -756,6 +755,7 @@ def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:
     return taken.handles if isinstance(taken, LockGroup) else (taken,)
 
 
+@tracing.at_once
 def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
     """Several free locks in one round trip: try each once, in order, in one pipeline.
 
@@ -878,16 +878,16 @@ def redis_lock(
 ) -> LockScope[Any]:
     """Hold one or more locks around a block or a function call (sync or async).
 
-    As a context manager it yields the :class:`LockHandle` (a :class:`LockGroup` for
-    several names) and raises :class:`LockNotAcquired` when a lock stays busy for
-    ``blocking_timeout`` seconds. Several names are locked in sorted order, all or
-    nothing. If a lease was lost before the block ended, :class:`LockLost` is raised
-    at its end (unless the block raised already).
+    As a context manager it yields the :class:`LockHandle` (a :class:`LockGroup` for several
+    names) and raises :class:`LockNotAcquired` when a lock stays busy for ``blocking_timeout``
+    seconds. Several names are locked in sorted order, all or nothing. If a lease was lost
+    before the block ended, :class:`LockLost` is raised at its end (unless the block raised
+    already).
 
     As a decorator, names are templates filled from the call's arguments
     (``"market:item:{item_id}"``); on a Django view they may also use ``{user}``, the
-    request's user id. When busy, ``on_busy(busy)`` decides what the call returns; by
-    default a view answers HTTP 409 with ``Retry-After``, anything else raises
+    request's user id. When busy, ``on_busy(busy)`` decides what the call returns; by default
+    a view answers HTTP 409 with ``Retry-After``, anything else raises
     :class:`LockNotAcquired`.
     """
     return LockScope(

@@ -44,7 +44,7 @@ from typing import Any
 
 from django.utils.translation import gettext_lazy
 
-from . import metrics
+from . import metrics, tracing
 from .conf import conf
 from .connection import get_async_client, get_client, text
 from .deprecation import deprecated
@@ -137,6 +137,7 @@ class RedisSemaphore:
         blocking = _blocking(blocking, "aacquire()")
         return (await self._aacquire(blocking, blocking_timeout))[0]
 
+    @tracing.acquisition("semaphore")
     def _acquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[Permit | None, float]:
@@ -153,6 +154,7 @@ class RedisSemaphore:
             if signal is not None and signal != "wake":
                 return attempt.granted(signal).holding(), 0.0
 
+    @tracing.acquisition("semaphore")
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[Permit | None, float]:
@@ -353,10 +355,11 @@ class Permit:
     def _renewed(self, ok: bool) -> bool:
         if not ok:
             self._lost = True
-            watchdog.remove(self)
+            self._stop()
         return ok
 
     def _release_call(self) -> Call:
+        tracing.releasing(self)
         sem = self.semaphore
         fair = "1" if sem.fair else "0"
         args: list[Arg] = [self.token, sem.limit, ms(sem.timeout), fair, _prefix()]
@@ -377,10 +380,15 @@ class Permit:
 
     def _released(self, ok: bool) -> bool:
         self.released = True
-        watchdog.remove(self)
-        if not ok:
-            self._lost = True
+        self._lost = self._lost or not ok
+        self._stop()
         return ok
+
+    def _stop(self) -> None:
+        """No more renewals; the permit's span (with tracing on) says it was lost or
+        released."""
+        watchdog.remove(self)
+        tracing.stopped(self)
 
     # -- the watchdog's Lease protocol -------------------------------------------
 
@@ -394,6 +402,7 @@ class Permit:
     def renewed(self, ok: bool) -> None:
         if not ok and not self.released:
             self._lost = True
+            self._stop()
             if self.semaphore.on_lost is not None:
                 self.semaphore.on_lost(self)
 
@@ -439,12 +448,12 @@ class SemaphoreScope(Guard[Permit]):
     def take(self, names: Sequence[str]) -> Permit | Busy:
         sem = RedisSemaphore(names[0], **self.options)
         permit, retry_after = sem._acquire(self.blocking, self.blocking_timeout)
-        return permit if permit is not None else Busy(tuple(names), retry_after)
+        return tracing.entered(permit) if permit is not None else Busy(tuple(names), retry_after)
 
     async def atake(self, names: Sequence[str]) -> Permit | Busy:
         sem = RedisSemaphore(names[0], **self.options)
         permit, retry_after = await sem._aacquire(self.blocking, self.blocking_timeout)
-        return permit if permit is not None else Busy(tuple(names), retry_after)
+        return tracing.entered(permit) if permit is not None else Busy(tuple(names), retry_after)
 
     def give_back(self, taken: Permit, ok: bool) -> None:
         _report(taken, taken._release(), ok)

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import metrics, tracing
+from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, is_cluster, text
 from .deprecation import deprecated
@@ -63,6 +63,7 @@ from .exceptions import (
 from .guard import Busy, Guard
 from .keys import MAX_SECONDS, is_integer, key, seconds, shorten, validate_name
 from .scripts import Arg, Call, arun_and_wait, load, run_and_wait, run_many
+from .tracing import holds
 from .waiting import (
     LONGEST_REGISTRATION_MS,
     Attempt,
@@ -171,7 +172,7 @@ class RedisLock:
 
     # The acquire loop exists twice, sync and async; everything else is shared.
 
-    @tracing.acquisition("lock")
+    @holds.acquisition("lock")
     def _acquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[LockHandle | None, float]:
@@ -194,7 +195,7 @@ class RedisLock:
             if grant is not None:
                 return _holding(attempt.granted(grant), waited), 0.0
 
-    @tracing.acquisition("lock")
+    @holds.acquisition("lock")
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[LockHandle | None, float]:
@@ -231,9 +232,8 @@ class RedisLock:
         return held
 
     def _nested(self, waits: bool) -> tuple[LockHandle | None, float] | None:
-        """What an acquire of a name this thread or task holds gives (``None``: it does
-        not hold it): the same handle if reentrant, else busy, or an error if it would
-        wait."""
+        """What an acquire of a name this thread or task holds gives (``None``: not
+        held here): the same handle if reentrant, else busy, or an error if it waits."""
         held = self._held_here()
         if held is None:
             return None
@@ -271,7 +271,7 @@ class RedisLock:
     def _entering(self, handle: LockHandle | None) -> LockHandle:
         if handle is None:
             raise LockNotAcquired(f"Lock {self.name!r} is busy", self.name)
-        self._entered.setdefault(_current_owner(), []).append(tracing.entered(handle))
+        self._entered.setdefault(_current_owner(), []).append(holds.entered(handle))
         return handle
 
     def _leaving(self) -> LockHandle:
@@ -464,7 +464,7 @@ class LockHandle:
         self._stop()
 
     def _stop(self) -> None:
-        tracing.stopped(self)
+        holds.stopped(self)
         if self.lock.auto_renew:
             watchdog.remove(self)
         held = _held.get({})
@@ -567,7 +567,7 @@ class LockHandle:
         """
         interrupted = self._release_interrupted
         self._release_interrupted = True  # until the reply is handled
-        tracing.releasing(self)
+        holds.releasing(self)
         args: list[Arg] = [self.token, self.registration, self.lock.lease_ms]
         return (load(RELEASE), self.lock.keys, args), interrupted
 
@@ -734,7 +734,7 @@ class LockScope(Guard[H]):
         return self._taken(names, handles)
 
     def _taken(self, names: Sequence[str], handles: list[LockHandle]) -> H:
-        tracing.entered(handles[-1])
+        holds.entered(handles[-1])
         return handles[0] if len(names) == 1 else LockGroup(handles)  # type: ignore[return-value]
 
     def give_back(self, taken: H, ok: bool) -> None:
@@ -755,7 +755,7 @@ def _handles(taken: LockHandle | LockGroup) -> tuple[LockHandle, ...]:
     return taken.handles if isinstance(taken, LockGroup) else (taken,)
 
 
-@tracing.at_once
+@holds.at_once
 def _try_all(locks: Sequence[RedisLock]) -> list[LockHandle] | None:
     """Several free locks in one round trip: try each once, in order, in one pipeline.
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from django.utils.translation import gettext_lazy
 
-from . import metrics, tracing
+from . import metrics
 from .conf import conf
 from .connection import get_async_client, get_client, text
 from .deprecation import deprecated
@@ -52,6 +52,7 @@ from .exceptions import SemaphoreError, SemaphoreLost, SemaphoreNotAcquired, Sem
 from .guard import Busy, Guard
 from .keys import integer, key, validate_name
 from .scripts import Arg, Call, load
+from .tracing import holds
 from .waiting import Attempt, await_grant, ms, positive_seconds, wait_for_grant, wait_seconds
 from .watchdog import watchdog
 
@@ -137,7 +138,7 @@ class RedisSemaphore:
         blocking = _blocking(blocking, "aacquire()")
         return (await self._aacquire(blocking, blocking_timeout))[0]
 
-    @tracing.acquisition("semaphore")
+    @holds.acquisition("semaphore")
     def _acquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[Permit | None, float]:
@@ -154,7 +155,7 @@ class RedisSemaphore:
             if signal is not None and signal != "wake":
                 return attempt.granted(signal).holding(), 0.0
 
-    @tracing.acquisition("semaphore")
+    @holds.acquisition("semaphore")
     async def _aacquire(
         self, blocking: bool, blocking_timeout: float | None
     ) -> tuple[Permit | None, float]:
@@ -359,7 +360,7 @@ class Permit:
         return ok
 
     def _release_call(self) -> Call:
-        tracing.releasing(self)
+        holds.releasing(self)
         sem = self.semaphore
         fair = "1" if sem.fair else "0"
         args: list[Arg] = [self.token, sem.limit, ms(sem.timeout), fair, _prefix()]
@@ -388,7 +389,7 @@ class Permit:
         """No more renewals; the permit's span (with tracing on) says it was lost or
         released."""
         watchdog.remove(self)
-        tracing.stopped(self)
+        holds.stopped(self)
 
     # -- the watchdog's Lease protocol -------------------------------------------
 
@@ -448,12 +449,12 @@ class SemaphoreScope(Guard[Permit]):
     def take(self, names: Sequence[str]) -> Permit | Busy:
         sem = RedisSemaphore(names[0], **self.options)
         permit, retry_after = sem._acquire(self.blocking, self.blocking_timeout)
-        return tracing.entered(permit) if permit is not None else Busy(tuple(names), retry_after)
+        return holds.entered(permit) if permit is not None else Busy(tuple(names), retry_after)
 
     async def atake(self, names: Sequence[str]) -> Permit | Busy:
         sem = RedisSemaphore(names[0], **self.options)
         permit, retry_after = await sem._aacquire(self.blocking, self.blocking_timeout)
-        return tracing.entered(permit) if permit is not None else Busy(tuple(names), retry_after)
+        return holds.entered(permit) if permit is not None else Busy(tuple(names), retry_after)
 
     def give_back(self, taken: Permit, ok: bool) -> None:
         _report(taken, taken._release(), ok)

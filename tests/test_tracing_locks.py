@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of locks and semaphores (redis_components/tracing.py): a span from
+"""OpenTelemetry spans of locks and semaphores (redis_components/tracing/holds.py): a span from
 the start of each acquisition to its release, current while a scope holds it, with the
 wait, the fence or permit, a refusal's and a lost lease's ERROR, no round trip added,
 and nothing of OpenTelemetry imported while tracing is off. Spans are read from the
@@ -58,7 +58,16 @@ def exported() -> Iterator[Exported]:
 
 
 def named(found: list[ReadableSpan], name: str) -> list[ReadableSpan]:
-    return [span for span in found if span.name == name]
+    """The spans named ``name``, or for "lock <name>" ("semaphore <name>") the spans of
+    that lock: named by their kind alone (a span's name must not grow with its
+    arguments), its name in an attribute."""
+    kind, _, target = name.partition(" ")
+    return [
+        span
+        for span in found
+        if span.name == name
+        or (span.name == kind and attributes(span).get(f"redis_components.{kind}.name") == target)
+    ]
 
 
 def started_in_order(found: list[ReadableSpan]) -> list[ReadableSpan]:
@@ -411,12 +420,12 @@ def test_nothing_of_opentelemetry_is_imported_for_locks_while_tracing_is_off() -
 def test_a_tracing_failure_costs_the_span_not_the_lock(
     exported: Exported, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from redis_components import tracing
+    from redis_components.tracing import holds
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("an SDK that fails")
 
-    monkeypatch.setattr(tracing.Hold, "__init__", broken)
+    monkeypatch.setattr(holds.Hold, "__init__", broken)
     with redis_lock("sturdy") as handle:
         assert handle.owned()
     assert not RedisLock("sturdy").locked()

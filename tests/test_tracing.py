@@ -393,6 +393,30 @@ def test_a_tasks_own_spans_are_children_of_its_attempt(
         assert attempt.context.trace_id == inside.context.trace_id
 
 
+def test_tracing_on_without_an_sdk_makes_nothing(r: redis.Redis) -> None:
+    """With TRACING on but no tracer provider set (OpenTelemetry's API alone: every span
+    would be a no-op), a task is enqueued and run as with tracing off: nothing is
+    carried in its metadata, and nothing is kept in its result."""
+    code = (
+        "import django; django.setup()\n"
+        "from redis_components import get_result\n"
+        "from redis_components.tasks.results import read_records\n"
+        "from redis_components.testing import drain\n"
+        "from tests.testapp import tasks\n"
+        "result = tasks.slow_retry_once.enqueue('no sdk')\n"
+        "drain(['test'])\n"
+        "[record] = read_records([result.id])\n"
+        "assert (record.status.name, record.metadata, record.trace) == ('SUCCESSFUL', {}, '')\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env.pop("RC_TEST_SPANS", None)
+    env["RC_TEST_REDIS_COMPONENTS"] = json.dumps({**settings.REDIS_COMPONENTS, "TRACING": True})
+    ran = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
 def test_nothing_of_opentelemetry_is_imported_while_tracing_is_off(r: redis.Redis) -> None:
     """With TRACING off (the default), enqueuing and running tasks never imports
     ``opentelemetry``: a process where it cannot be imported at all (as where the extra

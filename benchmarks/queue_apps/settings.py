@@ -32,8 +32,11 @@ REDIS_COMPONENTS["TASK_SCHEDULES"] = {
 }
 # The cost of tracing (benchmarks/tracing.py): spans on, through OpenTelemetry's SDK and
 # a batch processor whose exporter drops them (what a project's would cost, but the
-# export itself); BENCH_TRACING is the fraction of traces sampled (1: all).
-if os.environ.get("BENCH_TRACING"):
+# export itself); BENCH_TRACING is the fraction of traces sampled (1: all), or "api":
+# OpenTelemetry's API alone, no SDK (every span a no-op: what the package's own code costs).
+if os.environ.get("BENCH_TRACING") == "api":
+    REDIS_COMPONENTS["TRACING"] = True
+elif os.environ.get("BENCH_TRACING"):
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult

@@ -64,6 +64,18 @@ def mode() -> str | None:
     return value if value in MODES else None
 
 
+def recording() -> bool:
+    """Whether spans are made: tracing is on, and the project set a tracer provider (an
+    SDK's). With OpenTelemetry's API alone every span would be a no-op: then nothing is
+    started, carried or kept."""
+    if mode() is None:
+        return False
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def _forget(*, setting: str, **kwargs: Any) -> None:
     if setting == "REDIS_COMPONENTS":
         mode.cache_clear()
@@ -166,7 +178,7 @@ def ticked(message: TaskMessage, schedule: str, tick: int) -> tuple[TaskMessage,
     """A schedule's tick's message with the context of its ``create`` span (a root,
     linked to :func:`schedule_context`), and the span, to end when the claim answers
     (:meth:`Sending.ended`); ``message`` and ``None`` when tracing is off."""
-    if mode() is None:
+    if not recording():
         return message, None
     try:
         creating = Sending(message, schedule=schedule, tick=tick)
@@ -184,7 +196,7 @@ def carried(
     made in (``None`` for a workflow's ``step``, which carries the context current
     here: the workflow is sent by one script, which writes them all); ``metadata`` and
     ``None`` when tracing is off."""
-    if mode() is None:
+    if not recording():
         return metadata, None
     try:
         if step:
@@ -196,6 +208,8 @@ def carried(
         sending = Sending(message)
     except Exception:  # (a propagator's or an SDK's error must not stop the enqueue)
         logger.exception("No span for an enqueue of task %s: tracing failed", message.task)
+        return metadata, None
+    if not sending.carrier:  # (no SDK: the span is a no-op, with no context to carry)
         return metadata, None
     return {**metadata, CARRIER: sending.carrier}, sending
 
@@ -353,9 +367,10 @@ class _Keeper:
             self._wake.wait()
             self._wake.clear()
             while self._pending:
-                wait = self._pending[0].started + KEEP_AFTER - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
+                # (A pass every KEEP_AFTER at most: waking for each attempt costs more.)
+                time.sleep(
+                    max(KEEP_AFTER / 2, self._pending[0].started + KEEP_AFTER - time.monotonic())
+                )
                 due = []
                 now = time.monotonic()
                 while self._pending and self._pending[0].started + KEEP_AFTER <= now:
@@ -416,7 +431,7 @@ def fan_ins(steps: list[PlannedStep]) -> None:
     a barrier, whose steps it waits for are the barrier's): its carrier names them (the
     first ``TRACING_MAX_LINKS``), so that its attempt links to each, and theirs say so,
     so that each one's last attempt says it ended. Nothing when tracing is off."""
-    if mode() is None:
+    if not recording():
         return
     most = int(conf.get("TRACING_MAX_LINKS"))
     for step in steps:
@@ -463,7 +478,7 @@ def _reason(outcome: Outcome) -> str:
 def processing(job: Job) -> contextlib.AbstractContextManager[Processing | None]:
     """The ``process`` span of an attempt (a context manager giving the
     :class:`Processing`), or one giving ``None`` when tracing is off."""
-    if mode() is None:
+    if not recording():
         return _OFF
     try:
         return Processing(job)

@@ -14,7 +14,7 @@ import contextlib
 import functools
 from typing import TYPE_CHECKING, Any
 
-from . import SYSTEM, _tracer, logger, mode
+from . import SYSTEM, _tracer, logger, mode, recording
 
 if TYPE_CHECKING:
     import weakref
@@ -167,7 +167,7 @@ def acquisition(kind: str) -> Callable[[Acquire], Acquire]:
 
             @functools.wraps(acquire)
             async def atraced(owner: Any, *args: Any) -> Any:
-                hold = None if mode() is None else _start(kind, owner)
+                hold = _start(kind, owner) if recording() else None
                 if hold is None:
                     return await acquire(owner, *args)
                 with hold.acquiring():
@@ -179,7 +179,7 @@ def acquisition(kind: str) -> Callable[[Acquire], Acquire]:
 
         @functools.wraps(acquire)
         def traced(owner: Any, *args: Any) -> Any:
-            hold = None if mode() is None else _start(kind, owner)
+            hold = _start(kind, owner) if recording() else None
             if hold is None:
                 return acquire(owner, *args)
             with hold.acquiring():
@@ -198,7 +198,7 @@ def at_once(take: Acquire) -> Acquire:
 
     @functools.wraps(take)
     def traced(locks: Any) -> Any:
-        if mode() is None:
+        if not recording():
             return take(locks)
         import time
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import time
 from typing import Any
 
 import pytest
@@ -87,6 +90,40 @@ def test_the_overview_refreshes_itself(site: str, browser: Any) -> None:
     waiting.until(lambda b: ready_count(b) == "1", "the first task is not shown")
     tasks.record.enqueue("second")
     waiting.until(lambda b: ready_count(b) == "2", "no refresh")
+
+
+def test_the_overview_shows_how_long_the_oldest_ready_task_waited(site: str, browser: Any) -> None:
+    """Queue health beside the counts: the oldest ready task's wait in each queue that has
+    one, "-" in one that has none. With RC_DOCS_SCREENSHOTS set to a folder, the page is
+    saved there for the docs (docs/images/queue-health.png)."""
+    from selenium.webdriver.common.by import By
+
+    for label in ("a", "b", "c"):
+        tasks.record.enqueue(label)
+    tasks.record.using(queue_name="market").enqueue("d")
+    tasks.record.using(queue_name="email").enqueue_in(3600, "later")
+    time.sleep(1.2)  # (the ages shown are by the server's clock: a second has passed)
+    browser.get(f"{site}/admin/redis_components/taskqueues/")
+    table = browser.find_element(By.XPATH, "//table[.//td/a[text()='test']]")
+    headers = [
+        th.get_attribute("textContent").strip()
+        for th in table.find_elements(By.CSS_SELECTOR, "thead th")
+    ]
+    column = headers.index("Oldest ready")
+    assert headers[column - 1] == "Ready"
+
+    def age(queue: str) -> str:
+        row = table.find_element(By.XPATH, f".//tr[td/a[text()='{queue}']]")
+        return str(row.find_elements(By.TAG_NAME, "td")[column].text)
+
+    for queue in ("test", "market"):
+        assert re.fullmatch(r"\d+\.\d s", age(queue)), age(queue)
+        assert float(age(queue).split()[0]) >= 1.0
+    assert age("email") == "-"  # (a delayed task is not ready)
+    folder = os.environ.get("RC_DOCS_SCREENSHOTS")
+    if folder:
+        resize(browser, 1100)
+        browser.save_screenshot(os.path.join(folder, "queue-health.png"))
 
 
 def bury(r: redis.Redis, value: str) -> None:

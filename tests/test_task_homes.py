@@ -582,9 +582,10 @@ def test_rc_queues_and_the_running_tasks_read_every_home() -> None:
     call_command("rc_queues", stdout=out)
     lines = out.getvalue().splitlines()
     rows = {line.split()[0]: line.split()[1:] for line in lines[1 : lines.index("")]}
-    # ready, delayed, on limits, in progress, dead
-    assert rows["first"][:5] == ["0", "0", "0", "1", "0"]
-    assert rows["third"][:5] == ["1", "0", "0", "1", "0"]
+    # ready, oldest ready, delayed, on limits, in progress, dead
+    assert rows["first"][:6] == ["0", "-", "0", "0", "1", "0"]
+    assert rows["third"][:1] + rows["third"][2:6] == ["1", "0", "0", "1", "0"]
+    assert rows["third"][1].endswith("s")  # (the ready one's wait, read in its home)
     assert any(worker.id in line for line in lines)
 
 

@@ -59,6 +59,7 @@ def check_settings(
     errors += _check_schedules()
     errors += _check_metrics(merged["METRICS"], merged["METRICS_TOKEN"])
     errors += _check_tracing(merged["TRACING"])
+    errors += _check_otel_metrics(merged["OTEL_METRICS"])
     link = merged["TRACING_LINK"]
     if link is not None and not (isinstance(link, str) and "{trace_id}" in link):
         errors.append(
@@ -233,6 +234,27 @@ def _check_tracing(value: object) -> list[CheckMessage]:
                 "task could be enqueued or run.",
                 hint="pip install 'django-redis-components[otel]', or turn TRACING off.",
                 id="redis_components.E022",
+            )
+        ]
+    return []
+
+
+def _check_otel_metrics(value: object) -> list[CheckMessage]:
+    """OTEL_METRICS is a bool, and needs OpenTelemetry's API when on."""
+    if not isinstance(value, bool):
+        return [
+            Error(
+                f"{SETTING_NAME}['OTEL_METRICS'] is {value!r}; it must be True or False.",
+                id="redis_components.E024",
+            )
+        ]
+    if value and importlib.util.find_spec("opentelemetry") is None:
+        return [
+            Error(
+                f"{SETTING_NAME}['OTEL_METRICS'] is on, but OpenTelemetry is not installed: "
+                "no task could be enqueued or run.",
+                hint="pip install 'django-redis-components[otel]', or turn OTEL_METRICS off.",
+                id="redis_components.E025",
             )
         ]
     return []

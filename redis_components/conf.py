@@ -112,6 +112,10 @@ DEFAULTS: dict[str, Any] = {
     # Where the admin's task page links a task's trace: a URL with "{trace_id}" in it
     # (your tracing backend's page of a trace), or None. Read with conf.get().
     "TRACING_LINK": None,
+    # OpenTelemetry's messaging metrics of tasks (tracing/meters.py; the otel extra),
+    # through its metrics API: False (off: nothing of OpenTelemetry is imported) or True.
+    # Read with conf.get().
+    "OTEL_METRICS": False,
     # The most links an attempt's span gets to the steps it waited for (a workflow's
     # fan-in: a callback after a group); the first ones, by the workflow's order.
     "TRACING_MAX_LINKS": 128,

@@ -77,6 +77,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_task_schedules.py": ("server", "django"),
     "test_task_status.py": ("server",),
     "test_tracing.py": ("server", "processes", "django"),
+    "test_tracing_metrics.py": ("server", "django"),
     "test_tracing_locks.py": ("server", "processes"),
     "test_task_homes.py": ("server",),
     "test_task_store.py": ("server",),

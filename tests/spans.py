@@ -1,7 +1,8 @@
 """OpenTelemetry's SDK for the tracing tests: a tracer provider that keeps finished
 spans in memory (this process), or writes them as JSON lines to the file named by
-``RC_TEST_SPANS`` (a worker process the test started: tests/settings.py installs it).
-The package itself never configures an SDK: a project does, as these do."""
+``RC_TEST_SPANS`` (a worker process the test started: tests/settings.py installs it),
+and a meter provider whose metrics a reader keeps in memory. The package itself never
+configures an SDK: a project does, as these do."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -49,6 +52,14 @@ def in_memory() -> InMemorySpanExporter:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return exporter
+
+
+@functools.cache
+def metrics_reader() -> InMemoryMetricReader:
+    """The reader of this process's metrics (its meter provider is set once)."""
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader
 
 
 def read_file(path: Path) -> list[dict[str, Any]]:

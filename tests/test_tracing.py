@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import redis
 from django.conf import settings
 from django.core.checks import run_checks
 from django.test import Client, override_settings
+from django.utils import timezone
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
@@ -150,6 +152,23 @@ def test_an_attempt_in_another_process_links_to_its_tasks_creation(
 
 def named_in_file(path: Path, name: str) -> list[dict[str, Any]]:
     return [span for span in spans.read_file(path) if span["name"] == name]
+
+
+def test_a_delayed_task_links_to_its_creation_when_it_runs(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """Delayed (its run_after), then moved to its queue by a worker's take: its attempt's
+    span still links to the ``send`` span of its enqueue, and starts once it is due."""
+    with trace.get_tracer("test").start_as_current_span("request"):
+        tasks.add.using(run_after=timezone.now() + timedelta(seconds=0.3)).enqueue(2, 2)
+    drain(["test"])
+    [send] = named(exported(), "send test")
+    [process] = named(exported(), "process test")
+    [link] = process.links
+    assert link.context.span_id == send.context.span_id
+    assert process.start_time is not None
+    assert send.end_time is not None
+    assert process.start_time - send.end_time >= 0.29e9
 
 
 def test_a_retry_links_to_the_attempt_that_failed(

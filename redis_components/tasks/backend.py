@@ -26,6 +26,7 @@ from django.utils.module_loading import import_string
 from .. import keys, tracing
 from ..exceptions import InvalidInput, TaskError, TaskResultDoesNotExist, TaskSerializationError
 from ..keys import django_datetime, django_time
+from ..tracing import meters
 from . import results
 from .definition import (
     OWN_BACKEND,
@@ -257,7 +258,10 @@ class RedisTaskBackend(QueueBackend):
         unique_for = task.unique_for if isinstance(task, RedisTask) else None
         sending = prepared.sending
         try:
-            with sending.sent() if sending else contextlib.nullcontext():
+            with (
+                meters.sending(prepared.message.queue),
+                sending.sent() if sending else contextlib.nullcontext(),
+            ):
                 enqueued = TaskStore().enqueue(
                     prepared.message, prepared.payload, due, unique_for=unique_for
                 )

@@ -30,6 +30,7 @@ from ..exceptions import (
     TimeLimitExceeded,
     WorkerCrashed,
 )
+from ..tracing import meters
 from .jobs import BadBackoff, Job, job_for
 from .messages import MalformedTask, TaskMessage, task_id_of
 from .registry import Retry, running, stop_running
@@ -62,6 +63,7 @@ def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
         reason = f"the input its workflow {message.flow.workflow} gave it is no longer kept"
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
         return bury(delivery, message.id, "no input", reason)
+    meters.consumed(message.queue)
     job = job_for(complete, worker_id, delivery.attempt)
     if isinstance(job, str):
         return unknown(delivery, message, job)
@@ -132,6 +134,7 @@ def run_job(
             close_old_connections()
         if traced is not None:
             traced.ended(outcome, error)
+    meters.processed(job.message.queue, outcome.seconds, error)
     return with_metadata(outcome, job)
 
 
@@ -161,6 +164,7 @@ async def arun_job(
             await sync_to_async(close_old_connections)()
         if traced is not None:
             traced.ended(outcome, error)
+    meters.processed(job.message.queue, outcome.seconds, error)
     return with_metadata(outcome, job)
 
 

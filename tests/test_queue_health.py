@@ -107,6 +107,25 @@ def test_a_task_waiting_to_run_again_counts_from_its_last_attempt(r: redis.Redis
     assert (before - epoch_ms(started)) / 1000 <= age <= (after - epoch_ms(started)) / 1000
 
 
+def test_a_task_recovered_from_a_dead_worker_does_not_hide_those_behind_it(
+    r: redis.Redis,
+) -> None:
+    """A recovered task goes back where it was taken, ahead of tasks that waited longer
+    than it has since its recovery: they are read too."""
+    first = tasks.record.enqueue("first")
+    second = tasks.record.enqueue("second")
+    worker = ScriptedWorker(["test"])
+    time.sleep(0.3)
+    taken = worker.take()
+    assert taken is not None
+    assert taken.id == first.id
+    assert worker.crash() == (1, 0)  # back at the head of its band, crash counted
+    age, before, after = waited(r, "test")
+    assert age is not None
+    enqueued = epoch_ms(second.enqueued_at)
+    assert (before - enqueued) / 1000 <= age <= (after - enqueued) / 1000
+
+
 def test_an_entry_that_is_not_a_task_is_passed_over(r: redis.Redis) -> None:
     """Data another client wrote is not aged (nothing says since when it waits) and
     breaks nothing: the task in the next band still is."""

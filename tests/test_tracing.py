@@ -261,6 +261,40 @@ def test_an_attempt_that_ends_at_once_writes_nothing_to_keep_its_context(
     assert record.trace == ""
 
 
+def test_a_task_enqueued_without_tracing_keeps_its_metadata_as_it_was(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    """Enqueued where tracing was off, retried by a worker where it is on: its attempts
+    have spans, but its metadata (the user's) gains nothing, and none is kept."""
+    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": False}):
+        result = tasks.slow_retry_once.enqueue("untraced")
+    drain(["test"])
+    assert len(named(exported(), "process test")) == 2
+    [record] = read_records([result.id])
+    assert record is not None
+    assert (record.metadata, record.trace) == ({}, "")
+
+
+def test_a_span_processor_that_raises_costs_the_span_not_the_task(
+    exported: Callable[[], list[ReadableSpan]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An SDK's processor that raises when a span ends (the SDK passes it on): the
+    enqueue returns its result, and the attempt's outcome is recorded."""
+    provider: Any = trace.get_tracer_provider()
+    [processor] = provider._active_span_processor._span_processors
+
+    def broken(span: ReadableSpan) -> None:
+        raise RuntimeError("the exporter's queue is broken")
+
+    monkeypatch.setattr(processor, "on_end", broken)
+    result = tasks.add.enqueue(1, 2)
+    drain(["test"])
+    assert get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert "tracing failed" in caplog.text
+
+
 def test_a_schedules_tick_is_a_root_linked_to_its_schedule(
     exported: Callable[[], list[ReadableSpan]],
 ) -> None:

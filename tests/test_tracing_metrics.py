@@ -12,6 +12,8 @@ from django.conf import settings
 from django.core.checks import run_checks
 from django.test import override_settings
 
+from redis_components import get_result
+from redis_components.tasks.framework import TaskResultStatus
 from redis_components.testing import drain
 from redis_components.tracing import meters
 from redis_components.tracing.meters import BUCKETS
@@ -100,6 +102,22 @@ def test_an_enqueue_that_raises_records_its_error_type(points: Points) -> None:
         raise ConnectionError("the server is away")
     [(attributes, sent, _)] = points()["messaging.client.sent.messages"]
     assert (attributes["error.type"], sent) == ("builtins.ConnectionError", 1)
+
+
+def test_an_sdk_that_raises_costs_the_metric_not_the_task(
+    points: Points, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        def add(self, *args: object) -> None:
+            raise RuntimeError("the meter is broken")
+
+        record = add
+
+    monkeypatch.setattr(meters, "_instruments", lambda: (Broken(),) * 4)
+    result = tasks.add.enqueue(1, 2)
+    drain(["test"])
+    assert get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert caplog.text.count("A metric of tasks is not recorded") == 3  # sent, taken, run
 
 
 def test_nothing_is_recorded_while_the_setting_is_off() -> None:

@@ -63,11 +63,13 @@ def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
         reason = f"the input its workflow {message.flow.workflow} gave it is no longer kept"
         logger.error("Dead-lettered task %s[%s]: %s", message.task, message.id, reason)
         return bury(delivery, message.id, "no input", reason)
-    meters.consumed(message.queue)
     job = job_for(complete, worker_id, delivery.attempt)
     if isinstance(job, str):
         return unknown(delivery, message, job)
-    return spent(delivery, job) if job.attempt > job.max_attempts else job
+    if job.attempt > job.max_attempts:
+        return spent(delivery, job)
+    meters.consumed(message.queue)
+    return job
 
 
 def unknown(delivery: Delivery, message: TaskMessage, why: str) -> Outcome:
@@ -119,9 +121,9 @@ def run_job(
     passed_on: tuple[type[BaseException], ...] = (Abandoned, *propagate)
     error: BaseException | None = None
     with tracing.processing(job) as traced:
-        if traced is not None and traced.after:
-            traced.link_parents()
         try:
+            if traced is not None and traced.after:
+                traced.link_parents()
             value = call(job)
         except passed_on:
             raise
@@ -149,9 +151,9 @@ async def arun_job(
     started = time.perf_counter()
     error: BaseException | None = None
     with tracing.processing(job) as traced:
-        if traced is not None and traced.after:
-            await asyncio.to_thread(traced.link_parents)
         try:
+            if traced is not None and traced.after:
+                await asyncio.to_thread(traced.link_parents)
             value = await call(job)
         except Abandoned:
             raise

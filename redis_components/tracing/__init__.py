@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
@@ -137,11 +138,23 @@ class Sending:
         self.carrier: dict[str, str] = {}
         propagate.inject(self.carrier, context=trace.set_span_in_context(self.span))
 
-    def sent(self) -> contextlib.AbstractContextManager[Any]:
-        """Around the enqueue's script: the span ends with it, an error if it raised."""
-        from opentelemetry import trace
+    @contextlib.contextmanager
+    def sent(self) -> Iterator[None]:
+        """Around the enqueue's script: the span is current, and ends with it (with the
+        error, if it raised); an error of tracing's own is logged, never raised: the
+        task is enqueued by then."""
+        from opentelemetry import context, trace
 
-        return trace.use_span(self.span, end_on_exit=True)
+        token = context.attach(trace.set_span_in_context(self.span))
+        try:
+            yield
+        except BaseException as error:
+            self.ended(error)
+            raise
+        else:
+            self.ended()
+        finally:
+            context.detach(token)
 
     def ended(self, error: BaseException | None = None, *, sent: bool = True) -> None:
         """End the span after its script: ``error`` if it raised, or not ``sent`` (a
@@ -233,9 +246,10 @@ class Processing:
         if how == "link" and creation.is_valid:
             links.append(trace.Link(creation, {"redis_components.link": "creation"}))
         self.job = job
-        # Keep this attempt's context for the next (none with "root", nor in a carrier
-        # that the task spoiled): see _Keeper, and _ended.
-        self.keep = how != "root" and (raw is None or isinstance(raw, dict))
+        # Keep this attempt's context for the next: see _Keeper, and _ended. Not with
+        # "root", nor for a task enqueued without tracing (whose metadata says nothing of
+        # it, and is not changed), nor in a carrier that the task spoiled.
+        self.keep = how != "root" and isinstance(raw, dict)
         if self.keep:
             before = self._before(found, job.kept_trace)
             if before is not None:
@@ -257,10 +271,13 @@ class Processing:
             links=links,
             attributes=attributes,
         )
-        self._token = context.attach(trace.set_span_in_context(self.span))
         self.started, self.done = time.monotonic(), False
         if self.keep:
-            _keeper().add(self)
+            try:
+                _keeper().add(self)
+            except Exception:  # (no thread: then no lost attempt is linked to this one)
+                logger.exception("Task %s: its context cannot be kept", message.id)
+        self._token = context.attach(trace.set_span_in_context(self.span))
 
     def _before(self, found: dict[str, Any], kept: str) -> tuple[str, Any] | None:
         """Why and to what this attempt links for the attempt before it: one that was
@@ -269,7 +286,7 @@ class Processing:
         if kept and kept not in (ended, found.get(LOST)):
             lost = _context_of(kept)
             if lost is not None:
-                self.job.result.metadata.setdefault(CARRIER, {})[LOST] = kept  # (linked once)
+                found[LOST] = kept  # (linked once; saved with this attempt's outcome)
                 return "lost attempt", lost
         failed = found.get(FAILED)
         if failed is not None and failed == ended:
@@ -308,9 +325,10 @@ class Processing:
         if outcome.kind in ("retry", "bury"):
             what = type(error).__name__ if error is not None else "its return value"
             span.set_status(trace.Status(trace.StatusCode.ERROR, what))
-        if self.keep and (outcome.kind != "ok" or self.joined):
-            carrier = self.job.result.metadata.setdefault(CARRIER, {})
-            carrier[ENDED] = _traceparent(span)
+        carrier = self.job.result.metadata.get(CARRIER)
+        if self.keep and isinstance(carrier, dict) and outcome.kind != "cancel":
+            if outcome.kind != "ok" or self.joined:
+                carrier[ENDED] = _traceparent(span)
             if outcome.kind in ("retry", "bury"):
                 carrier[FAILED] = carrier[ENDED]
         if outcome.kind == "retry":
@@ -334,10 +352,13 @@ class Processing:
         from opentelemetry import context
 
         self.done = True
-        if error is not None:
-            self.span.record_exception(error)
-        context.detach(self._token)
-        self.span.end()
+        try:
+            if error is not None:
+                self.span.record_exception(error)
+            context.detach(self._token)
+            self.span.end()
+        except Exception:  # (the task ran: its outcome stands, whatever the SDK does)
+            logger.exception("Task %s's span is incomplete: tracing failed", self.job.message.id)
 
 
 # How long an attempt runs before its context is kept (written to its result), so that
@@ -364,21 +385,28 @@ class _Keeper:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                # (A pass every KEEP_AFTER at most: waking for each attempt costs more.)
-                time.sleep(
-                    max(KEEP_AFTER / 2, self._pending[0].started + KEEP_AFTER - time.monotonic())
-                )
-                due = []
-                now = time.monotonic()
-                while self._pending and self._pending[0].started + KEEP_AFTER <= now:
-                    attempt = self._pending.popleft()
-                    if not attempt.done:
-                        due.append(attempt)
-                if due:
-                    self._write(due)
+            try:
+                self._pass()
+            except Exception:  # (the thread must live on, or the deque only grows)
+                logger.exception("Keeping the attempts' trace contexts failed")
+                self._pending.clear()
+
+    def _pass(self) -> None:
+        """Wait for an attempt, then write those still running once due, until none is
+        pending: a pass every KEEP_AFTER at most (waking for each attempt costs more)."""
+        self._wake.wait()
+        self._wake.clear()
+        while self._pending:
+            first = self._pending[0].started + KEEP_AFTER
+            time.sleep(max(KEEP_AFTER / 2, first - time.monotonic()))
+            due = []
+            now = time.monotonic()
+            while self._pending and self._pending[0].started + KEEP_AFTER <= now:
+                attempt = self._pending.popleft()
+                if not attempt.done:
+                    due.append(attempt)
+            if due:
+                self._write(due)
 
     @staticmethod
     def _write(due: list[Processing]) -> None:
@@ -395,6 +423,17 @@ class _Keeper:
 
 _keepers: dict[int, _Keeper] = {}
 _starting = threading.Lock()
+
+
+def _forked() -> None:
+    """In a forked child: the parent's keeper thread did not come along (nor, maybe, a
+    free lock)."""
+    global _starting
+    _keepers.clear()
+    _starting = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _keeper() -> _Keeper:
@@ -433,7 +472,13 @@ def fan_ins(steps: list[PlannedStep]) -> None:
     so that each one's last attempt says it ended. Nothing when tracing is off."""
     if not recording():
         return
-    most = int(conf.get("TRACING_MAX_LINKS"))
+    try:
+        _fan_ins(steps, int(conf.get("TRACING_MAX_LINKS")))
+    except Exception:  # (tracing's errors never stop an enqueue)
+        logger.exception("A workflow's fan-ins have no links: tracing failed")
+
+
+def _fan_ins(steps: list[PlannedStep], most: int) -> None:
     for step in steps:
         if len(step.parents) > 1 and max(step.parents) <= len(steps):
             parents = [steps[number - 1] for number in step.parents[:most]]

@@ -19,14 +19,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.signals import setting_changed
 
 from ..conf import conf
 
+logger = logging.getLogger("redis_components.tracing")
 SYSTEM = "redis_components"  # messaging.system, as the spans say it
 # The conventions' advice for a messaging duration histogram's buckets (seconds).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
@@ -99,7 +101,6 @@ def _with_error(attributes: dict[str, str], error: BaseException | None) -> dict
 
 @contextlib.contextmanager
 def _sending(queue: str) -> Iterator[None]:
-    sent, duration, _, _ = _instruments()
     attributes = _attributes("send", queue)
     started = time.perf_counter()
     try:
@@ -108,8 +109,22 @@ def _sending(queue: str) -> Iterator[None]:
         attributes = _with_error(attributes, error)
         raise
     finally:
-        duration.record(time.perf_counter() - started, attributes)
-        sent.add(1, attributes)
+        _quietly(_record_send, time.perf_counter() - started, attributes)
+
+
+def _record_send(seconds: float, attributes: dict[str, str]) -> None:
+    sent, duration, _, _ = _instruments()
+    duration.record(seconds, attributes)
+    sent.add(1, attributes)
+
+
+def _quietly(record: Callable[..., None], *args: Any) -> None:
+    """Record; an error of the SDK's is logged, never raised (the task is enqueued, or
+    has run, by then)."""
+    try:
+        record(*args)
+    except Exception:
+        logger.exception("A metric of tasks is not recorded: OpenTelemetry failed")
 
 
 def sending(queue: str) -> contextlib.AbstractContextManager[None]:
@@ -120,10 +135,11 @@ def sending(queue: str) -> contextlib.AbstractContextManager[None]:
 def consumed(queue: str) -> None:
     """A worker took a task of ``queue``."""
     if on():
-        _instruments()[2].add(1, _attributes("process", queue))
+        _quietly(lambda: _instruments()[2].add(1, _attributes("process", queue)))
 
 
 def processed(queue: str, seconds: float, error: BaseException | None) -> None:
     """An attempt of a task of ``queue`` ran ``seconds``, and raised ``error`` (or not)."""
     if on():
-        _instruments()[3].record(seconds, _with_error(_attributes("process", queue), error))
+        attributes = _with_error(_attributes("process", queue), error)
+        _quietly(lambda: _instruments()[3].record(seconds, attributes))

@@ -243,6 +243,20 @@ def test_a_reentrant_acquisition_is_a_short_span_of_its_own(exported: Exported) 
     assert outer_span.end_time >= inner_span.end_time
 
 
+def test_a_scope_inside_a_handles_hold_leaves_nothing_current(exported: Exported) -> None:
+    """A reentrant lock taken by ``acquire()``, then again by a scope: the scope's end only
+    counts down, so the lock's span never became current there, nor stays current."""
+    lock = RedisLock("handheld", timeout=5, reentrant=True)
+    handle = lock.acquire()
+    assert handle is not None
+    with lock:
+        pass
+    assert not trace.get_current_span().get_span_context().is_valid
+    handle.release()
+    assert not trace.get_current_span().get_span_context().is_valid
+    assert len(named(exported(), "lock handheld")) == 2
+
+
 def test_tracing_adds_no_round_trip(exported: Exported, count_commands: CommandCount) -> None:
     sem = RedisSemaphore("rt", limit=2, timeout=5)
     sent = {}

@@ -218,9 +218,10 @@ def _settle(lock: Any, handle: Any, started: int) -> None:
 
 def entered(taken: Taken) -> Taken:
     """Make the span of ``taken`` (a lock handle or permit a scope holds) current until
-    its release; returns ``taken``."""
+    its release; returns ``taken``. Not where the scope re-entered a reentrant lock held
+    already (by a scope, or by ``acquire()``): its end does not release it."""
     hold = None if mode() is None else _holds().get(taken)
-    if hold is not None and hold.token is None:
+    if hold is not None and hold.token is None and getattr(taken, "depth", 1) <= 1:
         _quietly("scope", hold.enter)
     return taken
 

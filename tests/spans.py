@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +63,42 @@ def metrics_reader() -> InMemoryMetricReader:
     reader = InMemoryMetricReader()
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
     return reader
+
+
+# A fresh Python's first lines, for run_django(..., otel_absent=True): OpenTelemetry
+# cannot be imported there (as where the extra is not installed), and each try of it is
+# kept in ``tried``.
+ABSENT = """\
+import sys
+tried = []
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'opentelemetry':
+            tried.append(name)
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Absent())
+"""
+
+
+def run_django(code: str, components: dict[str, Any], *, otel_absent: bool = False) -> str:
+    """Run ``code`` in a fresh Python with Django set up on tests.settings, this
+    ``REDIS_COMPONENTS`` and no SDK of OpenTelemetry configured; its output, once it
+    exited 0. With ``otel_absent``, OpenTelemetry cannot be imported, and the output ends
+    with the list of the imports of it that were tried after Django's setup (redis-py
+    tries once, at its own import: not counted)."""
+    setup = "import django; django.setup()\n"
+    if otel_absent:
+        code = ABSENT + setup + "tried.clear()\n" + code + "print(tried)\n"
+    else:
+        code = setup + code
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env.pop("RC_TEST_SPANS", None)
+    env["RC_TEST_REDIS_COMPONENTS"] = json.dumps(components)
+    ran = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
 
 
 def read_file(path: Path) -> list[dict[str, Any]]:

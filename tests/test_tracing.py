@@ -7,12 +7,8 @@ SDK's in-memory exporter here, and from a file a worker process writes
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -451,8 +447,6 @@ def test_tracing_on_without_an_sdk_makes_nothing(r: redis.Redis) -> None:
     would be a no-op), a task is enqueued and run as with tracing off: nothing is
     carried in its metadata, and nothing is kept in its result."""
     code = (
-        "import django; django.setup()\n"
-        "from redis_components import get_result\n"
         "from redis_components.tasks.results import read_records\n"
         "from redis_components.testing import drain\n"
         "from tests.testapp import tasks\n"
@@ -461,13 +455,7 @@ def test_tracing_on_without_an_sdk_makes_nothing(r: redis.Redis) -> None:
         "[record] = read_records([result.id])\n"
         "assert (record.status.name, record.metadata, record.trace) == ('SUCCESSFUL', {}, '')\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    env.pop("RC_TEST_SPANS", None)
-    env["RC_TEST_REDIS_COMPONENTS"] = json.dumps({**settings.REDIS_COMPONENTS, "TRACING": True})
-    ran = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert ran.returncode == 0, ran.stderr
+    spans.run_django(code, {**settings.REDIS_COMPONENTS, "TRACING": True})
 
 
 def test_nothing_of_opentelemetry_is_imported_while_tracing_is_off(r: redis.Redis) -> None:
@@ -476,32 +464,15 @@ def test_nothing_of_opentelemetry_is_imported_while_tracing_is_off(r: redis.Redi
     is not installed) runs them, and ``tracing`` never tried. (redis-py 8 imports it by
     itself where it is installed: that is redis-py's, not ours.)"""
     code = (
-        "import sys\n"
-        "tried = []\n"
-        "class Absent:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'opentelemetry':\n"
-        "            tried.append(name)\n"
-        "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, Absent())\n"
-        "import django; django.setup()\n"
-        "tried.clear()  # (redis-py's own attempt, at its import)\n"
         "from redis_components import get_result\n"
         "from redis_components.testing import drain\n"
         "from tests.testapp import tasks\n"
         "result = tasks.add.enqueue(1, 2)\n"
         "drain(['test'])\n"
         "assert get_result(result.id).return_value == 3\n"
-        "print(tried)\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    env.pop("RC_TEST_SPANS", None)
-    env["RC_TEST_REDIS_COMPONENTS"] = json.dumps(settings.REDIS_COMPONENTS)
-    ran = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == "[]"
+    tried = spans.run_django(code, settings.REDIS_COMPONENTS, otel_absent=True)
+    assert tried.strip() == "[]"
 
 
 @pytest.mark.parametrize(("value", "check"), [("yes", "E021"), (1, "E021")])

@@ -118,7 +118,16 @@ class TaskCollector:
         registered = workers()
         yield from _health(stats, registered)
         _forget_idle_queues(store, stats, registered)
-        counts, micros = _totals(store)
+        counts, sums = _totals(store)
+        added = CounterMetricFamily(
+            "redis_components_tasks_added",
+            "Tasks enqueued: by enqueue, a schedule's tick, or a workflow (each of its "
+            "steps, when it is made)",
+            labels=["queue"],
+        )
+        for queue in stats:
+            added.add_metric([queue.name], sums.get((queue.name, "added"), 0))
+        yield added
         bounds = [f"{bound:g}" for bound in DURATION_BUCKETS] + ["+Inf"]
         kinds = ("processed", "failed", "retried")
         for kind, help_text in zip(
@@ -158,9 +167,32 @@ class TaskCollector:
             for bound in bounds:
                 cumulative += sum(counts.get((queue.name, kind, bound), 0) for kind in kinds)
                 buckets.append((bound, cumulative))
-            seconds = micros.get(queue.name, 0) / 1_000_000
+            seconds = sums.get((queue.name, "us"), 0) / 1_000_000
             histogram.add_metric([queue.name], buckets, seconds)
         yield histogram
+        yield _waits(stats, counts, sums)
+
+
+def _waits(stats: list[Any], counts: dict[Any, float], sums: dict[Any, float]) -> Any:
+    """The histogram of first attempts' waits in their queues, from when each was due to
+    its start (schedule-to-start), counted as each attempt's outcome is recorded."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    from .tasks.store import WAIT_BUCKETS
+
+    waits = HistogramMetricFamily(
+        "redis_components_task_queue_wait_seconds",
+        "How long tasks waited in their queues to start, from when each was due (its "
+        "enqueue, its delay's end, its schedule's tick) to its first attempt",
+        labels=["queue"],
+    )
+    for queue in stats:
+        cumulative, buckets = 0.0, []
+        for bound in [f"{bound:g}" for bound in WAIT_BUCKETS] + ["+Inf"]:
+            cumulative += counts.get((queue.name, "wait", bound), 0)
+            buckets.append((bound, cumulative))
+        waits.add_metric([queue.name], buckets, sums.get((queue.name, "wait_ms"), 0) / 1000)
+    return waits
 
 
 STATES = ("ready", "delayed", "on_limits", "in_progress", "dead")
@@ -213,18 +245,25 @@ def _forget_idle_queues(store: Any, stats: list[Any], registered: list[Any]) -> 
     )
 
 
-def _totals(store: Any) -> tuple[dict[tuple[str, str, str], float], dict[str, float]]:
-    """The metrics' running totals: the count of each ``(queue, outcome, bucket)`` (the
-    fields "<queue>:<outcome>:<bucket>"), and each queue's total µs ("<queue>:us")."""
+# The running totals kept once per queue: each queue's total µs of attempts, tasks
+# added, and ms its first attempts waited ("<queue>:us", ":added", ":wait_ms").
+SUMS = ("us", "added", "wait_ms")
+
+
+def _totals(store: Any) -> tuple[dict[tuple[str, str, str], float], dict[tuple[str, str], float]]:
+    """The metrics' running totals: the count of each ``(queue, kind, bucket)`` (the
+    fields "<queue>:<kind>:<bucket>": an outcome and its duration's bucket, "limited"
+    and a limit, "wait" and a wait's bucket), and each ``(queue, sum)`` of ``SUMS``."""
     counts: dict[tuple[str, str, str], float] = {}
-    micros: dict[str, float] = {}
+    sums: dict[tuple[str, str], float] = {}
     for name, number in store.totals().items():
-        if name.endswith(":us"):
-            micros[name[:-3]] = number
+        queue_name, _, last = name.rpartition(":")
+        if last in SUMS:
+            sums[queue_name, last] = number
         elif name.count(":") >= 2:
             queue_name, kind, bound = name.rsplit(":", 2)
             counts[queue_name, kind, bound] = number
-    return counts, micros
+    return counts, sums
 
 
 def _authorized(request: HttpRequest, token: str) -> bool:

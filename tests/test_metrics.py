@@ -11,12 +11,12 @@ import pytest
 import redis
 from django.test import Client, override_settings
 
-from redis_components import RedisLock, RedisSemaphore, metrics, redis_lock
+from redis_components import RedisLock, RedisSemaphore, chain, metrics, redis_lock
 from redis_components.tasks.messages import TaskMessage
 from redis_components.tasks.status import queue_names
 from redis_components.tasks.store import TaskStore, new_task_id
 from redis_components.tasks.worker import Worker
-from redis_components.testing import ScriptedWorker
+from redis_components.testing import ScriptedWorker, drain
 from tests.testapp import tasks
 
 URL = "/rc/metrics/"
@@ -62,6 +62,34 @@ def test_task_metrics_come_from_redis(client: Client, r: redis.Redis) -> None:
     assert "redis_components_workers 0.0" in text
 
 
+def sample(text: str, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert found, name
+    return float(found.group(1))
+
+
+def test_tasks_added_and_their_waits_are_counted(client: Client, r: redis.Redis) -> None:
+    """Tasks added, counted where they are enqueued (by enqueue, a workflow's steps as it
+    is made, a schedule's tick), and the histogram of first attempts' waits in their
+    queues, from when each was due: a delayed task's wait starts at its delay's end."""
+    with override_settings(REDIS_COMPONENTS=ON):
+        tasks.add.enqueue(1, 2)
+        tasks.record.enqueue_in(0.5, "later")
+        chain(tasks.add.si(1, 1), tasks.add.si(2, 2)).enqueue()
+        tasks.fail.enqueue("m")  # retried: its later attempts are not first ones
+        assert drain(["test"], fail_fast=False) == 7
+        text = scrape(client)
+    assert sample(text, 'redis_components_tasks_added_total{queue="test"}') == 5
+    waits = "redis_components_task_queue_wait_seconds"
+    assert sample(text, f'{waits}_count{{queue="test"}}') == 5
+    assert sample(text, f'{waits}_bucket{{le="+Inf",queue="test"}}') == 5
+    assert sample(text, f'{waits}_bucket{{le="3600",queue="test"}}') == 5
+    # Five waits of tasks taken as soon as they were due; "later" waited 0.5 s after
+    # its enqueue, which its wait does not count.
+    assert 0 <= sample(text, f'{waits}_sum{{queue="test"}}') < 0.5
+    assert r.hget("rc:queue:{tasks}:totals", "test:added") == b"5"
+
+
 def test_tasks_set_aside_on_their_limits_are_counted(client: Client) -> None:
     with override_settings(REDIS_COMPONENTS=ON):
         for i in range(2):
@@ -87,6 +115,7 @@ def test_metrics_off_keeps_no_totals(r: redis.Redis) -> None:
     tasks.one_at_a_time.enqueue("b")
     assert ScriptedWorker(["test"]).take() is not None
     tasks.add.enqueue(1, 2)
+    chain(tasks.add.si(1, 1), tasks.add.si(2, 2)).enqueue()
     Worker(["test"], burst=True).run()
     assert r.exists("rc:queue:{tasks}:totals") == 0
 

@@ -39,6 +39,26 @@ def test_the_payload_starts_with_id_and_priority_and_ends_with_the_retries() -> 
     assert TaskMessage.decode(dated.encode()) == dated
 
 
+def test_a_first_attempt_was_due_at_its_enqueue_its_delays_end_or_its_tick() -> None:
+    """``due_ms``, from which a first attempt's wait in its queue counts (its metric and
+    its span's attribute): the enqueue script stamps ``due_at`` after ``enqueued_at``
+    for a task enqueued with a delay; a schedule's tick has no enqueue time."""
+
+    def message(**times: int) -> TaskMessage:
+        return TaskMessage(id="ab12", task="t", queue="q", args=[], kwargs={}, **times)
+
+    delayed = message(enqueued_at=1_000, due_at=1_500)
+    assert delayed.encode().endswith(',"enqueued_at":1000,"due_at":1500,"retries":0}')
+    assert TaskMessage.decode(delayed.encode()) == delayed
+    assert delayed.due_ms == 1_500
+    assert message(enqueued_at=1_000).due_ms == 1_000
+    assert message(scheduled_for=900).due_ms == 900  # a tick
+    assert message(scheduled_for=900, enqueued_at=1_000).due_ms == 1_000
+    assert message(enqueued_at=1_000, retries=1).due_ms is None  # not a first attempt
+    assert message(enqueued_at=1_000, crashes=1).due_ms is None
+    assert message().due_ms is None  # a deferral's (its enqueue time dropped)
+
+
 def new_message(
     task: str, queue: str, args: Any, kwargs: dict[str, Any]
 ) -> tuple[TaskMessage, str]:
@@ -101,6 +121,10 @@ def test_task_id_of_reads_only_hex_ids_at_the_start(payload: bytes) -> None:
         (
             b'{"id": "1", "task": "t", "queue": "q", "args": [], "kwargs": {}, "enqueued_at": "1"}',
             "'enqueued_at'",
+        ),
+        (
+            b'{"id": "1", "task": "t", "queue": "q", "args": [], "kwargs": {}, "due_at": 1.5}',
+            "'due_at'",
         ),
     ],
 )

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis
+from django.conf import settings
 from django.test import override_settings
 
 from redis_components import get_result, periodic
@@ -196,11 +197,14 @@ def test_racing_schedulers_enqueue_each_tick_once(r: redis.Redis) -> None:
             scheduler.run_due()
 
         threads = [threading.Thread(target=claim, args=(s,)) for s in schedulers]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "METRICS": True}):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
     assert sorted(m.scheduled_for or 0 for m in queued()) == ticks
+    # Counted in the metrics' tasks added by the claim that enqueued it: once each.
+    assert r.hget("rc:queue:{tasks}:totals", "test:added") == b"30"
 
 
 def test_states_show_the_next_and_last_run_with_its_result(r: redis.Redis) -> None:

@@ -234,6 +234,28 @@ def test_an_attempt_after_one_that_ended_does_not_say_it_was_lost(
     assert kept.trace.split("-")[2] == f"{second.context.span_id:016x}"  # (the last kept)
 
 
+def test_an_attempt_stopped_at_its_time_limit_ends_its_span_then(
+    r: redis.Redis, exported: Callable[[], list[ReadableSpan]]
+) -> None:
+    """The worker settles an attempt at its hard time limit, while its code runs on: the
+    span ends then, as a failure, and the next attempt links to it as failed, not lost.
+    The abandoned code's own end, later, does not end the span again."""
+    result = tasks.stuck_once.enqueue("stuck")
+    drain(["test"], fail_fast=False)
+    assert get_result(result.id).return_value == "second"
+    wait_until(lambda: r.exists("{test}:stuck:ended"))
+    code_ended = int(r.get("{test}:stuck:ended") or 0)
+    first, second = sorted(named(exported(), "process test"), key=lambda s: s.start_time or 0)
+    assert first.end_time is not None
+    assert first.end_time < code_ended
+    assert first.status.status_code == StatusCode.ERROR
+    assert first.status.description == "time limit"
+    assert [event.name for event in first.events] == ["abandoned", "retry"]
+    links = {link.attributes["redis_components.link"]: link for link in second.links}  # type: ignore[index]
+    assert set(links) == {"creation", "failed attempt"}
+    assert links["failed attempt"].context.span_id == first.context.span_id
+
+
 def test_an_attempt_that_ends_at_once_writes_nothing_to_keep_its_context(
     exported: Callable[[], list[ReadableSpan]], count_commands: CommandCount
 ) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.checks import run_checks
 from django.test import override_settings
@@ -16,8 +17,9 @@ from redis_components import get_result
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.testing import drain
 from redis_components.tracing import meters
-from redis_components.tracing.meters import BUCKETS
+from redis_components.tracing.meters import BUCKETS, WAIT_BUCKETS
 from tests import spans
+from tests.processes import wait_until
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -30,6 +32,7 @@ CONVENTIONS = {
     "messaging.client.consumed.messages": "{message}",
     "messaging.process.duration": "s",
 }
+OURS = {"redis_components.task.queue_wait": "s"}  # (the conventions name no such metric)
 Points = Callable[[], dict[str, list[Any]]]
 
 
@@ -57,7 +60,7 @@ def _read(reader: Any) -> dict[str, list[Any]]:
             if scope.scope.name != "redis_components":
                 continue
             for metric in scope.metrics:
-                assert metric.unit == CONVENTIONS[metric.name], metric.name
+                assert metric.unit == {**CONVENTIONS, **OURS}[metric.name], metric.name
                 found[metric.name] = list(metric.data.data_points)
     return found
 
@@ -81,7 +84,7 @@ def test_an_enqueue_and_an_attempt_record_the_four_conventional_metrics(points: 
     tasks.fail.enqueue("measured")  # 3 attempts (max_retries=2), then a dead letter
     drain(["test"], fail_fast=False)
     found = points()
-    assert set(found) == set(CONVENTIONS)
+    assert set(found) == set(CONVENTIONS) | set(OURS)
     base = {"messaging.system": "redis_components", "messaging.destination.name": "test"}
     send = {**base, "messaging.operation.name": "send", "messaging.operation.type": "send"}
     process = {**base, "messaging.operation.name": "process", "messaging.operation.type": "process"}
@@ -95,6 +98,22 @@ def test_an_enqueue_and_an_attempt_record_the_four_conventional_metrics(points: 
     assert (attributes, taken) == (process, 4)  # 1 + 3 attempts
     runs = {point[0].get("error.type"): point[1] for point in found["messaging.process.duration"]}
     assert runs == {None: 1, "builtins.ValueError": 3}
+    [(attributes, waits, wait)] = found["redis_components.task.queue_wait"]
+    assert (attributes, waits) == (process, 2)  # first attempts only
+    assert tuple(wait.explicit_bounds) == WAIT_BUCKETS
+
+
+def test_an_attempt_stopped_at_its_time_limit_records_its_run(
+    points: Points, r: redis.Redis
+) -> None:
+    """The worker settles it at the limit while its code runs on: its run is recorded then."""
+    tasks.stuck_once.enqueue("metered")
+    drain(["test"], fail_fast=False)
+    wait_until(lambda: r.exists("{test}:metered:ended"))  # (its code, left to itself)
+    runs = {
+        point[0].get("error.type"): point[1] for point in points()["messaging.process.duration"]
+    }
+    assert runs == {None: 1, "redis_components.exceptions.TimeLimitExceeded": 1}
 
 
 def test_an_enqueue_that_raises_records_its_error_type(points: Points) -> None:
@@ -113,7 +132,7 @@ def test_an_sdk_that_raises_costs_the_metric_not_the_task(
 
         record = add
 
-    monkeypatch.setattr(meters, "_instruments", lambda: (Broken(),) * 4)
+    monkeypatch.setattr(meters, "_instruments", lambda: (Broken(),) * 5)
     result = tasks.add.enqueue(1, 2)
     drain(["test"])
     assert get_result(result.id).status == TaskResultStatus.SUCCESSFUL

@@ -4,13 +4,15 @@
 --       result hash; or, when the steps live in their queues' homes, the workflows'
 --       outbox (see lib/flow.lua), to which the first steps are written
 -- ARGV: 1) the workflow's id  2) how long to keep a result after its last change, in ms
---       3) how many fields the HASH is given; then those fields and their values (see
---       lib/flow.lua), then for each step that runs first: its number, its payload
---       (ending in '"retries":0}': see lib/queue.lua), its rank
+--       3) for the metrics' tasks added, its steps per queue: lines "<queue>\n<count>\n"
+--       ("": not counted)  4) how many fields the HASH is given; then those fields and
+--       their values (see lib/flow.lua), then for each step that runs first: its number,
+--       its payload (ending in '"retries":0}': see lib/queue.lua), its rank
 -- Returns: the server's time (epoch ms) of the enqueue; false when a workflow of this
 --          id exists (nothing changed)
 -- One script writes the whole workflow and enqueues its first steps: an enqueue that is
 -- interrupted leaves nothing, and no step runs before the workflow exists.
+-- @include keys
 -- @include queue
 -- @include flow
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -18,8 +20,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local now = queue_now()
 local keep = tonumber(ARGV[2])
-local last = 3 + 2 * tonumber(ARGV[3])
-for i = 4, last, 1000 do  -- unpack() takes a few thousand values at most
+local last = 4 + 2 * tonumber(ARGV[4])
+for i = 5, last, 1000 do  -- unpack() takes a few thousand values at most
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, last)))
 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_at', now)
@@ -37,6 +39,10 @@ for r = 1, (#ARGV - last) / 3 do
   end
   -- (The fields count it as released already: see workflows.py.)
   redis.call('HSET', KEYS[1], 'st:' .. n, 'Q', 'pay:' .. n, payload)
+end
+local totals = keys_name(keys_base(KEYS[2], 'counter'), 'totals')
+for queue, count in string.gmatch(ARGV[3], '([^\n]*)\n(%d+)\n') do
+  redis.call('HINCRBY', totals, queue .. ':added', count)
 end
 if tonumber(redis.call('HGET', KEYS[1], 'left')) == 0 then  -- nothing to run
   flow_finish(flow, now, keep)

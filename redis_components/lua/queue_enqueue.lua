@@ -10,6 +10,7 @@
 --       concurrency limit: see lib/limits.lua), 0 for unbounded
 --       5) how long to keep the result after its last change, in ms
 --       6) its id  7) for how many ms an equal task is not enqueued again, 0 for no limit
+--       8) its queue's name, to count it in the metrics' tasks added ("": not counted)
 -- Returns: {1, the server's time (epoch ms) of the enqueue}; {0} when the queue is full;
 --          {2, the id of the equal task enqueued in the last ARGV 7 ms} (in both last
 --          cases nothing changed)
@@ -36,14 +37,16 @@ if unique > 0 then
 end
 local now = queue_now()
 local when, due = ARGV[3], now
-local payload = queue_stamp(ARGV[1], now)
-if when == '' then
-  queue_ready(KEYS[1], KEYS[3], tonumber(ARGV[2]), payload)
-else
+if when ~= '' then
   due = tonumber(string.sub(when, 2))
   if string.sub(when, 1, 1) == '+' then
     due = now + due
   end
+end
+local payload = queue_stamp(ARGV[1], now, due)
+if when == '' then
+  queue_ready(KEYS[1], KEYS[3], tonumber(ARGV[2]), payload)
+else
   redis.call('ZADD', KEYS[2], due, payload)
   -- A new earliest due time shortens the sleep of idle workers: wake them to re-read it.
   if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == payload then
@@ -59,4 +62,7 @@ if due > now then
   result_set(more, 'run_after', due)
 end
 queue_result(KEYS[4], payload, now, math.max(due - now, 0) + tonumber(ARGV[5]), more)
+if ARGV[8] ~= '' then
+  redis.call('HINCRBY', keys_name(keys_base(KEYS[3], 'counter'), 'totals'), ARGV[8] .. ':added', 1)
+end
 return {1, now}

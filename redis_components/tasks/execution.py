@@ -25,6 +25,7 @@ from .. import tracing
 from ..conf import conf
 from ..exceptions import (
     TaskArgumentsMismatch,
+    TaskCancelled,
     TaskError,
     TaskNotRegistered,
     TimeLimitExceeded,
@@ -68,7 +69,7 @@ def prepare(delivery: Delivery, worker_id: str) -> Job | Outcome:
         return unknown(delivery, message, job)
     if job.attempt > job.max_attempts:
         return spent(delivery, job)
-    meters.consumed(message.queue)
+    meters.consumed(message.queue, job.waited_ms)
     return job
 
 
@@ -172,11 +173,24 @@ async def arun_job(
 
 def with_metadata(outcome: Outcome, job: Job) -> Outcome:
     """``outcome`` with the task's metadata, if its run changed it, and the progress it
-    said since its last save: saved with it, in the same script, fenced as it is."""
+    said since its last save: saved with it, in the same script, fenced as it is; and,
+    with METRICS, a first attempt's wait in its queue, for its histogram."""
     changed, progress = job.changed_metadata(), job.pending_progress()
-    if not changed and not progress:
+    waited = job.waited_ms if conf.METRICS else None
+    if not changed and not progress and waited is None:
         return outcome
-    return dataclasses.replace(outcome, metadata=changed, progress=progress)
+    return dataclasses.replace(outcome, metadata=changed, progress=progress, waited_ms=waited)
+
+
+def abandoned(outcome: Outcome, job: Job, why: str) -> Outcome:
+    """``outcome``, of an attempt the worker settled and left its code to itself (``why``:
+    "time limit", or "terminated" by a cancel), with what its run changed so far (see
+    :func:`with_metadata`); its span, and its duration's metric, end now."""
+    if job.traced is not None:
+        job.traced.abandoned(outcome, why)
+    error = TaskCancelled(why) if why == "terminated" else TimeLimitExceeded(why)
+    meters.processed(job.message.queue, outcome.seconds, error)
+    return with_metadata(outcome, job)
 
 
 def since(started: float) -> float:

@@ -203,6 +203,7 @@ class Job:
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
         self.kept_trace = ""  # an earlier attempt's trace context, as tracing kept it
+        self.traced: Any = None  # its attempt's span (tracing.Processing), while traced
         self.result = self._running(message, worker_id, now_ms)
         self.worker_id, self.taken_ms = worker_id, now_ms
         self.attempt_key = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
@@ -239,6 +240,12 @@ class Job:
             worker_ids=[worker_id],
             metadata=message.metadata or {},
         )
+
+    @property
+    def waited_ms(self) -> int | None:
+        """A first attempt's wait in its queue: from when it was due to its take (ms)."""
+        due = self.message.due_ms
+        return None if due is None else max(0, self.taken_ms - due)
 
     def call(self) -> Any:
         """Run the task once, after Django's ``task_started`` signal (see :meth:`_started`)."""

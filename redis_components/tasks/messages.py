@@ -4,7 +4,7 @@ Nothing here talks to Redis. A task travels as JSON (never pickle)::
 
     {"id":"<32 hex>","priority":0[,"limits":[...]],"task":"<name>","queue":"<queue>","args":[...],
      "kwargs":{...}[,"flow":[...]][,"metadata":{...}][,"backend":"<alias>"]
-     [,"scheduled_for":<ms>][,"enqueued_at":<ms>],"retries":0}
+     [,"scheduled_for":<ms>][,"enqueued_at":<ms>[,"due_at":<ms>]],"retries":0}
 
 and ``,"crashes":<n>`` is appended before the final brace once a worker died running
 it. The order is a contract with the Lua scripts, which read the id and the priority
@@ -15,7 +15,8 @@ then its module path). ``scheduled_for``: the tick (epoch ms) of a scheduled run
 ``flow``: a workflow step's place (:class:`FlowStep`). ``limits``: the task's limits,
 filled from its arguments (limits.py). ``enqueued_at``: the server's time of the
 enqueue (epoch ms), absent from payloads of schedules, older releases, deferrals and
-requeued dead letters. ``metadata``: what the task was enqueued with (Django's proposed
+requeued dead letters. ``due_at``: when a task enqueued with a delay was due (epoch ms,
+stamped with its enqueue time). ``metadata``: what the task was enqueued with (Django's proposed
 task metadata), absent when empty, so that other payloads are as older releases wrote
 them (whose decoders skip keys they do not know).
 """
@@ -125,6 +126,7 @@ class TaskMessage:
     backend: str | None = None  # the Django Tasks backend alias, for Django's @task
     scheduled_for: int | None = None  # a scheduled run's tick (epoch ms)
     enqueued_at: int | None = None  # the server's time of the enqueue (epoch ms)
+    due_at: int | None = None  # enqueued with a delay: when it was due (epoch ms)
     retries: int = 0
     crashes: int = 0  # how many workers died running it
     flow: FlowStep | None = None  # its place in a workflow
@@ -145,7 +147,7 @@ class TaskMessage:
             body["flow"] = self.flow.encode()
         if self.metadata:
             body["metadata"] = self.metadata
-        for name in ("backend", "scheduled_for", "enqueued_at"):
+        for name in ("backend", "scheduled_for", "enqueued_at", "due_at"):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
         body["retries"] = self.retries  # last: queue_recover.lua appends the crashes after it
@@ -160,6 +162,16 @@ class TaskMessage:
         """Whether this is the task's first attempt for sure: it carries its enqueue time
         (dropped by a deferral or a dead letter's requeue) and no retry or crash."""
         return self.enqueued_at is not None and not self.retries and not self.crashes
+
+    @property
+    def due_ms(self) -> int | None:
+        """When its first attempt was due (epoch ms): its enqueue, or later its delay's
+        end, or its schedule's tick; ``None`` for a later attempt, or when not known."""
+        if self.retries or self.crashes:
+            return None
+        if self.enqueued_at is None:  # a schedule's tick (or a deferral: its tick again)
+            return self.scheduled_for
+        return max(self.enqueued_at, self.due_at or 0)
 
     def digest(self) -> str:
         """What makes two enqueues equal for a unique task: the task and its arguments,
@@ -195,7 +207,9 @@ class TaskMessage:
             if not isinstance(data.get(name), kind):
                 raise MalformedTask(f"not a task: its {name!r} must be a {kind.__name__}")
         numbers = {name: data.get(name, 0) for name in ("priority", "retries", "crashes")}
-        times: dict[str, Any] = {name: data.get(name) for name in ("scheduled_for", "enqueued_at")}
+        times: dict[str, Any] = {
+            name: data.get(name) for name in ("scheduled_for", "enqueued_at", "due_at")
+        }
         for name, number in {**numbers, **times}.items():
             if not keys.is_integer(number) and not (name in times and number is None):
                 raise MalformedTask(f"not a task: its {name!r} must be an integer")

@@ -42,7 +42,7 @@ import redis
 from ..connection import REDIS_DOWN, OneConnection, private_client, server_of
 from ..exceptions import InvalidInput
 from .conveyor import Conveyor
-from .execution import over_time, prepare, with_metadata
+from .execution import abandoned, over_time, prepare
 from .jobs import Job
 from .lease import Lease, new_worker_id, put_back_tasks, validate_worker_id
 from .messages import validate_queue
@@ -527,8 +527,9 @@ class Worker:
             stopped = left if execution.coroutine else f"{left} and a new one takes its slot"
             execution.outcome = over_time(execution.delivery, self.id, stopped)
         if execution.outcome is not None:
-            if execution.job is not None:  # (what its run changed of its metadata so far)
-                execution.outcome = with_metadata(execution.outcome, execution.job)
+            if execution.job is not None:
+                why = "terminated" if execution.terminate else "time limit"
+                execution.outcome = abandoned(execution.outcome, execution.job, why)
             self._conveyor.outcomes.append(execution)
         # Its code may run on: its permits stay held until it ends (see _collect).
         self._hold_run(execution)

@@ -260,10 +260,9 @@ class Processing:
         attributes = _attributes("process", message)
         attributes["redis_components.task.attempt"] = attempt_number(message)
         attributes["messaging.client.id"] = job.worker_id
-        if message.enqueued_at is not None and message.first_attempt:  # (its queue wait)
-            attributes["redis_components.task.queue_wait_ms"] = max(
-                0, job.taken_ms - message.enqueued_at
-            )
+        waited = job.waited_ms  # (from when it was due: its delay, its tick)
+        if waited is not None:
+            attributes["redis_components.task.queue_wait_ms"] = waited
         self.span = _tracer().start_span(
             f"process {message.queue}",
             context=created if how == "parent" else context.Context(),
@@ -272,12 +271,15 @@ class Processing:
             attributes=attributes,
         )
         self.started, self.done = time.monotonic(), False
+        self._ending = threading.Lock()  # (the worker may end it at a hard time limit)
+        self.closed = False  # its span has ended
         if self.keep:
             try:
                 _keeper().add(self)
             except Exception:  # (no thread: then no lost attempt is linked to this one)
                 logger.exception("Task %s: its context cannot be kept", message.id)
         self._token = context.attach(trace.set_span_in_context(self.span))
+        job.traced = self
 
     def _before(self, found: dict[str, Any], kept: str) -> tuple[str, Any] | None:
         """Why and to what this attempt links for the attempt before it: one that was
@@ -311,19 +313,43 @@ class Processing:
         carrier, saved with the outcome; a dead letter adds its ``settle`` span.
         Tracing's own errors are logged, never raised: the outcome stands."""
         self.done = True
-        try:
-            self._ended(outcome, error)
-        except Exception:
-            logger.exception("Task %s's span is incomplete: tracing failed", self.job.message.id)
+        with self._ending:
+            if self.closed:  # (the worker settled it at its limit, and ended its span)
+                return
+            try:
+                self._ended(outcome, error)
+            except Exception:
+                logger.exception(
+                    "Task %s's span is incomplete: tracing failed", self.job.message.id
+                )
 
-    def _ended(self, outcome: Outcome, error: BaseException | None) -> None:
+    def abandoned(self, outcome: Outcome, why: str) -> None:
+        """The worker settled the attempt (``why``: "time limit", or "terminated" by a
+        cancel) and left its code to itself: the span ends now, as the outcome is
+        recorded, not when the abandoned code ends, and says so in the carrier (the next
+        attempt links to it as failed, not lost). Never raises."""
+        self.done = True
+        with self._ending:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.span.add_event("abandoned", {"redis_components.abandoned.reason": why})
+                self._ended(outcome, None, why)
+                self.span.end()
+            except Exception:
+                logger.exception(
+                    "Task %s's span is incomplete: tracing failed", self.job.message.id
+                )
+
+    def _ended(self, outcome: Outcome, error: BaseException | None, why: str = "") -> None:
         from opentelemetry import trace
 
         span = self.span
         if error is not None:
             span.record_exception(error)
         if outcome.kind in ("retry", "bury"):
-            what = type(error).__name__ if error is not None else "its return value"
+            what = why or (type(error).__name__ if error is not None else "its return value")
             span.set_status(trace.Status(trace.StatusCode.ERROR, what))
         carrier = self.job.result.metadata.get(CARRIER)
         if self.keep and isinstance(carrier, dict) and outcome.kind != "cancel":
@@ -347,16 +373,20 @@ class Processing:
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
-        """The span ends with the attempt; one abandoned (its end is not the worker's to
-        report) records why."""
+        """The span ends with the attempt, unless the worker ended it first (an attempt
+        it abandoned at its hard time limit: see :meth:`abandoned`)."""
         from opentelemetry import context
 
         self.done = True
         try:
-            if error is not None:
-                self.span.record_exception(error)
             context.detach(self._token)
-            self.span.end()
+            with self._ending:
+                if self.closed:  # (ended by the worker at its limit: see abandoned)
+                    return
+                self.closed = True
+                if error is not None:
+                    self.span.record_exception(error)
+                self.span.end()
         except Exception:  # (the task ran: its outcome stands, whatever the SDK does)
             logger.exception("Task %s's span is incomplete: tracing failed", self.job.message.id)
 

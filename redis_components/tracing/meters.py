@@ -6,7 +6,10 @@ provider and its exporter, as for any library):
 - ``messaging.client.sent.messages`` (counter): each enqueue, its queue's;
 - ``messaging.client.operation.duration`` (histogram, seconds): each enqueue's script;
 - ``messaging.client.consumed.messages`` (counter): each task a worker takes;
-- ``messaging.process.duration`` (histogram, seconds): each attempt's run.
+- ``messaging.process.duration`` (histogram, seconds): each attempt's run;
+
+and one of ours, since the conventions name none: ``redis_components.task.queue_wait``
+(histogram, seconds), each first attempt's wait in its queue from when it was due.
 
 Each carries ``messaging.system``, ``messaging.operation.name`` and ``.type`` and
 ``messaging.destination.name`` (the queue), and ``error.type`` (the exception's class)
@@ -32,6 +35,8 @@ logger = logging.getLogger("redis_components.tracing")
 SYSTEM = "redis_components"  # messaging.system, as the spans say it
 # The conventions' advice for a messaging duration histogram's buckets (seconds).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+# A wait in a queue is longer than a run when workers fall behind.
+WAIT_BUCKETS = (*BUCKETS, 30, 60, 300, 900, 3600)
 
 
 @functools.cache
@@ -49,7 +54,7 @@ setting_changed.connect(_forget)
 
 
 @functools.cache
-def _instruments() -> tuple[Any, Any, Any, Any]:
+def _instruments() -> tuple[Any, Any, Any, Any, Any]:
     from opentelemetry import metrics
 
     version = importlib.metadata.version("django-redis-components")
@@ -77,6 +82,12 @@ def _instruments() -> tuple[Any, Any, Any, Any]:
             unit="s",
             description="Duration of processing operation.",
             explicit_bucket_boundaries_advisory=BUCKETS,
+        ),
+        meter.create_histogram(
+            "redis_components.task.queue_wait",
+            unit="s",
+            description="How long a task waited in its queue to start, from when it was due.",
+            explicit_bucket_boundaries_advisory=WAIT_BUCKETS,
         ),
     )
 
@@ -113,7 +124,7 @@ def _sending(queue: str) -> Iterator[None]:
 
 
 def _record_send(seconds: float, attributes: dict[str, str]) -> None:
-    sent, duration, _, _ = _instruments()
+    sent, duration, *_ = _instruments()
     duration.record(seconds, attributes)
     sent.add(1, attributes)
 
@@ -132,10 +143,17 @@ def sending(queue: str) -> contextlib.AbstractContextManager[None]:
     return _sending(queue) if on() else contextlib.nullcontext()
 
 
-def consumed(queue: str) -> None:
-    """A worker took a task of ``queue``."""
+def consumed(queue: str, waited_ms: int | None = None) -> None:
+    """A worker took a task of ``queue``, a first attempt that waited ``waited_ms``."""
     if on():
-        _quietly(lambda: _instruments()[2].add(1, _attributes("process", queue)))
+        _quietly(_record_consumed, _attributes("process", queue), waited_ms)
+
+
+def _record_consumed(attributes: dict[str, str], waited_ms: int | None) -> None:
+    _, _, taken, _, waits = _instruments()
+    taken.add(1, attributes)
+    if waited_ms is not None:
+        waits.record(waited_ms / 1000, attributes)
 
 
 def processed(queue: str, seconds: float, error: BaseException | None) -> None:

@@ -636,3 +636,18 @@ async def async_traced_child(label: str) -> None:
     """:func:`traced_child` on a worker's event loop."""
     await asyncio.sleep(0)
     traced_child.call(label)
+
+
+@redis_task(queue="test", time_limit=0.3, max_retries=1, retry_backoff=0.01)
+def stuck_once(label: str) -> str:
+    """A first attempt that outlives its hard time limit and the stop it is sent by 0.5 s,
+    then says when its code ended (epoch ns); the second returns at once."""
+    client = get_client()
+    if client.hincrby("{test}:runs", label, 1) > 1:
+        return "second"
+    try:
+        while True:
+            time.sleep(0.01)
+    finally:
+        time.sleep(0.5)
+        client.set(f"{{test}}:{label}:ended", time.time_ns())

@@ -39,11 +39,15 @@ local function queue_rank(payload)
 end
 
 -- A first attempt's payload with its enqueue time, what a worker needs to run it without
--- reading its result hash ('"enqueued_at":<ms>,' before '"retries":0}'); any other
--- payload as it is.
-local function queue_stamp(payload, now)
+-- reading its result hash ('"enqueued_at":<ms>,' before '"retries":0}'), and when it is
+-- due if that is later (then '"due_at":<ms>,' after it); any other payload as it is.
+local function queue_stamp(payload, now, due)
   local head = string.match(payload, '^(.*),"retries":0}$')
-  return head and (head .. ',"enqueued_at":' .. now .. ',"retries":0}') or payload
+  if not head then
+    return payload
+  end
+  local later = due and due > now and (',"due_at":' .. due) or ''
+  return head .. ',"enqueued_at":' .. now .. later .. ',"retries":0}'
 end
 
 -- A payload's crash count ('"crashes":<n>' at its end, 0 without), and the payload

@@ -78,6 +78,7 @@ from .leases import Leases
 from .queues import Queues, queue_limit
 from .records import (
     DURATION_BUCKETS,
+    WAIT_BUCKETS,
     Attempt,
     AttemptError,
     DeadLetter,
@@ -104,6 +105,7 @@ from .worker_store import Ahead, WorkerStore
 __all__ = [
     "DURATION_BUCKETS",
     "NOW",
+    "WAIT_BUCKETS",
     "Ahead",
     "Attempt",
     "AttemptError",

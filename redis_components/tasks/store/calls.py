@@ -3,6 +3,7 @@ them against the scripts' headers)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -44,7 +45,15 @@ from .layout import (
     workers_key,
     workflow_keys,
 )
-from .records import TERMINATE_WAIT_MS, Fetched, Move, Outcome, TickClaim, duration_bucket
+from .records import (
+    TERMINATE_WAIT_MS,
+    WAIT_BUCKETS,
+    Fetched,
+    Move,
+    Outcome,
+    TickClaim,
+    duration_bucket,
+)
 
 
 def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[str]:
@@ -87,6 +96,7 @@ def enqueue_call(
             result_ttl_ms(),
             message.id,
             unique_ms,
+            message.queue if conf.METRICS else "",
         ],
     )
 
@@ -165,6 +175,9 @@ def fetch_call(
                 "bucket": duration_bucket(outcome.seconds),
                 "micros": round(outcome.seconds * 1_000_000),
             }
+            if outcome.waited_ms is not None:
+                options["wait_bucket"] = duration_bucket(outcome.waited_ms / 1000, WAIT_BUCKETS)
+                options["waited_ms"] = outcome.waited_ms
         payloads[:4] = [delivery.payload, outcome.data, outcome.again, outcome.dead_entry]
         flow = flow_of(delivery.payload)
         if flow is not None:
@@ -391,10 +404,13 @@ def flow_create_call(
     workflow_id: str,
     fields: Sequence[scripts.Arg],  # its HASH's, flat
     roots: Sequence[tuple[int, TaskMessage, str]],  # each step's number, message and payload
+    queues: Sequence[str],  # each step's queue, counted in the metrics' tasks added
 ) -> scripts.Call:
     """lua/flow_create.lua: write a workflow and enqueue its ``roots``."""
     script_keys = workflow_keys(workflow_id)
-    args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), len(fields) // 2, *fields]
+    counted = collections.Counter(queues) if conf.METRICS else {}
+    added = "".join(f"{queue}\n{count}\n" for queue, count in counted.items())
+    args: list[scripts.Arg] = [workflow_id, result_ttl_ms(), added, len(fields) // 2, *fields]
     for number, message, payload in roots:
         if settled_elsewhere(message.id):  # released through the outbox
             script_keys = [*script_keys[:4], released_key()]
@@ -453,7 +469,7 @@ def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
     in the registry's home (the others' are enqueued before: :func:`tick_enqueue_call`)."""
     here = registry()
     script_keys = [schedule_next_key(), schedule_last_key(), counter_key(here)]
-    args: list[scripts.Arg] = [result_ttl_ms()]
+    args: list[scripts.Arg] = [result_ttl_ms(), "1" if conf.METRICS else ""]
     for claim in claims:
         action = "skip"
         if claim.run:

@@ -45,7 +45,8 @@ class Flows(Router):
         """Write a workflow (``result``: its result's template) and enqueue its first steps
         in one script: the server's time (ms), or ``None`` if the workflow exists already."""
         fields, roots = record_fields(steps, barriers, workflow_id, result)
-        call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots)
+        queues = [step.message.queue for step in steps]
+        call = flow_create_call(workflow_id=workflow_id, fields=fields, roots=roots, queues=queues)
         created, problem = self._run_durable(call, f"Workflow {workflow_id} was enqueued")
         if created is None:
             return None

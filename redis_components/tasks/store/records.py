@@ -206,6 +206,7 @@ class Outcome:
     first: bool = False  # its first attempt for sure (TaskMessage.first_attempt)
     metadata: str = ""  # its metadata (JSON) to save with it, when the run changed it
     progress: str = ""  # its progress (JSON, no "at") not saved yet, to save with it
+    waited_ms: int | None = None  # with METRICS, a first attempt's wait (Job.waited_ms)
     # The log line of how it ended: the worker writes it while the store records the
     # outcome (WorkerStore.take), so that the line costs the loop no time.
     said: LogLine | None = field(default=None, compare=False, repr=False)
@@ -229,9 +230,13 @@ class Fetched:
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-def duration_bucket(seconds: float) -> str:
+# And of the queue wait histogram's: a wait is longer than a run, when workers fall behind.
+WAIT_BUCKETS = (*DURATION_BUCKETS, 300.0, 900.0, 3600.0)
+
+
+def duration_bucket(seconds: float, buckets: tuple[float, ...] = DURATION_BUCKETS) -> str:
     """The histogram bucket (its upper bound, as Prometheus writes it) of a duration."""
-    return next((f"{bound:g}" for bound in DURATION_BUCKETS if seconds <= bound), "+Inf")
+    return next((f"{bound:g}" for bound in buckets if seconds <= bound), "+Inf")
 
 
 @dataclass(frozen=True, kw_only=True)

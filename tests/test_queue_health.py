@@ -20,7 +20,7 @@ from conftest import CommandCount
 from redis_components import get_result
 from redis_components.exceptions import InvalidInput
 from redis_components.tasks.status import home_stats, oldest_ready
-from redis_components.tasks.store.layout import ready_key, split_homes
+from redis_components.tasks.store.layout import delayed_key, ready_key, result_key, split_homes
 from redis_components.testing import ScriptedWorker, crashed_worker
 from tests.testapp import tasks
 
@@ -85,6 +85,23 @@ def test_a_delayed_task_counts_once_due_from_when_it_was_due(r: redis.Redis) -> 
     age, before, after = waited(r, "test")
     assert age is not None
     assert (before - epoch_ms(due)) / 1000 <= age <= (after - epoch_ms(due)) / 1000
+
+
+def test_a_delayed_tasks_payload_says_since_when_once_its_result_expired(
+    r: redis.Redis,
+) -> None:
+    """Moved to the ready set once due, a task enqueued with a delay whose result has
+    expired counts from when its payload says it was due, not from its enqueue."""
+    result = tasks.record.enqueue_in(0.2, "moved")
+    [(payload, due)] = r.zrange(delayed_key("test"), 0, -1, withscores=True)
+    assert f',"due_at":{int(due)},"retries":0}}'.encode() in payload
+    r.delete(result_key(result.id))
+    time.sleep(0.3)  # then a worker's take moves it, once due (lua/lib/move.lua)
+    r.zrem(delayed_key("test"), payload)
+    r.zadd(ready_key("test"), {payload: 100 * 2**44 + 2**43})
+    age, before, after = waited(r, "test")
+    assert age is not None
+    assert 0.1 <= (before - due) / 1000 <= age <= (after - due) / 1000
 
 
 def test_a_task_waiting_to_run_again_counts_from_its_last_attempt(r: redis.Redis) -> None:

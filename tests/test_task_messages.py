@@ -42,7 +42,8 @@ def test_the_payload_starts_with_id_and_priority_and_ends_with_the_retries() -> 
 def test_a_first_attempt_was_due_at_its_enqueue_its_delays_end_or_its_tick() -> None:
     """``due_ms``, from which a first attempt's wait in its queue counts (its metric and
     its span's attribute): the enqueue script stamps ``due_at`` after ``enqueued_at``
-    for a task enqueued with a delay; a schedule's tick has no enqueue time."""
+    for a task enqueued with a delay; a tick counts from its tick. Without its enqueue
+    time (a deferral's, a requeued dead letter's) it is not known to be a first one."""
 
     def message(**times: int) -> TaskMessage:
         return TaskMessage(id="ab12", task="t", queue="q", args=[], kwargs={}, **times)
@@ -52,8 +53,8 @@ def test_a_first_attempt_was_due_at_its_enqueue_its_delays_end_or_its_tick() -> 
     assert TaskMessage.decode(delayed.encode()) == delayed
     assert delayed.due_ms == 1_500
     assert message(enqueued_at=1_000).due_ms == 1_000
-    assert message(scheduled_for=900).due_ms == 900  # a tick
-    assert message(scheduled_for=900, enqueued_at=1_000).due_ms == 1_000
+    assert message(scheduled_for=900, enqueued_at=1_000).due_ms == 900  # a tick
+    assert message(scheduled_for=900).due_ms is None
     assert message(enqueued_at=1_000, retries=1).due_ms is None  # not a first attempt
     assert message(enqueued_at=1_000, crashes=1).due_ms is None
     assert message().due_ms is None  # a deferral's (its enqueue time dropped)

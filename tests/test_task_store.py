@@ -778,6 +778,7 @@ local ready = keys_name(base, 'ready', queue)
 return {keys_base(keys_name(base, 'counter'), 'counter'), ready, keys_queue_of(base, ready),
   keys_name(base, 'delayed', queue), keys_name(base, 'result', id),
   keys_name(base, 'counter'), keys_name(base, 'limits'), keys_name(base, 'limits_waiting'),
+  keys_name(base, 'totals'),
   keys_name(base, 'limit_held', key), keys_name(base, 'limit_wait', key),
   keys_name(base, 'limit_tat', key), keys_name(base, 'limit_turns', key),
   keys_name(base, 'limit_every', key), keys_name(base, 'limit_runs', worker)}
@@ -797,6 +798,7 @@ def test_lua_names_each_key_as_the_store_does(r: redis.Redis) -> None:
         layout.counter_key(head),
         layout.limits_key(head),
         layout.limits_waiting_key(head),
+        layout.totals_key(head),
         layout.limit_held_key(head, key),
         layout.limit_wait_key(head, key),
         layout.limit_tat_key(head, key),

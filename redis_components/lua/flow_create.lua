@@ -12,7 +12,6 @@
 --          id exists (nothing changed)
 -- One script writes the whole workflow and enqueues its first steps: an enqueue that is
 -- interrupted leaves nothing, and no step runs before the workflow exists.
--- @include keys
 -- @include queue
 -- @include flow
 if redis.call('EXISTS', KEYS[1]) == 1 then

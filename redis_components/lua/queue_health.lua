@@ -23,8 +23,12 @@ local HEALTH_PUT_BACK = 16  -- the most tasks read at the head of a band
 -- Since when the task ``payload`` (in the home ``base``) has been ready, by what its
 -- result and its payload say (nil when neither says).
 local function health_since(base, payload)
-  local since = tonumber(string.match(payload, ',"enqueued_at":(%d+),"retries":%d+}$')
-    or string.match(payload, ',"enqueued_at":(%d+),"retries":%d+,"crashes":%d+}$'))
+  -- (Its payload's enqueue time, or when it was due if it was enqueued with a delay.)
+  local since
+  for _, stamp in ipairs({'"due_at"', '"enqueued_at"'}) do
+    since = since or tonumber(string.match(payload, ',' .. stamp .. ':(%d+),"retries":%d+}$')
+      or string.match(payload, ',' .. stamp .. ':(%d+),"retries":%d+,"crashes":%d+}$'))
+  end
   local id = queue_id(payload)
   if id then
     local known = redis.call('HMGET', keys_name(base, 'result', id),

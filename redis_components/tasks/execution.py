@@ -25,7 +25,6 @@ from .. import tracing
 from ..conf import conf
 from ..exceptions import (
     TaskArgumentsMismatch,
-    TaskCancelled,
     TaskError,
     TaskNotRegistered,
     TimeLimitExceeded,
@@ -185,11 +184,11 @@ def with_metadata(outcome: Outcome, job: Job) -> Outcome:
 def abandoned(outcome: Outcome, job: Job, why: str) -> Outcome:
     """``outcome``, of an attempt the worker settled and left its code to itself (``why``:
     "time limit", or "terminated" by a cancel), with what its run changed so far (see
-    :func:`with_metadata`); its span, and its duration's metric, end now."""
+    :func:`with_metadata`); its span ends now, and at its limit its run is measured."""
     if job.traced is not None:
         job.traced.abandoned(outcome, why)
-    error = TaskCancelled(why) if why == "terminated" else TimeLimitExceeded(why)
-    meters.processed(job.message.queue, outcome.seconds, error)
+    if outcome.kind != "cancel":  # (at the limit: how long it ran)
+        meters.processed(job.message.queue, outcome.seconds, TimeLimitExceeded(why))
     return with_metadata(outcome, job)
 
 
@@ -241,7 +240,7 @@ def success(
             kind="defer",
             again=delivery.payload
             if message.enqueued_at is None
-            else dataclasses.replace(message, enqueued_at=None).encode(),
+            else dataclasses.replace(message, enqueued_at=None, due_at=None).encode(),
             delay_ms=round(deferred_for * 1000),
             seconds=seconds,
             first=message.first_attempt,

@@ -14,11 +14,11 @@ numbers). ``backend``: the ``settings.TASKS`` alias of a Django ``@task`` (``tas
 then its module path). ``scheduled_for``: the tick (epoch ms) of a scheduled run.
 ``flow``: a workflow step's place (:class:`FlowStep`). ``limits``: the task's limits,
 filled from its arguments (limits.py). ``enqueued_at``: the server's time of the
-enqueue (epoch ms), absent from payloads of schedules, older releases, deferrals and
-requeued dead letters. ``due_at``: when a task enqueued with a delay was due (epoch ms,
-stamped with its enqueue time). ``metadata``: what the task was enqueued with (Django's proposed
-task metadata), absent when empty, so that other payloads are as older releases wrote
-them (whose decoders skip keys they do not know).
+enqueue (epoch ms), absent from payloads of older releases, deferrals and requeued dead
+letters. ``due_at``: when a task enqueued with a delay was due (epoch ms, stamped with
+its enqueue time, and dropped with it). ``metadata``: what the task was enqueued with
+(Django's proposed task metadata), absent when empty, so that other payloads are as
+older releases wrote them (whose decoders skip keys they do not know).
 """
 
 from __future__ import annotations
@@ -165,13 +165,11 @@ class TaskMessage:
 
     @property
     def due_ms(self) -> int | None:
-        """When its first attempt was due (epoch ms): its enqueue, or later its delay's
-        end, or its schedule's tick; ``None`` for a later attempt, or when not known."""
-        if self.retries or self.crashes:
+        """When its first attempt was due (epoch ms): its delay's end, its schedule's
+        tick, or its enqueue; ``None`` unless it is a first attempt for sure."""
+        if not self.first_attempt:
             return None
-        if self.enqueued_at is None:  # a schedule's tick (or a deferral: its tick again)
-            return self.scheduled_for
-        return max(self.enqueued_at, self.due_at or 0)
+        return self.due_at or self.scheduled_for or self.enqueued_at
 
     def digest(self) -> str:
         """What makes two enqueues equal for a unique task: the task and its arguments,

@@ -13,9 +13,9 @@ end
 
 local KEYS_LIMIT_KINDS = ' held wait tat turns every runs '  -- (a string: no table to make)
 
--- The key ``kind`` of the home ``base``: 'counter', 'limits', 'totals', 'limits_waiting', or, with
--- ``part`` (a queue, a task id, a limit's key or a worker id), 'ready', 'delayed',
--- 'result' or 'limit_<held|wait|tat|turns|every|runs>'.
+-- The key ``kind`` of the home ``base``: 'counter', 'limits', 'totals',
+-- 'limits_waiting', or, with ``part`` (a queue, a task id, a limit's key or a worker
+-- id), 'ready', 'delayed', 'result' or 'limit_<held|wait|tat|turns|every|runs>'.
 local function keys_name(base, kind, part)
   if kind == 'counter' or kind == 'limits' or kind == 'totals' then
     return base .. kind
@@ -35,4 +35,3 @@ end
 local function keys_queue_of(base, ready)
   return string.sub(ready, #base + #'ready:' + 1)
 end
-

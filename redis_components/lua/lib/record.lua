@@ -70,9 +70,10 @@ local function record_outcome(o, first, running, result, stats, totals, base, fl
       redis.call('HINCRBY', totals, o.queue .. ':us', o.micros or 0)
     end
   end
-  if o.wait_bucket then  -- a first attempt's wait in its queue: its bucket, and the total ms
-    redis.call('HINCRBY', totals, o.queue .. ':wait:' .. o.wait_bucket, 1)
-    redis.call('HINCRBY', totals, o.queue .. ':wait_ms', o.waited_ms or 0)
+  if o.wait then  -- a first attempt's wait in its queue: its bucket, and the total ms
+    local bucket, ms = string.match(o.wait, '^(%S+) (%d+)$')
+    redis.call('HINCRBY', totals, o.queue .. ':wait:' .. bucket, 1)
+    redis.call('HINCRBY', totals, o.queue .. ':wait_ms', ms)
   end
   if id ~= '' then
     -- One read and one write of the result hash, whatever the outcome; no read after

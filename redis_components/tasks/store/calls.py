@@ -175,9 +175,9 @@ def fetch_call(
                 "bucket": duration_bucket(outcome.seconds),
                 "micros": round(outcome.seconds * 1_000_000),
             }
-            if outcome.waited_ms is not None:
-                options["wait_bucket"] = duration_bucket(outcome.waited_ms / 1000, WAIT_BUCKETS)
-                options["waited_ms"] = outcome.waited_ms
+            if outcome.waited_ms is not None:  # (one field: see below)
+                bucket = duration_bucket(outcome.waited_ms / 1000, WAIT_BUCKETS)
+                options["wait"] = f"{bucket} {outcome.waited_ms}"
         payloads[:4] = [delivery.payload, outcome.data, outcome.again, outcome.dead_entry]
         flow = flow_of(delivery.payload)
         if flow is not None:
@@ -326,7 +326,7 @@ def requeue_dead_call(
     script_keys = [dead_key(queue, head), ready_key(queue, head), counter_key(head)]
     args: list[scripts.Arg] = [result_ttl_ms()]
     for entry, message in entries:
-        fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None)
+        fresh = dataclasses.replace(message, retries=0, crashes=0, enqueued_at=None, due_at=None)
         script_keys.append(result_key(message.id, head))
         args += [entry, fresh.encode(), rank(fresh.priority), message.id]
     return scripts.load("queue_requeue_dead"), script_keys, args
@@ -469,7 +469,7 @@ def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
     in the registry's home (the others' are enqueued before: :func:`tick_enqueue_call`)."""
     here = registry()
     script_keys = [schedule_next_key(), schedule_last_key(), counter_key(here)]
-    args: list[scripts.Arg] = [result_ttl_ms(), "1" if conf.METRICS else ""]
+    args: list[scripts.Arg] = [result_ttl_ms()]
     for claim in claims:
         action = "skip"
         if claim.run:
@@ -486,5 +486,6 @@ def claim_call(*, claims: Sequence[TickClaim]) -> scripts.Call:
             claim.payload,
             rank(claim.message.priority),
             claim.message.id,
+            claim.message.queue if conf.METRICS and action == "run" else "",
         ]
     return scripts.load("schedule_claim"), script_keys, args

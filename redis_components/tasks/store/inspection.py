@@ -434,8 +434,8 @@ class Inspection(Router):
         return now_minute, found
 
     def totals(self) -> dict[str, float]:
-        """The metrics' running totals ("<queue>:<outcome>:<bucket>" and "<queue>:us"),
-        those that are numbers."""
+        """The metrics' running totals (see metrics.py's ``_totals``), those that are
+        numbers."""
         found: dict[str, float] = {}
         for head in self._homes():
             stored = raw(self.at(head), "HGETALL", layout.totals_key(head))

@@ -134,19 +134,26 @@ class TaskNotDurable(TaskError):
 
 
 class QueueFull(TaskError):
-    """The queue holds its maximum number of waiting tasks; nothing was enqueued.
+    """The queue holds its maximum number of waiting tasks: nothing was enqueued (by
+    ``enqueue_many``: nothing more).
 
     ``queue`` names the queue and ``limit`` is its maximum length; ``partitions``: how
-    many partitions share it (the one the task went to held its share).
+    many partitions share it (the one the task went to held its share). ``enqueued``:
+    for ``enqueue_many``, how many of its batch were enqueued, by its earlier script
+    calls (0 for ``enqueue``).
     """
 
-    def __init__(self, queue: str, limit: int, partitions: int = 1) -> None:
+    def __init__(self, queue: str, limit: int, partitions: int = 1, *, enqueued: int = 0) -> None:
         self.queue = queue
         self.limit = limit
+        self.enqueued = enqueued
         held = f"{limit} waiting tasks"
         if partitions > 1:
             held = f"the task's partition holds {-(-limit // partitions)}, its share of {held}"
-        super().__init__(f"queue {queue!r} is full ({held}); nothing was enqueued")
+        added = "nothing was enqueued"
+        if enqueued:
+            added = f"{enqueued} tasks of the batch were enqueued before it, none since"
+        super().__init__(f"queue {queue!r} is full ({held}); {added}")
 
 
 class TaskResultDoesNotExist(TaskError, LookupError):

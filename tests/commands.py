@@ -9,6 +9,8 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
+from redis_components.tasks.store import TaskStore, layout
+
 
 def commands_per_task(
     r: redis.Redis, enqueue: Callable[[int], None], work: Callable[[], int]
@@ -40,3 +42,13 @@ def commands_per_task(
         if measured[-1] == int(measured[-1]):
             return measured[-1]
     return statistics.median(measured)
+
+
+def tasks_added(queue: str) -> int:
+    """The metrics' count of the tasks added to ``queue``, where its enqueues keep it: in
+    the totals of its home and of the registry's, which writes workflows and ticks
+    (``TaskStore().totals()`` sums the homes of the queues known, and a queue no worker
+    has served yet is not)."""
+    store, name = TaskStore(), f"{queue}:added"
+    heads = {layout.home(queue), layout.registry()}
+    return sum(int(store.at(head).hget(layout.totals_key(head), name) or 0) for head in heads)

@@ -17,6 +17,7 @@ from redis_components.tasks.status import queue_names
 from redis_components.tasks.store import TaskStore, new_task_id
 from redis_components.tasks.worker import Worker
 from redis_components.testing import ScriptedWorker, drain
+from tests.commands import tasks_added
 from tests.testapp import tasks
 
 URL = "/rc/metrics/"
@@ -87,7 +88,7 @@ def test_tasks_added_and_their_waits_are_counted(client: Client, r: redis.Redis)
     # Five waits of tasks taken as soon as they were due; "later" waited 0.5 s after
     # its enqueue, which its wait does not count.
     assert 0 <= sample(text, f'{waits}_sum{{queue="test"}}') < 0.5
-    assert r.hget("rc:queue:{tasks}:totals", "test:added") == b"5"
+    assert tasks_added("test") == 5
 
 
 def test_tasks_set_aside_on_their_limits_are_counted(client: Client) -> None:

@@ -27,6 +27,7 @@ from redis_components.tasks.schedules import (
 from redis_components.tasks.status import waiting_tasks
 from redis_components.tasks.store.layout import schedule_last_key as last_key
 from redis_components.tasks.store.layout import schedule_next_key as next_key
+from tests.commands import tasks_added
 from tests.testapp import tasks
 
 UTC = datetime.timezone.utc
@@ -204,7 +205,7 @@ def test_racing_schedulers_enqueue_each_tick_once(r: redis.Redis) -> None:
                 thread.join()
     assert sorted(m.scheduled_for or 0 for m in queued()) == ticks
     # Counted in the metrics' tasks added by the claim that enqueued it: once each.
-    assert r.hget("rc:queue:{tasks}:totals", "test:added") == b"30"
+    assert tasks_added("test") == 30
 
 
 def test_states_show_the_next_and_last_run_with_its_result(r: redis.Redis) -> None:

@@ -43,6 +43,7 @@ from redis_components.tasks.store.calls import (
     cancel_call,
     claim_call,
     enqueue_call,
+    enqueue_many_call,
     entry_heads_call,
     fetch_call,
     fetch_keys,
@@ -74,7 +75,7 @@ from redis_components.tasks.store.layout import (
     tasks_client,
     unique_key,
 )
-from redis_components.tasks.store.records import Move
+from redis_components.tasks.store.records import Adding, Move
 from redis_components.tasks.store.replies import RESULT_FIELDS
 from redis_components.tasks.worker import Worker
 from tests.processes import run_processes, running_worker, wait_until
@@ -540,11 +541,16 @@ def _claims(n: int) -> list[TickClaim]:
     ]
 
 
+def _adding(n: int) -> Adding:
+    return Adding(
+        message=_message(n), payload="{}", due=NOW, limit=0, shares=1, unique_key="", unique_ms=0
+    )
+
+
 # Each builder with one and with two of whatever its script repeats (queues, entries...).
 BUILDERS: dict[str, Callable[[int], scripts.Call]] = {
-    "queue_enqueue": lambda n: enqueue_call(
-        message=_message(n), payload="{}", due=NOW, limit=0, unique_key="", unique_ms=0
-    ),
+    "queue_enqueue": lambda n: enqueue_call(_adding(n)),
+    "queue_enqueue_many": lambda n: enqueue_many_call(home("q"), [_adding(i) for i in range(n)]),
     "queue_fetch": lambda n: fetch_call(
         worker_id="w",
         worker_keys=fetch_keys("w", [f"q{i}" for i in range(n)]),

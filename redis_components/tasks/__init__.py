@@ -18,7 +18,7 @@ from typing import Any
 
 from ..deprecation import deprecated
 from .backend import RedisTask, RedisTaskBackend, get_result, redis_task
-from .definition import get_task
+from .definition import enqueue_many, get_task
 from .limits import concurrency_limit, rate_limit
 from .messages import DEFAULT_QUEUE, TaskMessage
 from .registry import Retry, RunningTask, current_task, defer
@@ -44,6 +44,7 @@ __all__ = [
     "concurrency_limit",
     "current_task",
     "defer",
+    "enqueue_many",
     "get_progress",
     "get_result",
     "get_task",

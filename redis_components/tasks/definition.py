@@ -110,6 +110,9 @@ class QueueBackend(BaseTaskBackend):
     def send(self, prepared: Prepared, due: Due) -> TaskResult[..., Any]: ...
 
     @abc.abstractmethod
+    def send_many(self, batch: Sequence[tuple[Prepared, Due]]) -> list[TaskResult[..., Any]]: ...
+
+    @abc.abstractmethod
     def write_workflow(
         self, steps: list[PlannedStep], barriers: list[Barrier], result: str
     ) -> Workflow: ...
@@ -318,6 +321,12 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
         """Send the task to run at ``when`` (aware): ``using(run_after=when).enqueue(...)``."""
         due_at(when)  # InvalidInput for a naive or too distant time, as enqueue_in's
         return self.using(run_after=when).enqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[Sequence[Any]]) -> list[TaskResult[P, R]]:
+        """Enqueue a task per item of ``calls``, the tuple (or list) of its positional
+        arguments, in one round trip per 1,000 tasks: :func:`enqueue_many`."""
+        self._validated_backend()
+        return cast("list[TaskResult[P, R]]", enqueue_many(_calls_of(self, calls)))
 
     def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue when the current database transaction commits; never if it rolls back.
@@ -615,6 +624,41 @@ class _Plan:
             ends += last
         # An empty group has ended when the steps before it have.
         return "[" + ",".join(results) + "]", tuple(dict.fromkeys(ends)) if results else parents
+
+
+def enqueue_many(calls: Iterable[Signature]) -> list[TaskResult[Any, Any]]:
+    """Enqueue a task for each of ``calls``, made by ``task.s(*args, **kwargs)`` (or
+    :func:`signature` for Django's ``@task``): their results, in the same order, as
+    ``enqueue`` would return each (a unique task's duplicate gives the first one's).
+
+    Every call is prepared first (a bad argument raises before anything is written);
+    then the tasks of each queue home are written by one script call per 1,000, one
+    round trip each. A call is all or nothing: where a queue's limit
+    (``TASK_QUEUE_LIMITS``) would be passed, none of its tasks is enqueued, and
+    :class:`~redis_components.exceptions.QueueFull` says how many earlier calls enqueued.
+    """
+    batch: list[tuple[Prepared, Due]] = []
+    backend: QueueBackend | None = None
+    for call in calls:
+        if not isinstance(call, Signature):
+            raise InvalidInput("calls", f"each must be a task.s(...), not {type(call).__name__}")
+        task = call.task
+        backend = cast("QueueBackend", task.get_backend())  # (signature() checked it)
+        batch.append((backend.prepare(task, call.args, call.kwargs), backend.due(task)))
+    # (Our backends share one store: any of them writes every task, and signals it.)
+    return backend.send_many(batch) if backend is not None else []
+
+
+def _calls_of(task: RedisTask[..., Any], calls: Iterable[Sequence[Any]]) -> list[Signature]:
+    """``task``'s calls of these positional arguments (its ``run_after`` kept)."""
+    found = []
+    for args in calls:
+        if not isinstance(args, (tuple, list)):
+            raise InvalidInput(
+                "calls", f"each must be the tuple of a call's arguments, not {type(args).__name__}"
+            )
+        found.append(Signature(task, tuple(args)))
+    return found
 
 
 def enqueue_workflow(node: Node) -> Workflow:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ... import scripts
 from ...conf import conf
-from ..messages import NOW, Due, FlowStep, TaskMessage, flow_of
+from ..messages import NOW, FlowStep, TaskMessage, flow_of
 from .layout import (
     counter_key,
     dead_key,
@@ -48,6 +48,7 @@ from .layout import (
 from .records import (
     TERMINATE_WAIT_MS,
     WAIT_BUCKETS,
+    Adding,
     Fetched,
     Move,
     Outcome,
@@ -73,11 +74,10 @@ def fetch_keys(worker_id: str, queues: Sequence[str], head: str = "") -> list[st
     return script_keys
 
 
-def enqueue_call(
-    *, message: TaskMessage, payload: str, due: Due, limit: int, unique_key: str, unique_ms: int
-) -> scripts.Call:
+def enqueue_call(adding: Adding) -> scripts.Call:
     """lua/queue_enqueue.lua: add a task and write its READY result, in the home its id
     names (its queue's, but a workflow's step's is the registry's)."""
+    message = adding.message
     head = task_home(message.id)
     return (
         scripts.load("queue_enqueue"),
@@ -86,19 +86,44 @@ def enqueue_call(
             delayed_key(message.queue, head),
             counter_key(head),
             result_key(message.id),
-            unique_key or counter_key(head),
+            adding.unique_key or counter_key(head),
         ],
         [
-            payload,
+            adding.payload,
             rank(message.priority),
-            due.argument(),
-            limit,
+            adding.due.argument(),
+            adding.share,
             result_ttl_ms(),
             message.id,
-            unique_ms,
+            adding.unique_ms,
             message.queue if conf.METRICS else "",
         ],
     )
+
+
+def enqueue_many_call(head: str, batch: Sequence[Adding]) -> scripts.Call:
+    """lua/queue_enqueue_many.lua: add tasks of the home ``head`` (their ids name it)."""
+    script_keys: list[str] = [counter_key(head)]
+    args: list[scripts.Arg] = [result_ttl_ms()]
+    counted = conf.METRICS
+    for adding in batch:
+        message = adding.message
+        script_keys += [
+            ready_key(message.queue, head),
+            delayed_key(message.queue, head),
+            result_key(message.id),
+            adding.unique_key or counter_key(head),
+        ]
+        args += [
+            adding.payload,
+            rank(message.priority),
+            adding.due.argument(),
+            adding.share,
+            message.id,
+            adding.unique_ms,
+            message.queue if counted else "",
+        ]
+    return scripts.load("queue_enqueue_many"), script_keys, args
 
 
 def migrate_call(*, move: Move) -> scripts.Call:
@@ -216,12 +241,15 @@ def tick_enqueue_call(claim: TickClaim) -> scripts.Call:
     """lua/queue_enqueue.lua for the task of a schedule's tick whose queue has a home of
     its own, before the tick is claimed: refused when it was enqueued already."""
     return enqueue_call(
-        message=claim.message,
-        payload=claim.payload,
-        due=NOW,
-        limit=0,
-        unique_key=unique_key(f"tick:{claim.message.id}", task_home(claim.message.id)),
-        unique_ms=max(result_ttl_ms(), TICK_REFUSED_MS),
+        Adding(
+            message=claim.message,
+            payload=claim.payload,
+            due=NOW,
+            limit=0,
+            shares=1,
+            unique_key=unique_key(f"tick:{claim.message.id}", task_home(claim.message.id)),
+            unique_ms=max(result_ttl_ms(), TICK_REFUSED_MS),
+        )
     )
 
 

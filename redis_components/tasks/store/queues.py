@@ -22,7 +22,7 @@ from ...exceptions import InvalidInput, QueueFull, TaskNotCancellable, TaskNotDu
 from ..messages import NOW, Due, TaskMessage, validate_queue
 from . import calls, layout, replies
 from .flows import Flows
-from .records import Enqueued, Fetched, LogLine
+from .records import Adding, Enqueued, Fetched, LogLine
 from .router import raw
 
 logger = logging.getLogger("redis_components.tasks")
@@ -32,6 +32,35 @@ def queue_limit(queue: str) -> int:
     """The maximum number of waiting tasks of ``queue`` (0: unbounded)."""
     limits = user_settings().get("TASK_QUEUE_LIMITS")
     return int(limits.get(queue, 0)) if isinstance(limits, dict) else 0
+
+
+# The most tasks Queues.enqueue_many adds in one script call: each call blocks the server
+# while it runs (about 5 µs per task), so a large batch takes several, one round trip each.
+ENQUEUE_BATCH = 1000
+
+
+def _adding(message: TaskMessage, payload: str, due: Due, unique_for: float | None) -> Adding:
+    if len(message.id) != 36 and layout.shared_home() is not None:
+        raise InvalidInput(
+            "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
+        )
+    head = layout.task_home(message.id)
+    return Adding(
+        message=message,
+        payload=payload,
+        due=due,
+        limit=queue_limit(message.queue),
+        shares=layout.partitions(message.queue),
+        unique_key=layout.unique_key(message.digest(), head) if unique_for else "",
+        unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
+    )
+
+
+def _enqueued(reply: Any) -> Enqueued:
+    """What queue_enqueue.lua's reply says of a task it did not refuse."""
+    if int(reply[0]) == 2:
+        return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
+    return Enqueued(at_ms=int(reply[1]))
 
 
 # A queue with no task finished in this many hours (those the admin pages chart) is idle.
@@ -52,29 +81,46 @@ class Queues(Flows):
         when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge, and :class:`InvalidInput`
         for an id that names no queue's home (``new_task_id``): on a cluster, one of 32
         digits would put it where no worker takes."""
-        if len(message.id) != 36 and layout.shared_home() is not None:
-            raise InvalidInput(
-                "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
-            )
-        limit, shares = queue_limit(message.queue), layout.partitions(message.queue)
-        head = layout.task_home(message.id)
-        call = calls.enqueue_call(
-            message=message,
-            payload=payload,
-            due=due,
-            limit=-(-limit // shares),  # (each partition holds its share, rounded up)
-            unique_key=layout.unique_key(message.digest(), head) if unique_for else "",
-            unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
-        )
+        adding = _adding(message, payload, due, unique_for)
+        call = calls.enqueue_call(adding)
         replicas = int(user_settings().get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
         reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
         if int(reply[0]) == 0:
-            raise QueueFull(message.queue, limit, shares)
-        if int(reply[0]) == 2:
-            return Enqueued(at_ms=0, duplicate_of=text(reply[1]))
+            raise QueueFull(message.queue, adding.limit, adding.shares)
         if problem:
             raise TaskNotDurable(problem, message.id)
-        return Enqueued(at_ms=int(reply[1]))
+        return _enqueued(reply)
+
+    def enqueue_many(
+        self, batch: Sequence[tuple[TaskMessage, str, Due, float | None]]
+    ) -> list[Enqueued]:
+        """:meth:`enqueue` each of ``batch`` (message, payload, due, unique_for), in one
+        script call per home and ``ENQUEUE_BATCH`` tasks (lua/queue_enqueue_many.lua),
+        in order. A call is all or nothing: when a queue's limit would be passed, none of
+        its tasks is added, and :class:`QueueFull` says how many of the batch the calls
+        before it added (they stay). The same errors as :meth:`enqueue`, for all."""
+        addings = [_adding(*item) for item in batch]
+        homes: dict[str, list[int]] = {}
+        for number, adding in enumerate(addings):
+            homes.setdefault(layout.task_home(adding.message.id), []).append(number)
+        found: dict[int, Enqueued] = {}
+        problem = ""
+        replicas = int(user_settings().get("QUEUE_WAIT_REPLICAS") or 0)
+        for head, numbers in homes.items():
+            for start in range(0, len(numbers), ENQUEUE_BATCH):
+                part = numbers[start : start + ENQUEUE_BATCH]
+                call = calls.enqueue_many_call(head, [addings[n] for n in part])
+                done = f"{len(part)} tasks were enqueued"
+                reply, trouble = self._run_durable(call, done, replicas)
+                if not isinstance(reply[0], list):  # {0, the refused one's number}
+                    refused = addings[part[int(reply[1]) - 1]]
+                    queue = refused.message.queue
+                    raise QueueFull(queue, refused.limit, refused.shares, enqueued=len(found))
+                found.update(zip(part, map(_enqueued, reply), strict=True))
+                problem = problem or trouble
+        if problem:
+            raise TaskNotDurable(problem, addings[0].message.id)
+        return [found[number] for number in range(len(addings))]
 
     def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:
         """Run a :func:`fetch_call` (a :class:`WorkerStore` builds it). ``meanwhile``: a

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from ..messages import TaskMessage
+from ..messages import Due, TaskMessage
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,24 @@ class WaitingTask:
     whole_size: int = 0  # read in part (a list page): its length in bytes
     waits_on: str = ""  # the key of the limit that holds it back (a permit's, or a rate's)
     waits_for: Literal["", "concurrency", "rate"] = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Adding:
+    """A task to add to its queue, as the enqueue scripts take it."""
+
+    message: TaskMessage
+    payload: str
+    due: Due
+    limit: int  # the queue's most waiting tasks (0: unbounded), whole
+    shares: int  # how many partitions share that limit
+    unique_key: str  # "": not unique
+    unique_ms: int
+
+    @property
+    def share(self) -> int:
+        """What the partition it goes to holds of its queue's limit (rounded up)."""
+        return -(-self.limit // self.shares)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,41 +1,51 @@
 -- Add many tasks to their queues in one home (enqueue_many: see tasks/store/queues.py).
--- KEYS: 1) the enqueue counter of the home; then 4 for each task: its queue's ready ZSET
---       (also the name of its wake-up channel), its queue's delayed ZSET, its result
---       hash, the key that makes it unique (any key of the home when it is not)
--- ARGV: 1) how long to keep a result after its last change, in ms; then 7 for each
---       task, as queue_enqueue.lua's: its payload, its rank, when it is due, its
---       queue's most waiting tasks (0 for unbounded), its id, for how many ms an equal
---       task is not enqueued again (0 for no limit), its queue's name to count it in the
---       metrics' tasks added ("": not counted)
+-- KEYS: 1) the enqueue counter of the home
+-- ARGV: 1) how long to keep a result after its last change, in ms  2) how many queues;
+--       then 3 for each queue: its name, its most waiting tasks (0 for unbounded: see
+--       lib/enqueue.lua), "1" to count its tasks in the metrics' tasks added ("": not);
+--       then 4 for each task: its queue's number among them, its payload (ending in
+--       '"retries":0}': see messages.py), when it is due (as queue_enqueue.lua's ARGV
+--       3), and "" or, for a unique task, "<ms> <key>": for how many ms an equal task
+--       is not enqueued again, and the key that makes it unique
 -- Returns: for each task, {1, the server's time of the enqueue} or {2, the id of the
 --          equal task enqueued in its unique window (it was not added)}; or {0, the
---          first task's number (1-based) whose queue would pass its limit}: then no
---          task was added, since the queues' limits are checked for all the tasks first.
+--          number (1-based) of the first task of a queue that its limit refuses}: then
+--          no task was added, since the queues' limits are checked for all first.
+-- Each task's keys (its queue's ready and delayed sets, its result) are named here from
+-- KEYS[1]'s home (lib/keys.lua), in its slot: sent once per queue, not per task, so
+-- that a call is half as long to send.
 -- @include enqueue
-local keep, now = tonumber(ARGV[1]), queue_now()
-local count = (#KEYS - 1) / 4
-local adding = {}  -- per limited queue: how many of its tasks come, and the first's number
-for i = 1, count do
-  local ready = KEYS[4 * i - 2]
-  if tonumber(ARGV[7 * i - 2]) > 0 then
-    local seen = adding[ready] or {0, i}
-    seen[1] = seen[1] + 1
-    adding[ready] = seen
-  end
+local keep, now, counter = tonumber(ARGV[1]), queue_now(), KEYS[1]
+local base = keys_base(counter, 'counter')
+local queues, first = {}, 3 + 3 * tonumber(ARGV[2])
+for q = 1, tonumber(ARGV[2]) do
+  local name = ARGV[3 * q]
+  queues[q] = {ready = keys_name(base, 'ready', name), delayed = keys_name(base, 'delayed', name),
+    limit = tonumber(ARGV[3 * q + 1]), counted = ARGV[3 * q + 2] == '1' and name or '',
+    adding = 0}
 end
+local count = (#ARGV - first + 1) / 4
 for i = 1, count do
-  local ready = KEYS[4 * i - 2]
-  local seen = adding[ready]
-  if seen and seen[2] == i
-      and enqueue_full(KEYS[1], ready, KEYS[4 * i - 1], tonumber(ARGV[7 * i - 2]), seen[1]) then
-    return {0, i}
+  local q = queues[tonumber(ARGV[first + 4 * i - 4])]
+  q.adding = q.adding + 1
+  q.first = q.first or i
+end
+for _, q in ipairs(queues) do
+  if q.limit > 0 and enqueue_full(counter, q.ready, q.delayed, q.limit, q.adding) then
+    return {0, q.first}
   end
 end
 local added = {}
 for i = 1, count do
-  local at = 7 * i - 5
-  added[i] = enqueue_task(KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[1], KEYS[4 * i],
-    KEYS[4 * i + 1], ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], 0, keep,
-    ARGV[at + 4], tonumber(ARGV[at + 5]), ARGV[at + 6], now)
+  local at = first + 4 * i - 4
+  local q, payload, unique = queues[tonumber(ARGV[at])], ARGV[at + 1], ARGV[at + 3]
+  local id, unique_ms, unique_key = queue_id(payload), 0, ''
+  if unique ~= '' then
+    local ms
+    ms, unique_key = string.match(unique, '^(%d+) (.*)$')
+    unique_ms = tonumber(ms)
+  end
+  added[i] = enqueue_task(q.ready, q.delayed, counter, keys_name(base, 'result', id), unique_key,
+    payload, queue_rank(payload), ARGV[at + 2], 0, keep, id, unique_ms, q.counted, now)
 end
 return added

@@ -103,27 +103,20 @@ def enqueue_call(adding: Adding) -> scripts.Call:
 
 def enqueue_many_call(head: str, batch: Sequence[Adding]) -> scripts.Call:
     """lua/queue_enqueue_many.lua: add tasks of the home ``head`` (their ids name it)."""
-    script_keys: list[str] = [counter_key(head)]
-    args: list[scripts.Arg] = [result_ttl_ms()]
-    counted = conf.METRICS
+    numbers: dict[str, int] = {}  # each queue's number in the call
+    header: list[scripts.Arg] = []
+    tasks: list[scripts.Arg] = []
+    counted = "1" if conf.METRICS else ""
     for adding in batch:
-        message = adding.message
-        script_keys += [
-            ready_key(message.queue, head),
-            delayed_key(message.queue, head),
-            result_key(message.id),
-            adding.unique_key or counter_key(head),
-        ]
-        args += [
-            adding.payload,
-            rank(message.priority),
-            adding.due.argument(),
-            adding.share,
-            message.id,
-            adding.unique_ms,
-            message.queue if counted else "",
-        ]
-    return scripts.load("queue_enqueue_many"), script_keys, args
+        queue = adding.message.queue
+        number = numbers.get(queue)
+        if number is None:
+            number = numbers[queue] = len(numbers) + 1
+            header += [queue, adding.share, counted]
+        unique = f"{adding.unique_ms} {adding.unique_key}" if adding.unique_ms else ""
+        tasks += [number, adding.payload, adding.due.argument(), unique]
+    args = [result_ttl_ms(), len(numbers), *header, *tasks]
+    return scripts.load("queue_enqueue_many"), [counter_key(head)], args
 
 
 def migrate_call(*, move: Move) -> scripts.Call:

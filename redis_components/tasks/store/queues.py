@@ -39,18 +39,29 @@ def queue_limit(queue: str) -> int:
 ENQUEUE_BATCH = 1000
 
 
-def _adding(message: TaskMessage, payload: str, due: Due, unique_for: float | None) -> Adding:
+def _adding(
+    message: TaskMessage,
+    payload: str,
+    due: Due,
+    unique_for: float | None,
+    limits: dict[str, tuple[int, int]],
+) -> Adding:
+    """How to add a task (``limits``: each queue's limit and partitions, read once)."""
     if len(message.id) != 36 and layout.shared_home() is not None:
         raise InvalidInput(
             "id", f"{message.id!r} names no queue's home: make it with new_task_id(queue)"
         )
+    queue = message.queue
+    if queue not in limits:
+        limits[queue] = (queue_limit(queue), layout.partitions(queue))
+    limit, shares = limits[queue]
     head = layout.task_home(message.id)
     return Adding(
         message=message,
         payload=payload,
         due=due,
-        limit=queue_limit(message.queue),
-        shares=layout.partitions(message.queue),
+        limit=limit,
+        shares=shares,
         unique_key=layout.unique_key(message.digest(), head) if unique_for else "",
         unique_ms=math.ceil(unique_for * 1000) if unique_for else 0,
     )
@@ -81,7 +92,7 @@ class Queues(Flows):
         when ``QUEUE_WAIT_REPLICAS`` replicas did not acknowledge, and :class:`InvalidInput`
         for an id that names no queue's home (``new_task_id``): on a cluster, one of 32
         digits would put it where no worker takes."""
-        adding = _adding(message, payload, due, unique_for)
+        adding = _adding(message, payload, due, unique_for, {})
         call = calls.enqueue_call(adding)
         replicas = int(user_settings().get("QUEUE_WAIT_REPLICAS") or 0)  # as conf reads it
         reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
@@ -99,7 +110,8 @@ class Queues(Flows):
         in order. A call is all or nothing: when a queue's limit would be passed, none of
         its tasks is added, and :class:`QueueFull` says how many of the batch the calls
         before it added (they stay). The same errors as :meth:`enqueue`, for all."""
-        addings = [_adding(*item) for item in batch]
+        limits: dict[str, tuple[int, int]] = {}
+        addings = [_adding(*item, limits) for item in batch]
         homes: dict[str, list[int]] = {}
         for number, adding in enumerate(addings):
             homes.setdefault(layout.task_home(adding.message.id), []).append(number)

@@ -9,6 +9,8 @@ as ``redis.exceptions.ConnectionError``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.exceptions
 from django.core.exceptions import ImproperlyConfigured
 
@@ -140,13 +142,15 @@ class QueueFull(TaskError):
     ``queue`` names the queue and ``limit`` is its maximum length; ``partitions``: how
     many partitions share it (the one the task went to held its share). ``enqueued``:
     for ``enqueue_many``, how many of its batch were enqueued, by its earlier script
-    calls (0 for ``enqueue``).
+    calls (0 for ``enqueue``), and ``results`` their results (they stay enqueued).
     """
 
     def __init__(self, queue: str, limit: int, partitions: int = 1, *, enqueued: int = 0) -> None:
         self.queue = queue
         self.limit = limit
         self.enqueued = enqueued
+        self.written: dict[int, Any] = {}  # (enqueue_many: each written, by its place)
+        self.results: list[Any] = []
         held = f"{limit} waiting tasks"
         if partitions > 1:
             held = f"the task's partition holds {-(-limit // partitions)}, its share of {held}"

@@ -102,6 +102,9 @@ def test_a_large_batch_takes_a_call_per_thousand(count_commands: CommandCount) -
     assert full.value.enqueued == 2000
     assert "2000 tasks of the batch were enqueued before it" in str(full.value)
     assert ready() == 2000
+    kept = {result.id for result in full.value.results}
+    assert len(kept) == 2000
+    assert all(get_result(task_id).status == TaskResultStatus.READY for task_id in kept)
 
 
 def test_a_unique_tasks_duplicates_give_the_first_ones_result() -> None:
@@ -115,7 +118,39 @@ def test_a_delayed_tasks_calls_are_all_delayed() -> None:
     results = tasks.record.using(run_after=later).enqueue_many([("x",), ("y",)])
     [stats] = queue_stats(["test"])
     assert (stats.ready, stats.delayed) == (0, 2)
-    assert all(result.task.run_after == later for result in results)
+    for result in results:  # (as the server keeps it, to the ms)
+        kept = get_result(result.id).task.run_after
+        assert kept is not None
+        assert abs((kept - later).total_seconds()) < 0.002
+
+
+def test_higher_priorities_run_first(r: redis.Redis) -> None:
+    """The script ranks each task by the priority its payload starts with."""
+    enqueue_many(
+        [
+            tasks.record.s("low"),
+            tasks.record.using(priority=9).s("high"),
+            tasks.record.using(priority=-3).s("lowest"),
+        ]
+    )
+    drain(["test"])
+    assert r.lrange("{test}:order", 0, -1) == [b"high", b"low", b"lowest"]
+
+
+def test_a_duplicate_does_not_count_against_a_limit() -> None:
+    """As one enqueue at a time would: an equal task enqueued before, or earlier in the
+    batch, is a duplicate, not a task that the queue's limit refuses."""
+    with with_settings(TASK_QUEUE_LIMITS={"test": 2}):
+        first = tasks.unique_record.enqueue("a")
+        tasks.add.enqueue(0, 0)  # the queue is full
+        [again] = tasks.unique_record.enqueue_many([("a",)])
+        assert again.id == first.id
+        TaskStore().purge("test")
+        one, twin = tasks.unique_record.enqueue_many([("b",), ("b",)])
+        assert twin.id == one.id
+        added, other = tasks.unique_record.enqueue_many([("c",), ("b",)])
+        assert other.id == one.id != added.id
+        assert ready() == 2
 
 
 def test_the_metrics_count_each_task_added(r: redis.Redis) -> None:

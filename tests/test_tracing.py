@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from conftest import CommandCount
 from redis_components import chain, get_result, group, redis_task
+from redis_components.exceptions import InvalidTaskArguments
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.results import read_records
 from redis_components.tasks.schedules import Claim, Scheduler, build
@@ -148,6 +149,25 @@ def test_an_attempt_in_another_process_links_to_its_tasks_creation(
 
 def named_in_file(path: Path, name: str) -> list[dict[str, Any]]:
     return [span for span in spans.read_file(path) if span["name"] == name]
+
+
+def test_enqueue_many_sends_a_span_per_task_and_ends_them_when_one_is_bad(
+    exported: Callable[[], list[ReadableSpan]],
+) -> None:
+    results = tasks.add.enqueue_many([(1, 1), (2, 2)])
+    sent = named(exported(), "send test")
+    assert {dict(span.attributes or {})["messaging.message.id"] for span in sent} == {
+        result.id for result in results
+    }
+    drain(["test"])
+    links = {
+        link.context.span_id for span in named(exported(), "process test") for link in span.links
+    }
+    assert links == {span.context.span_id for span in sent}
+    with pytest.raises(InvalidTaskArguments):
+        tasks.add.enqueue_many([(3, 3), (4,)])
+    [unsent] = named(exported(), "send test")[2:]  # (the first's, ended: nothing sent)
+    assert unsent.status.status_code == StatusCode.ERROR
 
 
 def test_a_delayed_task_links_to_its_creation_when_it_runs(

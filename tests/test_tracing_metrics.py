@@ -116,6 +116,14 @@ def test_an_attempt_stopped_at_its_time_limit_records_its_run(
     assert runs == {None: 1, "redis_components.exceptions.TimeLimitExceeded": 1}
 
 
+def test_enqueue_many_is_one_operation_of_its_messages_per_queue(points: Points) -> None:
+    tasks.add.enqueue_many([(1, 1), (2, 2), (3, 3)])
+    found = points()
+    [(_, sent, _)] = found["messaging.client.sent.messages"]
+    [(_, operations, _)] = found["messaging.client.operation.duration"]
+    assert (sent, operations) == (3, 1)
+
+
 def test_an_enqueue_that_raises_records_its_error_type(points: Points) -> None:
     with pytest.raises(ConnectionError), meters.sending("test"):
         raise ConnectionError("the server is away")

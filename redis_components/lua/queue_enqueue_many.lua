@@ -10,7 +10,8 @@
 -- Returns: for each task, {1, the server's time of the enqueue} or {2, the id of the
 --          equal task enqueued in its unique window (it was not added)}; or {0, the
 --          number (1-based) of the first task of a queue that its limit refuses}: then
---          no task was added, since the queues' limits are checked for all first.
+--          no task was added, since the queues' limits are checked for all first (a
+--          duplicate does not count against them).
 -- Each task's keys (its queue's ready and delayed sets, its result) are named here from
 -- KEYS[1]'s home (lib/keys.lua), in its slot: sent once per queue, not per task, so
 -- that a call is half as long to send.
@@ -25,13 +26,25 @@ for q = 1, tonumber(ARGV[2]) do
     adding = 0}
 end
 local count = (#ARGV - first + 1) / 4
+-- How many tasks each limited queue gets: not a unique task whose equal was added in its
+-- window, nor the twin of one before it in this call (each is a duplicate, not added).
+local seen = {}
 for i = 1, count do
-  local q = queues[tonumber(ARGV[first + 4 * i - 4])]
-  q.adding = q.adding + 1
-  q.first = q.first or i
+  local at = first + 4 * i - 4
+  local q = queues[tonumber(ARGV[at])]
+  if q.limit > 0 then
+    local key = string.match(ARGV[at + 3], '^%d+ (.*)$')
+    if not (key and (seen[key] or redis.call('EXISTS', key) == 1)) then
+      q.adding = q.adding + 1
+      q.first = q.first or i
+    end
+    if key then
+      seen[key] = true
+    end
+  end
 end
 for _, q in ipairs(queues) do
-  if q.limit > 0 and enqueue_full(counter, q.ready, q.delayed, q.limit, q.adding) then
+  if q.adding > 0 and enqueue_full(counter, q.ready, q.delayed, q.limit, q.adding) then
     return {0, q.first}
   end
 end

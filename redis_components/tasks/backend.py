@@ -8,6 +8,7 @@ result is FAILED, its last error a :class:`~redis_components.exceptions.TaskCanc
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -24,7 +25,13 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .. import keys, tracing
-from ..exceptions import InvalidInput, TaskError, TaskResultDoesNotExist, TaskSerializationError
+from ..exceptions import (
+    InvalidInput,
+    QueueFull,
+    TaskError,
+    TaskResultDoesNotExist,
+    TaskSerializationError,
+)
 from ..keys import django_datetime, django_time
 from ..tracing import meters
 from . import results
@@ -271,15 +278,20 @@ class RedisTaskBackend(QueueBackend):
         ``ENQUEUE_BATCH`` tasks: see ``TaskStore.enqueue_many``), each measured
         (``OTEL_METRICS``) and traced as sent by the call that wrote it."""
         items = [(p.message, p.payload, due, _unique_for(p)) for p, due in batch]
+        queues = collections.Counter(p.message.queue for p, _ in batch)
         try:
             with contextlib.ExitStack() as sends:
+                for queue, count in queues.items():  # (one operation per queue, of count)
+                    sends.enter_context(meters.sending(queue, count))
                 for prepared, _ in batch:
-                    sends.enter_context(meters.sending(prepared.message.queue))
                     if prepared.sending:
                         sends.enter_context(prepared.sending.sent())
                 written = TaskStore().enqueue_many(items)
         except InvalidInput as error:
             raise TaskSerializationError(str(error)) from None
+        except QueueFull as full:  # (what earlier calls wrote stays: their results)
+            full.results = [self._sent(*batch[n], done) for n, done in sorted(full.written.items())]
+            raise
         return [self._sent(p, due, done) for (p, due), done in zip(batch, written, strict=True)]
 
     def _sent(self, prepared: Prepared, due: Due, enqueued: Any) -> TaskResult[..., Any]:

@@ -15,7 +15,7 @@ import inspect
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeAlias, TypeVar, cast
 
@@ -324,9 +324,10 @@ class RedisTask(_DjangoTask[P, R], Generic[P, R]):
 
     def enqueue_many(self, calls: Iterable[Sequence[Any]]) -> list[TaskResult[P, R]]:
         """Enqueue a task per item of ``calls``, the tuple (or list) of its positional
-        arguments, in one round trip per 1,000 tasks: :func:`enqueue_many`."""
+        arguments, in one round trip per 1,000 tasks: as
+        :func:`redis_components.enqueue_many` does."""
         self._validated_backend()
-        return cast("list[TaskResult[P, R]]", enqueue_many(_calls_of(self, calls)))
+        return cast("list[TaskResult[P, R]]", _send_many(_calls_of(self, calls)))
 
     def enqueue_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue when the current database transaction commits; never if it rolls back.
@@ -628,37 +629,60 @@ class _Plan:
 
 def enqueue_many(calls: Iterable[Signature]) -> list[TaskResult[Any, Any]]:
     """Enqueue a task for each of ``calls``, made by ``task.s(*args, **kwargs)`` (or
-    :func:`signature` for Django's ``@task``): their results, in the same order, as
+    :func:`signature` for Django's ``@task``; a signature's ``immutable`` and
+    ``allow_failure`` mean nothing here): their results, in the same order, as
     ``enqueue`` would return each (a unique task's duplicate gives the first one's).
 
     Every call is prepared first (a bad argument raises before anything is written);
     then the tasks of each queue home are written by one script call per 1,000, one
     round trip each. A call is all or nothing: where a queue's limit
     (``TASK_QUEUE_LIMITS``) would be passed, none of its tasks is enqueued, and
-    :class:`~redis_components.exceptions.QueueFull` says how many earlier calls enqueued.
+    :class:`~redis_components.exceptions.QueueFull` gives the results of the tasks that
+    earlier calls enqueued (``results``). For delayed tasks (a signature has no
+    ``run_after``), ``task.using(run_after=...).enqueue_many(...)``.
     """
+
+    def unpacked() -> Iterator[tuple[Task[..., Any], Sequence[Any], dict[str, Any]]]:
+        for call in calls:
+            if not isinstance(call, Signature):
+                kind = type(call).__name__
+                raise InvalidInput("calls", f"each must be a task.s(...), not {kind}")
+            yield call.task, call.args, call.kwargs
+
+    return _send_many(unpacked())
+
+
+def _send_many(
+    calls: Iterable[tuple[Task[..., Any], Sequence[Any], dict[str, Any]]],
+) -> list[TaskResult[Any, Any]]:
+    """Prepare each call (of a task whose backend is ours, checked), then write them."""
     batch: list[tuple[Prepared, Due]] = []
-    backend: QueueBackend | None = None
-    for call in calls:
-        if not isinstance(call, Signature):
-            raise InvalidInput("calls", f"each must be a task.s(...), not {type(call).__name__}")
-        task = call.task
-        backend = cast("QueueBackend", task.get_backend())  # (signature() checked it)
-        batch.append((backend.prepare(task, call.args, call.kwargs), backend.due(task)))
+    backends: dict[int, QueueBackend] = {}  # (each task's, looked up once)
+    try:
+        for task, args, kwargs in calls:
+            backend = backends.get(id(task))
+            if backend is None:
+                backend = backends[id(task)] = cast("QueueBackend", task.get_backend())
+            batch.append((backend.prepare(task, args, kwargs), backend.due(task)))
+    except BaseException as error:  # (the send spans of those prepared end, unsent)
+        for prepared, _ in batch:
+            if prepared.sending:
+                prepared.sending.ended(error)
+        raise
     # (Our backends share one store: any of them writes every task, and signals it.)
-    return backend.send_many(batch) if backend is not None else []
+    return next(iter(backends.values())).send_many(batch) if batch else []
 
 
-def _calls_of(task: RedisTask[..., Any], calls: Iterable[Sequence[Any]]) -> list[Signature]:
+def _calls_of(
+    task: RedisTask[..., Any], calls: Iterable[Sequence[Any]]
+) -> Iterator[tuple[Task[..., Any], Sequence[Any], dict[str, Any]]]:
     """``task``'s calls of these positional arguments (its ``run_after`` kept)."""
-    found = []
     for args in calls:
         if not isinstance(args, (tuple, list)):
             raise InvalidInput(
                 "calls", f"each must be the tuple of a call's arguments, not {type(args).__name__}"
             )
-        found.append(Signature(task, tuple(args)))
-    return found
+        yield task, args, {}
 
 
 def enqueue_workflow(node: Node) -> Workflow:

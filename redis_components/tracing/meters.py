@@ -111,7 +111,7 @@ def _with_error(attributes: dict[str, str], error: BaseException | None) -> dict
 
 
 @contextlib.contextmanager
-def _sending(queue: str) -> Iterator[None]:
+def _sending(queue: str, count: int) -> Iterator[None]:
     attributes = _attributes("send", queue)
     started = time.perf_counter()
     try:
@@ -120,13 +120,13 @@ def _sending(queue: str) -> Iterator[None]:
         attributes = _with_error(attributes, error)
         raise
     finally:
-        _quietly(_record_send, time.perf_counter() - started, attributes)
+        _quietly(_record_send, time.perf_counter() - started, attributes, count)
 
 
-def _record_send(seconds: float, attributes: dict[str, str]) -> None:
+def _record_send(seconds: float, attributes: dict[str, str], count: int) -> None:
     sent, duration, *_ = _instruments()
     duration.record(seconds, attributes)
-    sent.add(1, attributes)
+    sent.add(count, attributes)
 
 
 def _quietly(record: Callable[..., None], *args: Any) -> None:
@@ -138,9 +138,10 @@ def _quietly(record: Callable[..., None], *args: Any) -> None:
         logger.exception("A metric of tasks is not recorded: OpenTelemetry failed")
 
 
-def sending(queue: str) -> contextlib.AbstractContextManager[None]:
-    """Around an enqueue's script: one message sent, and how long the script took."""
-    return _sending(queue) if on() else contextlib.nullcontext()
+def sending(queue: str, count: int = 1) -> contextlib.AbstractContextManager[None]:
+    """Around an enqueue's script (or ``enqueue_many``'s calls, for ``count`` tasks of
+    ``queue``): the messages sent, and how long the operation took."""
+    return _sending(queue, count) if on() else contextlib.nullcontext()
 
 
 def consumed(queue: str, waited_ms: int | None = None) -> None:

@@ -98,9 +98,10 @@ class Queues(Flows):
         reply, problem = self._run_durable(call, f"Task {message.id} was enqueued", replicas)
         if int(reply[0]) == 0:
             raise QueueFull(message.queue, adding.limit, adding.shares)
-        if problem:
+        enqueued = _enqueued(reply)
+        if problem and enqueued.duplicate_of is None:  # (a duplicate wrote nothing)
             raise TaskNotDurable(problem, message.id)
-        return _enqueued(reply)
+        return enqueued
 
     def enqueue_many(
         self, batch: Sequence[tuple[TaskMessage, str, Due, float | None]]
@@ -109,29 +110,37 @@ class Queues(Flows):
         script call per home and ``ENQUEUE_BATCH`` tasks (lua/queue_enqueue_many.lua),
         in order. A call is all or nothing: when a queue's limit would be passed, none of
         its tasks is added, and :class:`QueueFull` says how many of the batch the calls
-        before it added (they stay). The same errors as :meth:`enqueue`, for all."""
+        before it added (they stay: ``QueueFull.written``, by their place in ``batch``).
+        The same errors as :meth:`enqueue`, for all; :class:`TaskNotDurable` once all
+        are written, naming the first task added by a call the replicas missed."""
         limits: dict[str, tuple[int, int]] = {}
         addings = [_adding(*item, limits) for item in batch]
         homes: dict[str, list[int]] = {}
         for number, adding in enumerate(addings):
             homes.setdefault(layout.task_home(adding.message.id), []).append(number)
         found: dict[int, Enqueued] = {}
-        problem = ""
+        problem = first = ""
         replicas = int(user_settings().get("QUEUE_WAIT_REPLICAS") or 0)
         for head, numbers in homes.items():
             for start in range(0, len(numbers), ENQUEUE_BATCH):
                 part = numbers[start : start + ENQUEUE_BATCH]
                 call = calls.enqueue_many_call(head, [addings[n] for n in part])
-                done = f"{len(part)} tasks were enqueued"
-                reply, trouble = self._run_durable(call, done, replicas)
+                said = f"{len(part)} tasks were enqueued"
+                reply, trouble = self._run_durable(call, said, replicas)
                 if not isinstance(reply[0], list):  # {0, the refused one's number}
                     refused = addings[part[int(reply[1]) - 1]]
                     queue = refused.message.queue
-                    raise QueueFull(queue, refused.limit, refused.shares, enqueued=len(found))
-                found.update(zip(part, map(_enqueued, reply), strict=True))
-                problem = problem or trouble
+                    count = sum(done.duplicate_of is None for done in found.values())
+                    full = QueueFull(queue, refused.limit, refused.shares, enqueued=count)
+                    full.written = found
+                    raise full
+                written = dict(zip(part, map(_enqueued, reply), strict=True))
+                found.update(written)
+                added = [n for n, done in written.items() if done.duplicate_of is None]
+                if trouble and added and not problem:
+                    problem, first = trouble, addings[added[0]].message.id
         if problem:
-            raise TaskNotDurable(problem, addings[0].message.id)
+            raise TaskNotDurable(problem, first)
         return [found[number] for number in range(len(addings))]
 
     def fetch(self, call: scripts.Call, *, meanwhile: LogLine | None = None) -> Fetched:

@@ -27,10 +27,10 @@
 --       most entries a dead-letter list keeps), "queue", "bucket" and "micros" (with
 --       metrics: its queue, the upper bound of its duration's histogram bucket, its
 --       duration in µs), "wait" (with metrics, a first attempt's wait in its queue:
---       "<its histogram bucket> <ms>"), "attempt" (required: when the worker took it, the server's ms as
---       this script returned it: the outcome is recorded only if that take is still the
---       task's current attempt), "first" (its first attempt for sure: its result has no earlier attempt
---       to read), "flow_keys" (how many keys at the end of KEYS are its workflow
+--       "<its histogram bucket> <ms>"), "attempt" (required: when the worker took it,
+--       the server's ms as this script returned it: the outcome is recorded only if
+--       that take is still the task's current attempt), "first" (its first attempt for
+--       sure: its result has no earlier attempt to read), "flow_keys" (how many keys at the end of KEYS are its workflow
 --       section), "carried" (the ids of steps whose outcomes the worker carried from
 --       this home's outbox, their entries deleted when the finished task is a step of
 --       this home's), "metadata" (its metadata to save, JSON, when its run changed it),

@@ -65,7 +65,8 @@ local function enqueue_task(ready, delayed, counter, result, unique, payload, ra
   end
   queue_result(result, payload, now, math.max(due - now, 0) + keep, more)
   if counted ~= '' then
-    redis.call('HINCRBY', keys_name(keys_base(counter, 'counter'), 'totals'), counted .. ':added', 1)
+    local totals = keys_name(keys_base(counter, 'counter'), 'totals')
+    redis.call('HINCRBY', totals, counted .. ':added', 1)
   end
   return {1, now}
 end

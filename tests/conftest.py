@@ -69,7 +69,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_scripts.py": ("client", "server"),
     "test_semaphores.py": ("server",),
     "test_task_backend.py": ("django", "server"),
-    "test_task_enqueue_many.py": ("server", "django"),
+    "test_task_enqueue_many.py": ("server", "django", "processes"),
     "test_task_messages.py": ("static",),
     "test_task_metadata.py": ("server", "processes", "django", "smoke"),
     "test_task_progress.py": ("server", "processes", "django"),

@@ -5,6 +5,8 @@ their results as ``enqueue`` gives them."""
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,11 +19,12 @@ from conftest import CommandCount
 from redis_components import enqueue_many, get_result, signature
 from redis_components.exceptions import InvalidInput, InvalidTaskArguments, QueueFull
 from redis_components.tasks.framework import TaskResultStatus, task_enqueued
-from redis_components.tasks.status import queue_stats
+from redis_components.tasks.status import queue_stats, workers
 from redis_components.tasks.store import TaskStore
 from redis_components.tasks.store.layout import split_homes
 from redis_components.testing import drain
 from tests.commands import tasks_added
+from tests.processes import WorkerProcess, wait_until
 from tests.testapp import framework_tasks, tasks
 
 pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
@@ -57,6 +60,16 @@ def test_many_tasks_in_one_script_call_and_their_results(count_commands: Command
     assert all(result.enqueued_at is not None for result in results)
     assert drain(["test"]) == 501
     assert [get_result(result.id).return_value for result in results] == [2 * n for n in range(500)]
+
+
+def test_a_batch_wakes_an_idle_worker(start_worker: Callable[..., WorkerProcess]) -> None:
+    """Its queue was empty: the batch wakes the worker waiting on it (its heartbeat, due
+    in 10 minutes, would be the only other reason to look)."""
+    worker = start_worker("test", TASK_HEARTBEAT_INTERVAL=600)
+    wait_until(workers, worker.output)
+    time.sleep(0.5)  # (idle: it has found the queue empty)
+    results = tasks.add.enqueue_many([(1, 1), (2, 2)])
+    wait_until(lambda: all(get_result(r.id).is_finished for r in results), worker.output)
 
 
 def test_any_tasks_of_our_backends_in_the_order_given() -> None:

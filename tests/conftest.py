@@ -280,3 +280,19 @@ def live_server(django_db_setup: None) -> Iterator[Any]:
     server = LiveServer(os.environ.get("DJANGO_LIVE_TEST_SERVER_ADDRESS", "localhost"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def exported() -> Iterator[Callable[[], list[Any]]]:
+    """Tracing on (TRACING True) in this process, and the spans it finished (the SDK's
+    in-memory exporter: tests/spans.py, imported here only by the tests that ask)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from tests import spans
+
+    exporter = spans.in_memory()
+    exporter.clear()
+    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": True}):
+        yield lambda: list(exporter.get_finished_spans())
+    exporter.clear()

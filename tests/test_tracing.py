@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -60,16 +60,6 @@ CONVENTIONS = {
     "messaging.message.conversation_id",
     "messaging.client.id",
 }
-
-
-@pytest.fixture
-def exported() -> Iterator[Callable[[], list[ReadableSpan]]]:
-    """Tracing on (TRACING True) in this process, and the spans it finished."""
-    exporter = spans.in_memory()
-    exporter.clear()
-    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": True}):
-        yield lambda: list(exporter.get_finished_spans())
-    exporter.clear()
 
 
 def named(found: list[ReadableSpan], name: str) -> list[ReadableSpan]:

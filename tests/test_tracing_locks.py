@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -41,16 +41,6 @@ SEM = "redis_components.semaphore."
 def _no_held_locks() -> None:
     """Tests share one thread; start each without locks held by an earlier test."""
     locks._held.set({})
-
-
-@pytest.fixture
-def exported() -> Iterator[Exported]:
-    """Tracing on (TRACING True) in this process, and the spans it finished."""
-    exporter = spans.in_memory()
-    exporter.clear()
-    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "TRACING": True}):
-        yield lambda: list(exporter.get_finished_spans())
-    exporter.clear()
 
 
 def named(found: list[ReadableSpan], name: str) -> list[ReadableSpan]:

@@ -47,7 +47,7 @@ def test_off_by_default_and_a_token_guards_it(client: Client) -> None:
 def test_task_metrics_come_from_redis(client: Client, r: redis.Redis) -> None:
     with override_settings(REDIS_COMPONENTS=ON):
         tasks.add.enqueue(1, 2)
-        tasks.fail.enqueue("m")  # fails, is retried twice, then dead-lettered
+        tasks.fail_slowly.enqueue("m")  # fails; its retry waits a minute
         tasks.record.enqueue_in(60, "later")
         Worker(["test"], burst=True).run()
         text = scrape(client)

@@ -65,6 +65,12 @@ def fail(label: str) -> None:
     raise ValueError(f"{label} failed on purpose")
 
 
+@redis_task(queue="test", max_retries=2, retry_backoff=60)
+def fail_slowly(label: str) -> None:
+    """Fail every time, each retry a minute later: a burst worker never sees its retry."""
+    raise ValueError(f"{label} failed on purpose")
+
+
 @redis_task(queue="test", max_retries=5)
 def retry_once(label: str) -> None:
     """Ask for one retry after 10 ms, then succeed."""

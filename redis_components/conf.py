@@ -87,6 +87,11 @@ DEFAULTS: dict[str, Any] = {
     # then puts back the ones still running (no crash counted) and exits; None: no limit.
     # Below Kubernetes' default of 30 s, so the tasks are back before the pod is killed.
     "TASK_SHUTDOWN_GRACE": 25.0,
+    # The most tasks a worker process holds ahead while its tasks are short (under 20
+    # ms): taken, not started, their takes' replies read as they are needed, so that a
+    # round trip to Redis overlaps the tasks before. It grows from 1 while the worker
+    # waits on replies (Redis across a network); 0 takes none ahead.
+    "TASK_TAKE_AHEAD": 8,
     # Each queue's dead-letter list keeps at most this many (the newest) entries.
     "TASK_DEAD_LETTER_MAX": 10_000,
     # {queue name: maximum number of waiting tasks (ready, delayed, on limits)}; others are
@@ -151,7 +156,7 @@ OPTIONAL_NUMBERS: dict[str, type[int] | type[float]] = {
 
 
 # Numeric settings that may be 0 (checked as a number >= 0, not a positive one).
-ZERO_ALLOWED = frozenset({"TASK_PROGRESS_INTERVAL"})
+ZERO_ALLOWED = frozenset({"TASK_PROGRESS_INTERVAL", "TASK_TAKE_AHEAD"})
 
 
 # The project's dict, once read: settings are read on every lock and semaphore call, and
@@ -296,6 +301,10 @@ class Settings:
     @property
     def TASK_MAX_CRASHES(self) -> int:
         return int(self.get("TASK_MAX_CRASHES"))
+
+    @property
+    def TASK_TAKE_AHEAD(self) -> int:
+        return int(self.get("TASK_TAKE_AHEAD"))
 
     @property
     def TASK_DEAD_LETTER_MAX(self) -> int:

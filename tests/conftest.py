@@ -82,6 +82,7 @@ PURPOSE: dict[str, tuple[str, ...]] = {
     "test_tracing_locks.py": ("server", "processes"),
     "test_task_homes.py": ("server",),
     "test_task_store.py": ("server",),
+    "test_task_take_ahead.py": ("processes",),
     "test_task_threads.py": ("processes",),
     "test_task_worker.py": ("processes",),
     "test_templatetags.py": ("django",),

@@ -15,8 +15,9 @@ subscription confirmed before the first take, so a wake-up cannot be lost.
 The loop runs no task code: it hands each task to a slot (``slots.py``) and takes the
 next only while a slot of each kind is free (no prefetch). A slot's thread whose sync
 task ended records it and takes its next task itself, in the same round trip
-(:meth:`Worker._then`); after a short task, even one ahead, held (not started: no crash
-counts against it) until the task before it has run :data:`AHEAD_FOR` (``conveyor.py``).
+(:meth:`Worker._then`); after a short task, even some ahead (``TASK_TAKE_AHEAD``, while
+it waits on Redis's replies), held (not started: no crash counts against them) until the
+task before them has run :data:`AHEAD_FOR` (``conveyor.py``).
 With ``threads=1`` too, the caller of :meth:`Worker.run` is the one slot (so a test's
 database transaction is the task's). Each outcome carries its attempt, which the script
 checks: an execution whose task was recovered and taken again records nothing.
@@ -373,8 +374,7 @@ class Worker:
             self._ended(execution)
             quick = execution.outcome is not None and execution.outcome.seconds < AHEAD_FOR
             try:
-                conveyor.receive()
-                while True:
+                while True:  # (hand_out reads the replies it needs; the rest stay unread)
                     self._collect()
                     if not self._may_take():
                         break
@@ -407,9 +407,13 @@ class Worker:
         return [execution for pool in self._pools for execution in list(pool.running)]
 
     def _room_for(self, count: int) -> bool:
-        return (
-            self.max_tasks is None or self.processed + len(self._running) + count <= self.max_tasks
-        )
+        return count <= self._room()
+
+    def _room(self) -> float:
+        """How many more tasks it may take under ``max_tasks`` (``inf``: no limit)."""
+        if self.max_tasks is None:
+            return math.inf
+        return self.max_tasks - self.processed - len(self._running)
 
     def _may_take(self) -> bool:
         if not self._room_for(1):
@@ -431,10 +435,11 @@ class Worker:
     def _may_take_ahead(self, job: Job) -> bool:
         """Whether a slot about to run ``job`` may take a task ahead (see :meth:`_start`)."""
         return (
-            self._room_for(2)
+            self._conveyor.takes_ahead
+            and self._room_for(2 + self._conveyor.held)
             and job.message.crashes < ALONE_AFTER
             and self._alone is None
-            and not self._conveyor.holding
+            and (self._tasks.pipelines or not self._conveyor.holding)
             and self._tasks.may_take_ahead
             and not (self._stopping or self._interrupted or self.worn_out)
         )
@@ -540,6 +545,7 @@ class Worker:
         if not execution.called:
             return
         try:
+            self._conveyor.receive()  # (the replies unread on the loop's connection first)
             self._tasks.hold_run(execution.delivery, execution.task_id, hold=hold)
         except REDIS_DOWN as error:
             logger.warning(
@@ -590,7 +596,8 @@ class Worker:
             return None
         execution.job = prepared
         ahead = quick and here and not prepared.is_async and self._may_take_ahead(prepared)
-        self._conveyor.start(fetched if held else None, ahead=ahead)
+        # (It runs now: room for the others it holds ahead, beside it.)
+        self._conveyor.start(fetched if held else None, ahead=ahead, room=self._room() - 1)
         if prepared.message.crashes >= ALONE_AFTER:
             self._alone = execution
             self._start_alone()

@@ -168,13 +168,19 @@ class Queues(Flows):
             if meanwhile is not None:
                 meanwhile()
 
-    def receive_fetch(self, call: scripts.Call) -> Fetched:
+    def receive_fetch(self, call: scripts.Call, *, again: bool = True) -> Fetched:
         """The reply to :meth:`send_fetch` of ``call`` (run again if the server had
-        forgotten the script: then it had not run)."""
+        forgotten the script: then it had not run). ``again=False``: later replies are
+        unread, so it is not run again; the connection is closed as lost instead."""
         client: Any = self._on(call[1])
         try:
             reply = client.read(**{NEVER_DECODE: True})
         except NoScriptError:
+            if not again:
+                client.close(broken=True)
+                raise redis.exceptions.ConnectionError(
+                    "the server forgot a script while later calls were under way"
+                ) from None
             reply = self._run(call, raw=True)
         return replies.fetched(reply)
 

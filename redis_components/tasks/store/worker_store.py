@@ -281,12 +281,21 @@ class WorkerStore:
         """Record how a task it took ended (and start ``start``), and take nothing."""
         return self._carried(finished, self._over_runs("", finished, start))
 
-    def take_ahead(self, finished: Outcome | None, *, start: Fetched | None = None) -> Ahead:
+    @property
+    def pipelines(self) -> bool:
+        """Whether :meth:`take_ahead` may send while replies to earlier ones are unread:
+        its queues share one home, so nothing else is sent on that connection between."""
+        return len(self._runs) == 1
+
+    def take_ahead(
+        self, finished: Outcome | None, *, start: Fetched | None = None, take: bool = True
+    ) -> Ahead:
         """:meth:`take` a task to hold ahead (not started) without waiting for the reply
         (:meth:`receive`); a later call starts it, or :meth:`put_back_ahead` gives it back.
-        Only where :attr:`may_take_ahead` (another run's outcome or start goes first)."""
+        Only where :attr:`may_take_ahead` (another run's outcome or start goes first).
+        ``take=False`` (only where :attr:`pipelines`): record and start, taking nothing."""
         if len(self._runs) == 1:
-            run, mode = self._runs[0], self._take_mode()
+            run, mode = self._runs[0], self._take_mode() if take else ""
         else:  # (moves are left to the takes over every run)
             open_run = self._open_run()
             assert open_run is not None, "take_ahead needs may_take_ahead"
@@ -303,9 +312,11 @@ class WorkerStore:
         self.store.send_fetch(call, meanwhile=finished.said if finished else None)
         return Ahead(call, mode, told, sent_at if reads else None, run, recorded)
 
-    def receive(self, ahead: Ahead) -> Fetched:
-        """The reply to :meth:`take_ahead`."""
-        fetched = self._received(self.store.receive_fetch(ahead.call), ahead.read_at, ahead.run)
+    def receive(self, ahead: Ahead, *, last: bool = True) -> Fetched:
+        """The reply to :meth:`take_ahead`; ``last``: no later one is unread (else a
+        script the server forgot cannot be run again here: the connection is closed)."""
+        reply = self.store.receive_fetch(ahead.call, again=last)
+        fetched = self._received(reply, ahead.read_at, ahead.run)
         self._plan_moves(ahead.mode, fetched.next_ms, ahead.finished)
         if len(self._runs) > 1:
             self._found(ahead.run, ahead.mode, fetched)

@@ -1,0 +1,228 @@
+"""Many tasks held ahead (TASK_TAKE_AHEAD): pipelined takes, each its own script call and
+attempt fence, proven with real processes against what holds for one task held ahead.
+
+A worker holds more than one task ahead only while it waits on replies (Redis across a
+network). Here every reply counts as waited for (``conveyor.WAITED``), so a worker on
+the test's local server holds the most; the forked workers also keep their batch for up
+to 5 s behind a running task (``worker.AHEAD_FOR``, 20 ms otherwise), so that a test
+acts while a batch is held, not by chance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+
+from conftest import single_server_only
+from redis_components import cancel, get_result
+from redis_components.exceptions import TaskNotCancellable
+from redis_components.tasks import conveyor
+from redis_components.tasks import worker as worker_module
+from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.messages import task_id_of
+from redis_components.tasks.status import queue_stats, workers
+from redis_components.tasks.store import TaskStore
+from redis_components.tasks.store.layout import ready_key
+from redis_components.tasks.worker import Worker
+from tests.commands import commands_per_task
+from tests.processes import FORK, wait_until
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.usefixtures("worker_may_check_db_connections")
+
+WORKER = "batch-w"
+HELD = 8  # TASK_TAKE_AHEAD's default
+
+
+def runs(r: redis.Redis) -> dict[str, int]:
+    return {label.decode(): int(count) for label, count in r.hgetall("{test}:runs").items()}
+
+
+def ready_ids(r: redis.Redis) -> set[str]:
+    return {task_id_of(payload) for payload in r.zrange(ready_key("test"), 0, -1)}
+
+
+def _batch_worker() -> None:
+    """A forked worker that holds the most ahead, and keeps its batch behind a task of
+    up to 5 s; SIGTERM stops it as rc_worker's does."""
+    conveyor.WAITED = -1.0
+    worker_module.AHEAD_FOR = 5.0
+    worker = Worker(["test"], worker_id=WORKER)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    worker.run()
+    os._exit(0 if worker.failure is None else 1)
+
+
+@dataclasses.dataclass
+class Batch:
+    child: Any  # the forked worker (multiprocessing's Process)
+    before: list[str]  # the quick tasks before "block"
+    block: str
+    after: list[str]  # the quick tasks after it
+
+
+@pytest.fixture
+def batch(r: redis.Redis) -> Iterator[Batch]:
+    """Six quick tasks (the worker's batch grows), "block" (2 s), then 12 quick ones:
+    while "block" runs, the worker holds a batch of those 12. Yielded once "block" runs."""
+    before = [tasks.record.enqueue(f"q{i}").id for i in range(6)]
+    block = tasks.record.enqueue("block", 2.0).id
+    after = [tasks.record.enqueue(f"c{i}").id for i in range(12)]
+    child = FORK.Process(target=_batch_worker)
+    child.start()
+    try:
+        wait_until(lambda: "block" in runs(r))
+        yield Batch(child, before, block, after)
+    finally:
+        child.kill()
+        child.join()
+
+
+def held(r: redis.Redis, after: list[str]) -> list[str]:
+    """The tasks of ``after`` the worker holds ahead (none of them has run yet)."""
+    waiting = ready_ids(r)
+    return [task_id for task_id in after if task_id not in waiting]
+
+
+def test_a_worker_killed_holding_a_batch_charges_only_the_task_it_ran(
+    r: redis.Redis, batch: Batch
+) -> None:
+    before, block, after = batch.before, batch.block, batch.after
+    holding = held(r, after)
+    assert 2 <= len(holding) <= HELD
+    batch.child.kill()
+    batch.child.join()
+    put_back = TaskStore().recover_worker(WORKER, ["test"], only_if_expired=False, max_crashes=3)
+    assert put_back == (1 + len(holding), 0)
+    # Only "block" had started: the tasks held ahead go back with no crash counted, in
+    # their order, and run once.
+    assert len(get_result(block).errors) == 1
+    assert [task_id for task_id in after if get_result(task_id).errors] == []
+    order = [task_id_of(p) for p in r.zrange(ready_key("test"), 0, -1)]
+    assert order == [block, *after]
+    Worker(["test"], burst=True).run()
+    assert runs(r) == {
+        **{f"q{i}": 1 for i in range(6)},
+        "block": 2,
+        **{f"c{i}": 1 for i in range(12)},
+    }
+    assert all(get_result(i).status is TaskResultStatus.SUCCESSFUL for i in before + after)
+
+
+def test_sigterm_gives_a_held_batch_back_at_once(r: redis.Redis, batch: Batch) -> None:
+    block, after = batch.block, batch.after
+    assert len(held(r, after)) >= 2
+    os.kill(batch.child.pid, signal.SIGTERM)
+    # Back on the queue while "block" (2 s) still runs, its worker waiting for it.
+    wait_until(lambda: ready_ids(r) == set(after), timeout=1.5)
+    assert get_result(block).status is TaskResultStatus.RUNNING
+    batch.child.join(10)
+    assert batch.child.exitcode == 0
+    assert get_result(block).status is TaskResultStatus.SUCCESSFUL
+    assert workers() == []
+    assert queue_stats(["test"])[0].in_progress == 0
+    assert "block" in runs(r)
+    assert not any(label.startswith("c") for label in runs(r))
+    assert [task_id for task_id in after if get_result(task_id).errors] == []
+
+
+def test_a_task_held_ahead_is_cancelled_as_a_running_one(r: redis.Redis, batch: Batch) -> None:
+    """A task held ahead counts as running for cancel (docs/tasks.md): refused without
+    ``terminate``; with it, its worker is asked to stop it. Either way it runs at most
+    once, and the worker holds nothing once its queue is empty."""
+    target = held(r, batch.after)[-1]
+    with pytest.raises(TaskNotCancellable):
+        cancel(target)
+    assert cancel(target, terminate=True) == "terminating"
+    wait_until(lambda: sum(runs(r).values()) >= 6 + 1 + 11)
+    wait_until(lambda: queue_stats(["test"])[0].in_progress == 0)
+    assert all(count == 1 for count in runs(r).values())
+    # Ended: it ran, or was stopped (Django's FAILED, with TaskCancelled).
+    assert get_result(target).status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def test_a_batch_that_mixes_limited_and_unlimited_tasks_keeps_every_limit(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six threads, each holding tasks ahead: tasks of one account (at most 2 at once)
+    among unlimited ones. A task held ahead holds its permit, so the limit holds for
+    the tasks taken too, not only those started."""
+    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+    for i in range(60):
+        tasks.per_account.enqueue("A", f"a{i}")
+        tasks.record.enqueue(f"u{i}", 0.002)
+    worker = Worker(["test"], burst=True, threads=6)
+    assert worker.run() == 120
+    assert worker._conveyor.deepest > 1  # (it did hold a batch)
+    assert runs(r) == {**{f"a{i}": 1 for i in range(60)}, **{f"u{i}": 1 for i in range(60)}}
+    assert 1 <= int(r.hget("{test}:most", "A") or 0) <= 2
+
+
+@single_server_only
+@pytest.mark.parametrize("most", [1, HELD])
+def test_a_task_costs_the_same_commands_held_alone_or_in_a_batch(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, most: int
+) -> None:
+    """Each take is one script call, whatever the batch: a batch of 8 costs the server
+    the same 10 commands per task as one task held ahead (test_task_worker.py)."""
+    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+
+    def enqueue(count: int) -> None:
+        for i in range(count):
+            tasks.add.enqueue(i, 1)
+
+    deepest: list[int] = []
+
+    def work() -> int:
+        worker = Worker(["test"], burst=True)
+        done = worker.run()
+        deepest.append(worker._conveyor.deepest)
+        return done
+
+    with override_settings(REDIS_COMPONENTS={"TASK_TAKE_AHEAD": most}):
+        assert commands_per_task(r, enqueue, work) == 10
+    assert max(deepest) == most
+
+
+def test_no_task_is_taken_ahead_with_take_ahead_0(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+    for i in range(20):
+        tasks.record.enqueue(f"t{i}")
+    with override_settings(REDIS_COMPONENTS={"TASK_TAKE_AHEAD": 0}):
+        worker = Worker(["test"], burst=True)
+        assert worker.run() == 20
+    assert worker._conveyor.deepest == 0
+    assert runs(r) == {f"t{i}": 1 for i in range(20)}
+
+
+def test_a_worker_holds_no_more_ahead_than_its_max_tasks_leaves_room_for(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+    for i in range(30):
+        tasks.record.enqueue(f"t{i}")
+    taken: list[int] = []
+    hold = conveyor.Conveyor.hand_out
+
+    def hand_out(self: conveyor.Conveyor) -> object:
+        found = hold(self)
+        taken.append(worker.processed + self.held + (found is not None))
+        return found
+
+    monkeypatch.setattr(conveyor.Conveyor, "hand_out", hand_out)
+    worker = Worker(["test"], max_tasks=10)
+    assert worker.run() == 10
+    assert worker._conveyor.deepest > 1
+    assert max(taken) <= 10  # ran, held, and the one handed out
+    assert runs(r) == {f"t{i}": 1 for i in range(10)}
+    assert len(ready_ids(r)) == 20
+    assert queue_stats(["test"])[0].in_progress == 0

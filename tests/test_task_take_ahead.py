@@ -22,14 +22,16 @@ from django.test import override_settings
 
 from conftest import single_server_only
 from redis_components import cancel, get_result
+from redis_components.connection import OneConnection
 from redis_components.exceptions import TaskNotCancellable
 from redis_components.tasks import conveyor
 from redis_components.tasks import worker as worker_module
 from redis_components.tasks.framework import TaskResultStatus
+from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
 from redis_components.tasks.status import queue_stats, workers
-from redis_components.tasks.store import TaskStore
-from redis_components.tasks.store.layout import ready_key
+from redis_components.tasks.store import TaskStore, WorkerStore
+from redis_components.tasks.store.layout import ready_key, tasks_client
 from redis_components.tasks.worker import Worker
 from tests.commands import commands_per_task
 from tests.processes import FORK, wait_until
@@ -226,3 +228,34 @@ def test_a_worker_holds_no_more_ahead_than_its_max_tasks_leaves_room_for(
     assert runs(r) == {f"t{i}": 1 for i in range(10)}
     assert len(ready_ids(r)) == 20
     assert queue_stats(["test"])[0].in_progress == 0
+
+
+@single_server_only
+def test_a_script_the_server_forgot_under_pipelined_calls_is_a_lost_connection(
+    r: redis.Redis,
+) -> None:
+    """A call whose reply says the server forgot the script had not run; run again, its
+    reply would be read as a later call's. With later calls under way, the connection is
+    closed as lost instead (the worker then puts back what those calls may have taken)."""
+    for i in range(3):
+        tasks.add.enqueue(i, 1)
+    WorkerStore(WORKER, ["test"]).beat(60_000, description(["test"]))
+    held: dict[str, OneConnection] = {}
+    store = WorkerStore(
+        WORKER,
+        ["test"],
+        move_delayed=False,
+        client=lambda head: held.setdefault(head, OneConnection(tasks_client(head))),
+    )
+    assert store.take().payload is not None  # (the script is loaded)
+    r.script_flush()
+    first = store.take_ahead(None)
+    store.take_ahead(None)  # (a later call: its reply goes with the connection)
+    with pytest.raises(redis.exceptions.ConnectionError, match="forgot a script"):
+        store.receive(first, last=False)
+    assert queue_stats(["test"])[0].in_progress == 1  # neither call ran
+    # The next call connects again and loads the script.
+    assert store.receive(store.take_ahead(None)).payload is not None
+    assert queue_stats(["test"])[0].in_progress == 2
+    for connection in held.values():
+        connection.close()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from django.conf import settings
 from django.test import override_settings
 
 from conftest import cancelled
@@ -78,6 +79,7 @@ from redis_components.tasks.store.layout import (
 from redis_components.tasks.store.records import Adding, Move
 from redis_components.tasks.store.replies import RESULT_FIELDS
 from redis_components.tasks.worker import Worker
+from tests.commands import tasks_added
 from tests.processes import run_processes, running_worker, wait_until
 from tests.testapp import tasks
 
@@ -210,6 +212,16 @@ def take(worker_id: str, queues: list[str]) -> bytes | None:
     worker = WorkerStore(worker_id, queues, move_delayed=False)
     worker.beat(60_000, json.dumps({"queues": queues}))
     return worker.take().payload
+
+
+def test_an_enqueue_sends_the_settings_of_the_moment(r: redis.Redis) -> None:
+    """queue_enqueue.lua's options are made once for the enqueues of a task: a setting
+    changed since (here METRICS, which counts the tasks added) holds from the next one."""
+    tasks.add.enqueue(1, 2)  # (its options made, METRICS off)
+    with override_settings(REDIS_COMPONENTS={**settings.REDIS_COMPONENTS, "METRICS": True}):
+        tasks.add.enqueue(1, 2)
+    tasks.add.enqueue(1, 2)
+    assert tasks_added("test") == 1
 
 
 def test_an_execution_recovered_and_taken_again_records_nothing(r: redis.Redis) -> None:

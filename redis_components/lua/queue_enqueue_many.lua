@@ -5,7 +5,7 @@
 --       lib/enqueue.lua), "1" to count its tasks in the metrics' tasks added ("": not);
 --       then 4 for each task: its queue's number among them, its payload (ending in
 --       '"retries":0}': see messages.py), when it is due (as queue_enqueue.lua's ARGV
---       3), and "" or, for a unique task, "<ms> <key>": for how many ms an equal task
+--       2), and "" or, for a unique task, "<ms> <key>": for how many ms an equal task
 --       is not enqueued again, and the key that makes it unique
 -- Returns: for each task, {1, the server's time of the enqueue} or {2, the id of the
 --          equal task enqueued in its unique window (it was not added)}; or {0, the

@@ -8,6 +8,8 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
+from django.core.signals import setting_changed
+
 from ... import scripts
 from ...conf import conf
 from ..messages import NOW, FlowStep, TaskMessage, flow_of
@@ -88,17 +90,41 @@ def enqueue_call(adding: Adding) -> scripts.Call:
             result_key(message.id),
             adding.unique_key or counter_key(head),
         ],
-        [
-            adding.payload,
-            rank(message.priority),
-            adding.due.argument(),
-            adding.share,
-            result_ttl_ms(),
-            message.id,
-            adding.unique_ms,
-            message.queue if conf.METRICS else "",
-        ],
+        [adding.payload, adding.due.argument(), message.id, _enqueue_options(adding)],
     )
+
+
+# queue_enqueue.lua's options by what they are made of (a queue, a priority, the share
+# of the queue's limit, a unique window): the same for every enqueue of a task, so made
+# once, until a setting changes (the results' TTL, METRICS).
+_made_options: dict[tuple[str, int, int, int], str] = {}
+
+
+def _enqueue_options(adding: Adding) -> str:
+    message = adding.message
+    made = (message.queue, message.priority, adding.share, adding.unique_ms)
+    found = _made_options.get(made)
+    if found is None:
+        options = {
+            "rank": rank(message.priority),
+            "limit": adding.share,
+            "keep": result_ttl_ms(),
+            "unique_ms": adding.unique_ms,
+            "counted": message.queue if conf.METRICS else "",
+        }
+        # (Only what is set, as fetch_call's: each field costs the script time to decode.)
+        found = json.dumps({k: v for k, v in options.items() if v}, ensure_ascii=False)
+        if len(_made_options) >= 1024:  # (queues and priorities of tasks made at run time)
+            _made_options.clear()
+        _made_options[made] = found
+    return found
+
+
+def _forget_options(**kwargs: object) -> None:
+    _made_options.clear()
+
+
+setting_changed.connect(_forget_options)
 
 
 def enqueue_many_call(head: str, batch: Sequence[Adding]) -> scripts.Call:

@@ -9,8 +9,8 @@ Celery's Django guide does) and runs against one private redis-server that this 
 starts (never the machine's Redis). Each is started the way its users start it:
 
 * ours: ``python -m django rc_worker -c 1 memory`` (a supervisor and one worker
-  process: both count). ``rc_worker`` has no option that turns its supervisor off
-  (see ``rc_worker --help``), so there is no second row of ours.
+  process: both count), and ``rc_worker --no-supervisor memory`` (the worker in the
+  command's own process).
 * Celery: ``celery -A benchmarks.memory_apps.celery_app worker -P solo -c 1`` with
   DJANGO_SETTINGS_MODULE set (one process).
 * django-rq: ``python -m django rqworker default``, RQ's forking Worker (a parent and,
@@ -103,6 +103,15 @@ def contenders() -> list[Contender]:
             "memory",
             1,
             [*DJANGO, "rc_worker", "-c", "1", "memory"],
+            ours,
+            env=env,
+        ),
+        Contender(
+            "ours-alone",
+            "ours, rc_worker --no-supervisor",
+            "memory",
+            1,
+            [*DJANGO, "rc_worker", "--no-supervisor", "memory"],
             ours,
             env=env,
         ),

@@ -86,11 +86,18 @@ def test_kill_9_loses_no_task_and_duplicates_only_tasks_in_flight(
     assert dead_letters("test") == []
 
 
+# With a supervisor, and without (--no-supervisor): the stop signals act alike.
+SUPERVISED = pytest.mark.parametrize(
+    "mode", [[], ["--no-supervisor"]], ids=["supervised", "no-supervisor"]
+)
+
+
+@SUPERVISED
 def test_sigterm_lets_the_running_task_finish(
-    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess], mode: list[str]
 ) -> None:
     tasks.slow.enqueue("s", 1.0)
-    worker = start_worker("test")
+    worker = start_worker("test", *mode)
     wait_until(lambda: r.exists("test:s:started"), worker.output)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
@@ -101,11 +108,12 @@ def test_sigterm_lets_the_running_task_finish(
     assert "signal again to stop at once" in worker.output()
 
 
+@SUPERVISED
 def test_a_second_signal_stops_at_once_and_puts_the_task_back(
-    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess], mode: list[str]
 ) -> None:
     tasks.slow.enqueue("s", 60.0)
-    worker = start_worker("test")
+    worker = start_worker("test", *mode)
     wait_until(lambda: r.exists("test:s:started"), worker.output)
     worker.signal(signal.SIGINT)
     time.sleep(0.1)
@@ -129,16 +137,42 @@ def stopped_and_put_back(r: redis.Redis, worker: WorkerProcess) -> str:
     return output
 
 
+@SUPERVISED
 def test_a_task_still_running_after_the_grace_period_goes_back_and_the_worker_exits(
-    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess], mode: list[str]
 ) -> None:
     tasks.slow.enqueue("s", 60.0)
-    worker = start_worker("test", TASK_SHUTDOWN_GRACE=0.5)
+    worker = start_worker("test", *mode, TASK_SHUTDOWN_GRACE=0.5)
     wait_until(lambda: r.exists("test:s:started"), worker.output)
     worker.signal(signal.SIGTERM)
     output = stopped_and_put_back(r, worker)
     assert "within 0.5 s (TASK_SHUTDOWN_GRACE)" in output
     assert "still running 0.5 s after the stop signal" in output
+
+
+def test_without_a_supervisor_the_worker_is_the_command_and_its_lease_recovers_it(
+    r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """--no-supervisor: one process, the command's own; after its kill -9, nothing puts
+    its task back at once, and another worker runs it once its lease has run out."""
+    handle = tasks.record.enqueue("t", 60.0)
+    alone = start_worker("test", "--no-supervisor", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: runs(r) == {"t": 1}, alone.output)
+    assert [w.pid for w in workers()] == [alone.process.pid]
+    assert "1 process, with no supervisor, of 1 thread serving test" in alone.output()
+    alone.kill_all()
+    other = start_worker("test", TASK_HEARTBEAT_INTERVAL=0.5)
+    wait_until(lambda: runs(r) == {"t": 2}, other.output)
+    [crash] = get_result(handle.id).errors  # (its lease ran out: a crash is counted)
+    assert crash.exception_class_path == "redis_components.exceptions.WorkerCrashed"
+
+
+def test_no_supervisor_runs_one_worker_only(start_worker: Callable[..., WorkerProcess]) -> None:
+    worker = start_worker("test", "--no-supervisor", "-c", "2", "--burst")
+    assert worker.wait(timeout=15) == 1
+    assert worker.output().splitlines() == [
+        "CommandError: --no-supervisor: runs one worker, in this process: not 2"
+    ]
 
 
 def test_a_task_that_kills_its_worker_is_dead_lettered_after_repeated_crashes(
@@ -290,6 +324,7 @@ def test_help_explains_the_guarantees() -> None:
     )
     assert "may run twice after a crash, never zero times" in result.stdout
     assert "--concurrency" in result.stdout
+    assert "--no-supervisor" in result.stdout
     assert "highest priority first" in result.stdout
     # Both things it turns off are named (the help text is wrapped: compare words).
     words = " ".join(result.stdout.split())

@@ -154,9 +154,13 @@ class Supervisor:
         max_tasks: int | None = None,
         threads: int = 1,
         async_tasks: int | None = None,
+        supervise: bool = True,
     ) -> None:
         if concurrency < 1:
             raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
+        if not supervise and concurrency != 1:
+            raise InvalidInput("supervise", f"runs one worker, in this process: not {concurrency}")
+        self.supervise = supervise
         self.queues = validate_options(queues, max_tasks, threads, async_tasks)
         self.concurrency = concurrency
         self.options: dict[str, Any] = {
@@ -175,6 +179,8 @@ class Supervisor:
     def run(self) -> int:
         """Run until stopped by signals or until every worker process has finished; 0, or
         1 when a worker process could not start its threads (the others are stopped)."""
+        if not self.supervise:
+            return self._run_here()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -195,6 +201,82 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
+
+    def _run_here(self) -> int:
+        """The one worker, in this process (``supervise=False``): the stop signals as the
+        supervisor takes them (one: its tasks finish within ``TASK_SHUTDOWN_GRACE``; two,
+        or past it: they go back on their queues, no crash counted, and the process
+        exits). Nothing watches it: after a crash its tasks come back when its lease runs
+        out, and a process worn out by stuck threads exits ``WORN_OUT`` to be replaced."""
+        worker_id = new_worker_id(1)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # (_new_worker waits on them)
+        try:
+            worker = _new_worker(worker_id, self.options, None)
+            if worker is None:
+                return 0
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                self._signals += 1
+                worker.request_stop()
+
+            previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
+            previous_fd = signal.set_wakeup_fd(worker.wakeup_fd)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        try:
+            try:
+                thread = threading.Thread(target=_serve, args=(worker,), name="rc-slot-1")
+                thread.daemon = True
+                thread.start()
+            except RuntimeError as error:  # the system refused it
+                logger.error("Worker %s could not start its thread: %s", worker_id, error)
+                return 1
+            self._watch_here(worker)
+        finally:
+            signal.set_wakeup_fd(previous_fd)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if worker.failure is not None:
+            raise worker.failure
+        if worker.worn_out:
+            why = f"Worker {worker_id} stopped with tasks stuck past their time limit"
+            self._put_back_here(worker_id, why, WORN_OUT)
+        return 0
+
+    def _watch_here(self, worker: Worker) -> None:
+        """Until ``worker`` stops: the grace period after a stop signal, and a second one."""
+        grace = conf.TASK_SHUTDOWN_GRACE
+        stop_by = math.inf
+        warned = False
+        # (A signal does not end the wait: it is looked at every 0.1 s.)
+        while not worker.stopped.wait(0.1):
+            if self._signals and not warned:
+                warned = True
+                stop_by = math.inf if grace is None else time.monotonic() + grace
+                within = "" if grace is None else f" within {grace:g} s (TASK_SHUTDOWN_GRACE)"
+                logger.warning(
+                    "Stopping: the worker finishes its tasks%s; signal again to stop at once",
+                    within,
+                )
+            if self._signals >= 2:
+                self._put_back_here(worker.id, "Stopping at once")
+            if time.monotonic() >= stop_by:
+                self._put_back_here(
+                    worker.id,
+                    f"Tasks still running {grace:g} s after the stop signal (TASK_SHUTDOWN_GRACE)",
+                )
+
+    def _put_back_here(self, worker_id: str, why: str, code: int = 0) -> None:
+        """Put back the tasks of this process's worker (its lease goes too) and exit with
+        ``code`` at once: the threads that still run its tasks end with the process."""
+        try:
+            put_back_tasks(TaskStore(), worker_id, self.queues, why, crashed=False)
+        except REDIS_DOWN as error:
+            logger.error(
+                "%s: could not put back its tasks (%s): its lease brings them back", why, error
+            )
+        logging.shutdown()
+        os._exit(code)
 
     def _start(self, slot: int) -> None:
         worker_id = new_worker_id(slot)

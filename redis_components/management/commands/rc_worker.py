@@ -64,6 +64,7 @@ OPTIONS = {
     "async_tasks": "--async-tasks",
     "concurrency": "--concurrency",
     "max_tasks": "--max-tasks",
+    "supervise": "--no-supervisor",
 }
 
 
@@ -133,6 +134,16 @@ class Command(RedisCommand):
             help="Each worker process exits after running N tasks.",
         )
         parser.add_argument(
+            "--no-supervisor",
+            action="store_true",
+            help="Run the one worker (-c 1) in this process, with no supervisor process "
+            "beside it: about half the memory, for a container whose orchestrator restarts "
+            "it. The stop signals act as without it. What it gives up: a crashed worker's "
+            "tasks come back when its lease runs out (about twice "
+            "TASK_HEARTBEAT_INTERVAL), not at once, and nothing replaces a worker whose "
+            "task holds the GIL past its time limit (a long call into C).",
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_true",
             help="Do not move due delayed tasks (enqueue_in, run_after, retries after their "
@@ -158,15 +169,17 @@ class Command(RedisCommand):
                 max_tasks=options["max_tasks"],
                 threads=options["threads"],
                 async_tasks=options["async_tasks"],
+                supervise=not options["no_supervisor"],
             )
         except InvalidInput as error:
             option = OPTIONS.get(error.field, error.field)
             raise CommandError(f"{option}: {error.problem}") from None
         logger.info(
-            "rc_worker: %d process%s of %d thread%s serving %s (in this priority order); "
+            "rc_worker: %s of %d thread%s serving %s (in this priority order); "
             "heartbeat every %.3g s; delayed tasks and schedules %s",
-            supervisor.concurrency,
-            "" if supervisor.concurrency == 1 else "es",
+            "1 process, with no supervisor,"
+            if not supervisor.supervise
+            else f"{supervisor.concurrency} process{'' if supervisor.concurrency == 1 else 'es'}",
             options["threads"],
             "" if options["threads"] == 1 else "s",
             ", ".join(placement(queue) for queue in supervisor.queues),

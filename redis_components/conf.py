@@ -90,7 +90,7 @@ DEFAULTS: dict[str, Any] = {
     # The most tasks a worker process holds ahead while its tasks are short (under 20
     # ms): taken, not started, their takes' replies read as they are needed, so that a
     # round trip to Redis overlaps the tasks before. It grows from 1 while the worker
-    # waits on replies (Redis across a network); 0 takes none ahead.
+    # waits on replies (Redis across a network); 0 takes none ahead. Read with conf.get().
     "TASK_TAKE_AHEAD": 8,
     # Each queue's dead-letter list keeps at most this many (the newest) entries.
     "TASK_DEAD_LETTER_MAX": 10_000,
@@ -301,10 +301,6 @@ class Settings:
     @property
     def TASK_MAX_CRASHES(self) -> int:
         return int(self.get("TASK_MAX_CRASHES"))
-
-    @property
-    def TASK_TAKE_AHEAD(self) -> int:
-        return int(self.get("TASK_TAKE_AHEAD"))
 
     @property
     def TASK_DEAD_LETTER_MAX(self) -> int:

@@ -267,13 +267,13 @@ def test_an_unknown_queue_is_refused_and_nothing_is_written(r: redis.Redis) -> N
 
 
 def test_a_task_that_passed_is_checked_again_under_other_settings(r: redis.Redis) -> None:
-    """Django checks a task on every enqueue; our backend remembers one that passed, but
-    not past a change of the settings: the same task is refused when they refuse it."""
+    """Django checks a task on every enqueue: the same task that passed is refused once
+    the settings refuse it."""
     backend = {"BACKEND": "redis_components.tasks.backend.RedisTaskBackend", "QUEUES": []}
     with override_settings(TASKS={"default": backend}):
         task = framework_tasks.record.using(queue_name="nowhere")
         task.enqueue("x")
-        task.enqueue("x")  # (remembered)
+        task.enqueue("x")
     with pytest.raises(InvalidTask, match="nowhere"):
         task.enqueue("x")
     assert [stats.ready for stats in queue_stats(["nowhere"])] == [2]

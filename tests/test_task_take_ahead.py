@@ -14,14 +14,14 @@ import dataclasses
 import os
 import signal
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 from django.test import override_settings
 
 from conftest import single_server_only
-from redis_components import cancel, get_result
+from redis_components import cancel, chain, get_result, group
 from redis_components.connection import OneConnection
 from redis_components.exceptions import TaskNotCancellable
 from redis_components.tasks import conveyor
@@ -31,7 +31,7 @@ from redis_components.tasks.lease import description
 from redis_components.tasks.messages import task_id_of
 from redis_components.tasks.status import queue_stats, workers
 from redis_components.tasks.store import TaskStore, WorkerStore
-from redis_components.tasks.store.layout import ready_key, tasks_client
+from redis_components.tasks.store.layout import ready_key, split_homes, tasks_client
 from redis_components.tasks.worker import Worker
 from tests.commands import commands_per_task
 from tests.processes import FORK, wait_until
@@ -257,5 +257,91 @@ def test_a_script_the_server_forgot_under_pipelined_calls_is_a_lost_connection(
     # The next call connects again and loads the script.
     assert store.receive(store.take_ahead(None)).payload is not None
     assert queue_stats(["test"])[0].in_progress == 2
+    for connection in held.values():
+        connection.close()
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["succeed", "fail"])
+def test_workflow_steps_whose_outcomes_are_carried_elsewhere_run_held_ahead(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, fail: bool
+) -> None:
+    """Queues with homes of their own: a step's outcome is carried to its workflow's
+    home by whoever reads the reply that recorded it, on the loop's connection, so no
+    later call may be under way then. 40 quick steps held ahead, then the fan-in."""
+    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+    with split_homes():
+        member = tasks.fail_now if fail else tasks.member
+        workflow = chain(
+            group([member.si(f"m{i}") for i in range(40)]), tasks.member.si("after")
+        ).enqueue()
+        worker = Worker(["test"], burst=True)
+        worker.run()
+        assert worker._conveyor.deepest > 1
+        assert workflow.wait(10) == ("FAILED" if fail else "SUCCESSFUL")
+    assert {label: count for label, count in runs(r).items() if count != 1} == {}
+    assert ("after" in runs(r)) is not fail
+
+
+def belt_of(worker_id: str) -> tuple[conveyor.Conveyor, WorkerStore, dict[str, OneConnection]]:
+    """A registered worker's conveyor, on a connection held in each home as its loop's."""
+    WorkerStore(worker_id, ["test"]).beat(60_000, description(["test"]))
+    held: dict[str, OneConnection] = {}
+    store = WorkerStore(
+        worker_id,
+        ["test"],
+        move_delayed=False,
+        client=lambda head: held.setdefault(head, OneConnection(tasks_client(head))),
+    )
+    return conveyor.Conveyor(store, cast(Any, None), 60.0), store, held
+
+
+def test_a_task_held_ahead_recovered_under_way_is_not_handed_out(r: redis.Redis) -> None:
+    """A take's reply that finds its worker taken for dead (no lease): the tasks held
+    ahead before it went back with the others, and are dropped, not started. (One
+    handed out before that reply is read starts all the same, as a single task held
+    ahead would: its start and outcome are fenced, and the heartbeat that finds the
+    worker taken for dead gives back what it holds.)"""
+    for i in range(6):
+        tasks.add.enqueue(i, 1)
+    belt, _, held = belt_of(WORKER)
+    assert belt.fetch(take=True).payload is not None
+    belt.depth = 3
+    belt.start(None, ahead=True)  # three takes under way
+    belt.receive()
+    assert belt.held == 3
+    recovered = TaskStore().recover_worker(WORKER, ["test"], only_if_expired=False, max_crashes=3)
+    assert recovered == (4, 0)
+    belt.depth = 4
+    belt.start(None, ahead=True)  # one more: no lease
+    belt.receive()
+    assert belt.held == 0
+    assert belt.hand_out() is None
+    assert queue_stats(["test"])[0].in_progress == 0
+    for connection in held.values():
+        connection.close()
+
+
+def test_a_task_handed_out_whose_start_was_not_sent_is_held_again(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis lost before the start of a task handed out was sent: it is held ahead
+    again, first, so that it runs once Redis is back (not left held by no one)."""
+    for i in range(4):
+        tasks.add.enqueue(i, 1)
+    belt, store, held = belt_of(WORKER)
+    assert belt.fetch(take=True).payload is not None
+    belt.depth = 2
+    belt.start(None, ahead=True)
+    handed = belt.hand_out()
+    assert handed is not None
+
+    def lost(*args: object, **kwargs: object) -> None:
+        raise redis.exceptions.ConnectionError("lost on purpose")
+
+    monkeypatch.setattr(store, "take_ahead", lost)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        belt.start(handed, ahead=True)
+    monkeypatch.undo()
+    assert belt.hand_out() is handed
     for connection in held.values():
         connection.close()

@@ -82,9 +82,9 @@ end
 -- A task held ahead starts: its score turns positive, if the worker still holds it (a
 -- worker taken for dead runs it anyway; its outcome is fenced as any other's). When
 -- the fenced outcome recorded above was still held, so is the task to start: recovery
--- takes a worker's tasks all at once, and a worker takes no task while one is held
--- ahead, so every task whose outcome it records then was taken before. The take then
--- writes both scores in one ZADD.
+-- takes a worker's tasks all at once, a worker starts the tasks it holds ahead in the
+-- order it took them, and takes none otherwise while any is held, so every task whose
+-- outcome it records then was taken before. The take then writes both scores in one ZADD.
 local start = o.start or 0
 local function start_held()
   if start > 0 then

@@ -21,7 +21,6 @@ import redis
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
-from django.core.signals import setting_changed
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -148,22 +147,7 @@ class RedisTaskBackend(QueueBackend):
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's checks, then ours (``InvalidTask``). A task declared at start-up with a
         queue not in ``QUEUES`` is not refused then (the project would not start): the
-        system checks report it (``redis_components.E016``), and its enqueue raises.
-
-        A task that passed is not checked again when it is enqueued (each enqueue asks):
-        what is checked is the task's, which is frozen, and this backend's, whose settings
-        make a new backend; a setting changed forgets them all. A task with a
-        ``run_after`` is checked each time (it may be too distant by now)."""
-        known = _validated.get(id(task))
-        if known is not None and known[0] is task and known[1] is self:
-            return
-        self._validate(task)
-        if apps.ready and task.run_after is None:
-            if len(_validated) >= MAX_VALIDATED:  # (using() makes a new task each call)
-                _validated.clear()
-            _validated[id(task)] = (task, self)
-
-    def _validate(self, task: Task[..., Any]) -> None:
+        system checks report it (``redis_components.E016``), and its enqueue raises."""
         if self.queues and task.queue_name not in self.queues and not apps.ready:
             self._misqueued[task.module_path] = task.queue_name
             task = dataclasses.replace(task, queue_name=sorted(self.queues)[0])
@@ -612,18 +596,6 @@ def _origin(func: Callable[..., Any]) -> str:
 
 # Django's @task's tasks on a backend of ours, by module path, as validate_task sees them.
 _declared: dict[str, RedisTask[..., Any]] = {}
-
-# The tasks that validate_task passed, by id, each with itself (kept alive, so that its id
-# is not another's) and its backend; forgotten when a setting changes, or past this many.
-_validated: dict[int, tuple[Task[..., Any], RedisTaskBackend]] = {}
-MAX_VALIDATED = 1024
-
-
-def _forget_validated(**kwargs: Any) -> None:
-    _validated.clear()
-
-
-setting_changed.connect(_forget_validated)
 
 
 def declared_tasks() -> dict[str, RedisTask[..., Any]]:

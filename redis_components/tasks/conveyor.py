@@ -60,7 +60,7 @@ class Conveyor:
         self._ahead: collections.deque[Fetched] = collections.deque()
         self._ahead_until = math.inf
         # How many tasks it may hold ahead now (taken or being taken): see WAITED.
-        self._take_ahead = conf.TASK_TAKE_AHEAD
+        self._take_ahead = int(conf.get("TASK_TAKE_AHEAD"))
         self.depth = min(1, self._take_ahead)
         self.deepest = self.depth  # the most it grew to (for tests and benchmarks)
         # After a lost connection (the worker sets it): a take's reply may be lost with it.
@@ -103,8 +103,12 @@ class Conveyor:
     def fetch(self, take: bool, start: Fetched | None = None) -> Fetched:
         """Record the queued outcomes, the last with a take (if ``take``) and the start
         of ``start`` (a task held ahead)."""
-        self._record_all_but_last()
-        return self._fetch_one(take, start)
+        try:
+            self._record_all_but_last()
+            return self._fetch_one(take, start)
+        except REDIS_DOWN:
+            self._hold_again(start)
+            raise
 
     def record(self) -> None:
         """Record every queued outcome, taking nothing."""
@@ -122,21 +126,35 @@ class Conveyor:
             if fetched is not None:
                 self.fetch(take=False, start=fetched)
             return
-        if not self._may_pipeline():
-            self.receive()
-        if len(self.outcomes) > 1:
-            self._record_all_but_last()
-        self.depth = min(self.depth, self._most())  # (its queues' homes may have changed)
-        most = min(self.depth, room)
-        execution, outcome = self._first_outcome()
-        while self.held < most or outcome is not None or fetched is not None:
-            take = self.held < most
-            sent = self.tasks.take_ahead(outcome, start=fetched, take=take)
-            if execution is not None:
-                self.outcomes.pop(0)
-            self._pending.append((sent, execution))
-            execution = outcome = fetched = None  # (more calls only take: depth grew)
+        try:
+            if not self._may_pipeline():
+                self.receive()
+            if len(self.outcomes) > 1:
+                self._record_all_but_last()
+            execution, outcome = self._first_outcome()
+            self.depth = min(self.depth, self._most())  # (its queues' homes may have changed)
+            most = min(self.depth, room)
+            # After a workflow step's outcome, nothing: its reply's reader carries it.
+            last = outcome is not None and flow_of(outcome.delivery.payload) is not None
+            while self.held < most or outcome is not None or fetched is not None:
+                sent = self.tasks.take_ahead(outcome, start=fetched, take=self.held < most)
+                if execution is not None:
+                    self.outcomes.pop(0)
+                self._pending.append((sent, execution))
+                execution = outcome = fetched = None  # (more calls only take: depth grew)
+                if last:
+                    break
+        except REDIS_DOWN:
+            self._hold_again(fetched)  # (None once its start was sent)
+            raise
         self._ahead_until = time.monotonic() + self._hold_for
+
+    def _hold_again(self, fetched: Fetched | None) -> None:
+        """Redis was lost before the start of ``fetched`` (a task held ahead, handed out)
+        was sent, or with its reply: it is held ahead again, first. Started again later
+        (its start is a ZADD XX, whether the first went through or not), it runs once."""
+        if fetched is not None:
+            self._ahead.appendleft(fetched)
 
     def receive(self) -> None:
         """Read the replies of the calls sent ahead: the tasks they took are held ahead."""
@@ -197,8 +215,16 @@ class Conveyor:
             self.outcomes[:0] = [e for e in executions if e is not None]
             self.reclaiming = True
             raise
+        except Exception:  # the server refused this call (its script did not run)
+            if execution is not None:
+                self.outcomes.insert(0, execution)
+            raise
         self._check_recorded(ahead.finished, fetched)
-        if fetched.position > 0 and fetched.payload is not None:
+        if fetched.position < 0:
+            # Taken for dead: the tasks held ahead were taken before, so they went back
+            # to their queues with its others (recovery takes them all at once).
+            self._ahead.clear()
+        elif fetched.payload is not None:
             self._ahead.append(fetched)
 
     def _record_all_but_last(self) -> None:

@@ -275,7 +275,8 @@ class Supervisor:
             logger.error(
                 "%s: could not put back its tasks (%s): its lease brings them back", why, error
             )
-        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
 
     def _start(self, slot: int) -> None:

@@ -451,6 +451,10 @@ class Worker:
             # Its tasks went back on their queues (their permits to others), but the code
             # of those it still runs goes on: their permits are held again, until it ends.
             self._revived = False
+            try:  # (those held ahead went back with them, unless taken since)
+                self._conveyor.give_back()
+            except REDIS_DOWN:
+                self._conveyor.reclaiming = True
             for pool in self._pools:
                 for execution in pool.alive:
                     self._hold_run(execution)
@@ -635,6 +639,7 @@ class Worker:
         """Deregister; a task still held (after an error) goes back on its queue. Its
         outboxes are left empty (without Redis, another worker's heartbeat empties them)."""
         try:
+            self._conveyor.receive()  # (the replies unread on the loop's connection first)
             self._tasks.clear_carried()
         except REDIS_DOWN as error:
             logger.warning("Worker %s left workflow outcomes in an outbox: %s", self.id, error)

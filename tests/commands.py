@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from unittest import mock
 
 import redis
 from django.conf import settings
 from django.test import override_settings
 
+from redis_components.tasks import conveyor
 from redis_components.tasks.store import TaskStore, layout
 
 
 def commands_per_task(
-    r: redis.Redis, enqueue: Callable[[int], None], work: Callable[[], int]
+    r: redis.Redis, enqueue: Callable[[int], None], work: Callable[[], int], held_ahead: int = 1
 ) -> float:
     """The commands one more finished task costs: the difference between 40 tasks and 20.
+
+    A worker holds ``held_ahead`` tasks ahead at most (``TASK_TAKE_AHEAD``), and holds
+    that many as soon as it can: how many it holds otherwise grows with the time it
+    waits for replies, and with them the take calls of its first tasks.
 
     The difference leaves out what does not depend on the number of tasks (registering,
     leaving, the last empty take, the INFO itself). ``work`` runs with a heartbeat
@@ -26,12 +32,19 @@ def commands_per_task(
     up to five measurements that is a whole number is the task's own cost (else their
     median).
     """
-    slow_beats = {**settings.REDIS_COMPONENTS, "TASK_HEARTBEAT_INTERVAL": 600}
+    slow_beats = {
+        **settings.REDIS_COMPONENTS,
+        "TASK_HEARTBEAT_INTERVAL": 600,
+        "TASK_TAKE_AHEAD": held_ahead,
+    }
 
     def commands_for(count: int) -> int:
         enqueue(count)
         r.config_resetstat()
-        with override_settings(REDIS_COMPONENTS=slow_beats):
+        with (
+            override_settings(REDIS_COMPONENTS=slow_beats),
+            mock.patch.object(conveyor, "WAITED", -1.0),
+        ):
             assert work() == count
         return sum(stat["calls"] for stat in r.info("commandstats").values())
 

@@ -241,3 +241,31 @@ def test_a_forked_child_does_not_use_its_parents_kept_connection(
         child.close()
         child.join()
     assert _kept_id(client) == parent  # the parent's is untouched
+
+
+def test_a_held_connection_packs_commands_as_redis_py_does(r: redis.Redis) -> None:
+    """OneConnection packs a script call's bytes, str and int with hiredis (when it is
+    there); other types and commands of two words take redis-py's own packing. Either
+    way the bytes are redis-py's, and the server reads them."""
+    from redis.connection import Connection
+
+    from redis_components import connection as connection_module
+
+    packer = Connection()._command_packer
+    encoder = Connection().encoder
+    call = ("EVALSHA", "a" * 40, 2, "k:{x}", "k:{x}:2", b"\xff\x00 raw", "caf\u00e9", "", 0, -7)
+    packed = connection_module._packed(call, encoder)
+    if connection_module._hiredis_pack is None:
+        assert packed is None
+        print("hiredis is not installed: redis-py packs every command")
+    else:
+        assert packed == b"".join(packer.pack(*call))
+    for other in [("SET", "k", 1.5), ("SET", "k", True), ("SCRIPT LOAD", "return 1")]:
+        assert connection_module._packed(other, encoder) is None
+    one = OneConnection(r)
+    try:
+        assert one.execute_command("ECHO", "caf\u00e9") in (b"caf\xc3\xa9", "caf\u00e9")
+        assert one.execute_command("ECHO", b"\xff\x00") == b"\xff\x00"
+        assert int(one.execute_command("INCRBY", "{test}:packed", 42)) == 42
+    finally:
+        one.close()

@@ -169,12 +169,9 @@ def test_a_batch_that_mixes_limited_and_unlimited_tasks_keeps_every_limit(
 
 @single_server_only
 @pytest.mark.parametrize("most", [1, HELD])
-def test_a_task_costs_the_same_commands_held_alone_or_in_a_batch(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, most: int
-) -> None:
+def test_a_task_costs_the_same_commands_held_alone_or_in_a_batch(r: redis.Redis, most: int) -> None:
     """Each take is one script call, whatever the batch: a batch of 8 costs the server
     the same 10 commands per task as one task held ahead (test_task_worker.py)."""
-    monkeypatch.setattr(conveyor, "WAITED", -1.0)
 
     def enqueue(count: int) -> None:
         for i in range(count):
@@ -188,8 +185,7 @@ def test_a_task_costs_the_same_commands_held_alone_or_in_a_batch(
         deepest.append(worker._conveyor.deepest)
         return done
 
-    with override_settings(REDIS_COMPONENTS={"TASK_TAKE_AHEAD": most}):
-        assert commands_per_task(r, enqueue, work) == 10
+    assert commands_per_task(r, enqueue, work, held_ahead=most) == 10
     assert max(deepest) == most
 
 

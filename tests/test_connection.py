@@ -243,6 +243,7 @@ def test_a_forked_child_does_not_use_its_parents_kept_connection(
     assert _kept_id(client) == parent  # the parent's is untouched
 
 
+@single_server_only
 def test_a_held_connection_packs_commands_as_redis_py_does(r: redis.Redis) -> None:
     """OneConnection packs a script call's bytes, str and int with hiredis (when it is
     there); other types and commands of two words take redis-py's own packing. Either

@@ -228,21 +228,14 @@ def test_a_worker_holds_no_more_ahead_than_its_max_tasks_leaves_room_for(
 
 @single_server_only
 def test_a_script_the_server_forgot_under_pipelined_calls_is_a_lost_connection(
-    r: redis.Redis,
+    r: redis.Redis, worker_belt: tuple[conveyor.Conveyor, WorkerStore]
 ) -> None:
     """A call whose reply says the server forgot the script had not run; run again, its
     reply would be read as a later call's. With later calls under way, the connection is
     closed as lost instead (the worker then puts back what those calls may have taken)."""
     for i in range(3):
         tasks.add.enqueue(i, 1)
-    WorkerStore(WORKER, ["test"]).beat(60_000, description(["test"]))
-    held: dict[str, OneConnection] = {}
-    store = WorkerStore(
-        WORKER,
-        ["test"],
-        move_delayed=False,
-        client=lambda head: held.setdefault(head, OneConnection(tasks_client(head))),
-    )
+    _, store = worker_belt
     assert store.take().payload is not None  # (the script is loaded)
     r.script_flush()
     first = store.take_ahead(None)
@@ -253,8 +246,6 @@ def test_a_script_the_server_forgot_under_pipelined_calls_is_a_lost_connection(
     # The next call connects again and loads the script.
     assert store.receive(store.take_ahead(None)).payload is not None
     assert queue_stats(["test"])[0].in_progress == 2
-    for connection in held.values():
-        connection.close()
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["succeed", "fail"])
@@ -278,20 +269,26 @@ def test_workflow_steps_whose_outcomes_are_carried_elsewhere_run_held_ahead(
     assert ("after" in runs(r)) is not fail
 
 
-def belt_of(worker_id: str) -> tuple[conveyor.Conveyor, WorkerStore, dict[str, OneConnection]]:
-    """A registered worker's conveyor, on a connection held in each home as its loop's."""
-    WorkerStore(worker_id, ["test"]).beat(60_000, description(["test"]))
+@pytest.fixture
+def worker_belt(r: redis.Redis) -> Iterator[tuple[conveyor.Conveyor, WorkerStore]]:
+    """A registered worker's conveyor and store, on a connection held in each home as
+    its loop's (closed after the test)."""
+    WorkerStore(WORKER, ["test"]).beat(60_000, description(["test"]))
     held: dict[str, OneConnection] = {}
     store = WorkerStore(
-        worker_id,
+        WORKER,
         ["test"],
         move_delayed=False,
         client=lambda head: held.setdefault(head, OneConnection(tasks_client(head))),
     )
-    return conveyor.Conveyor(store, cast(Any, None), 60.0), store, held
+    yield conveyor.Conveyor(store, cast(Any, None), 60.0), store
+    for connection in held.values():
+        connection.close()
 
 
-def test_a_task_held_ahead_recovered_under_way_is_not_handed_out(r: redis.Redis) -> None:
+def test_a_task_held_ahead_recovered_under_way_is_not_handed_out(
+    r: redis.Redis, worker_belt: tuple[conveyor.Conveyor, WorkerStore]
+) -> None:
     """A take's reply that finds its worker taken for dead (no lease): the tasks held
     ahead before it went back with the others, and are dropped, not started. (One
     handed out before that reply is read starts all the same, as a single task held
@@ -299,7 +296,7 @@ def test_a_task_held_ahead_recovered_under_way_is_not_handed_out(r: redis.Redis)
     worker taken for dead gives back what it holds.)"""
     for i in range(6):
         tasks.add.enqueue(i, 1)
-    belt, _, held = belt_of(WORKER)
+    belt, _ = worker_belt
     assert belt.fetch(take=True).payload is not None
     belt.depth = 3
     belt.start(None, ahead=True)  # three takes under way
@@ -313,18 +310,18 @@ def test_a_task_held_ahead_recovered_under_way_is_not_handed_out(r: redis.Redis)
     assert belt.held == 0
     assert belt.hand_out() is None
     assert queue_stats(["test"])[0].in_progress == 0
-    for connection in held.values():
-        connection.close()
 
 
 def test_a_task_handed_out_whose_start_was_not_sent_is_held_again(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    r: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    worker_belt: tuple[conveyor.Conveyor, WorkerStore],
 ) -> None:
     """Redis lost before the start of a task handed out was sent: it is held ahead
     again, first, so that it runs once Redis is back (not left held by no one)."""
     for i in range(4):
         tasks.add.enqueue(i, 1)
-    belt, store, held = belt_of(WORKER)
+    belt, store = worker_belt
     assert belt.fetch(take=True).payload is not None
     belt.depth = 2
     belt.start(None, ahead=True)
@@ -339,5 +336,3 @@ def test_a_task_handed_out_whose_start_was_not_sent_is_held_again(
         belt.start(handed, ahead=True)
     monkeypatch.undo()
     assert belt.hand_out() is handed
-    for connection in held.values():
-        connection.close()

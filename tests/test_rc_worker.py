@@ -171,7 +171,7 @@ def test_no_supervisor_runs_one_worker_only(start_worker: Callable[..., WorkerPr
     worker = start_worker("test", "--no-supervisor", "-c", "2", "--burst")
     assert worker.wait(timeout=15) == 1
     assert worker.output().splitlines() == [
-        "CommandError: --no-supervisor: runs one worker, in this process: not 2"
+        "CommandError: --no-supervisor: runs one worker process, this one: leave -c out, not -c 2"
     ]
 
 

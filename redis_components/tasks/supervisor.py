@@ -159,7 +159,8 @@ class Supervisor:
         if concurrency < 1:
             raise InvalidInput("concurrency", f"must be a positive integer, not {concurrency!r}")
         if not supervise and concurrency != 1:
-            raise InvalidInput("supervise", f"runs one worker, in this process: not {concurrency}")
+            one = "runs one worker process, this one: leave -c out"
+            raise InvalidInput("supervise", f"{one}, not -c {concurrency}")
         self.supervise = supervise
         self.queues = validate_options(queues, max_tasks, threads, async_tasks)
         self.concurrency = concurrency

@@ -169,9 +169,10 @@ def test_a_batch_that_mixes_limited_and_unlimited_tasks_keeps_every_limit(
 
 @single_server_only
 @pytest.mark.parametrize("most", [1, HELD])
-def test_a_task_costs_the_same_commands_held_alone_or_in_a_batch(r: redis.Redis, most: int) -> None:
-    """Each take is one script call, whatever the batch: a batch of 8 costs the server
-    the same 10 commands per task as one task held ahead (test_task_worker.py)."""
+def test_a_task_costs_one_script_call_held_alone_or_in_a_batch(r: redis.Redis, most: int) -> None:
+    """Each take is one script call, whatever the batch: one task held ahead costs the
+    server 10 commands per task (test_task_worker.py); in a batch of 8, each call also
+    reads the server's clock (a TIME), since other calls are under way when it is sent."""
 
     def enqueue(count: int) -> None:
         for i in range(count):
@@ -185,7 +186,7 @@ def test_a_task_costs_the_same_commands_held_alone_or_in_a_batch(r: redis.Redis,
         deepest.append(worker._conveyor.deepest)
         return done
 
-    assert commands_per_task(r, enqueue, work, held_ahead=most) == 10
+    assert commands_per_task(r, enqueue, work, held_ahead=most) == (10 if most == 1 else 11)
     assert max(deepest) == most
 
 

@@ -141,8 +141,9 @@ class Conveyor:
                     outcome,
                     start=fetched,
                     take=self.held < most,
-                    # (so that the times the calls write never step back)
-                    read_clock=any(ahead.read_at is not None for ahead, _ in self._pending),
+                    # Behind calls under way, the time is read, not reckoned: one of them
+                    # may read a later time than the reckoning, which never steps back.
+                    read_clock=bool(self._pending),
                 )
                 if execution is not None:
                     self.outcomes.pop(0)

@@ -298,9 +298,9 @@ class WorkerStore:
         """:meth:`take` a task to hold ahead (not started) without waiting for the reply
         (:meth:`receive`); a later call starts it, or :meth:`put_back_ahead` gives it back.
         Only where :attr:`may_take_ahead` (another run's outcome or start goes first).
-        ``take=False``: record and start, taking nothing. ``read_clock``: a call under way
-        reads the server's clock, so this one does too (its time, reckoned from an older
-        reading, could fall before that call's)."""
+        ``take=False``: record and start, taking nothing. ``read_clock``: calls are under way,
+        so this one reads the server's clock too (its time, reckoned from an older
+        reading, could fall before one that those calls read)."""
         if len(self._runs) == 1:
             run, mode = self._runs[0], self._take_mode() if take else ""
         else:  # (moves are left to the takes over every run)

@@ -462,8 +462,17 @@ def test_a_stalled_reader_process_is_dropped_when_told(
     assert "Dropped reader '2'" in caplog.text
     assert r.keys() == CHAT_COUNTER
 
+    # Slowed down, it may not have stopped yet: a SIGCONT before its SIGSTOP would leave
+    # it stopped for good. Once stopped (or gone, having found itself dropped first):
+    wait_until(lambda: not stalling.is_alive() or _stopped(stalling.pid))
     os.kill(stalling.pid, signal.SIGCONT)  # it wakes up to find itself dropped
     assert finish([stalling]) == [3]
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (by a signal), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "T"
 
 
 def test_a_dropped_reader_that_comes_back_is_told(r: redis.Redis, tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def _check_numbers(value: dict[str, Any]) -> list[CheckMessage]:
         if not is_number or given < 0 or zero or (wanted_int and not isinstance(given, int)):
             wanted = "a positive integer" if wanted_int else "a positive number"
             if name in ZERO_ALLOWED:
-                wanted = "a number >= 0"
+                wanted = "an integer >= 0" if wanted_int else "a number >= 0"
             if name in OPTIONAL_NUMBERS:
                 wanted += " or None"
             errors.append(

@@ -123,6 +123,12 @@ def test_e005_an_integer_setting_refuses_a_fraction(name: str) -> None:
     assert ids(REDIS_COMPONENTS={name: 2.5}) == ["redis_components.E005"]
 
 
+def test_e005_an_integer_setting_that_may_be_zero_says_it_wants_an_integer() -> None:
+    with override_settings(REDIS_COMPONENTS={"TASK_TAKE_AHEAD": 2.5}):
+        [message] = check_settings()
+    assert "must be an integer >= 0, not 2.5" in message.msg
+
+
 OPTIONAL = pytest.mark.parametrize("name", ["CHAT_MAX_AGE", "TASK_SHUTDOWN_GRACE"])
 
 

@@ -23,6 +23,7 @@ from conftest import single_server_only
 from redis_components import chain, get_result, group, signature
 from redis_components.exceptions import InvalidInput, InvalidTaskArguments
 from redis_components.keys import MAX_SECONDS
+from redis_components.tasks.definition import _signature
 from redis_components.tasks.framework import TaskResultStatus
 from redis_components.tasks.results import read_records
 from redis_components.tasks.status import queue_stats
@@ -610,6 +611,20 @@ def test_arguments_the_function_cannot_take_raise_in_the_caller_and_write_nothin
     assert caught.value.task.rpartition(".")[2] == task
     assert f".{task}'" in str(caught.value)
     assert r.keys("*") == []
+
+
+def test_a_call_of_every_parameter_by_position_needs_no_binding(r: redis.Redis) -> None:
+    """Such a call fits without binding (the fast path); any other kind of parameter
+    sends every call to ``inspect``'s binding, which says what does not fit."""
+
+    def plain(a: int, b: int = 0) -> None: ...
+    def starred(a: int, *rest: int) -> None: ...
+    def keyword(a: int, *, b: int) -> None: ...
+
+    assert [_signature(function)[1] for function in (plain, starred, keyword)] == [2, -1, -1]
+    tasks.add.enqueue(1, 2)  # (the fast path)
+    with pytest.raises(InvalidTaskArguments, match="missing a required argument: 'b'"):
+        tasks.add.enqueue(1)
 
 
 def test_arguments_the_function_can_take_are_enqueued(r: redis.Redis) -> None:

@@ -57,6 +57,7 @@ class Conveyor:
         # whose outcome it records; the tasks they took, held ahead in their order; when
         # those go back.
         self._pending: collections.deque[tuple[Ahead, Execution | None]] = collections.deque()
+        self._steps_pending = 0  # of those calls, the ones recording a workflow step's outcome
         self._ahead: collections.deque[Fetched] = collections.deque()
         self._ahead_until = math.inf
         # How many tasks it may hold ahead now (taken or being taken): see WAITED.
@@ -150,6 +151,7 @@ class Conveyor:
                 self._pending.append((sent, execution))
                 execution = outcome = fetched = None  # (more calls only take: depth grew)
                 if last:
+                    self._steps_pending += 1
                     break
         except REDIS_DOWN:
             self._hold_again(fetched)  # (None once its start was sent)
@@ -205,13 +207,12 @@ class Conveyor:
         """Whether a call may be sent before the replies of those under way are read:
         nothing but those replies is read on their connection meanwhile (one home; no
         workflow step's outcome, which its reply's reader carries to its workflow)."""
-        return self.tasks.pipelines and all(
-            ahead.finished is None or flow_of(ahead.finished.delivery.payload) is None
-            for ahead, _ in self._pending
-        )
+        return self.tasks.pipelines and not self._steps_pending
 
     def _receive_one(self) -> None:
         ahead, execution = self._pending.popleft()
+        if ahead.finished is not None and flow_of(ahead.finished.delivery.payload) is not None:
+            self._steps_pending -= 1
         try:
             fetched = self.tasks.receive(ahead, last=not self._pending)
         except REDIS_DOWN:
@@ -219,6 +220,7 @@ class Conveyor:
             # calls may have taken go back.
             executions = [execution, *(later for _, later in self._pending)]
             self._pending.clear()
+            self._steps_pending = 0
             self.outcomes[:0] = [e for e in executions if e is not None]
             self.reclaiming = True
             raise

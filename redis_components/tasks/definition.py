@@ -408,23 +408,29 @@ def bind_arguments(
 ) -> None:
     """``error`` naming the task and what is wrong, unless its function can take ``args``
     and ``kwargs`` (after its context, and ``piped``: after a workflow step's input)."""
-    parameters = _signature(task.func)
+    parameters, positional = _signature(task.func) or (None, -1)
     if parameters is None:
         return
-    leading = (None,) * (task.takes_context + piped)
+    leading = task.takes_context + piped
+    if not kwargs and len(args) + leading == positional:
+        return  # (the usual call: each parameter given by position, no binding needed)
     try:
-        parameters.bind(*leading, *args, **kwargs)
+        parameters.bind(*(None,) * leading, *args, **kwargs)
     except TypeError as problem:
         name = task.registered_name if isinstance(task, RedisTask) else None
         raise error(name or task.module_path, str(problem)) from None
 
 
 @functools.lru_cache(maxsize=1024)
-def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+def _signature(func: Callable[..., Any]) -> tuple[inspect.Signature, int] | None:
+    """``func``'s signature, and its parameter count if all are positional (else -1)."""
     try:
-        return inspect.signature(func)
+        signature = inspect.signature(func)
     except (TypeError, ValueError):
         return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    given = signature.parameters.values()
+    return signature, len(given) if all(one.kind in kinds for one in given) else -1
 
 
 # The most steps one workflow may have: its creation is one script, which must stay short.

@@ -101,6 +101,7 @@ class Runnable:
     retry_backoff: float | None
     time_limit: float | None
     soft_time_limit: float | None
+    is_async: bool  # an ``async def`` function: it runs on an event loop
 
 
 def job_for(message: TaskMessage, worker_id: str, now_ms: int) -> Job | str:
@@ -179,6 +180,7 @@ def _runnable(task: Task[..., Any], backend: QueueBackend) -> Runnable:
         retry_backoff=base,
         time_limit=option("time_limit", hard),
         soft_time_limit=option("soft_time_limit", soft),
+        is_async=inspect.iscoroutinefunction(task.func),
     )
 
 
@@ -202,12 +204,15 @@ class Job:
         self._failed = False  # this run's error is in its result
         self.time_limit = runnable.time_limit
         self.soft_time_limit = runnable.soft_time_limit
+        #: The task is an ``async def`` function: it runs on an event loop.
+        self.is_async = runnable.is_async
         self.kept_trace = ""  # an earlier attempt's trace context, as tracing kept it
         self.traced: Any = None  # its attempt's span (tracing.Processing), while traced
         self.result = self._running(message, worker_id, now_ms)
         self.worker_id, self.taken_ms = worker_id, now_ms
         self.attempt_key = f"{now_ms} {worker_id}"  # (fences its saves: lua/queue_metadata.lua)
-        self._saved = to_json(self.result.metadata, "metadata")  # as last saved
+        metadata = self.result.metadata
+        self._saved = to_json(metadata, "metadata") if metadata else "{}"  # as last saved
         # Progress said and not saved yet (done, total, note), and when it was last saved
         # (or the run started): set_progress() saves at most every TASK_PROGRESS_INTERVAL.
         self._progress: tuple[float, float | None, str] | None = None
@@ -316,11 +321,6 @@ class Job:
     def pending_progress(self) -> str:
         """The progress said since the last save, as JSON, to save with the outcome ("")."""
         return "" if self._progress is None else progress_json(*self._progress)
-
-    @property
-    def is_async(self) -> bool:
-        """The task is an ``async def`` function: it runs on an event loop."""
-        return inspect.iscoroutinefunction(self.task.func)
 
     def encode(self, value: Any) -> str:
         """The return value as JSON, by Django's rules: what JSON cannot carry is the task's

@@ -200,16 +200,13 @@ class TaskMessage:
             raise MalformedTask(f"not a task: not JSON ({reason})") from None
         if not isinstance(data, dict):
             raise MalformedTask(f"not a task: a JSON {type(data).__name__}, not an object")
-        fields = {"id": str, "task": str, "queue": str, "args": list, "kwargs": dict}
-        for name, kind in fields.items():
+        for name, kind in _FIELDS:
             if not isinstance(data.get(name), kind):
                 raise MalformedTask(f"not a task: its {name!r} must be a {kind.__name__}")
-        numbers = {name: data.get(name, 0) for name in ("priority", "retries", "crashes")}
-        times: dict[str, Any] = {
-            name: data.get(name) for name in ("scheduled_for", "enqueued_at", "due_at")
-        }
-        for name, number in {**numbers, **times}.items():
-            if not keys.is_integer(number) and not (name in times and number is None):
+        numbers = {name: data.get(name, 0) for name in _NUMBERS}
+        times: dict[str, Any] = {name: data.get(name) for name in _TIMES}
+        for name, number in (*numbers.items(), *times.items()):
+            if not keys.is_integer(number) and not (number is None and name in times):
                 raise MalformedTask(f"not a task: its {name!r} must be an integer")
         if numbers["retries"] < 0 or numbers["crashes"] < 0:
             raise MalformedTask("not a task: negative retry or crash count")
@@ -230,7 +227,7 @@ class TaskMessage:
                 "['r', key, limit, per ms, burst]"
             )
         return cls(
-            **{name: data[name] for name in fields},
+            **{name: data[name] for name, _ in _FIELDS},
             backend=backend,
             flow=None if data.get("flow") is None else FlowStep.decode(data["flow"]),
             limits=limits or None,
@@ -238,6 +235,13 @@ class TaskMessage:
             **numbers,
             **times,
         )
+
+
+# A payload's fields that must be there, and their types; its counts (0 if left out);
+# its times (epoch ms, or left out).
+_FIELDS = (("id", str), ("task", str), ("queue", str), ("args", list), ("kwargs", dict))
+_NUMBERS = ("priority", "retries", "crashes")
+_TIMES = ("scheduled_for", "enqueued_at", "due_at")
 
 
 def _is_limit(limit: object) -> bool:

@@ -7,8 +7,9 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import redis
 
@@ -61,6 +62,18 @@ def reply_parser() -> str:
     if HIREDIS_AVAILABLE:
         return f"hiredis {importlib.metadata.version('hiredis')} parser"
     return "its pure-Python parser; hiredis is not installed"
+
+
+T = TypeVar("T")
+
+
+def in_turns(contenders: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """Each round (from 0) with each contender, the rounds taking turns: each starts one
+    contender later in the list, so that none always runs first (or after the same one)."""
+    for round_ in range(rounds):
+        shift = round_ % len(contenders)
+        for contender in [*contenders[shift:], *contenders[:shift]]:
+            yield round_, contender
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

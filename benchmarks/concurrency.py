@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
-from common import machine, reply_parser, start_redis, table
+from common import in_turns, machine, reply_parser, start_redis, table
 
 from benchmarks.concurrency_apps.work import DONE, QUEUE
 
@@ -459,22 +459,18 @@ def main() -> None:
         print(f"Machine: {info}", flush=True)
         enqueuers = {contender.name: contender.setup() for contender in chosen}
         runs: dict[str, list[Run]] = {contender.name: [] for contender in chosen}
-        for round_ in range(options.rounds):
-            shift = round_ % len(chosen)
-            for contender in chosen[shift:] + chosen[:shift]:
-                log = logs / f"{contender.name}.log"
-                run = run_once(
-                    contender, enqueuers[contender.name], counts[contender.section], r, log
-                )
-                runs[contender.name].append(run)
-                print(
-                    f"round {round_ + 1} {contender.name}: {run.rate:,.1f} tasks/s, "
-                    f"{run.task_processes} process(es) ran tasks, peak RSS "
-                    f"{run.peak_rss_task_process:.1f} MiB (all {run.processes} processes: "
-                    f"{run.peak_rss_all:.1f} MiB, PSS {run.peak_pss_all:.1f} MiB), "
-                    f"load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
+        for round_, contender in in_turns(chosen, options.rounds):
+            log = logs / f"{contender.name}.log"
+            run = run_once(contender, enqueuers[contender.name], counts[contender.section], r, log)
+            runs[contender.name].append(run)
+            print(
+                f"round {round_ + 1} {contender.name}: {run.rate:,.1f} tasks/s, "
+                f"{run.task_processes} process(es) ran tasks, peak RSS "
+                f"{run.peak_rss_task_process:.1f} MiB (all {run.processes} processes: "
+                f"{run.peak_rss_all:.1f} MiB, PSS {run.peak_pss_all:.1f} MiB), "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     finally:
         server.stop()
 

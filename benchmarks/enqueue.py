@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import machine, median, reply_parser, start_redis, table
+from common import in_turns, machine, median, reply_parser, start_redis, table
 from queues import server_cpu, versions
 
 
@@ -78,17 +78,15 @@ def main() -> None:
         rates: dict[str, list[float]] = {name: [] for name in runs}
         cpus: dict[str, list[float]] = {name: [] for name in runs}
         names = list(runs)
-        for round_ in range(options.rounds):
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
-                r.flushall()
-                begin, cpu, redis_cpu = time.perf_counter(), time.process_time(), server_cpu(r)
-                runs[name]()
-                elapsed = time.perf_counter() - begin
-                spent = time.process_time() - cpu + server_cpu(r) - redis_cpu
-                rates[name].append(options.tasks / elapsed)
-                cpus[name].append(spent * 1e6 / options.tasks)
-                print(f"round {round_ + 1} {name}: {options.tasks / elapsed:,.0f}/s", flush=True)
+        for round_, name in in_turns(names, options.rounds):
+            r.flushall()
+            begin, cpu, redis_cpu = time.perf_counter(), time.process_time(), server_cpu(r)
+            runs[name]()
+            elapsed = time.perf_counter() - begin
+            spent = time.process_time() - cpu + server_cpu(r) - redis_cpu
+            rates[name].append(options.tasks / elapsed)
+            cpus[name].append(spent * 1e6 / options.tasks)
+            print(f"round {round_ + 1} {name}: {options.tasks / elapsed:,.0f}/s", flush=True)
         print(machine(r))
         print(f"parser: {reply_parser()}; {versions()}")
         client_cpus = sorted(os.sched_getaffinity(0))

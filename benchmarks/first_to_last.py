@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, start_redis, table
+from common import in_turns, machine, start_redis, table
 from queues import CONTENDERS, Contender, Throughput, throughput, versions
 
 
@@ -51,19 +51,17 @@ def alternate(
             for _ in range(2000):
                 enqueue("noop")
             r.flushall()
-        for round_ in range(rounds):
-            shift = round_ % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
-                r.flushall()
-                log = logs / f"{contender.name}.log"
-                run = throughput(senders[contender.name], contender, r, server.url, log, tasks)
-                runs[contender.name].append(run)
-                print(
-                    f"round {round_ + 1} {contender.name}: {run.process_rate:,.0f}/s "
-                    f"({run.process_cpu:.0f} us CPU), enqueue {run.enqueue_rate:,.0f}/s, "
-                    f"load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
+        for round_, contender in in_turns(contenders, rounds):
+            r.flushall()
+            log = logs / f"{contender.name}.log"
+            run = throughput(senders[contender.name], contender, r, server.url, log, tasks)
+            runs[contender.name].append(run)
+            print(
+                f"round {round_ + 1} {contender.name}: {run.process_rate:,.0f}/s "
+                f"({run.process_cpu:.0f} us CPU), enqueue {run.enqueue_rate:,.0f}/s, "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     finally:
         server.stop()
     return info, runs, logs

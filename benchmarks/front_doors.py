@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
-from common import machine, start_redis, table
+from common import in_turns, machine, start_redis, table
 
 
 def server_cpu(r: redis.Redis) -> float:
@@ -83,11 +83,9 @@ def main() -> None:
         for enqueue in doors.values():  # warm up: scripts loaded, imports done
             drain(enqueue, 200, r)
         measured: dict[str, list[tuple[float, float, float]]] = {name: [] for name in doors}
-        for round_ in range(options.rounds):
-            names = list(doors)
-            for name in names[round_ % 2 :] + names[: round_ % 2]:
-                measured[name].append(drain(doors[name], options.tasks, r))
-                print(f"round {round_ + 1} {name}: {measured[name][-1][0]:.0f} us worker CPU")
+        for round_, name in in_turns(list(doors), options.rounds):
+            measured[name].append(drain(doors[name], options.tasks, r))
+            print(f"round {round_ + 1} {name}: {measured[name][-1][0]:.0f} us worker CPU")
         print()
         print(machine(r))
         rows = []

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
-from common import machine, start_redis, table
+from common import in_turns, machine, start_redis, table
 from queues import BIN, Contender, Worker, ours, server_cpu, session_cpu, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -403,13 +403,11 @@ def main() -> None:
         runs: dict[str, list[Run]] = {peer.name: [] for peer in peers}
         kills: dict[str, Kill] = {}
         # Rounds interleave the contenders, each round starting with the next one.
-        for round_ in range(options.rounds):
-            shift = round_ % len(peers)
-            for peer in peers[shift:] + peers[:shift]:
-                r.flushall()
-                done = run(peer, r, server.url, logs / f"{peer.name}.log")
-                runs[peer.name].append(done)
-                print(f"round {round_ + 1} {peer.name}: {done}", flush=True)
+        for round_, peer in in_turns(peers, options.rounds):
+            r.flushall()
+            done = run(peer, r, server.url, logs / f"{peer.name}.log")
+            runs[peer.name].append(done)
+            print(f"round {round_ + 1} {peer.name}: {done}", flush=True)
         if not options.skip_kill:
             for peer in peers:
                 r.flushall()

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
-from common import machine, reply_parser, start_redis, table
+from common import in_turns, machine, reply_parser, start_redis, table
 from concurrency import BIN, Contender, Worker, proc_kib
 
 from benchmarks.memory_apps.work import DONE
@@ -264,17 +264,16 @@ def main() -> None:
     print(f"{versions()}; reply parser: {reply_parser()}; worker output: {log}")
     runs: dict[str, list[Run]] = {c.name: [] for c in chosen}
     try:
-        for round_ in range(options.rounds):
-            for contender in chosen[round_ % len(chosen) :] + chosen[: round_ % len(chosen)]:
-                run = run_once(contender, r, log)
-                runs[contender.name].append(run)
-                print(
-                    f"round {round_ + 1} {contender.name}: idle {run.processes} processes, "
-                    f"RSS {run.rss:.1f} MiB, PSS {run.pss:.1f} MiB, VmHWM {run.hwm:.1f} MiB; "
-                    f"running: {run.run_processes} processes, RSS {run.run_rss:.1f}, "
-                    f"PSS {run.run_pss:.1f}; {run.seconds:.1f} s",
-                    flush=True,
-                )
+        for round_, contender in in_turns(chosen, options.rounds):
+            run = run_once(contender, r, log)
+            runs[contender.name].append(run)
+            print(
+                f"round {round_ + 1} {contender.name}: idle {run.processes} processes, "
+                f"RSS {run.rss:.1f} MiB, PSS {run.pss:.1f} MiB, VmHWM {run.hwm:.1f} MiB; "
+                f"running: {run.run_processes} processes, RSS {run.run_rss:.1f}, "
+                f"PSS {run.run_pss:.1f}; {run.seconds:.1f} s",
+                flush=True,
+            )
     finally:
         server.stop()
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
-from common import machine, percentile, start_redis, table
+from common import in_turns, machine, percentile, start_redis, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -489,24 +489,22 @@ def main() -> None:
         }
         # Rounds interleave the contenders, each round starting with the next one, so
         # that other load on the machine falls on all of them alike.
-        for round_ in range(options.rounds):
-            shift = round_ % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
-                (enqueue, enqueue_in), result = senders[contender.name], results[contender.name]
-                log = logs / f"{contender.name}.log"
-                r.flushall()
-                run = throughput(enqueue, contender, r, server.url, log)
-                result["runs"].append(run)
-                r.flushall()
-                result["latency"] += latency(enqueue, contender, r, server.url, log)
-                r.flushall()
-                result["late"] += delayed_start(enqueue, enqueue_in, contender, r, server.url, log)
-                print(
-                    f"round {round_ + 1} {contender.name}: enqueue {run.enqueue_rate:,.0f}/s "
-                    f"({run.enqueue_cpu:.0f} us CPU), process {run.process_rate:,.0f}/s "
-                    f"({run.process_cpu:.0f} us CPU), load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
+        for round_, contender in in_turns(contenders, options.rounds):
+            (enqueue, enqueue_in), result = senders[contender.name], results[contender.name]
+            log = logs / f"{contender.name}.log"
+            r.flushall()
+            run = throughput(enqueue, contender, r, server.url, log)
+            result["runs"].append(run)
+            r.flushall()
+            result["latency"] += latency(enqueue, contender, r, server.url, log)
+            r.flushall()
+            result["late"] += delayed_start(enqueue, enqueue_in, contender, r, server.url, log)
+            print(
+                f"round {round_ + 1} {contender.name}: enqueue {run.enqueue_rate:,.0f}/s "
+                f"({run.enqueue_cpu:.0f} us CPU), process {run.process_rate:,.0f}/s "
+                f"({run.process_cpu:.0f} us CPU), load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         if not options.skip_kills:
             for contender in contenders:
                 r.flushall()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, start_redis, table
+from common import in_turns, machine, start_redis, table
 from queues import CONTENDERS, Throughput, throughput
 
 MARK = "rc-bench-progress-read"
@@ -104,19 +104,17 @@ def main() -> None:
             for _ in range(2000):
                 send("noop")
             r.flushall()
-        for round_ in range(options.rounds):
-            kinds = list(senders) if round_ % 2 == 0 else list(reversed(senders))
-            for kind in kinds:
-                r.flushall()
-                run = throughput(
-                    senders[kind], ours, r, server.url, logs / f"{kind}.log", options.tasks
-                )
-                runs[kind].append(run)
-                print(
-                    f"round {round_ + 1} {kind}: {run.process_rate:,.0f}/s "
-                    f"({run.process_cpu:.0f} us CPU), load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
+        for round_, kind in in_turns(list(senders), options.rounds):
+            r.flushall()
+            run = throughput(
+                senders[kind], ours, r, server.url, logs / f"{kind}.log", options.tasks
+            )
+            runs[kind].append(run)
+            print(
+                f"round {round_ + 1} {kind}: {run.process_rate:,.0f}/s "
+                f"({run.process_cpu:.0f} us CPU), load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         from benchmarks.queue_apps import tasks
 
         r.flushall()

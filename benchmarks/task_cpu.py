@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--lua", action="store_true", help="split the fetch script's time")
     options = parser.parse_args()
     sys.path.insert(0, str(HERE / "benchmarks"))
-    from common import machine, median, start_redis, table
+    from common import in_turns, machine, median, start_redis, table
 
     probe = start_redis()
     print(machine(probe.client()))
@@ -181,9 +181,8 @@ def main() -> None:
     rows = []
     for server_cpu in (0, 1):
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-        for _ in range(options.rounds):
-            for name, tree in trees.items():
-                runs[name].append(run(tree, options.tasks, server_cpu, False))
+        for _, name in in_turns(list(trees), options.rounds):
+            runs[name].append(run(trees[name], options.tasks, server_cpu, False))
         for name, done in runs.items():
 
             def mid(field: str, done: list[dict[str, float]] = done) -> float:

@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import queues
 import redis
-from common import machine, median, percentile, start_redis, table
+from common import in_turns, machine, median, percentile, start_redis, table
 from queues import server_cpu, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -568,26 +568,24 @@ def main() -> None:
                 migrate(setup, found[0])
         # Rounds interleave the contenders, each round starting with the next one, so
         # that other load on the machine falls on all of them alike.
-        for round_ in range(options.rounds):
-            shift = round_ % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
-                run = run_child(
-                    setup,
-                    contender,
-                    logs,
-                    *("--tasks", str(options.tasks)),
-                    *("--latency-samples", str(options.latency_samples)),
-                    *("--seed", str(round_)),
-                )
-                results[contender.name]["latency"] += run.pop("latency")
-                results[contender.name]["runs"].append(run)
-                print(
-                    f"round {round_ + 1} {contender.name}: enqueue {run['enqueue_rate']:,.0f}/s, "
-                    f"process {run['process_rate']:,.0f}/s ({run['process_cpu_us']:,.0f} us "
-                    f"CPU), results {run['reads_per_s']:,.0f}/s, "
-                    f"load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
+        for round_, contender in in_turns(contenders, options.rounds):
+            run = run_child(
+                setup,
+                contender,
+                logs,
+                *("--tasks", str(options.tasks)),
+                *("--latency-samples", str(options.latency_samples)),
+                *("--seed", str(round_)),
+            )
+            results[contender.name]["latency"] += run.pop("latency")
+            results[contender.name]["runs"].append(run)
+            print(
+                f"round {round_ + 1} {contender.name}: enqueue {run['enqueue_rate']:,.0f}/s, "
+                f"process {run['process_rate']:,.0f}/s ({run['process_cpu_us']:,.0f} us "
+                f"CPU), results {run['reads_per_s']:,.0f}/s, "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         if not options.skip_kills:
             for contender in contenders:
                 found = run_child(

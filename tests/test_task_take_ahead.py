@@ -51,6 +51,12 @@ def ready_ids(r: redis.Redis) -> set[str]:
     return {task_id_of(payload) for payload in r.zrange(ready_key("test"), 0, -1)}
 
 
+@pytest.fixture
+def eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reply counts as waited for: a worker holds as many tasks ahead as it may."""
+    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+
+
 def _batch_worker() -> None:
     """A forked worker that holds the most ahead, and keeps its batch behind a task of
     up to 5 s; SIGTERM stops it as rc_worker's does."""
@@ -150,13 +156,11 @@ def test_a_task_held_ahead_is_cancelled_as_a_running_one(r: redis.Redis, batch: 
     assert get_result(target).status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
 
-def test_a_batch_that_mixes_limited_and_unlimited_tasks_keeps_every_limit(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("eager")
+def test_a_batch_that_mixes_limited_and_unlimited_tasks_keeps_every_limit(r: redis.Redis) -> None:
     """Six threads, each holding tasks ahead: tasks of one account (at most 2 at once)
     among unlimited ones. A task held ahead holds its permit, so the limit holds for
     the tasks taken too, not only those started."""
-    monkeypatch.setattr(conveyor, "WAITED", -1.0)
     for i in range(60):
         tasks.per_account.enqueue("A", f"a{i}")
         tasks.record.enqueue(f"u{i}", 0.002)
@@ -190,10 +194,8 @@ def test_a_task_costs_one_script_call_held_alone_or_in_a_batch(r: redis.Redis, m
     assert max(deepest) == most
 
 
-def test_no_task_is_taken_ahead_with_take_ahead_0(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(conveyor, "WAITED", -1.0)
+@pytest.mark.usefixtures("eager")
+def test_no_task_is_taken_ahead_with_take_ahead_0(r: redis.Redis) -> None:
     for i in range(20):
         tasks.record.enqueue(f"t{i}")
     with override_settings(REDIS_COMPONENTS={"TASK_TAKE_AHEAD": 0}):
@@ -203,10 +205,10 @@ def test_no_task_is_taken_ahead_with_take_ahead_0(
     assert runs(r) == {f"t{i}": 1 for i in range(20)}
 
 
+@pytest.mark.usefixtures("eager")
 def test_a_worker_holds_no_more_ahead_than_its_max_tasks_leaves_room_for(
     r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(conveyor, "WAITED", -1.0)
     for i in range(30):
         tasks.record.enqueue(f"t{i}")
     taken: list[int] = []
@@ -249,14 +251,14 @@ def test_a_script_the_server_forgot_under_pipelined_calls_is_a_lost_connection(
     assert queue_stats(["test"])[0].in_progress == 2
 
 
+@pytest.mark.usefixtures("eager")
 @pytest.mark.parametrize("fail", [False, True], ids=["succeed", "fail"])
 def test_workflow_steps_whose_outcomes_are_carried_elsewhere_run_held_ahead(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, fail: bool
+    r: redis.Redis, fail: bool
 ) -> None:
     """Queues with homes of their own: a step's outcome is carried to its workflow's
     home by whoever reads the reply that recorded it, on the loop's connection, so no
     later call may be under way then. 40 quick steps held ahead, then the fan-in."""
-    monkeypatch.setattr(conveyor, "WAITED", -1.0)
     with split_homes():
         member = tasks.fail_now if fail else tasks.member
         workflow = chain(

@@ -170,6 +170,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000, help="no-op tasks a run (5,000)")
     parser.add_argument("--lua", action="store_true", help="split the fetch script's time")
     options = parser.parse_args()
+    if options.rounds < 1 or options.tasks < 1:
+        parser.error("--rounds and --tasks must be at least 1")
+    if options.before and not (options.before / "redis_components" / "tasks").is_dir():
+        parser.error(f"--before {options.before}: not a worktree of this repository")
     sys.path.insert(0, str(HERE / "benchmarks"))
     from common import in_turns, machine, median, start_redis, table
 

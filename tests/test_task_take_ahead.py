@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -21,7 +22,7 @@ import redis
 from django.test import override_settings
 
 from conftest import single_server_only
-from redis_components import cancel, chain, get_result, group
+from redis_components import cancel, chain, get_result, group, scripts
 from redis_components.connection import OneConnection
 from redis_components.exceptions import TaskNotCancellable
 from redis_components.tasks import conveyor
@@ -339,3 +340,25 @@ def test_a_task_handed_out_whose_start_was_not_sent_is_held_again(
         belt.start(handed, ahead=True)
     monkeypatch.undo()
     assert belt.hand_out() is handed
+
+
+def test_a_call_sent_behind_others_is_never_given_a_time_before_theirs(
+    r: redis.Redis, worker_belt: tuple[conveyor.Conveyor, WorkerStore]
+) -> None:
+    """A reading of the server's clock whose reply came late makes the time reckoned
+    from it run ahead, and the calls sent meanwhile carry that time as their floor. A
+    truer reading, read back while one of them is still under way, must not give the
+    next call a time before that one's: the starts would step back."""
+    _, store = worker_belt
+    for i in range(3):
+        tasks.record.enqueue(f"t{i}")
+    r.script_load(scripts.load("queue_fetch").source)  # (calls under way cannot load it)
+    seconds, micros = r.time()
+    store._clock_read = (seconds * 1000 + micros // 1000 + 50, time.monotonic())  # 50 ms ahead
+    first = store.take_ahead(None, read_clock=True)
+    time.sleep(0.005)
+    second = store.take_ahead(None, read_clock=True)
+    times = [store.receive(first, last=False).now_ms]  # its reading is the server's own
+    third = store.take_ahead(None, read_clock=True)
+    times += [store.receive(second, last=False).now_ms, store.receive(third).now_ms]
+    assert times == sorted(times)

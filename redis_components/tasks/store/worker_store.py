@@ -144,6 +144,7 @@ class WorkerStore:
         # The server's clock as a fetch read it, and time.monotonic() when its reply
         # came (for a take ahead, whose reply is read after a task ran: when it was sent).
         self._clock_read: tuple[int, float] | None = None
+        self._given_ms = 0  # the latest time a call was given (its "now", or its floor)
         self._client = client
         self._own = runs(worker_id, self.queues)
         self._runs = self._own
@@ -526,7 +527,7 @@ class WorkerStore:
         and where ``read_clock``)."""
         clock_ms, reads = 0, True
         if self._clock_read is not None:
-            clock_ms = self._reckoned()
+            clock_ms = self._given_ms = self._reckoned()
             stale = _now() - self._clock_read[1] > RECKON_FOR
             reads = read_clock or mode == "take+move" or stale
         carried: list[str] = []
@@ -549,11 +550,13 @@ class WorkerStore:
         return call, reads
 
     def _reckoned(self) -> int:
-        """The server's time reckoned from its clock's last reading (never stepping back)."""
+        """The server's time reckoned from its clock's last reading, never before a time
+        replied or given to a call: a reading whose reply came late runs ahead, and the
+        calls given its time may still be under way when a truer one resets it."""
         if self._clock_read is None:
             return self.now_ms
         server_ms, at = self._clock_read
-        return max(server_ms + int((_now() - at) * 1000), self.now_ms)
+        return max(server_ms + int((_now() - at) * 1000), self.now_ms, self._given_ms)
 
     def _received(self, fetched: Fetched, read_at: float | None, run: Run | None = None) -> Fetched:
         self.now_ms = fetched.now_ms
